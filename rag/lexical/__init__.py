@@ -1,0 +1,1 @@
+"""Lexical (BM25) indexes: one protocol, one file per backend."""

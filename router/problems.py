@@ -1,0 +1,73 @@
+"""RFC 9457 problem details for every error the API returns (never an HTML page, never a bare 500)."""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from router.observability import request_id_var
+
+log = logging.getLogger(__name__)
+PROBLEM_JSON = "application/problem+json"
+
+
+class Problem(Exception):
+    """Raise anywhere in a request to answer with a problem document."""
+
+    def __init__(self, status: int, detail: str, *, title: str | None = None, type_: str = "about:blank", **extra):
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.title = title or HTTPStatus(status).phrase
+        self.type = type_
+        self.extra = extra
+
+
+def problem_response(status: int, detail: str, *, title: str | None = None, type_: str = "about:blank",
+                     instance: str | None = None, headers: dict | None = None, **extra) -> JSONResponse:
+    body = {
+        "type": type_,
+        "title": title or HTTPStatus(status).phrase,
+        "status": status,
+        "detail": detail,
+    }
+    if instance:
+        body["instance"] = instance
+    rid = request_id_var.get()
+    if rid:
+        body["request_id"] = rid
+    body.update(extra)
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    @app.exception_handler(Problem)
+    async def _problem(request: Request, exc: Problem):
+        return problem_response(exc.status, exc.detail, title=exc.title, type_=exc.type,
+                                instance=request.url.path, **exc.extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError):
+        errors = [
+            {"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")}
+            for e in exc.errors()
+        ]
+        return problem_response(422, "The request body or parameters are malformed.", instance=request.url.path,
+                                errors=errors)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
+        return problem_response(exc.status_code, detail, instance=request.url.path,
+                                headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        log.exception("unhandled error on %s", request.url.path)
+        return problem_response(500, "An unexpected error occurred; it has been logged with this request id.",
+                                instance=request.url.path)

@@ -1,0 +1,86 @@
+"""The gateway's wire contracts: the generic inbound message and the turn it produces."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class MessageIn(BaseModel):
+    """The generic message shape of ``POST /v1/messages`` (and of the ``web`` channel)."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    channel: str = Field(min_length=1, max_length=32, pattern=r"^[a-z][a-z0-9_-]*$", examples=["web"])
+    conversation_id: str = Field(min_length=1, max_length=200, description="The channel's conversation id.")
+    customer_id: str = Field(min_length=1, max_length=200)
+    message_id: str = Field(min_length=1, max_length=200, description="Unique per channel; retries repeat it.")
+    text: str = Field(min_length=1, description="Over the configured limit the answer is 413.")
+    sent_at: datetime | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class InboundMessage(BaseModel):
+    """A message from any channel after normalisation: what the pipeline routes."""
+
+    channel: str
+    conversation_external_id: str
+    customer_id: str
+    message_external_id: str
+    text: str
+    sent_at: datetime | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    attachments: list[dict[str, Any]] = Field(default_factory=list)
+
+    @classmethod
+    def from_api(cls, m: MessageIn) -> "InboundMessage":
+        return cls(
+            channel=m.channel,
+            conversation_external_id=m.conversation_id,
+            customer_id=m.customer_id,
+            message_external_id=m.message_id,
+            text=m.text,
+            sent_at=m.sent_at,
+            metadata=m.metadata or {},
+        )
+
+
+class Citation(BaseModel):
+    doc_id: str
+    chunk_id: str | None = None
+    title: str | None = None
+    section: str | None = None
+    source: str | None = None
+    score: float | None = None
+
+
+class Reply(BaseModel):
+    text: str
+    citations: list[Citation] = Field(default_factory=list)
+
+
+class Escalation(BaseModel):
+    rule: str
+    reason: str
+    priority: str = "normal"
+
+
+class Decision(BaseModel):
+    intent: str | None = None
+    tier: str | None = None
+    confidence: float | None = None
+    channel: str | None = Field(default=None, description="What decided: harness, rules, embeddings, state.")
+    explanation: dict[str, Any] = Field(default_factory=dict)
+    escalation: Escalation | None = None
+
+
+class TurnOut(BaseModel):
+    conversation_id: str = Field(description="The gateway's conversation id (for /v1/conversations/{id}/...).")
+    external_conversation_id: str
+    turn_id: str
+    state: str
+    decision: Decision
+    reply: Reply | None = None
+    ticket_id: str | None = None

@@ -1,0 +1,93 @@
+"""The composition root's container: everything built once per process and passed in.
+
+Nothing below ``router`` reaches for globals; the app factory and the CLI build a
+:class:`Services` and hand its parts to the components that need them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from psycopg_pool import ConnectionPool
+
+from router.db import EmbeddedPostgres, migrate, open_pool
+from router.metrics import Metrics
+from router.settings import Settings
+
+log = logging.getLogger(__name__)
+
+ReadinessCheck = Callable[[], tuple[bool, str]]
+
+
+def limit_threads(n: int) -> None:
+    """One BLAS/torch thread per worker measured fastest under load on 2 cores."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(var, str(n))
+    try:
+        import torch
+
+        torch.set_num_threads(n)
+    except Exception:  # pragma: no cover - torch is a hard dependency, but never fail start-up on it
+        pass
+
+
+def resolve_dsn(settings: Settings) -> tuple[str, EmbeddedPostgres | None, bool]:
+    """The database to use: the configured URL, or the embedded server (started if needed).
+
+    Returns (dsn, embedded handle or None, whether this call started the server).
+    """
+    configured = settings.database_dsn()
+    if configured:
+        return configured, None, False
+    embedded = EmbeddedPostgres(settings.pg_dir)
+    was_running = embedded.status().running
+    dsn = embedded.start()
+    return dsn, embedded, not was_running
+
+
+@dataclass
+class Services:
+    settings: Settings
+    dsn: str
+    pool: ConnectionPool
+    metrics: Metrics
+    encoder: Any = None               # rag.encoder.Encoder
+    classifier: Any = None            # router.classify
+    rag: Any = None                   # rag answerer / retriever
+    handoff: Any = None               # handoff service
+    pipeline: Any = None              # router.pipeline.Pipeline
+    embedded: EmbeddedPostgres | None = None
+    owns_embedded: bool = False       # this process started the embedded server: stop it on exit
+    readiness: dict[str, ReadinessCheck] = field(default_factory=dict)
+    closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def close(self) -> None:
+        for fn in reversed(self.closers):
+            try:
+                fn()
+            except Exception:  # pragma: no cover
+                log.exception("error while closing")
+        self.pool.close()
+        if self.owns_embedded and self.embedded is not None:
+            self.embedded.stop()
+
+
+def build_services(settings: Settings, *, load_models: bool = True) -> Services:
+    """Start (or reach) the database, migrate, open the pool and load what the app needs."""
+    limit_threads(settings.torch_threads)
+    dsn, embedded, started = resolve_dsn(settings)
+    applied = migrate(dsn)
+    if applied:
+        log.info("applied migrations", extra={"fields": {"migrations": [f"{m.version:04d}_{m.name}" for m in applied]}})
+    pool = open_pool(dsn, min_size=settings.db_pool_min, max_size=settings.db_pool_max)
+    services = Services(settings=settings, dsn=dsn, pool=pool, metrics=Metrics(), embedded=embedded,
+                        owns_embedded=started)
+    if load_models:
+        from router.composition import wire_components
+
+        wire_components(services)
+    return services

