@@ -20,5 +20,20 @@ def wire_encoder(services: Services) -> None:
     services.encoder = Encoder(path, threads=services.settings.torch_threads)
 
 
+def wire_classifier(services: Services) -> None:
+    """The intent classifier from settings.intents_file (or the bundled sample) and the shared encoder."""
+    from router.classify import IntentClassifier
+    from router.intents import BUNDLED_INTENTS, load_intents
+
+    path = services.settings.intents_file or BUNDLED_INTENTS
+    if services.settings.intents_file is None and not BUNDLED_INTENTS.is_file():
+        log.warning("no intents file configured and no bundled sample: the classifier is not wired")
+        return
+    config = load_intents(path)
+    services.classifier = IntentClassifier.from_config(config, services.encoder)
+    services.readiness["classifier"] = lambda: (True, f"{len(config.intents)} intents from {path}")
+
+
 def wire_components(services: Services) -> None:
     wire_encoder(services)
+    wire_classifier(services)

@@ -1,0 +1,125 @@
+"""The intent classifier's interface: rules first, embeddings second, always with an explanation.
+
+Callers (the webhook decider, the eval CLI, the benchmark) use :class:`IntentClassifier` and
+read a :class:`Classification`; the two channels behind it are small protocols so either can
+be swapped (another rule engine, another scorer) without touching callers.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from router.classify.entities import extract_entities
+from router.intents import IntentConfig
+
+RULES = "rules"
+EMBEDDINGS = "embeddings"
+
+
+@dataclass
+class Classification:
+    """One decision. ``intent is None`` means UNKNOWN (out of scope); ``tier`` is then the config's unknown tier."""
+
+    intent: str | None
+    tier: str                       # "L1" | "L2" | "L3"
+    confidence: float               # rules: 1.0; embeddings: the calibrated score compared with the threshold
+    decided_by: str                 # "rules" | "embeddings"
+    explanation: dict[str, Any] = field(default_factory=dict)
+    entities: dict[str, Any] = field(default_factory=lambda: {"order_numbers": [], "amounts": []})
+
+    @property
+    def unknown(self) -> bool:
+        return self.intent is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class RuleChannel(Protocol):
+    """Deterministic matching: returns (intent, explanation) for a hit, else None."""
+
+    def match_explained(self, text: str) -> tuple[str, dict[str, Any]] | None: ...
+
+
+class EmbeddingChannel(Protocol):
+    """Scores message vectors against the intents; ``intent`` is None below the threshold."""
+
+    def score(self, vectors: np.ndarray) -> list[tuple[str | None, float, dict[str, Any]]]: ...
+
+
+class IntentClassifier:
+    """Rules, then embeddings, then the threshold; tier from the intents config.
+
+    Thread-safe for concurrent ``classify`` calls (the encoder serialises its own tokenizer);
+    :meth:`reload` swaps the whole compiled state at once, so a hot reload never mixes configs.
+    """
+
+    def __init__(self, config: IntentConfig, rules: RuleChannel | None, embeddings: EmbeddingChannel | None,
+                 encoder: Any = None):
+        self._state = (config, rules, embeddings)
+        self.encoder = encoder
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, config: IntentConfig, encoder: Any, *, example_vectors: np.ndarray | None = None,
+                    oos_vectors: np.ndarray | None = None) -> IntentClassifier:
+        """Compile the rules and, when there is an encoder and examples, build the embedding channel.
+
+        ``example_vectors`` / ``oos_vectors`` (rows in config order) skip re-encoding the examples, which is
+        how evaluation reuses its on-disk embedding cache.
+        """
+        from router.classify.embedding import EmbeddingScorer
+        from router.classify.rules import RuleMatcher
+
+        rules = RuleMatcher(config)
+        embeddings = None
+        if encoder is not None and any(i.examples for i in config.intents):
+            embeddings = EmbeddingScorer.build(config, encoder, example_vectors=example_vectors,
+                                               oos_vectors=oos_vectors)
+        return cls(config, rules if len(rules) else None, embeddings, encoder)
+
+    @property
+    def config(self) -> IntentConfig:
+        return self._state[0]
+
+    def reload(self, config: IntentConfig) -> None:
+        """Rebuild from a new config and swap atomically (SIGHUP / file change)."""
+        fresh = IntentClassifier.from_config(config, self.encoder)
+        with self._lock:
+            self._state = fresh._state
+
+    def tier_of(self, intent: str | None) -> str:
+        return self.config.tier_of(intent)
+
+    def classify(self, text: str) -> Classification:
+        return self.classify_batch([text])[0]
+
+    def classify_batch(self, texts: list[str]) -> list[Classification]:
+        config, rules, embeddings = self._state
+        out: list[Classification | None] = [None] * len(texts)
+        pending: list[int] = []
+        for i, text in enumerate(texts):
+            entities = extract_entities(text)
+            hit = rules.match_explained(text) if rules is not None else None
+            if hit is not None:
+                intent, why = hit
+                out[i] = Classification(intent, config.tier_of(intent), 1.0, RULES, {"channel": RULES, "rule": why},
+                                        entities)
+            elif embeddings is None:
+                out[i] = Classification(None, config.unknown_tier, 0.0, RULES,
+                                        {"channel": RULES, "rule": None,
+                                         "reason": "no rule matched and there is no embedding channel"}, entities)
+            else:
+                out[i] = Classification(None, config.unknown_tier, 0.0, EMBEDDINGS, {}, entities)
+                pending.append(i)
+        if pending:
+            vectors = self.encoder.encode_queries([texts[i] for i in pending])
+            for i, (intent, score, why) in zip(pending, embeddings.score(vectors), strict=True):
+                c = out[i]
+                c.intent, c.confidence, c.tier = intent, float(score), config.tier_of(intent)
+                c.explanation = {"channel": EMBEDDINGS, **why}
+        return out  # type: ignore[return-value]
