@@ -14,10 +14,10 @@ log = logging.getLogger(__name__)
 
 
 def wire_encoder(services: Services) -> None:
-    from rag.encoder import Encoder, resolve_model_path
+    from rag.encoder import Encoder
 
-    path = resolve_model_path(services.settings.embedding_model, services.settings.models_dir)
-    services.encoder = Encoder(path, threads=services.settings.torch_threads)
+    services.encoder = Encoder.from_name(services.settings.embedding_model, services.settings.models_dir,
+                                         threads=services.settings.torch_threads)
 
 
 def wire_classifier(services: Services) -> None:
