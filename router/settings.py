@@ -12,8 +12,10 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from router.ingress.settings import ChannelSettings
 
-class Settings(BaseSettings):
+
+class Settings(BaseSettings, ChannelSettings):  # channel secrets/URLs + outbox: router/ingress/settings.py
     model_config = SettingsConfigDict(
         env_prefix="SWITCHBOARD_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
     )

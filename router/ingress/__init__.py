@@ -1,0 +1,1 @@
+"""Channel adapters: every channel's webhook flattened into one internal message."""
