@@ -5,6 +5,11 @@ time, so the state machine never races itself), then the message is inserted wit
 ``ON CONFLICT DO NOTHING`` on (channel, external message id): a retried or concurrent
 duplicate delivery finds the first one's turn and gets exactly the same response back,
 and nothing new is stored.
+
+A decider may refuse a message (the rate quota: HTTP 429). The message is then kept, flagged
+``throttled``, with no turn: nothing is lost, and a retry of the same message id after the wait
+is routed normally. A deadlock with a concurrent ticket change is retried from the start (the
+whole turn is one transaction, so a retry is clean).
 """
 
 from __future__ import annotations
@@ -16,8 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg import errors as pg_errors
 
 from router.observability import redact_obj
+from router.problems import Problem
 from router.schemas import Decision, InboundMessage, TurnOut
 
 
@@ -39,6 +46,7 @@ class TurnResult:
     reply: dict[str, Any] | None = None
     ticket_id: str | None = None
     trace: dict[str, Any] | None = None   # stages, candidates, transitions: stored redacted with the turn
+    reject: Problem | None = None         # refuse the message (e.g. 429): stored flagged, no turn, raised after commit
 
 
 Decider = Callable[[TurnContext], TurnResult]
@@ -57,7 +65,19 @@ class Pipeline:
         self.decider = decider
 
     def handle(self, msg: InboundMessage) -> tuple[dict[str, Any], bool]:
-        """Route one message; return (response, replayed) where replayed marks a duplicate delivery."""
+        """Route one message; return (response, replayed) where replayed marks a duplicate delivery.
+
+        Raises the decider's :class:`Problem` when it refuses the message (after committing it, flagged).
+        """
+        for attempt in range(3):
+            try:
+                return self._handle(msg)
+            except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _handle(self, msg: InboundMessage) -> tuple[dict[str, Any], bool]:
         t0 = time.perf_counter()
         with self.pool.connection() as conn, conn.transaction():
             conversation = conn.execute(
@@ -82,44 +102,63 @@ class Pipeline:
             if message is None:
                 stored = conn.execute(
                     """
-                    SELECT t.response FROM messages m JOIN turns t ON t.message_id = m.id
+                    SELECT m.id, m.conversation_id, m.text, m.sent_at, m.metadata, t.response
+                    FROM messages m LEFT JOIN turns t ON t.message_id = m.id
                     WHERE m.channel = %s AND m.external_id = %s
                     """,
                     (msg.channel, msg.message_external_id),
                 ).fetchone()
-                self.metrics.duplicates.labels(msg.channel).inc()
-                if stored is None:  # a message stored without a turn (e.g. by an agent tool): answer its id only
-                    raise LookupError("message exists but has no turn")
-                return stored["response"], True
+                if stored is not None and stored["response"] is None \
+                        and (stored["metadata"] or {}).get("throttled") and stored["conversation_id"] == conversation["id"]:
+                    # refused earlier (quota): this retry is routed now
+                    message = {k: stored[k] for k in ("id", "conversation_id", "text", "sent_at")}
+                    conn.execute("UPDATE messages SET metadata = metadata - 'throttled' WHERE id = %s",
+                                 (message["id"],))
+                else:
+                    self.metrics.duplicates.labels(msg.channel).inc()
+                    if stored is None or stored["response"] is None:  # stored without a turn (e.g. by an agent tool)
+                        raise LookupError("message exists but has no turn")
+                    return stored["response"], True
 
             self.metrics.messages.labels(msg.channel).inc()
             ctx = TurnContext(conn=conn, conversation=conversation, message=message, inbound=msg, timings={})
             result = self.decider(ctx)
-            trace = {"timings_ms": {k: round(v * 1000, 3) for k, v in ctx.timings.items()},
-                     "decision": result.decision.model_dump(mode="json"), **(result.trace or {})}
-            turn_id = conn.execute(
-                """
-                INSERT INTO turns (conversation_id, message_id, session_no, state, decision, response, trace)
-                VALUES (%s, %s, %s, %s, %s, '{}'::jsonb, %s) RETURNING id
-                """,
-                (conversation["id"], message["id"], conversation["session_no"], result.state,
-                 result.decision.model_dump_json(),
-                 json.dumps(redact_obj(trace), ensure_ascii=False, default=str)),
-            ).fetchone()["id"]
-            out = TurnOut(
-                conversation_id=str(conversation["id"]),
-                external_conversation_id=conversation["external_id"],
-                turn_id=str(turn_id),
-                state=result.state,
-                decision=result.decision,
-                reply=result.reply,
-                ticket_id=result.ticket_id,
-            )
-            response = out.model_dump(mode="json")
-            conn.execute("UPDATE turns SET response = %s WHERE id = %s",
-                         (json.dumps(response, ensure_ascii=False), turn_id))
+            if result.reject is not None:  # kept, flagged, no turn; raised once committed
+                conn.execute("""UPDATE messages SET metadata = metadata || '{"throttled": true}'::jsonb """
+                             "WHERE id = %s", (message["id"],))
+            else:
+                response = self._store_turn(conn, conversation, message, ctx, result)
+        if result.reject is not None:
+            raise result.reject
         elapsed = time.perf_counter() - t0
         self.metrics.stage_seconds.labels("total").observe(elapsed)
         d = result.decision
         self.metrics.decisions.labels(d.tier or "none", d.intent or "none", d.channel or "none").inc()
         return response, False
+
+    def _store_turn(self, conn, conversation, message, ctx: TurnContext, result: TurnResult) -> dict[str, Any]:
+        """The turn row (decision, redacted trace) and the exact response a retry will get again."""
+        trace = {"timings_ms": {k: round(v * 1000, 3) for k, v in ctx.timings.items()},
+                 "decision": result.decision.model_dump(mode="json"), **(result.trace or {})}
+        turn_id = conn.execute(
+            """
+            INSERT INTO turns (conversation_id, message_id, session_no, state, decision, response, trace)
+            VALUES (%s, %s, %s, %s, %s, '{}'::jsonb, %s) RETURNING id
+            """,
+            (conversation["id"], message["id"], conversation["session_no"], result.state,
+             result.decision.model_dump_json(),
+             json.dumps(redact_obj(trace), ensure_ascii=False, default=str)),
+        ).fetchone()["id"]
+        out = TurnOut(
+            conversation_id=str(conversation["id"]),
+            external_conversation_id=conversation["external_id"],
+            turn_id=str(turn_id),
+            state=result.state,
+            decision=result.decision,
+            reply=result.reply,
+            ticket_id=result.ticket_id,
+        )
+        response = out.model_dump(mode="json")
+        conn.execute("UPDATE turns SET response = %s WHERE id = %s",
+                     (json.dumps(response, ensure_ascii=False), turn_id))
+        return response

@@ -1,0 +1,255 @@
+"""The conversation state machine, persisted in Postgres with its history.
+
+Every conversation is in exactly one state; every change is checked against the table below
+and recorded in ``conversation_transitions`` in the caller's transaction, so the state, the
+history and the turn that caused them commit (or roll back) together. An edge that is not in
+the table raises :class:`IllegalTransition` instead of silently corrupting the conversation.
+
+States and edges (``TRANSITIONS``)::
+
+    idle             -> classifying                      a message arrives
+    classifying      -> l1_resolving | l2_assisting | l3_queuing   the routing decision
+    l1_resolving     -> l1_resolved                      the knowledge base answered
+                     -> l2_assisting                     no confident answer: a human reviews a draft
+                     -> l3_queuing                       the answer step found a reason to hand off
+    l2_assisting     -> l2_resolved                      the assist ticket was resolved (draft approved)
+                     -> l3_queuing                       an escalation while the draft waits
+                     -> idle                             ticket cancelled / handed back to the bot
+    l3_queuing       -> l3_connected                     an agent claimed the ticket
+                     -> feedback_pending                 resolved straight from the queue
+                     -> idle                             cancelled / handed back to the bot
+    l3_connected     -> feedback_pending                 the agent resolved the ticket
+                     -> l3_queuing                       the agent released it back to the queue
+                     -> idle                             handed back to the bot
+    l1_resolved      -> classifying | feedback_pending   next question | the customer confirms
+    l2_resolved      -> classifying | feedback_pending
+    feedback_pending -> closed | classifying             feedback given | a new question instead
+    closed           -> idle                             a message after closed starts a new session
+
+While a human holds the conversation (``HUMAN_HOLDS``) the bot sends no answers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import psycopg
+
+from router.outbox import enqueue_outbound
+
+log = logging.getLogger(__name__)
+
+STATES = (
+    "idle", "classifying", "l1_resolving", "l2_assisting", "l3_queuing",
+    "l1_resolved", "l2_resolved", "l3_connected", "feedback_pending", "closed",
+)
+
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "idle": frozenset({"classifying"}),
+    "classifying": frozenset({"l1_resolving", "l2_assisting", "l3_queuing"}),
+    "l1_resolving": frozenset({"l1_resolved", "l2_assisting", "l3_queuing"}),
+    "l2_assisting": frozenset({"l2_resolved", "l3_queuing", "idle"}),
+    "l3_queuing": frozenset({"l3_connected", "feedback_pending", "idle"}),
+    "l3_connected": frozenset({"feedback_pending", "l3_queuing", "idle"}),
+    "l1_resolved": frozenset({"classifying", "feedback_pending"}),
+    "l2_resolved": frozenset({"classifying", "feedback_pending"}),
+    "feedback_pending": frozenset({"closed", "classifying"}),
+    "closed": frozenset({"idle"}),
+}
+assert set(TRANSITIONS) == set(STATES) and all(t <= set(STATES) for t in TRANSITIONS.values())
+
+HUMAN_HOLDS = frozenset({"l3_queuing", "l3_connected"})   # the bot stays silent, messages go to the ticket
+RESOLVED = frozenset({"l1_resolved", "l2_resolved", "feedback_pending"})  # feedback may close the session
+ROUTABLE = frozenset({"idle", "l1_resolved", "l2_resolved", "feedback_pending"})  # may enter classifying
+
+
+class IllegalTransition(ValueError):
+    """An edge that is not in :data:`TRANSITIONS`."""
+
+    def __init__(self, from_state: str, to_state: str):
+        allowed = ", ".join(sorted(TRANSITIONS.get(from_state, ()))) or "nothing"
+        super().__init__(f"illegal transition {from_state!r} -> {to_state!r} (from {from_state!r}: {allowed})")
+        self.from_state = from_state
+        self.to_state = to_state
+
+
+def check_transition(from_state: str, to_state: str) -> None:
+    if to_state not in TRANSITIONS.get(from_state, frozenset()):
+        raise IllegalTransition(from_state, to_state)
+
+
+def lock_conversation(conn: psycopg.Connection, conversation_id: str) -> dict[str, Any] | None:
+    """The conversation row, locked for the rest of the transaction (one writer at a time)."""
+    return conn.execute(
+        "SELECT id, channel, external_id, customer_id, state, session_no, metadata FROM conversations "
+        "WHERE id = %s FOR UPDATE",
+        (conversation_id,),
+    ).fetchone()
+
+
+def _ensure_counters(conn: psycopg.Connection, conversation_id, session_no: int) -> None:
+    conn.execute(
+        "INSERT INTO conversation_counters (conversation_id, session_no) VALUES (%s, %s) "
+        "ON CONFLICT (conversation_id) DO NOTHING",
+        (conversation_id, session_no),
+    )
+
+
+def transition(conn: psycopg.Connection, conversation: dict[str, Any], to_state: str, *, reason: str,
+               actor: str = "router", message_id: int | None = None, ticket_id: str | None = None) -> dict[str, Any]:
+    """Move ``conversation`` (a locked row, updated in place) to ``to_state`` and record the edge."""
+    from_state = conversation["state"]
+    check_transition(from_state, to_state)
+    conn.execute("UPDATE conversations SET state = %s, updated_at = now() WHERE id = %s",
+                 (to_state, conversation["id"]))
+    row = conn.execute(
+        """
+        INSERT INTO conversation_transitions
+            (conversation_id, session_no, from_state, to_state, reason, actor, message_id, ticket_id)
+        VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id, created_at
+        """,
+        (conversation["id"], conversation["session_no"], from_state, to_state, reason, actor, message_id,
+         str(ticket_id) if ticket_id is not None else None),
+    ).fetchone()
+    _ensure_counters(conn, conversation["id"], conversation["session_no"])
+    conn.execute(
+        """
+        UPDATE conversation_counters
+        SET state_entries = jsonb_set(state_entries, ARRAY[%s],
+                                      to_jsonb(COALESCE((state_entries ->> %s)::int, 0) + 1)),
+            updated_at = now()
+        WHERE conversation_id = %s
+        """,
+        (to_state, to_state, conversation["id"]),
+    )
+    conversation["state"] = to_state
+    return {"from": from_state, "to": to_state, "reason": reason, "actor": actor, "id": row["id"]}
+
+
+def start_new_session(conn: psycopg.Connection, conversation: dict[str, Any], *,
+                      message_id: int | None = None) -> dict[str, Any]:
+    """closed -> idle with the next session number; the escalation memory starts empty."""
+    check_transition(conversation["state"], "idle")
+    row = conn.execute(
+        "UPDATE conversations SET session_no = session_no + 1 WHERE id = %s RETURNING session_no",
+        (conversation["id"],),
+    ).fetchone()
+    conversation["session_no"] = row["session_no"]
+    reset_counters(conn, conversation)
+    return transition(conn, conversation, "idle", reason="new_session", message_id=message_id)
+
+
+def history(conn: psycopg.Connection, conversation_id) -> list[dict[str, Any]]:
+    return conn.execute(
+        "SELECT session_no, from_state, to_state, reason, actor, message_id, ticket_id, created_at "
+        "FROM conversation_transitions WHERE conversation_id = %s ORDER BY id",
+        (conversation_id,),
+    ).fetchall()
+
+
+# -- escalation memory ------------------------------------------------------------------------
+
+def load_counters(conn: psycopg.Connection, conversation: dict[str, Any]) -> dict[str, Any]:
+    """This session's counters (a fresh row when the session changed)."""
+    _ensure_counters(conn, conversation["id"], conversation["session_no"])
+    row = conn.execute("SELECT * FROM conversation_counters WHERE conversation_id = %s",
+                       (conversation["id"],)).fetchone()
+    if row["session_no"] != conversation["session_no"]:
+        reset_counters(conn, conversation)
+        row = conn.execute("SELECT * FROM conversation_counters WHERE conversation_id = %s",
+                           (conversation["id"],)).fetchone()
+    return row
+
+
+_COUNTER_FIELDS = {"dissatisfied_streak", "low_confidence_streak", "repeat_count", "last_question",
+                   "state_entries", "feedback"}
+
+
+def save_counters(conn: psycopg.Connection, conversation_id, **fields) -> None:
+    unknown = set(fields) - _COUNTER_FIELDS
+    if unknown:
+        raise ValueError(f"unknown counters: {sorted(unknown)}")
+    if not fields:
+        return
+    values = [json.dumps(v) if k == "state_entries" else v for k, v in fields.items()]
+    sets = ", ".join(f"{k} = %s" for k in fields)
+    conn.execute(f"UPDATE conversation_counters SET {sets}, updated_at = now() WHERE conversation_id = %s",
+                 (*values, conversation_id))
+
+
+def reset_counters(conn: psycopg.Connection, conversation: dict[str, Any]) -> None:
+    conn.execute(
+        """
+        INSERT INTO conversation_counters (conversation_id, session_no) VALUES (%s, %s)
+        ON CONFLICT (conversation_id) DO UPDATE SET
+            session_no = EXCLUDED.session_no, dissatisfied_streak = 0, low_confidence_streak = 0,
+            repeat_count = 0, last_question = NULL, state_entries = '{}'::jsonb,
+            feedback = NULL, updated_at = now()
+        """,
+        (conversation["id"], conversation["session_no"]),
+    )
+
+
+# -- the handoff side's view of conversations ---------------------------------------------------
+
+class ConversationStatePort:
+    """handoff.ports.ConversationPort: ticket changes move the conversation, agents reach the customer.
+
+    Called inside the transaction of the ticket change. A notification that does not apply to
+    the conversation's current state (an old ticket, a conversation already handed back) changes
+    nothing, so a late or repeated event can never drag a conversation backwards.
+    """
+
+    def _conversation(self, conn, ticket) -> dict[str, Any] | None:
+        conv = lock_conversation(conn, ticket["conversation_id"])
+        if conv is None:
+            log.warning("ticket %s names an unknown conversation", ticket.get("id"))
+        return conv
+
+    def _move(self, conn, ticket, edges: dict[str, list[str]], reason: str) -> None:
+        conv = self._conversation(conn, ticket)
+        if conv is None:
+            return
+        path = edges.get(conv["state"])
+        if not path:
+            return
+        for to_state in path:
+            transition(conn, conv, to_state, reason=reason, actor="handoff", ticket_id=ticket.get("id"))
+        if conv["state"] == "idle":
+            reset_counters(conn, conv)
+
+    def on_ticket_claimed(self, conn, ticket):
+        if ticket.get("kind", "handoff") == "handoff":
+            self._move(conn, ticket, {"l3_queuing": ["l3_connected"]}, "ticket_claimed")
+
+    def on_ticket_resolved(self, conn, ticket):
+        self._move(conn, ticket, {
+            "l3_queuing": ["feedback_pending"],
+            "l3_connected": ["feedback_pending"],
+            "l2_assisting": ["l2_resolved"],
+        }, "ticket_resolved")
+
+    def on_returned_to_bot(self, conn, ticket):
+        self._move(conn, ticket, {s: ["idle"] for s in ("l2_assisting", "l3_queuing", "l3_connected")},
+                   "returned_to_bot")
+
+    def on_ticket_cancelled(self, conn, ticket):
+        self._move(conn, ticket, {s: ["idle"] for s in ("l2_assisting", "l3_queuing", "l3_connected")},
+                   "ticket_cancelled")
+
+    def send_to_customer(self, conn, ticket, *, text, sender, agent_id):
+        """Transcript + outbox row in the ticket change's transaction; refused for do-not-contact customers."""
+        conv = self._conversation(conn, ticket)
+        if conv is None:
+            raise LookupError(f"conversation {ticket.get('conversation_id')} does not exist")
+        flags = conn.execute(
+            "SELECT do_not_contact FROM customer_flags WHERE channel = %s AND customer_id = %s",
+            (conv["channel"], conv["customer_id"]),
+        ).fetchone()
+        if flags and flags["do_not_contact"]:
+            raise PermissionError("the customer asked not to be contacted (STOP); nothing was sent")
+        return enqueue_outbound(conn, conversation_id=conv["id"], channel=conv["channel"], text=text,
+                                sender=sender, kind="agent_message",
+                                payload={"ticket_id": str(ticket.get("id")), "agent_id": agent_id})

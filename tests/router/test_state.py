@@ -1,0 +1,173 @@
+"""The conversation state machine on a real Postgres: the table, legality, history, sessions, the handoff port."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from router import state as sm
+from router.harness import set_do_not_contact
+
+
+def _conversation(conn, external="c-1", state="idle"):
+    row = conn.execute(
+        "INSERT INTO conversations (channel, external_id, customer_id, state) VALUES ('web', %s, 'u-1', %s) "
+        "RETURNING id, channel, external_id, customer_id, state, session_no, metadata",
+        (external, state),
+    ).fetchone()
+    return row
+
+
+LIFECYCLES = [
+    ["classifying", "l1_resolving", "l1_resolved", "feedback_pending", "closed"],
+    ["classifying", "l1_resolving", "l2_assisting", "l2_resolved", "classifying", "l3_queuing", "l3_connected",
+     "feedback_pending", "closed"],
+    ["classifying", "l3_queuing", "l3_connected", "l3_queuing", "idle", "classifying", "l2_assisting", "idle"],
+    ["classifying", "l1_resolving", "l1_resolved", "classifying", "l1_resolving", "l1_resolved", "feedback_pending",
+     "classifying", "l3_queuing", "feedback_pending", "closed"],
+]
+
+
+@pytest.mark.parametrize("path", LIFECYCLES)
+def test_legal_lifecycles_are_persisted_with_history(pool, path):
+    with pool.connection() as conn:
+        conv = _conversation(conn)
+        for to in path:
+            sm.transition(conn, conv, to, reason=f"to {to}")
+        stored = conn.execute("SELECT state FROM conversations WHERE id = %s", (conv["id"],)).fetchone()
+        assert stored["state"] == path[-1] == conv["state"]
+        hist = sm.history(conn, conv["id"])
+        assert [h["to_state"] for h in hist] == path
+        assert [h["from_state"] for h in hist] == ["idle", *path[:-1]]
+        assert all(h["reason"] == f"to {h['to_state']}" for h in hist)
+        entries = conn.execute("SELECT state_entries FROM conversation_counters WHERE conversation_id = %s",
+                               (conv["id"],)).fetchone()["state_entries"]
+        assert entries == {s: path.count(s) for s in set(path)}
+
+
+ILLEGAL = [(a, b) for a, b in itertools.product(sm.STATES, sm.STATES) if b not in sm.TRANSITIONS[a]]
+
+
+def test_table_shape():
+    # the brief's spine is in the table, and a human-held conversation cannot jump to an answer
+    for a, b in [("idle", "classifying"), ("classifying", "l1_resolving"), ("classifying", "l2_assisting"),
+                 ("classifying", "l3_queuing"), ("l1_resolving", "l1_resolved"), ("l2_assisting", "l2_resolved"),
+                 ("l3_queuing", "l3_connected"), ("l3_connected", "feedback_pending"),
+                 ("feedback_pending", "closed"), ("closed", "idle")]:
+        sm.check_transition(a, b)
+    assert len(ILLEGAL) > 70
+    assert ("l3_connected", "l1_resolving") in ILLEGAL and ("closed", "classifying") in ILLEGAL
+
+
+@pytest.mark.parametrize("from_state,to_state", [
+    ("idle", "l1_resolved"), ("idle", "closed"), ("closed", "classifying"), ("l3_connected", "l1_resolving"),
+    ("l3_queuing", "l1_resolved"), ("feedback_pending", "l3_connected"), ("classifying", "closed"),
+    ("l1_resolved", "l1_resolving"), ("idle", "idle"), ("idle", "nonsense"),
+])
+def test_illegal_transition_is_rejected_and_changes_nothing(pool, from_state, to_state):
+    with pool.connection() as conn:
+        conv = _conversation(conn, state=from_state)
+        with pytest.raises(sm.IllegalTransition) as err:
+            sm.transition(conn, conv, to_state, reason="bad")
+        assert from_state in str(err.value) and to_state in str(err.value)
+        assert conv["state"] == from_state
+        assert conn.execute("SELECT state FROM conversations WHERE id = %s", (conv["id"],)).fetchone()["state"] \
+            == from_state
+        assert sm.history(conn, conv["id"]) == []
+
+
+def test_every_illegal_pair_raises():
+    for a, b in ILLEGAL:
+        with pytest.raises(sm.IllegalTransition):
+            sm.check_transition(a, b)
+
+
+def test_new_session_after_closed_resets_counters(pool):
+    with pool.connection() as conn:
+        conv = _conversation(conn, state="closed")
+        conn.execute("INSERT INTO conversation_counters (conversation_id, session_no, dissatisfied_streak, "
+                     "last_question) VALUES (%s, 1, 1, 'where is my order')", (conv["id"],))
+        with pytest.raises(sm.IllegalTransition):
+            sm.start_new_session(conn, {**conv, "state": "l1_resolved"})
+        sm.start_new_session(conn, conv)
+        assert conv["state"] == "idle" and conv["session_no"] == 2
+        row = conn.execute("SELECT session_no, state FROM conversations WHERE id = %s", (conv["id"],)).fetchone()
+        assert (row["session_no"], row["state"]) == (2, "idle")
+        counters = sm.load_counters(conn, conv)
+        assert counters["session_no"] == 2 and counters["dissatisfied_streak"] == 0
+        assert counters["last_question"] is None
+        hist = sm.history(conn, conv["id"])
+        assert hist[-1]["reason"] == "new_session" and hist[-1]["session_no"] == 2
+
+
+def test_save_counters_rejects_unknown_fields(pool):
+    with pool.connection() as conn:
+        conv = _conversation(conn)
+        sm.load_counters(conn, conv)
+        sm.save_counters(conn, conv["id"], repeat_count=2, state_entries={"l1_resolving": 2})
+        row = sm.load_counters(conn, conv)
+        assert row["repeat_count"] == 2 and row["state_entries"] == {"l1_resolving": 2}
+        with pytest.raises(ValueError):
+            sm.save_counters(conn, conv["id"], state="closed")
+
+
+def _walk(conn, conv, *states):
+    for s in states:
+        sm.transition(conn, conv, s, reason="setup")
+
+
+def test_port_moves_conversation_on_ticket_events(pool):
+    port = sm.ConversationStatePort()
+    with pool.connection() as conn:
+        conv = _conversation(conn)
+        _walk(conn, conv, "classifying", "l3_queuing")
+        ticket = {"id": "t-1", "kind": "handoff", "conversation_id": conv["id"]}
+        port.on_ticket_claimed(conn, ticket)
+        assert sm.lock_conversation(conn, conv["id"])["state"] == "l3_connected"
+        port.on_ticket_claimed(conn, ticket)            # repeated event: nothing moves, nothing raises
+        port.on_ticket_resolved(conn, ticket)
+        assert sm.lock_conversation(conn, conv["id"])["state"] == "feedback_pending"
+        port.on_returned_to_bot(conn, ticket)           # too late: resolved conversations do not bounce back
+        assert sm.lock_conversation(conn, conv["id"])["state"] == "feedback_pending"
+        hist = sm.history(conn, conv["id"])
+        assert [(h["to_state"], h["actor"], h["ticket_id"]) for h in hist[-2:]] == [
+            ("l3_connected", "handoff", "t-1"), ("feedback_pending", "handoff", "t-1")]
+
+        other = _conversation(conn, "c-2")
+        _walk(conn, other, "classifying", "l2_assisting")
+        assist = {"id": "t-2", "kind": "assist", "conversation_id": other["id"]}
+        port.on_ticket_claimed(conn, assist)            # claiming an assist ticket does not hand the chat to a human
+        assert sm.lock_conversation(conn, other["id"])["state"] == "l2_assisting"
+        port.on_ticket_resolved(conn, assist)
+        assert sm.lock_conversation(conn, other["id"])["state"] == "l2_resolved"
+
+        third = _conversation(conn, "c-3")
+        _walk(conn, third, "classifying", "l3_queuing", "l3_connected")
+        sm.save_counters(conn, third["id"], dissatisfied_streak=1)
+        port.on_returned_to_bot(conn, {"id": "t-3", "kind": "handoff", "conversation_id": third["id"]})
+        assert sm.lock_conversation(conn, third["id"])["state"] == "idle"
+        assert sm.load_counters(conn, third)["dissatisfied_streak"] == 0
+
+        fourth = _conversation(conn, "c-4")
+        _walk(conn, fourth, "classifying", "l3_queuing")
+        port.on_ticket_cancelled(conn, {"id": "t-4", "kind": "handoff", "conversation_id": fourth["id"]})
+        assert sm.lock_conversation(conn, fourth["id"])["state"] == "idle"
+
+
+def test_port_send_to_customer_uses_outbox_and_respects_stop(pool):
+    port = sm.ConversationStatePort()
+    with pool.connection() as conn:
+        conv = _conversation(conn)
+        ticket = {"id": "t-9", "kind": "handoff", "conversation_id": conv["id"]}
+        ids = port.send_to_customer(conn, ticket, text="Hello, I am Li from support.", sender="agent", agent_id="a-1")
+        row = conn.execute("SELECT o.channel, o.kind, o.payload, m.sender, m.direction, m.text FROM outbox o "
+                           "JOIN messages m ON m.id = o.message_id WHERE o.id = %s", (ids["outbox_id"],)).fetchone()
+        assert row["channel"] == "web" and row["kind"] == "agent_message"
+        assert (row["sender"], row["direction"], row["text"]) == ("agent", "out", "Hello, I am Li from support.")
+        assert row["payload"]["ticket_id"] == "t-9" and row["payload"]["agent_id"] == "a-1"
+
+        set_do_not_contact(conn, "web", "u-1", True)
+        with pytest.raises(PermissionError):
+            port.send_to_customer(conn, ticket, text="Are you there?", sender="agent", agent_id="a-1")
+        assert conn.execute("SELECT count(*) AS n FROM outbox").fetchone()["n"] == 1
