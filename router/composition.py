@@ -34,6 +34,22 @@ def wire_classifier(services: Services) -> None:
     services.readiness["classifier"] = lambda: (True, f"{len(config.intents)} intents from {path}")
 
 
+def wire_router(services: Services) -> None:
+    """The routing pipeline: harness, classifier, escalation, state machine, then rag / handoff by tier."""
+    from router.decide import Router
+    from router.escalation import load_policy
+    from router.pipeline import Pipeline
+
+    if services.classifier is None:
+        log.error("no classifier is wired: messages are stored but not routed")
+        return
+    policy = load_policy(services.settings.policy_file)
+    decider = Router(policy=policy, classifier=services.classifier, rag=services.rag, handoff=services.handoff,
+                     encoder=services.encoder, metrics=services.metrics)
+    services.pipeline = Pipeline(services.pool, services.metrics, decider)
+
+
 def wire_components(services: Services) -> None:
     wire_encoder(services)
     wire_classifier(services)
+    wire_router(services)  # keep last: it composes the parts wired above

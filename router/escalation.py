@@ -214,8 +214,13 @@ class EscalationPolicy:
 
     # -- the rules --
 
-    def evaluate(self, *, text: str, classification: Any, counters: dict[str, Any], target_state: str) -> Verdict:
-        """Check every rule for one routed message; ``counters`` are this session's (see router.state)."""
+    def evaluate(self, *, text: str, classification: Any, counters: dict[str, Any],
+                 target_state: str | None) -> Verdict:
+        """Check every rule for one routed message; ``counters`` are this session's (see router.state).
+
+        ``target_state`` is where the conversation would go without an escalation (None: it stays
+        where it is, so the loop guard has nothing to count).
+        """
         cfg = self.config
         intent = getattr(classification, "intent", None)
         confidence = float(getattr(classification, "confidence", 0.0) or 0.0)
@@ -262,7 +267,7 @@ class EscalationPolicy:
         if checks["low_confidence"]["fired"]:
             fired.append(("low_confidence", f"{low_streak} turns in a row the intent was unclear"))
 
-        entries = int((counters.get("state_entries") or {}).get(target_state, 0))
+        entries = int((counters.get("state_entries") or {}).get(target_state, 0)) if target_state else 0
         loop = target_state in cfg.loop_guard_states and entries >= cfg.loop_guard_reentries
         checks["loop_guard"] = {"fired": loop, "state": target_state, "entries": entries,
                                 "limit": cfg.loop_guard_reentries}

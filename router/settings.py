@@ -43,6 +43,8 @@ class Settings(BaseSettings, ChannelSettings):  # channel secrets/URLs + outbox:
     max_text_chars: int = Field(default=4000, description="Message text above this gets 413.")
     torch_threads: int = Field(default=1, description="BLAS/torch threads per worker (1 measured best on 2 cores).")
     intents_file: Path | None = Field(default=None, description="Intents YAML; unset = the bundled sample.")
+    policy_file: Path | None = Field(default=None, description="Harness + escalation policy YAML; unset = the "
+                                     "bundled router/samples/escalation.yaml.")
     knowledge_dir: Path | None = Field(default=None, description="Knowledge base folder; unset = bundled sample.")
     load_sample_kb: bool = Field(default=True, description="Load the bundled KB into empty indexes at start-up.")
 
