@@ -60,6 +60,8 @@ class Services:
     rag: Any = None                   # rag answerer / retriever
     handoff: Any = None               # handoff service
     pipeline: Any = None              # router.pipeline.Pipeline
+    channels: Any = None              # router.ingress.gateway.ChannelGateway (built on first webhook)
+    dispatcher: Any = None            # router.dispatch.DispatcherLoop (outbox delivery)
     embedded: EmbeddedPostgres | None = None
     owns_embedded: bool = False       # this process started the embedded server: stop it on exit
     readiness: dict[str, ReadinessCheck] = field(default_factory=dict)
