@@ -1,0 +1,147 @@
+"""Grounded answers: text taken from the retrieved passages, with citations, or no answer at all.
+
+The extractive answer is the best passage's sentences that share the most query keywords (a
+matched FAQ question brings its answer line along). An optional generator (any OpenAI-compatible
+chat endpoint; off by default) may rephrase, but each sentence it writes must be supported by a
+cited passage (its content words and every number appear there), otherwise the generated text
+is discarded and the extractive answer is sent instead: nothing is said that the knowledge base
+does not say.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from rag.chunk import join_sentences, split_sentences
+from rag.rewrite import EN_STOPWORDS, ZH_STOPWORDS, SearchTokenizer
+from rag.types import Hit
+
+_QUESTION_END = re.compile(r"[?？]\s*[”’\"']?$")
+_QA_PREFIX = re.compile(r"^(?:q|a|问|答)\s*[:：]\s*", re.I)
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+
+
+def citation(hit: Hit) -> dict[str, Any]:
+    c = hit.chunk
+    return {
+        "doc_id": c.doc_id if c else None,
+        "chunk_id": hit.chunk_id,
+        "title": c.title if c else "",
+        "section": c.section if c else "",
+        "source": c.source if c else "",
+        "score": round(float(hit.score), 6),
+    }
+
+
+def _content(tokens: Sequence[str]) -> list[str]:
+    return [t for t in tokens if t not in ZH_STOPWORDS and t not in EN_STOPWORDS]
+
+
+def extract(passage: str, keywords: Sequence[str], tokenizer: SearchTokenizer, *, max_sentences: int = 3,
+            max_chars: int = 420) -> str:
+    """The passage's most relevant sentences, in passage order, within ``max_chars``.
+
+    Each sentence scores the summed length of the query keywords it contains (longer words are
+    the more telling ones, in both languages). A matched question (``Q: ...?``) takes its answer
+    sentence along. With no keyword in common (a paraphrase found only by the encoder) the answer
+    is the passage's opening.
+    """
+    sentences = split_sentences(passage)
+    if not sentences:
+        return ""
+    wanted = set(keywords)
+    scores = []
+    for s in sentences:
+        toks = set(_content(tokenizer.tokenize(s)))
+        scores.append(sum(len(t) for t in toks & wanted))
+    chosen: set[int] = set()
+    if max(scores) > 0:
+        best = max(range(len(sentences)), key=lambda i: (scores[i], -i))
+        chosen.add(best)
+        if _QUESTION_END.search(sentences[best]) and best + 1 < len(sentences):
+            chosen.add(best + 1)
+        for i in sorted(range(len(sentences)), key=lambda i: (-scores[i], i)):
+            if len(chosen) >= max_sentences or scores[i] < max(1, scores[best] // 2):
+                break
+            chosen.add(i)
+    else:
+        chosen = {0, 1} if len(sentences) > 1 else {0}
+    out: list[str] = []
+    size = 0
+    for i in sorted(chosen):
+        s = sentences[i]
+        if out and size + len(s) > max_chars:
+            break
+        out.append(s)
+        size += len(s)
+    text = join_sentences(out)
+    return text.strip()
+
+
+# --------------------------------------------------------------------------- generation (optional)
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """Rephrases an answer from passages. Must only restate what the passages say."""
+
+    def generate(self, query: str, passages: Sequence[Hit]) -> str: ...
+
+
+class OpenAIChatGenerator:
+    """An OpenAI-compatible ``/chat/completions`` endpoint (base URL, model and key from settings)."""
+
+    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout: float = 10.0,
+                 max_tokens: int = 300):
+        import httpx
+
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
+        self.model = model
+        self.max_tokens = max_tokens
+
+    def generate(self, query: str, passages: Sequence[Hit]) -> str:
+        context = "\n\n".join(f"[{i}] {h.chunk.text if h.chunk else ''}" for i, h in enumerate(passages, 1))
+        messages = [
+            {"role": "system", "content": (
+                "Answer the customer's question using only the numbered passages. Do not add facts, numbers or "
+                "advice that the passages do not contain. Answer in the language of the question, briefly.")},
+            {"role": "user", "content": f"Passages:\n{context}\n\nQuestion: {query}"},
+        ]
+        resp = self._client.post("/chat/completions", json={
+            "model": self.model, "messages": messages, "temperature": 0, "max_tokens": self.max_tokens})
+        resp.raise_for_status()
+        return str(resp.json()["choices"][0]["message"]["content"]).strip()
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def unsupported_sentences(text: str, passages: Sequence[Hit], tokenizer: SearchTokenizer, *,
+                          min_overlap: float = 0.8) -> list[str]:
+    """Sentences of ``text`` that no single passage supports.
+
+    Supported = at least ``min_overlap`` of the sentence's content words occur in one passage,
+    and every number in the sentence occurs in that passage too.
+    """
+    sources = []
+    for h in passages:
+        body = (h.chunk.title + "\n" + h.chunk.section + "\n" + h.chunk.text) if h.chunk else ""
+        sources.append((set(tokenizer.tokenize(body)), set(_NUMBER.findall(body))))
+    bad = []
+    for sentence in split_sentences(text):
+        words = set(_content(tokenizer.tokenize(_QA_PREFIX.sub("", sentence))))
+        numbers = set(_NUMBER.findall(sentence))
+        if not words and not numbers:
+            continue
+        ok = False
+        for toks, nums in sources:
+            overlap = len(words & toks) / len(words) if words else 1.0
+            if overlap >= min_overlap and numbers <= nums:
+                ok = True
+                break
+        if not ok:
+            bad.append(sentence)
+    return bad

@@ -1,0 +1,242 @@
+"""Query rewriting and the search tokenizer shared by indexing and querying.
+
+Customers type full-width digits, traditional characters, greetings and colloquial words;
+articles use canonical terms. Rewriting folds width and case (NFKC + lower), traditional to
+simplified Chinese (OpenCC t2s), drops fillers ("请问", "hi, can you tell me"), cuts Chinese with
+jieba (search mode) and adds the canonical term of every glossary variant found in the query.
+The dense retriever gets the folded text (e5 reads whole sentences); BM25 gets the keywords
+plus glossary terms.
+
+The same :class:`SearchTokenizer` (jieba dictionary + glossary words) must cut both the
+indexed text and the queries, so the composition root builds one and hands it to both.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import threading
+import unicodedata
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rag.chunk import detect_lang
+
+_CJK_CHAR = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_HAS_WORD = re.compile(rf"[0-9A-Za-z{_CJK_CHAR}\u3040-\u30ff\uac00-\ud7af]")
+_SPACES = re.compile(r"\s+")
+
+# Particles and function words that never decide which article answers (query side only).
+ZH_STOPWORDS = frozenset("的 了 吗 呢 吧 啊 呀 哦 嘛 么 哈 嗯 噢 喔 啦 哇 呗 之 与 及 或 和 跟 被 把 给 是 在 我 你 您 我们 他 她 它 这 那 这个 那个 就 都 也 还 又 很 请 下".split())
+EN_STOPWORDS = frozenset(
+    "a an the and or but if of to in on at by for with from as is are was were be been being am do does did "
+    "i me my we our you your he she it its they them their this that these those there here what which who whom "
+    "can could would should will shall may might must have has had not no so than then too very just "
+    "please hi hello hey thanks thank".split()
+)
+# Greetings and politeness that carry no topic (removed before keyword extraction).
+FILLERS_ZH = ("请问一下", "请问", "麻烦问一下", "麻烦问下", "我想问一下", "我想问下", "想问一下", "想问下", "问一下",
+              "你好", "您好", "在吗", "谢谢你", "谢谢", "麻烦你", "麻烦了", "麻烦", "亲亲", "亲，", "客服，", "哈喽")
+FILLERS_EN = ("can you tell me", "could you tell me", "can you please tell me", "i would like to know", "i'd like to know",
+              "i want to know", "i wanted to ask", "i have a question", "quick question", "excuse me",
+              "thank you", "thanks", "please", "hello", "hi there", "hi", "hey", "good morning", "good afternoon")
+
+
+@functools.lru_cache(maxsize=1)
+def _t2s():
+    import opencc
+
+    return opencc.OpenCC("t2s")
+
+
+def fold(text: str) -> str:
+    """Width (NFKC), traditional -> simplified, whitespace; case is kept (the encoder is cased)."""
+    text = unicodedata.normalize("NFKC", text or "")
+    if re.search(f"[{_CJK_CHAR}]", text):
+        text = _t2s().convert(text)
+    return _SPACES.sub(" ", text).strip()
+
+
+def normalize(text: str) -> str:
+    """:func:`fold` plus lower case: the form glossary matching and tokenizing work on."""
+    return fold(text).lower()
+
+
+class SearchTokenizer:
+    """jieba (search mode) over normalised text; extra words (glossary terms) join its dictionary.
+
+    A private ``jieba.Tokenizer`` keeps these words out of the process-wide default dictionary.
+    Use :func:`get_tokenizer` to share one per word set: building one reads jieba's dictionary
+    (about a second).
+    """
+
+    def __init__(self, words: Iterable[str] = ()):
+        import jieba
+
+        jieba.setLogLevel(logging.WARNING)
+        self._words = frozenset(w for w in words if w and w.strip())
+        self._jieba = jieba.Tokenizer()
+        self._jieba.initialize()
+        self._lock = threading.Lock()
+        for w in sorted(self._words):
+            w = normalize(w)
+            if re.search(f"[{_CJK_CHAR}]", w) and " " not in w:
+                self._jieba.add_word(w, freq=max(self._jieba.suggest_freq(w, tune=False), 50))
+
+    def tokenize(self, text: str) -> list[str]:
+        """Lower-cased search tokens (punctuation and spaces dropped), in order, duplicates kept."""
+        text = normalize(text)
+        if not text:
+            return []
+        with self._lock:  # jieba's lazy structures are not safe to race
+            pieces = list(self._jieba.cut_for_search(text))
+        return [p.strip() for p in pieces if _HAS_WORD.search(p)]
+
+    @property
+    def words(self) -> frozenset[str]:
+        return self._words
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_tokenizer(words: frozenset[str]) -> SearchTokenizer:
+    return SearchTokenizer(words)
+
+
+def get_tokenizer(words: Iterable[str] = ()) -> SearchTokenizer:
+    """The shared tokenizer for this word set (index and query side must use the same one)."""
+    return _cached_tokenizer(frozenset(w for w in words if w and w.strip()))
+
+
+# --------------------------------------------------------------------------- glossary
+
+
+@dataclass
+class Glossary:
+    """Canonical term -> variants. Matching is on normalised text; Latin variants match whole words."""
+
+    terms: dict[str, list[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._by_variant: dict[str, str] = {}
+        for canonical, variants in self.terms.items():
+            for v in [canonical, *variants]:
+                key = normalize(v)
+                if key and key not in self._by_variant:
+                    self._by_variant[key] = canonical
+        keys = sorted(self._by_variant, key=len, reverse=True)
+        parts = [re.escape(k) if re.search(f"[{_CJK_CHAR}]", k) else rf"(?<![0-9a-z]){re.escape(k)}(?![0-9a-z])"
+                 for k in keys]
+        self._pattern = re.compile("|".join(parts)) if parts else None
+
+    def __len__(self) -> int:
+        return len(self.terms)
+
+    def words(self) -> set[str]:
+        return {w for c, vs in self.terms.items() for w in (c, *vs)}
+
+    def expand(self, normalized_query: str) -> list[str]:
+        """Canonical terms of the variants found in the query that the query does not already say."""
+        if self._pattern is None:
+            return []
+        found: list[str] = []
+        for m in self._pattern.finditer(normalized_query):
+            canonical = self._by_variant[m.group(0)]
+            if normalize(canonical) not in normalized_query and canonical not in found:
+                found.append(canonical)
+        return found
+
+
+def parse_glossary(data: Any) -> Glossary:
+    """Accepts ``{canonical: [variants]}``, ``{canonical: "a, b"}``, ``{terms: ...}`` or ``[{term, synonyms}]``."""
+    if isinstance(data, Mapping) and isinstance(data.get("terms"), (Mapping, list)):
+        data = data["terms"]
+    terms: dict[str, list[str]] = {}
+    if isinstance(data, Mapping):
+        items = data.items()
+    elif isinstance(data, list):
+        items = [(e.get("term") or e.get("canonical"), e.get("synonyms") or e.get("variants") or [])
+                 for e in data if isinstance(e, Mapping)]
+    elif data is None:
+        items = []
+    else:
+        raise ValueError("a glossary is a mapping of canonical term to a list of variants")
+    for canonical, variants in items:
+        if canonical is None or str(canonical).strip() == "":
+            continue
+        if isinstance(variants, str):
+            variants = [v.strip() for v in re.split(r"[,，、]", variants)]
+        elif not isinstance(variants, list):
+            variants = []
+        terms[str(canonical).strip()] = [str(v).strip() for v in variants if v is not None and str(v).strip()]
+    return Glossary(terms)
+
+
+def load_glossary(path: str | Path | None) -> Glossary:
+    """The glossary file (or ``glossary.yaml``/``glossary.yml`` inside a knowledge folder); empty if none."""
+    if path is None:
+        return Glossary()
+    path = Path(path)
+    if path.is_dir():
+        candidates = [path / "glossary.yaml", path / "glossary.yml"]
+        path = next((p for p in candidates if p.is_file()), None)
+        if path is None:
+            return Glossary()
+    with open(path, encoding="utf-8") as fh:
+        return parse_glossary(yaml.safe_load(fh))
+
+
+# --------------------------------------------------------------------------- rewriting
+
+
+@dataclass
+class RewrittenQuery:
+    original: str
+    dense: str                 # folded text for the encoder
+    lexical: str               # keywords + glossary terms, space-joined, for BM25
+    keywords: list[str]        # content tokens of the query (after filler and stop-word removal)
+    expansions: list[str]      # canonical glossary terms added
+    lang: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dense": self.dense, "lexical": self.lexical, "keywords": self.keywords,
+                "expansions": self.expansions, "lang": self.lang}
+
+
+def _strip_fillers(text: str) -> str:
+    for f in FILLERS_ZH:
+        text = text.replace(f, " ")
+    for f in FILLERS_EN:
+        text = re.sub(rf"(?<![0-9a-z]){re.escape(f)}(?![0-9a-z])", " ", text)
+    return _SPACES.sub(" ", text).strip(" ,，。.!！?？")
+
+
+class QueryRewriter:
+    def __init__(self, tokenizer: SearchTokenizer | None = None, glossary: Glossary | None = None,
+                 *, remove_fillers: bool = True):
+        self.glossary = glossary or Glossary()
+        self.tokenizer = tokenizer or get_tokenizer(self.glossary.words())
+        self.remove_fillers = remove_fillers
+
+    def rewrite(self, query: str) -> RewrittenQuery:
+        folded = fold(query)
+        norm = folded.lower()
+        core = _strip_fillers(norm) if self.remove_fillers else norm
+        if not core:          # a query that is only a greeting keeps its words
+            core = norm
+        tokens = self.tokenizer.tokenize(core)
+        keywords: list[str] = []
+        for t in tokens:
+            if t in ZH_STOPWORDS or t in EN_STOPWORDS or t in keywords:
+                continue
+            keywords.append(t)
+        if not keywords:      # all stop words ("what is it"): BM25 still gets something
+            keywords = list(dict.fromkeys(tokens))
+        expansions = self.glossary.expand(norm)
+        lexical = " ".join([*keywords, *expansions])
+        return RewrittenQuery(original=query, dense=folded, lexical=lexical, keywords=keywords,
+                              expansions=expansions, lang=detect_lang(folded))

@@ -1,0 +1,258 @@
+"""The knowledge base as L1 sees it: search, grounded answers, readiness, and its generations.
+
+Everything it needs is passed in (pool, encoder, lexical backend, reranker, generator); it
+imports nothing from the router. The generation searched is read from the Postgres pointer on
+every query, so a rebuild or rollback in another process takes effect at once, and a query in
+flight keeps the generation it started with.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from psycopg_pool import ConnectionPool
+
+from rag.answer import Generator, citation, extract, unsupported_sentences
+from rag.dense import DenseStore
+from rag.fusion import fuse
+from rag.generations import Generations
+from rag.lexical.base import LexicalIndex
+from rag.rewrite import Glossary, QueryRewriter, RewrittenQuery, get_tokenizer, load_glossary
+from rag.types import Answer, Hit
+
+log = logging.getLogger(__name__)
+
+SAMPLE_KB = Path(__file__).resolve().parent / "samples" / "kb"
+MODES = ("bm25", "dense", "hybrid", "rerank")
+
+
+class RerankerMissing(RuntimeError):
+    """``mode='rerank'`` was asked for but no reranker is configured (never a silent fallback)."""
+
+
+class KnowledgeBaseEmpty(LookupError):
+    """No generation is active yet."""
+
+
+@dataclass
+class RetrievalConfig:
+    """How retrieval and answering are tuned (values come from settings via the composition root)."""
+
+    candidates: int = 100              # per retriever, before fusion
+    fusion: str = "convex"             # rrf | convex (see rag/fusion.py and `switchboard rag eval`)
+    weights: tuple[float, float] = (1.0, 3.0)   # (bm25, dense)
+    rrf_k: int = 60
+    norm: str = "minmax"
+    ef_search: int = 100
+    rerank_top_n: int = 20
+    answer_passages: int = 3           # passages returned with an answer (the evidence)
+    answer_threshold: float = 0.5      # confidence below this: no answer, L2 gets the evidence
+    confidence_floor: float = 0.80     # dense cosine mapped to confidence 0 ...
+    confidence_ceiling: float = 0.90   # ... and to 1 (e5-small's range; other encoders need their own)
+    same_language: bool = True         # answer from a passage in the query's language when one is retrieved
+
+
+class KnowledgeBase:
+    def __init__(self, pool: ConnectionPool, encoder: Any, lexical: LexicalIndex, *,
+                 config: RetrievalConfig | None = None, glossary: Glossary | None = None,
+                 reranker: Any = None, generator: Generator | None = None, encoder_name: str | None = None,
+                 sample_dir: Path | None = None, progress: bool = False):
+        self.pool = pool
+        self.encoder = encoder
+        self.lexical = lexical
+        self.config = config or RetrievalConfig()
+        self.glossary = glossary if glossary is not None else Glossary()
+        tokenizer = getattr(lexical, "tokenizer", None) or get_tokenizer(self.glossary.words())
+        self.rewriter = QueryRewriter(tokenizer, self.glossary)
+        self.tokenizer = tokenizer
+        self.reranker = reranker
+        self.generator = generator
+        self.sample_dir = Path(sample_dir) if sample_dir else SAMPLE_KB
+        dim = int(getattr(encoder, "dim", 384))
+        self.dense = DenseStore(pool, dim=dim, ef_search=self.config.ef_search)
+        self.generations = Generations(pool, self.dense, lexical, encoder, encoder_name=encoder_name,
+                                       progress=progress)
+
+    # ------------------------------------------------------------------ state
+
+    def active_generation(self) -> str | None:
+        return self.generations.active()
+
+    def is_empty(self) -> bool:
+        return self.active_generation() is None
+
+    def ready(self) -> tuple[bool, str]:
+        """Readiness: an active generation present in both stores (and whether rerank is configured)."""
+        try:
+            gen = self.active_generation()
+            if gen is None:
+                return False, "no knowledge generation is active (run `switchboard index rebuild`)"
+            lexical_n = self.lexical.count(gen)
+            dense_n = self.dense.count(gen)
+        except Exception as exc:  # noqa: BLE001 - readiness reports, it does not raise
+            return False, f"{type(exc).__name__}: {exc}"
+        if lexical_n != dense_n or dense_n == 0:
+            return False, f"generation {gen}: {dense_n} chunks in pgvector, {lexical_n} in {self.lexical.name}"
+        rerank = "rerank on" if self.reranker is not None else "no reranker configured"
+        return True, f"generation {gen}: {dense_n} chunks ({self.lexical.name} + pgvector), {rerank}"
+
+    def load_sample_if_empty(self) -> dict[str, Any] | None:
+        """Index the bundled sample knowledge base when nothing is active yet (first start)."""
+        if not self.is_empty():
+            return None
+        try:
+            return self.generations.rebuild(self.sample_dir)
+        except Exception as exc:
+            from rag.generations import RebuildInProgress
+
+            if isinstance(exc, RebuildInProgress):   # another process is loading it right now
+                return None
+            raise
+
+    def rebuild(self, source: str | Path) -> dict[str, Any]:
+        return self.generations.rebuild(source)
+
+    def sync(self, source: str | Path) -> dict[str, Any]:
+        return self.generations.sync(source)
+
+    def rollback(self) -> dict[str, Any]:
+        return self.generations.rollback()
+
+    # ------------------------------------------------------------------ retrieval
+
+    def _hydrate(self, generation: str, hits: list[Hit]) -> list[Hit]:
+        missing = [h.chunk_id for h in hits if h.chunk is None]
+        if missing:
+            rows = self.dense.fetch(generation, missing)
+            for h in hits:
+                if h.chunk is None:
+                    h.chunk = rows.get(h.chunk_id)
+        return [h for h in hits if h.chunk is not None]
+
+    def retrieve(self, query: str, k: int = 10, mode: str = "hybrid", *, generation: str | None = None,
+                 lang: str | None = None, rewritten: RewrittenQuery | None = None,
+                 timings: dict[str, float] | None = None) -> list[Hit]:
+        """Top-k hits (chunks attached) for one query; ``timings`` collects seconds per stage."""
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        if mode == "rerank" and self.reranker is None:
+            raise RerankerMissing("mode 'rerank' needs a reranker (set SWITCHBOARD_RERANKER_MODEL)")
+        timings = timings if timings is not None else {}
+        generation = generation or self.active_generation()
+        if generation is None:
+            raise KnowledgeBaseEmpty("no knowledge generation is active")
+        t = time.perf_counter()
+        rw = rewritten or self.rewriter.rewrite(query)
+        timings["rewrite"] = time.perf_counter() - t
+        cfg = self.config
+        n = max(k, cfg.candidates) if mode in ("hybrid", "rerank") else k
+        if mode == "rerank":
+            n = max(n, cfg.rerank_top_n)
+        rankings: dict[str, list[Hit]] = {}
+        if mode in ("bm25", "hybrid", "rerank"):
+            t = time.perf_counter()
+            rankings["bm25"] = self.lexical.search(rw.lexical, n, generation=generation, lang=lang)
+            timings["bm25"] = time.perf_counter() - t
+        if mode in ("dense", "hybrid", "rerank"):
+            t = time.perf_counter()
+            vec = self.encoder.encode_queries([rw.dense])[0]
+            timings["encode"] = time.perf_counter() - t
+            t = time.perf_counter()
+            rankings["dense"] = self.dense.search(generation, vec, n, lang=lang, ef_search=cfg.ef_search)
+            timings["dense"] = time.perf_counter() - t
+        if len(rankings) == 1:
+            hits = next(iter(rankings.values()))
+        else:
+            t = time.perf_counter()
+            hits = fuse(rankings, method=cfg.fusion, weights={"bm25": cfg.weights[0], "dense": cfg.weights[1]},
+                        k=cfg.rrf_k, norm=cfg.norm)
+            timings["fuse"] = time.perf_counter() - t
+        if mode == "rerank":
+            t = time.perf_counter()
+            top = self._hydrate(generation, hits[:cfg.rerank_top_n])
+            hits = self.reranker.rerank(rw.dense, top)
+            timings["rerank"] = time.perf_counter() - t
+        t = time.perf_counter()
+        hits = self._hydrate(generation, hits[:k])
+        timings["fetch"] = time.perf_counter() - t
+        for rank, h in enumerate(hits, 1):
+            h.rank = rank
+        return hits
+
+    def search(self, query: str, k: int = 10, mode: str = "hybrid", *, lang: str | None = None) -> list[Hit]:
+        return self.retrieve(query, k, mode, lang=lang)
+
+    # ------------------------------------------------------------------ answers
+
+    def confidence(self, hits: Sequence[Hit]) -> float:
+        """How sure the top evidence answers the query, in [0, 1].
+
+        The encoder's cosine of the best passage, mapped linearly between the configured floor and
+        ceiling; with a reranker, its calibrated probability when it gives one.
+        """
+        if not hits:
+            return 0.0
+        top = hits[0]
+        if "rerank_prob" in top.scores:
+            return float(min(max(top.scores["rerank_prob"], 0.0), 1.0))
+        cos = max((h.scores.get("dense", 0.0) for h in hits[:3]), default=0.0)
+        lo, hi = self.config.confidence_floor, self.config.confidence_ceiling
+        return float(min(max((cos - lo) / max(hi - lo, 1e-6), 0.0), 1.0))
+
+    def answer(self, query: str) -> Answer:
+        """A grounded extractive answer with citations, or (below the threshold) none and the evidence."""
+        timings: dict[str, float] = {}
+        t0 = time.perf_counter()
+        cfg = self.config
+        rw = self.rewriter.rewrite(query)
+        if not rw.dense.strip():
+            return Answer(answered=False, query=query, reason="empty query", rewritten_query=rw.lexical)
+        mode = "rerank" if self.reranker is not None else "hybrid"
+        try:
+            hits = self.retrieve(query, max(cfg.answer_passages, 10), mode, rewritten=rw, timings=timings)
+        except KnowledgeBaseEmpty:
+            return Answer(answered=False, query=query, reason="knowledge base is empty", rewritten_query=rw.lexical)
+        t = time.perf_counter()
+        if cfg.same_language and rw.lang:
+            same = [h for h in hits if h.chunk and h.chunk.lang == rw.lang]
+            if same:
+                hits = same + [h for h in hits if h not in same]
+        passages = hits[: cfg.answer_passages]
+        confidence = self.confidence(passages)
+        if not passages or confidence < cfg.answer_threshold:
+            timings["answer"] = time.perf_counter() - t
+            timings["total"] = time.perf_counter() - t0
+            return Answer(answered=False, query=query, confidence=confidence, passages=passages,
+                          citations=[citation(h) for h in passages], timings=timings, rewritten_query=rw.lexical,
+                          reason=(f"confidence {confidence:.2f} below the answer threshold {cfg.answer_threshold:.2f}"
+                                  if passages else "no passage found"))
+        best = passages[0]
+        text = extract(best.chunk.text, [*rw.keywords, *rw.expansions], self.tokenizer)
+        reason = None
+        if self.generator is not None:
+            try:
+                generated = self.generator.generate(query, passages)
+                bad = unsupported_sentences(generated, passages, self.tokenizer)
+                if generated and not bad:
+                    text = generated
+                else:
+                    reason = f"generated answer discarded: {len(bad)} unsupported sentence(s)"
+            except Exception as exc:  # noqa: BLE001 - the extractive answer stands
+                log.warning("generator failed: %s", exc)
+                reason = f"generator failed: {type(exc).__name__}"
+        timings["answer"] = time.perf_counter() - t
+        timings["total"] = time.perf_counter() - t0
+        return Answer(answered=True, query=query, text=text, citations=[citation(best)], confidence=confidence,
+                      passages=passages, timings=timings, rewritten_query=rw.lexical, reason=reason)
+
+
+def knowledge_base_from(pool: ConnectionPool, encoder: Any, lexical: LexicalIndex, *, knowledge_dir: Path | None = None,
+                        **kwargs: Any) -> KnowledgeBase:
+    """A KnowledgeBase whose glossary comes from the knowledge folder (or the bundled sample's)."""
+    folder = Path(knowledge_dir) if knowledge_dir else SAMPLE_KB
+    return KnowledgeBase(pool, encoder, lexical, glossary=load_glossary(folder), sample_dir=folder, **kwargs)
