@@ -34,6 +34,8 @@ ALTER TABLE outbox
     ADD COLUMN dead_at             timestamptz;
 CREATE INDEX outbox_sending_idx ON outbox (lease_until) WHERE status = 'sending';
 -- per-conversation ordering: a row waits while an earlier one of its conversation is undelivered
+-- a conversation's rows (passive-reply lookups, cascading deletes of conversations)
+CREATE INDEX outbox_conversation_idx ON outbox (conversation_id, id);
 CREATE INDEX outbox_open_by_conversation_idx ON outbox (conversation_id, id) WHERE status IN ('pending', 'sending');
 
 -- Every delivery attempt with its outcome: the delivery status history of a message.
