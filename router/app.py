@@ -75,7 +75,9 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
 
 def _extra_routers():
     """Routers contributed by the other capabilities (channels, handoff, conversations)."""
-    return []
+    from router.api import channels
+
+    return [channels.router]
 
 
 def main_app() -> FastAPI:
