@@ -27,6 +27,12 @@ class ConversationPort(Protocol):
     def on_ticket_cancelled(self, conn: psycopg.Connection, ticket: dict[str, Any]) -> None:
         """The ticket was cancelled."""
 
+    def on_ticket_requeued(self, conn: psycopg.Connection, ticket: dict[str, Any]) -> None:
+        """A claimed ticket went back to the queue (released, lease expired, transferred to a team).
+
+        Optional: handoff skips it when the port does not define it.
+        """
+
     def send_to_customer(self, conn: psycopg.Connection, ticket: dict[str, Any], *, text: str,
                          sender: str, agent_id: str | None) -> dict[str, Any]:
         """Store ``text`` in the transcript and queue it for delivery on the conversation's channel.
@@ -49,6 +55,9 @@ class NullConversationPort:
         return None
 
     def on_ticket_cancelled(self, conn, ticket):
+        return None
+
+    def on_ticket_requeued(self, conn, ticket):
         return None
 
     def send_to_customer(self, conn, ticket, *, text, sender, agent_id):

@@ -75,9 +75,11 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
 
 def _extra_routers():
     """Routers contributed by the other capabilities (channels, handoff, conversations)."""
+    from handoff.api import build_router as handoff_router
+
     from router.api import channels
 
-    return [channels.router]
+    return [handoff_router(lambda request: getattr(request.app.state.services, "handoff", None)), channels.router]
 
 
 def main_app() -> FastAPI:

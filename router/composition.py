@@ -34,6 +34,28 @@ def wire_classifier(services: Services) -> None:
     services.readiness["classifier"] = lambda: (True, f"{len(config.intents)} intents from {path}")
 
 
+def wire_handoff(services: Services) -> None:
+    """The L2/L3 queue (policy from SWITCHBOARD_HANDOFF_*), its conversation-state port and the sweeper loop."""
+    from handoff import HandoffConfig, HandoffService
+    from handoff.sweeper import SweeperLoop
+    from router.state import ConversationStatePort
+
+    metrics = services.metrics
+
+    def count(name: str, labels: dict[str, str], value: float) -> None:
+        if name == "ticket_event":
+            metrics.tickets.labels(labels["kind"], labels["event"]).inc(value)
+            if labels["event"] == "sla_breached":
+                metrics.sla_breaches.labels(labels["kind"]).inc(value)
+        elif name == "queue_depth":
+            metrics.queue_depth.labels(labels["kind"], labels["priority"]).set(value)
+
+    config = HandoffConfig()
+    services.handoff = HandoffService(services.pool, ConversationStatePort(), config, metrics_hook=count)
+    sweeper = SweeperLoop(services.handoff, config.sweep_interval_seconds).start()
+    services.closers.append(sweeper.stop)
+
+
 def wire_router(services: Services) -> None:
     """The routing pipeline: harness, classifier, escalation, state machine, then rag / handoff by tier."""
     from router.decide import Router
@@ -52,4 +74,5 @@ def wire_router(services: Services) -> None:
 def wire_components(services: Services) -> None:
     wire_encoder(services)
     wire_classifier(services)
+    wire_handoff(services)
     wire_router(services)  # keep last: it composes the parts wired above

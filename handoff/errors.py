@@ -1,0 +1,50 @@
+"""Errors of the queue, each carrying the HTTP status the API answers with."""
+
+from __future__ import annotations
+
+
+class HandoffError(Exception):
+    status = 400
+    title = "Bad Request"
+
+    def __init__(self, detail: str, **extra):
+        super().__init__(detail)
+        self.detail = detail
+        self.extra = extra
+
+
+class Unauthorized(HandoffError):
+    status = 401
+    title = "Unauthorized"
+
+
+class Forbidden(HandoffError):
+    status = 403
+    title = "Forbidden"
+
+
+class NotFound(HandoffError):
+    status = 404
+    title = "Not Found"
+
+
+class Conflict(HandoffError):
+    """The ticket is not in a state that allows the action (claimed by someone else, already resolved...)."""
+
+    status = 409
+    title = "Conflict"
+
+
+class TooLarge(HandoffError):
+    status = 413
+    title = "Content Too Large"
+
+
+class Invalid(HandoffError):
+    status = 422
+    title = "Unprocessable Content"
+
+
+class Unavailable(HandoffError):
+    status = 503
+    title = "Service Unavailable"

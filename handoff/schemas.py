@@ -1,0 +1,171 @@
+"""Wire shapes of the handoff API (also its OpenAPI documentation)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Kind = Literal["assist", "handoff"]
+Status = Literal["queued", "claimed", "resolved", "returned_to_bot", "cancelled"]
+Priority = Literal["urgent", "high", "normal", "low"]
+
+
+class ProblemOut(BaseModel):
+    """RFC 9457 problem details (``application/problem+json``)."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    request_id: str | None = None
+
+
+class TicketSummary(BaseModel):
+    """A ticket as listed: everything but the context package and the draft."""
+
+    id: str
+    kind: Kind
+    status: Status
+    conversation_id: str
+    channel: str
+    customer_id: str
+    reason: str
+    priority: Priority
+    team: str
+    skills: list[str] = []
+    draft_status: str | None = None
+    amount: float | None = None
+    currency: str | None = None
+    approval_level: str | None = Field(default=None, description="Lowest approval level allowed to approve the amount.")
+    approved_by: str | None = None
+    approved_at: datetime | None = None
+    claimed_by: str | None = None
+    claimed_at: datetime | None = None
+    lease_expires_at: datetime | None = None
+    first_claimed_at: datetime | None = None
+    sla_due_at: datetime = Field(description="Deadline for a human to pick the ticket up.")
+    sla_breaches: int = 0
+    requeues: int = 0
+    outcome: str | None = None
+    resolved_by: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    closed_at: datetime | None = None
+
+
+class Ticket(TicketSummary):
+    """A ticket with its context package (transcript, decisions, evidence, customer facts) and L2 draft."""
+
+    context: dict[str, Any]
+    draft: dict[str, Any] | None = None
+
+
+class TicketPage(BaseModel):
+    items: list[TicketSummary]
+    next_cursor: str | None = Field(default=None, description="Pass as `cursor` for the next page; null at the end.")
+
+
+class EventOut(BaseModel):
+    id: int
+    actor: str
+    agent: str | None = None
+    action: str
+    payload: dict[str, Any]
+    at: datetime
+
+
+class EventPage(BaseModel):
+    items: list[EventOut]
+    next_after: int | None = Field(default=None, description="Pass as `after` for more; null at the end.")
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+
+class ClaimNextIn(_In):
+    kind: Kind | None = Field(default=None, description="Only assist (L2) or only handoff (L3) tickets.")
+    team: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+                             description="One of your teams (default: all of them).")
+
+
+class ReleaseIn(_In):
+    reason: str | None = Field(default=None, max_length=500)
+
+
+class TransferIn(_In):
+    team: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    agent: str | None = Field(default=None, max_length=64, description="Agent name or id: they hold it at once.")
+    note: str | None = Field(default=None, max_length=2000)
+
+
+class TextIn(_In):
+    text: str = Field(min_length=1, description="Above the configured limit (4000 characters) the answer is 413.")
+
+
+class RejectIn(_In):
+    reason: str = Field(min_length=1, max_length=500)
+
+
+class ResolveIn(_In):
+    outcome: str = Field(pattern=r"^[a-z][a-z0-9_]{0,39}$", examples=["solved", "refunded", "duplicate"])
+    note: str | None = Field(default=None, max_length=2000)
+
+
+class NoteIn(_In):
+    note: str | None = Field(default=None, max_length=2000)
+
+
+class CancelIn(_In):
+    reason: str = Field(min_length=1, max_length=500)
+
+
+class ActionOut(BaseModel):
+    ticket: Ticket
+    event_id: int
+    action: str
+    delivery: dict[str, Any] | None = Field(default=None, description="Ids of the transcript and outbox rows.")
+    replayed: bool = Field(default=False, description="True when an Idempotency-Key repeated an earlier action.")
+
+
+class HeartbeatOut(BaseModel):
+    ticket_id: str
+    status: str
+    lease_expires_at: datetime
+
+
+class DepthRow(BaseModel):
+    kind: str
+    team: str
+    priority: str
+    queued: int
+    claimed: int
+    overdue: int
+
+
+class StatsOut(BaseModel):
+    queued: int
+    claimed: int
+    depth: list[DepthRow]
+    queued_by_kind: dict[str, int]
+    queued_by_team: dict[str, int]
+    queued_by_priority: dict[str, int]
+    oldest_wait_seconds: float | None
+    overdue: int = Field(description="Queued tickets past their SLA right now.")
+    breached_open: int = Field(description="Open tickets that breached their SLA at least once.")
+    sla_breaches_24h: int
+    teams: list[str] | None = Field(description="The teams counted (null: all).")
+    at: datetime
+
+
+class AgentOut(BaseModel):
+    id: str | None
+    name: str
+    display_name: str | None = None
+    role: str
+    teams: list[str]
+    skills: list[str]
+    approval_level: str

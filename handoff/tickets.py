@@ -1,0 +1,137 @@
+"""Ticket rows and their audit trail, at the SQL level (functions take a connection).
+
+Every change to a ticket appends one ``ticket_events`` row and, in the same statement, sends
+a ``NOTIFY handoff_events`` carrying the event id and the ticket's routing fields (never its
+context: notifications are small and free of customer data). Postgres delivers the
+notification only when the transaction commits, so live screens never see a change that
+was rolled back.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import psycopg
+
+from handoff.errors import NotFound
+from handoff.models import Agent
+
+CHANNEL = "handoff_events"
+_UUID_FIELDS = ("id", "claimed_by", "approved_by", "resolved_by")
+
+
+def ticket_row(row: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A ticket as handed to callers: ids as strings, generated helper columns dropped."""
+    if row is None:
+        return None
+    out = dict(row)
+    for key in _UUID_FIELDS:
+        if out.get(key) is not None:
+            out[key] = str(out[key])
+    out.pop("priority_rank", None)
+    out.pop("_notified", None)
+    return out
+
+
+def parse_id(ticket_id: Any) -> uuid.UUID:
+    if isinstance(ticket_id, uuid.UUID):
+        return ticket_id
+    try:
+        return uuid.UUID(str(ticket_id))
+    except ValueError:
+        raise NotFound(f"no ticket {ticket_id!r}") from None
+
+
+def lock_ticket(conn: psycopg.Connection, ticket_id: Any) -> dict[str, Any]:
+    """The ticket row, locked until the transaction ends; 404 if it does not exist."""
+    tid = parse_id(ticket_id)
+    row = conn.execute("SELECT * FROM tickets WHERE id = %s FOR UPDATE", (tid,)).fetchone()
+    if row is None:
+        raise NotFound(f"no ticket {ticket_id}")
+    return ticket_row(row)
+
+
+def fetch_ticket(conn: psycopg.Connection, ticket_id: Any) -> dict[str, Any]:
+    tid = parse_id(ticket_id)
+    row = conn.execute("SELECT * FROM tickets WHERE id = %s", (tid,)).fetchone()
+    if row is None:
+        raise NotFound(f"no ticket {ticket_id}")
+    return ticket_row(row)
+
+
+_EVENT_SQL = """
+WITH e AS (
+    INSERT INTO ticket_events (ticket_id, actor, actor_agent_id, action, payload, idempotency_key)
+    VALUES (%(ticket_id)s, %(actor)s, %(agent_id)s, %(action)s, %(payload)s, %(key)s)
+    RETURNING id, ticket_id, actor, action, at
+)
+SELECT e.id, e.at, pg_notify('handoff_events', json_build_object(
+    'id', e.id, 'ticket_id', e.ticket_id, 'action', e.action, 'actor', e.actor, 'at', e.at,
+    'kind', %(kind)s::text, 'team', %(team)s::text, 'priority', %(priority)s::text,
+    'status', %(status)s::text, 'claimed_by', %(claimed_by)s::text)::text) AS notified
+FROM e
+"""
+
+
+def record_event(conn: psycopg.Connection, ticket: dict[str, Any], actor: Agent | str, action: str,
+                 payload: dict[str, Any] | None = None, *, idempotency_key: str | None = None) -> dict[str, Any]:
+    """Append an audit event for ``ticket`` (its state after the change) and notify listeners."""
+    if isinstance(actor, Agent):
+        actor_name, agent_id = actor.actor, actor.id
+    else:
+        actor_name, agent_id = str(actor), None
+    row = conn.execute(_EVENT_SQL, {
+        "ticket_id": parse_id(ticket["id"]), "actor": actor_name, "agent_id": agent_id, "action": action,
+        "payload": json.dumps(payload or {}, ensure_ascii=False, default=str), "key": idempotency_key,
+        "kind": ticket["kind"], "team": ticket["team"], "priority": ticket["priority"],
+        "status": ticket["status"], "claimed_by": ticket.get("claimed_by"),
+    }).fetchone()
+    return {"id": row["id"], "at": row["at"]}
+
+
+_REQUEUE_HELD_SQL = """
+WITH held AS (
+    SELECT id, claimed_by AS previous_agent FROM tickets
+    WHERE status = 'claimed' AND claimed_by = %(agent_id)s
+    FOR UPDATE
+), upd AS (
+    UPDATE tickets t SET status = 'queued', claimed_by = NULL, claimed_at = NULL, lease_expires_at = NULL,
+                         requeues = requeues + 1, updated_at = now()
+    FROM held WHERE t.id = held.id
+    RETURNING t.*, held.previous_agent
+), ev AS (
+    INSERT INTO ticket_events (ticket_id, actor, action, payload)
+    SELECT id, %(actor)s, %(action)s, json_build_object('previous_agent', previous_agent) FROM upd
+    RETURNING id, ticket_id, at
+)
+SELECT upd.*, pg_notify('handoff_events', json_build_object(
+    'id', ev.id, 'ticket_id', upd.id, 'action', %(action)s::text, 'actor', %(actor)s::text, 'at', ev.at,
+    'kind', upd.kind, 'team', upd.team, 'priority', upd.priority, 'status', upd.status,
+    'claimed_by', NULL)::text) AS _notified
+FROM upd JOIN ev ON ev.ticket_id = upd.id
+"""
+
+
+def requeue_held_by(conn: psycopg.Connection, agent_id: str, *, actor: str, action: str) -> list[dict[str, Any]]:
+    """Put every ticket an agent holds back in the queue (the agent was disabled): nothing is lost."""
+    rows = conn.execute(_REQUEUE_HELD_SQL, {"agent_id": parse_id(agent_id), "actor": actor,
+                                            "action": action}).fetchall()
+    out = []
+    for r in rows:
+        r = dict(r)
+        r.pop("previous_agent", None)
+        out.append(ticket_row(r))
+    return out
+
+
+def normalise_context(context: dict[str, Any] | None, draft: dict[str, Any] | None) -> dict[str, Any]:
+    """The context package every ticket carries; missing parts are empty, never invented."""
+    pkg: dict[str, Any] = {"transcript": [], "decisions": [], "evidence": [], "customer_facts": {}}
+    pkg.update(context or {})
+    if draft is not None and "draft" not in pkg:
+        pkg["draft"] = draft
+    # fails early (in the caller's transaction) on anything that is not JSON
+    json.dumps(pkg, ensure_ascii=False, default=str)
+    return pkg
