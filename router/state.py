@@ -235,6 +235,11 @@ class ConversationStatePort:
         self._move(conn, ticket, {s: ["idle"] for s in ("l2_assisting", "l3_queuing", "l3_connected")},
                    "returned_to_bot")
 
+    def on_ticket_requeued(self, conn, ticket):
+        """Released, transferred to a team, or the agent's lease lapsed: the customer waits in the queue again."""
+        if ticket.get("kind", "handoff") == "handoff":
+            self._move(conn, ticket, {"l3_connected": ["l3_queuing"]}, "ticket_requeued")
+
     def on_ticket_cancelled(self, conn, ticket):
         self._move(conn, ticket, {s: ["idle"] for s in ("l2_assisting", "l3_queuing", "l3_connected")},
                    "ticket_cancelled")
