@@ -47,6 +47,22 @@ class Settings(BaseSettings, ChannelSettings):  # channel secrets/URLs + outbox:
                                      "bundled router/samples/escalation.yaml.")
     knowledge_dir: Path | None = Field(default=None, description="Knowledge base folder; unset = bundled sample.")
     load_sample_kb: bool = Field(default=True, description="Load the bundled KB into empty indexes at start-up.")
+    # knowledge base retrieval (rag/); defaults measured with `switchboard rag eval` on the dev sets
+    rag_candidates: int = Field(default=100, ge=1, le=1000, description="Hits per retriever before fusion.")
+    rag_fusion: Literal["rrf", "convex"] = Field(default="convex", description="How BM25 and dense rankings fuse.")
+    rag_bm25_weight: float = Field(default=1.0, ge=0, description="Fusion weight of BM25.")
+    rag_dense_weight: float = Field(default=3.0, ge=0, description="Fusion weight of dense search.")
+    rag_rrf_k: int = Field(default=60, ge=0, description="RRF constant k.")
+    rag_ef_search: int = Field(default=100, ge=1, le=1000, description="pgvector hnsw.ef_search per query.")
+    rag_chunk_chars: int = Field(default=450, ge=50, description="Target chunk size in characters.")
+    rag_chunk_overlap: int = Field(default=80, ge=0, description="Characters of sentence overlap between chunks.")
+    rag_answer_threshold: float = Field(default=0.5, ge=0, le=1, description="Below this confidence: no answer, L2.")
+    rag_confidence_floor: float = Field(default=0.80, description="Dense cosine that maps to confidence 0.")
+    rag_confidence_ceiling: float = Field(default=0.90, description="Dense cosine that maps to confidence 1.")
+    rag_generator_url: str | None = Field(default=None, description="OpenAI-compatible endpoint that may rephrase "
+                                          "answers (every sentence must be supported); unset = extractive only.")
+    rag_generator_model: str | None = None
+    rag_generator_api_key: SecretStr | None = None
 
     @property
     def models_dir(self) -> Path:
