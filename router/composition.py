@@ -71,8 +71,29 @@ def wire_router(services: Services) -> None:
     services.pipeline = Pipeline(services.pool, services.metrics, decider)
 
 
+def wire_dispatcher(services: Services) -> None:
+    """The outbox dispatcher as a leader-elected background loop (off with SWITCHBOARD_DISPATCHER_ENABLED=false)."""
+    from router.dispatch import DispatcherLoop, build_dispatcher
+
+    s = services.settings
+    if not s.dispatcher_enabled:
+        return
+    dispatcher = build_dispatcher(s, services.pool, services.metrics)
+    loop = DispatcherLoop(services.dsn, dispatcher, poll_seconds=s.outbox_poll_seconds)
+    services.dispatcher = loop
+    services.readiness["dispatcher"] = lambda: (True, "leader" if loop.is_leader else "standby")
+    loop.start()
+
+    def stop() -> None:
+        loop.stop()
+        dispatcher.close()
+
+    services.closers.append(stop)
+
+
 def wire_components(services: Services) -> None:
     wire_encoder(services)
     wire_classifier(services)
     wire_handoff(services)
     wire_router(services)  # keep last: it composes the parts wired above
+    wire_dispatcher(services)

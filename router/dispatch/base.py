@@ -22,7 +22,7 @@ class Delivery:
 
     outbox_id: int
     channel: str
-    kind: str                      # reply | agent_message | ack | status
+    kind: str                      # reply | ack | status | agent_message (texts) | conversation_status
     payload: dict[str, Any]
     address: dict[str, Any]        # channel_routes.address merged with payload["to"]
     attempt: int

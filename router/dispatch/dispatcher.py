@@ -43,8 +43,8 @@ WITH candidates AS (
                 SELECT 1 FROM outbox e
                  WHERE e.conversation_id = o.conversation_id AND e.id < o.id
                    AND e.status IN ('pending', 'sending'))
-           -- a WeChat reply first waits for the passive-reply window of its webhook
-           AND NOT (o.channel = 'wechat' AND o.kind = 'reply' AND o.attempts = 0
+           -- a WeChat turn's reply first waits for the passive-reply window of its webhook
+           AND NOT (o.channel = 'wechat' AND o.kind <> 'agent_message' AND o.attempts = 0
                     AND o.created_at > now() - make_interval(secs => %(passive)s))
     ) c
      WHERE c.rn <= COALESCE((%(budgets)s::jsonb ->> c.channel)::int, %(default_budget)s)

@@ -137,4 +137,4 @@ class ChatwootAdapter(BaseAdapter):
         if not outcome.handed_to_human:
             return []
         turn = outcome.response.get("turn_id")
-        return [OutboundAction(kind="status", payload={"status": "open"}, dedupe_key=f"chatwoot-open:{turn}")]
+        return [OutboundAction(kind="conversation_status", payload={"status": "open"}, dedupe_key=f"chatwoot-open:{turn}")]

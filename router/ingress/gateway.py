@@ -115,7 +115,8 @@ def claim_passive_reply(conn: psycopg.Connection, turn_id: str, *, retried: bool
                provider_message_id = 'passive-reply'
          WHERE o.id = (
              SELECT o2.id FROM outbox o2 JOIN turns t ON t.id = %s
-              WHERE o2.conversation_id = t.conversation_id AND o2.kind = 'reply' AND o2.status = 'pending'
+              WHERE o2.conversation_id = t.conversation_id AND o2.status = 'pending'
+                AND o2.kind <> 'agent_message' AND o2.payload ? 'text'
                 AND (o2.created_at = t.created_at OR o2.dedupe_key = 'reply:' || t.id::text)
               ORDER BY o2.id LIMIT 1
               FOR UPDATE SKIP LOCKED)
@@ -129,8 +130,7 @@ def claim_passive_reply(conn: psycopg.Connection, turn_id: str, *, retried: bool
         row = conn.execute(
             """
             SELECT o.payload FROM outbox o JOIN turns t ON t.id = %s
-             WHERE o.conversation_id = t.conversation_id AND o.kind = 'reply'
-               AND o.provider_message_id = 'passive-reply'
+             WHERE o.conversation_id = t.conversation_id AND o.provider_message_id = 'passive-reply'
                AND (o.created_at = t.created_at OR o.dedupe_key = 'reply:' || t.id::text)
              ORDER BY o.id LIMIT 1
             """,

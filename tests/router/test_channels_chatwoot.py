@@ -118,7 +118,7 @@ def test_l3_handoff_opens_the_conversation_and_the_bot_stops(app, recorder):
     client.post(URL, content=body, headers=headers)
     with services.pool.connection() as conn:
         kinds = [r["kind"] for r in conn.execute("SELECT kind FROM outbox ORDER BY id")]
-    assert kinds == ["reply", "status"]
+    assert kinds == ["reply", "conversation_status"]
     assert dispatcher.drain()["delivered"] == 2
     paths = [r.path for r in recorder.requests]
     assert paths == ["/api/v1/accounts/1/conversations/1/messages", "/api/v1/accounts/1/conversations/1/toggle_status"]

@@ -1,7 +1,7 @@
 """Chatwoot: messages through the conversation messages API; ``status`` rows toggle the status.
 
 The bot posts ``outgoing`` public messages with its ``api_access_token``. On an L3 handoff the
-gateway queues a ``status`` row, sent as ``toggle_status {"status": "open"}`` so the inbox's
+gateway queues a ``conversation_status`` row (no text: a channel action, not a message), sent as ``toggle_status {"status": "open"}`` so the inbox's
 human agents take the conversation (the webhook then ignores it: the bot stays silent).
 """
 
@@ -29,7 +29,7 @@ class ChatwootSender:
         account, conversation = need(delivery.address, "account_id", "conversation_id")
         base = f"{self.settings.chatwoot_api_url.rstrip('/')}/api/v1/accounts/{account}/conversations/{conversation}"
         headers = {"api_access_token": secret(self.settings.chatwoot_api_token)}
-        if delivery.kind == "status":
+        if delivery.kind == "conversation_status":
             status = delivery.payload.get("status") or "open"
             response = post(self.client, f"{base}/toggle_status", "chatwoot toggle_status",
                             json={"status": status}, headers=headers)
