@@ -1,0 +1,217 @@
+"""`switchboard report` on a conversation history seeded through the real tables."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from router.report import build_report, parse_since, write_charts
+
+NOW = datetime.now(timezone.utc).replace(microsecond=0)
+CITED = {"text": "See the article.", "citations": [{"doc_id": "returns-en", "chunk_id": "returns-en#0"}]}
+
+
+class History:
+    """Writes conversations, turns, transitions, tickets, ticket events and feedback at given times."""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.n = 0
+
+    def conversation(self, customer: str, channel: str = "web") -> dict:
+        return self.conn.execute(
+            "INSERT INTO conversations (channel, external_id, customer_id) VALUES (%s, %s, %s) RETURNING *",
+            (channel, f"ext-{uuid.uuid4().hex[:8]}", customer)).fetchone()
+
+    def turn(self, conv, at: datetime, *, tier: str | None, session: int = 1, reply: dict | None = None,
+             rule: str | None = None, transitions: tuple[str, ...] = (), state: str = "idle") -> str:
+        self.n += 1
+        msg = self.conn.execute(
+            "INSERT INTO messages (conversation_id, channel, external_id, direction, sender, text, received_at) "
+            "VALUES (%s, %s, %s, 'in', 'customer', %s, %s) RETURNING id",
+            (conv["id"], conv["channel"], f"m-{self.n}", f"message {self.n}", at)).fetchone()["id"]
+        decision = {"tier": tier, "intent": "x" if tier else None, "channel": "rules", "explanation": {},
+                    "escalation": {"rule": rule, "reason": rule, "priority": "normal"} if rule else None}
+        response = {"reply": reply, "state": state}
+        turn_id = self.conn.execute(
+            "INSERT INTO turns (conversation_id, message_id, session_no, state, decision, response, created_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id",
+            (conv["id"], msg, session, state, json.dumps(decision), json.dumps(response), at)).fetchone()["id"]
+        prev = "idle"
+        for to in transitions:
+            self.transition(conv, prev, to, at, session=session, message_id=msg)
+            prev = to
+        return str(turn_id)
+
+    def transition(self, conv, frm: str, to: str, at: datetime, *, session: int = 1, message_id=None,
+                   actor: str = "router") -> None:
+        self.conn.execute(
+            "INSERT INTO conversation_transitions (conversation_id, session_no, from_state, to_state, reason, actor, "
+            "message_id, created_at) VALUES (%s, %s, %s, %s, 'seed', %s, %s, %s)",
+            (conv["id"], session, frm, to, actor, message_id, at))
+
+    def ticket(self, conv, kind: str, opened: datetime, *, claimed: datetime | None = None,
+               resolved: datetime | None = None, breached: datetime | None = None) -> None:
+        status = "resolved" if resolved else "queued"
+        tid = self.conn.execute(
+            """
+            INSERT INTO tickets (kind, status, conversation_id, channel, customer_id, reason, priority, team,
+                                 sla_due_at, sla_breached_at, created_at)
+            VALUES (%s, %s, %s, %s, %s, 'seed', 'normal', 'general', %s, %s, %s) RETURNING id
+            """,
+            (kind, status, str(conv["id"]), conv["channel"], conv["customer_id"], opened + timedelta(hours=1),
+             breached, opened)).fetchone()["id"]
+        for action, at in (("opened", opened), ("claimed", claimed), ("resolved", resolved)):
+            if at is not None:
+                self.conn.execute("INSERT INTO ticket_events (ticket_id, actor, action, at) VALUES (%s, 'seed', %s, %s)",
+                                  (tid, action, at))
+
+    def feedback(self, conv, csat: int, at: datetime, session: int = 1) -> None:
+        self.conn.execute("INSERT INTO feedback (conversation_id, session_no, csat, created_at) VALUES (%s, %s, %s, %s)",
+                          (conv["id"], session, csat, at))
+
+
+L1_OK = ("classifying", "l1_resolving", "l1_resolved")
+
+
+@pytest.fixture
+def seeded(pool):
+    """Five customers in the last week, plus one old conversation outside the window."""
+    d = timedelta(days=1)
+    with pool.connection() as conn, conn.transaction():
+        h = History(conn)
+        # A: answered by the knowledge base, rated 5
+        a = h.conversation("cust-a")
+        h.turn(a, NOW - 2 * d, tier="L1", reply=CITED, transitions=L1_OK, state="l1_resolved")
+        h.feedback(a, 5, NOW - 2 * d + timedelta(minutes=2))
+        # B: answered, then asked for a person (L3); resolved by an agent; back the next day with a new question
+        b = h.conversation("cust-b")
+        t0 = NOW - 3 * d
+        h.turn(b, t0, tier="L1", reply=CITED, transitions=L1_OK, state="l1_resolved")
+        h.turn(b, t0 + timedelta(minutes=10), tier="L3", rule="human_request", reply={"text": "ack"},
+               state="l3_queuing")
+        h.transition(b, "l1_resolved", "classifying", t0 + timedelta(minutes=10))
+        h.transition(b, "classifying", "l3_queuing", t0 + timedelta(minutes=10))
+        h.ticket(b, "handoff", t0 + timedelta(minutes=10), claimed=t0 + timedelta(minutes=15),
+                 resolved=t0 + timedelta(minutes=35))
+        h.transition(b, "l3_queuing", "l3_connected", t0 + timedelta(minutes=15), actor="handoff")
+        h.transition(b, "l3_connected", "feedback_pending", t0 + timedelta(minutes=35), actor="handoff")
+        h.feedback(b, 2, t0 + timedelta(minutes=36))
+        h.turn(b, t0 + d, tier="L1", session=2, reply=CITED, transitions=L1_OK, state="l1_resolved")
+        # C (telegram): L2 assist, the draft approved 40 minutes after it was opened
+        c = h.conversation("cust-c", channel="telegram")
+        t1 = NOW - d
+        h.turn(c, t1, tier="L2", reply={"text": "ack"}, transitions=("classifying", "l2_assisting"),
+               state="l2_assisting")
+        h.ticket(c, "assist", t1, claimed=t1 + timedelta(minutes=10), resolved=t1 + timedelta(minutes=40))
+        h.transition(c, "l2_assisting", "l2_resolved", t1 + timedelta(minutes=40), actor="handoff")
+        # D: a big refund goes to a person; still queued, past its SLA
+        dd = h.conversation("cust-d")
+        h.turn(dd, NOW - 4 * d, tier="L3", rule="refund_amount", reply={"text": "ack"},
+               transitions=("classifying", "l3_queuing"), state="l3_queuing")
+        h.ticket(dd, "handoff", NOW - 4 * d, breached=NOW - 4 * d + timedelta(hours=1))
+        # E: STOP only (the harness answered; nothing routed)
+        e = h.conversation("cust-e", channel="sms")
+        h.turn(e, NOW - 5 * d, tier=None, reply={"text": "unsubscribed"})
+        # F: ten days ago, outside the window: an uncited L1 answer and a rating that must not count
+        f = h.conversation("cust-f")
+        h.turn(f, NOW - 10 * d, tier="L1", reply={"text": "no citation", "citations": []}, transitions=L1_OK)
+        h.feedback(f, 1, NOW - 10 * d)
+    return pool
+
+
+def test_report_figures(seeded):
+    with seeded.connection() as conn:
+        r = build_report(conn, NOW - timedelta(days=7), NOW + timedelta(seconds=1))
+    v = r["volume"]
+    assert (v["sessions"], v["routed_sessions"], v["conversations"], v["turns"], v["inbound_messages"]) == (6, 5, 5, 7, 7)
+    assert v["turns_by_tier"] == {"L1": 3, "L2": 1, "L3": 2, "none": 1}
+    assert v["sessions_by_channel"] == {"sms": 1, "telegram": 1, "web": 4}
+    # A and B's second session: answered by the bot alone
+    assert r["auto_resolution"] == {"sessions": 2, "rate": 0.4}
+    assert r["transfer"] == {"sessions": 2, "rate": 0.4}          # B (asked for a person) and D (refund)
+    assert r["assist"] == {"sessions": 1, "rate": 0.2}            # C
+    assert r["escalations_by_rule"] == {"human_request": 1, "refund_amount": 1}
+    # resolved: A, B1, B2, C; B1 is followed by B2 a day later, so it was not first-contact
+    fcr = r["first_contact_resolution"]
+    assert (fcr["resolved_sessions"], fcr["sessions"], fcr["rate"]) == (4, 3, 0.6)
+    h = r["handling"]
+    assert h["tickets_resolved"] == 2
+    assert h["average_handling_seconds"] == (20 * 60 + 30 * 60) / 2
+    assert h["average_wait_seconds"] == (5 * 60 + 10 * 60) / 2
+    assert h["by_kind"]["handoff"]["average_handling_seconds"] == 20 * 60
+    assert h["by_kind"]["assist"]["average_handling_seconds"] == 30 * 60
+    assert r["tickets"] == {"opened": {"assist": 1, "handoff": 2}, "sla_breached": 1}
+    assert r["csat"] == {"responses": 2, "average": 3.5, "satisfied_rate": 0.5,
+                         "distribution": {"1": 0, "2": 1, "3": 0, "4": 0, "5": 1}}
+    assert r["l1_answers"] == {"total": 3, "without_citation": 0, "examples_without_citation": []}
+    assert r["checks"] == {"l1_answers_cited": True}
+    assert sum(day["sessions"] for day in r["daily"]) == 6
+    # a shorter re-contact window makes B's first session first-contact resolved
+    with seeded.connection() as conn:
+        r12 = build_report(conn, NOW - timedelta(days=7), NOW + timedelta(seconds=1),
+                           recontact_window=timedelta(hours=12))
+    assert r12["first_contact_resolution"]["sessions"] == 4
+    # a window of ten and a half days takes in F: its answer had no citation
+    with seeded.connection() as conn:
+        r10 = build_report(conn, NOW - timedelta(days=10, hours=12), NOW + timedelta(seconds=1))
+    assert r10["l1_answers"]["without_citation"] == 1 and r10["checks"]["l1_answers_cited"] is False
+    assert r10["csat"]["responses"] == 3
+
+
+def test_charts_are_valid_pngs(seeded, tmp_path):
+    with seeded.connection() as conn:
+        r = build_report(conn, NOW - timedelta(days=7), NOW + timedelta(seconds=1))
+    paths = write_charts(r, tmp_path / "charts")
+    assert {p.name for p in paths} == {"outcomes.png", "daily_rates.png", "escalations.png", "csat.png"}
+    for p in paths:
+        with Image.open(p) as img:
+            img.verify()
+        with Image.open(p) as img:
+            assert img.format == "PNG" and img.size[0] > 300 and img.size[1] > 200
+            # not a blank canvas: a chart has many colours
+            assert len(img.convert("RGB").getcolors(maxcolors=1 << 16) or range(1 << 16)) > 10
+    assert json.loads((tmp_path / "charts" / "report.json").read_text())["transfer"]["sessions"] == 2
+
+
+def test_empty_window_has_no_rates(pool, tmp_path):
+    with pool.connection() as conn:
+        r = build_report(conn, NOW - timedelta(days=1), NOW)
+    assert r["volume"]["sessions"] == 0 and r["auto_resolution"]["rate"] is None and r["csat"]["average"] is None
+    assert len(write_charts(r, tmp_path)) == 4   # charts still render, saying there is nothing
+
+
+def test_cli_json_and_charts(seeded, dsn, tmp_path, monkeypatch):
+    from router.cli import app
+
+    monkeypatch.setenv("SWITCHBOARD_DATABASE_URL", dsn)
+    monkeypatch.setenv("SWITCHBOARD_HOME", str(tmp_path / "home"))
+    runner = CliRunner()
+    res = runner.invoke(app, ["report", "--since", "7d", "--json", "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["auto_resolution"]["rate"] == 0.4 and data["csat"]["average"] == 3.5
+    assert len(data["charts"]) == 4 and all((tmp_path / "out" / n).is_file() for n in ("csat.png", "report.json"))
+    text = runner.invoke(app, ["report", "--since", "7d"])
+    assert text.exit_code == 0 and "auto-resolution     40.0%" in text.stdout
+    # the uncited answer ten days ago fails the check
+    res = runner.invoke(app, ["report", "--since", "11d", "--check", "--json"])
+    assert res.exit_code == 3 and json.loads(res.stdout)["l1_answers"]["without_citation"] == 1
+    bad = runner.invoke(app, ["report", "--since", "yesterday", "--json"])
+    assert bad.exit_code == 2 and "duration" in json.loads(bad.stdout)["error"]
+
+
+def test_parse_since():
+    now = datetime(2026, 11, 30, 12, tzinfo=timezone.utc)
+    assert parse_since("7d", now=now) == now - timedelta(days=7)
+    assert parse_since("24h", now=now) == now - timedelta(hours=24)
+    assert parse_since("2w", now=now) == now - timedelta(weeks=2)
+    assert parse_since("2026-11-01", now=now) == datetime(2026, 11, 1, tzinfo=timezone.utc)
+    for bad in ("0d", "7x", "", "-1d"):
+        with pytest.raises(ValueError):
+            parse_since(bad, now=now)
