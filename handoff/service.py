@@ -368,14 +368,14 @@ class HandoffService:
             recent = conn.execute(
                 f"""
                 SELECT count(*) AS n FROM ticket_events e JOIN tickets t ON t.id = e.ticket_id
-                WHERE e.action = 'sla_breached' AND e.at > now() - interval '24 hours' {scope.replace('team', 't.team')}
+                WHERE e.action = 'sla_breached' AND e.at > now() - interval '24 hours' {"AND t.team = ANY(%(teams)s)" if teams is not None else ""}
                 """,
                 {"teams": teams},
             ).fetchone()
             now = conn.execute("SELECT now() AS now").fetchone()["now"]
         depth = [{k: r[k] for k in ("kind", "team", "priority", "queued", "claimed", "overdue")} for r in rows]
         by: dict[str, dict[str, int]] = {"kind": {}, "team": {}, "priority": {}}
-        for r in rows:
+        for r in (r for r in rows if r["queued"]):
             for key in by:
                 by[key][r[key]] = by[key].get(r[key], 0) + r["queued"]
         oldest = min((r["oldest"] for r in rows if r["oldest"] is not None), default=None)
