@@ -90,9 +90,8 @@ class _Turn:
         finally:
             dt = time.perf_counter() - t0
             self.ctx.timings[name] = self.ctx.timings.get(name, 0.0) + dt
-            if self.r.metrics is not None and name in ("harness", "classify", "retrieval", "handoff"):
-                label = {"classify": "embedding", "retrieval": "retrieval"}.get(name, name)
-                self.r.metrics.stage_seconds.labels(label).observe(dt)
+            if self.r.metrics is not None and name in ("harness", "retrieval", "handoff"):
+                self.r.metrics.stage_seconds.labels(name).observe(dt)
 
     def move(self, to_state: str, reason: str, ticket_id=None) -> None:
         t = sm.transition(self.conn, self.conv, to_state, reason=reason, message_id=self.message_id,
@@ -229,6 +228,8 @@ class _Turn:
     def classify(self):
         with self.stage("classify"):
             c = self.r.classifier.classify(self.text)
+        if c.decided_by == "embeddings" and self.r.metrics is not None:   # the rules path: see Pipeline
+            self.r.metrics.stage_seconds.labels("embedding").observe(self.ctx.timings["classify"])
         self.trace["classification"] = {"intent": c.intent, "tier": c.tier, "confidence": round(c.confidence, 4),
                                         "decided_by": c.decided_by, "entities": c.entities}
         return c
