@@ -116,6 +116,9 @@ async def channel_webhook(channel: str, request: Request, services: ServicesDep)
         if exc.status == 401:
             log.warning("rejected %s webhook: %s", channel, exc.detail)
         raise Problem(exc.status, exc.detail) from None
+    except Exception as exc:  # noqa: BLE001 - parsing touches no state: an unforeseen shape is a malformed body
+        log.warning("malformed %s webhook (%s: %s)", channel, type(exc).__name__, exc)
+        raise Problem(422, f"the payload is not a valid {channel} webhook ({type(exc).__name__})") from None
     limit = services.settings.max_text_chars
     for pm in parsed.messages:
         if len(pm.message.text) > limit:

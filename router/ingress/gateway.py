@@ -17,8 +17,9 @@ from typing import Any
 import psycopg
 
 from router.ingress import build_adapters
-from router.ingress.base import ChannelAdapter, Outcome, OutboundAction, ParsedMessage, Route
+from router.ingress.base import ChannelAdapter, Outcome, OutboundAction, ParsedMessage, Route, scrub
 from router.outbox import enqueue_outbound
+from router.schemas import InboundMessage
 
 log = logging.getLogger(__name__)
 
@@ -160,9 +161,11 @@ class ChannelGateway:
         return self.adapters.get(name)
 
     def process(self, adapter: ChannelAdapter, parsed: ParsedMessage) -> Outcome:
-        msg = parsed.message
+        msg = InboundMessage.model_validate(scrub(parsed.message.model_dump()))
+        parsed.route.address, parsed.route.profile = scrub(parsed.route.address), scrub(parsed.route.profile)
         with self.pool.connection() as conn, conn.transaction():
             msg.customer_id = resolve_customer(conn, adapter.name, parsed.route, msg.conversation_external_id)
+        parsed.message = msg
         response, replayed = self.pipeline.handle(msg)
         outcome = Outcome(msg, response, replayed)
         actions = adapter.after_turn(outcome)

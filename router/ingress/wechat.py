@@ -89,7 +89,7 @@ class WeChatAdapter(BaseAdapter):
         for required in ("ToUserName", "FromUserName", "CreateTime", "MsgType"):
             if not f.get(required):
                 raise MalformedPayload(f"missing element: {required}")
-        if any(len(f[k]) > 512 for k in ("ToUserName", "FromUserName", "MsgType")):
+        if any(len(f.get(k, "")) > 512 for k in ("ToUserName", "FromUserName", "MsgType", "MsgId", "CreateTime")):
             raise MalformedPayload("an id element is too long")
         openid, account, kind = f["FromUserName"], f["ToUserName"], f["MsgType"]
         if kind == "event":

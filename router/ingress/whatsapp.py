@@ -81,9 +81,11 @@ class WhatsAppAdapter(BaseAdapter):
         phone_number_id = text_of(meta.get("phone_number_id"), "metadata.phone_number_id")
         names = {}
         for contact in value.get("contacts") or []:
-            if isinstance(contact, dict) and contact.get("wa_id"):
-                names[str(contact["wa_id"])] = (contact.get("profile") or {}).get("name")
-        for status in value.get("statuses") or []:
+            if isinstance(contact, dict) and contact.get("wa_id") and isinstance(contact.get("profile"), dict):
+                name = contact["profile"].get("name")
+                names[str(contact["wa_id"])] = name if isinstance(name, str) else None
+        statuses = value.get("statuses") or []
+        for status in statuses if isinstance(statuses, list) else []:
             parsed.ignored.append(f"status:{status.get('status') if isinstance(status, dict) else '?'}")
         messages = value.get("messages") or []
         if not isinstance(messages, list):
@@ -126,12 +128,14 @@ class WhatsAppAdapter(BaseAdapter):
             return caption if isinstance(caption, str) else "", [att]
         if kind == "location":
             loc = obj(m.get("location"), "messages[].location")
-            label = " ".join(str(loc.get(k)) for k in ("name", "address") if loc.get(k))
+            label = " ".join(loc[k] for k in ("name", "address") if isinstance(loc.get(k), str))
             return label, [{"type": "location", "lat": loc.get("latitude"), "lon": loc.get("longitude"), "label": label}]
         if kind == "button":  # quick-reply button of a template message
-            return str(obj(m.get("button"), "messages[].button").get("text") or ""), []
+            label = obj(m.get("button"), "messages[].button").get("text")
+            return label if isinstance(label, str) else "", []
         if kind == "interactive":
             inter = obj(m.get("interactive"), "messages[].interactive")
             chosen = inter.get("button_reply") or inter.get("list_reply") or {}
-            return str(chosen.get("title") or ""), []
+            title = chosen.get("title") if isinstance(chosen, dict) else None
+            return title if isinstance(title, str) else "", []
         return "", [{"type": kind}]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -42,6 +43,7 @@ class Recorded:
     query: dict
     headers: dict
     body: bytes
+    at: float = 0.0     # time.monotonic() when it arrived
 
     def json(self):
         return json.loads(self.body)
@@ -58,7 +60,8 @@ class RecordingServer:
     fail_next: int = 0
     fail_always: bool = False
     fail_status: int = 500
-    answers: dict = field(default_factory=dict)   # path suffix -> (status, json)
+    fail_match: bytes | None = None               # only requests whose body contains this count for fail_next
+    answers: dict = field(default_factory=dict)   # path suffix -> (status, json[, headers])
 
     def __post_init__(self):
         self._lock = threading.Lock()
@@ -73,21 +76,25 @@ class RecordingServer:
                 body = self.rfile.read(length) if length else b""
                 parts = urlsplit(self.path)
                 rec = Recorded(self.command, parts.path, {k: v[0] for k, v in parse_qs(parts.query).items()},
-                               {k.lower(): v for k, v in self.headers.items()}, body)
+                               {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic())
                 with server._lock:
                     server.requests.append(rec)
-                    failing = server.fail_always or server.fail_next > 0
-                    if server.fail_next > 0:
+                    eligible = server.fail_match is None or server.fail_match in body
+                    failing = server.fail_always or (server.fail_next > 0 and eligible)
+                    if server.fail_next > 0 and eligible:
                         server.fail_next -= 1
+                extra = {}
                 if failing:
                     status, payload = server.fail_status, {"error": "induced failure"}
                 else:
                     status, payload = 200, {"ok": True}
                     for suffix, answer in server.answers.items():
                         if parts.path.endswith(suffix):
-                            status, payload = answer
+                            status, payload, extra = (*answer, {})[:3]
                 data = json.dumps(payload).encode()
                 self.send_response(status)
+                for k, v in extra.items():
+                    self.send_header(k, v)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
