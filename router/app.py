@@ -77,9 +77,10 @@ def _extra_routers():
     """Routers contributed by the other capabilities (channels, handoff, conversations)."""
     from handoff.api import build_router as handoff_router
 
-    from router.api import channels
+    from router.api import channels, conversations
 
-    return [handoff_router(lambda request: getattr(request.app.state.services, "handoff", None)), channels.router]
+    return [handoff_router(lambda request: getattr(request.app.state.services, "handoff", None)), channels.router,
+            conversations.router]
 
 
 def main_app() -> FastAPI:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+log = logging.getLogger(__name__)
 
 STAGES = ("harness", "rules", "embedding", "retrieval", "rerank", "answer", "handoff", "total")
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -33,6 +37,36 @@ class Metrics:
         self.rebuild_seconds = Gauge("switchboard_rebuild_seconds", "Duration of the last index rebuild", registry=r)
         self.rebuild_chunks = Gauge("switchboard_rebuild_chunks", "Chunks in the last index rebuild", registry=r)
         self.outbox = Counter("switchboard_outbox", "Outbound deliveries by channel and result", ["channel", "result"], registry=r)
+        self.csat = Counter("switchboard_csat_ratings", "CSAT ratings received, by score", ["score"], registry=r)
+
+    def refresh_from_database(self, pool) -> None:
+        """Set the gauges whose truth is shared by every pod and lives in Postgres: queue depth and the
+        last knowledge rebuild (it runs in its own process, e.g. the nightly CronJob). Called per scrape;
+        a database problem leaves the last values and never fails the scrape."""
+        try:
+            with pool.connection(timeout=2.0) as conn:
+                depth = conn.execute(
+                    "SELECT kind, priority, count(*) AS n FROM tickets WHERE status = 'queued' GROUP BY kind, priority"
+                ).fetchall()
+                last = conn.execute(
+                    """
+                    SELECT chunks, EXTRACT(EPOCH FROM finished_at - created_at)::float8 AS seconds
+                    FROM kb_generations
+                    WHERE purpose = 'serve' AND finished_at IS NOT NULL AND status <> 'failed'
+                    ORDER BY finished_at DESC LIMIT 1
+                    """
+                ).fetchone()
+        except Exception as exc:  # noqa: BLE001 - a scrape must not fail because of the database
+            log.warning("metrics: database gauges not refreshed: %s", type(exc).__name__)
+            return
+        seen = {(row["kind"], row["priority"]): row["n"] for row in depth}
+        for sample in self.queue_depth.collect()[0].samples:   # series that drained to zero
+            seen.setdefault((sample.labels["kind"], sample.labels["priority"]), 0)
+        for (kind, priority), n in seen.items():
+            self.queue_depth.labels(kind, priority).set(n)
+        if last is not None:
+            self.rebuild_seconds.set(last["seconds"])
+            self.rebuild_chunks.set(last["chunks"])
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -17,15 +17,41 @@ import uuid
 
 request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 
-# Order matters: the longest, most specific patterns first.
+# A number is PII only as a whole token: never a piece of a UUID, an order code (ORD-2024...),
+# a decimal or a longer digit run. CJK characters around it do not protect it ("电话13812345678").
+_B = r"(?<![A-Za-z0-9_.#/+-])"
+_E = r"(?![A-Za-z0-9_/-])(?!\.\d)"
+
+
+def _luhn_ok(digits: str) -> bool:
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = int(ch)
+        if i % 2:
+            d = d * 2 - 9 if d > 4 else d * 2
+        total += d
+    return total % 10 == 0
+
+
+def _card(m: re.Match[str]) -> str:
+    """Payment cards pass the Luhn check; other long digit runs (order numbers) are left alone."""
+    digits = re.sub(r"\D", "", m.group(0))
+    return "[card]" if 13 <= len(digits) <= 19 and _luhn_ok(digits) else m.group(0)
+
+
+# Order matters: e-mails, ID numbers, mainland mobiles, cards (long runs), then other phone shapes.
 _PII_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("email", re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")),
-    # 18-digit PRC resident ID (last char may be X), 15-digit legacy
-    ("cn_id", re.compile(r"(?<!\d)\d{6}(?:19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])\d{3}[\dXx](?!\d)")),
-    # payment cards: 13-19 digits, optionally grouped by spaces or dashes
-    ("card", re.compile(r"(?<!\d)(?:\d[ -]?){12,18}\d(?!\d)")),
-    # phone numbers: +country, mainland mobiles, generic 7+ digit runs with separators
-    ("phone", re.compile(r"(?<![\w])(?:\+\d{1,3}[ -]?)?(?:\(?\d{2,4}\)?[ -]?)?\d{3,4}[ -]?\d{4}(?![\w])")),
+    ("email", re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")),
+    # 18-digit PRC resident ID (region, birth date, sequence, check digit which may be X)
+    ("cn_id", re.compile(_B + r"\d{6}(?:18|19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])\d{3}[\dXx]" + _E)),
+    # mainland mobiles, with or without +86 / 0086 and separators: 138 1234 5678
+    ("phone", re.compile(_B + r"(?:(?:\+|00)86[ -]?)?1[3-9]\d(?:[ -]?\d{4}){2}" + _E)),
+    # payment cards: 13-19 digits, optionally grouped by spaces or dashes (Luhn-checked in _card)
+    ("card", re.compile(_B + r"\d(?:[ -]?\d){12,18}" + _E)),
+    # international numbers written with +country code
+    ("phone", re.compile(r"(?<![A-Za-z0-9_+])\+[1-9]\d{0,2}(?:[ -]?\(?\d{1,4}\)?){2,5}" + _E)),
+    # landlines and other local shapes: (010) 1234-5678, 010-12345678, 555-123-4567, 123-4567
+    ("phone", re.compile(_B + r"(?:\(\d{2,4}\)[ -]?|\d{2,4}[ -])?\d{3,4}[ -]?\d{4}" + _E)),
 ]
 
 
@@ -34,7 +60,7 @@ def redact(text: str | None) -> str | None:
     if not text:
         return text
     for label, pattern in _PII_PATTERNS:
-        text = pattern.sub(f"[{label}]", text)
+        text = pattern.sub(_card if label == "card" else f"[{label}]", text)
     return text
 
 

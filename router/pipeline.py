@@ -122,7 +122,9 @@ class Pipeline:
 
             self.metrics.messages.labels(msg.channel).inc()
             ctx = TurnContext(conn=conn, conversation=conversation, message=message, inbound=msg, timings={})
+            t_decide = time.perf_counter()
             result = self.decider(ctx)
+            ctx.timings.setdefault("decide", time.perf_counter() - t_decide)
             if result.reject is not None:  # kept, flagged, no turn; raised once committed
                 conn.execute("""UPDATE messages SET metadata = metadata || '{"throttled": true}'::jsonb """
                              "WHERE id = %s", (message["id"],))
@@ -132,9 +134,20 @@ class Pipeline:
             raise result.reject
         elapsed = time.perf_counter() - t0
         self.metrics.stage_seconds.labels("total").observe(elapsed)
+        self._observe_stages(ctx, result)
         d = result.decision
         self.metrics.decisions.labels(d.tier or "none", d.intent or "none", d.channel or "none").inc()
         return response, False
+
+    def _observe_stages(self, ctx: TurnContext, result: TurnResult) -> None:
+        """Stage latencies the decider does not observe itself, read from the turn's trace."""
+        trace = result.trace or {}
+        rag_ms = (trace.get("rag") or {}).get("timings_ms") or {}
+        for stage in ("rerank", "answer"):
+            if stage in rag_ms:
+                self.metrics.stage_seconds.labels(stage).observe(rag_ms[stage] / 1000)
+        if (trace.get("classification") or {}).get("decided_by") == "rules" and "classify" in ctx.timings:
+            self.metrics.stage_seconds.labels("rules").observe(ctx.timings["classify"])
 
     def _store_turn(self, conn, conversation, message, ctx: TurnContext, result: TurnResult) -> dict[str, Any]:
         """The turn row (decision, redacted trace) and the exact response a retry will get again."""

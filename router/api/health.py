@@ -68,4 +68,5 @@ def readyz(services: ServicesDep) -> JSONResponse:
 def metrics(services: ServicesDep) -> Response:
     from prometheus_client import CONTENT_TYPE_LATEST
 
+    services.metrics.refresh_from_database(services.pool)
     return Response(services.metrics.render(), media_type=CONTENT_TYPE_LATEST)
