@@ -68,6 +68,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     TRANSFORMERS_OFFLINE=1 \
     TOKENIZERS_PARALLELISM=false \
     OMP_NUM_THREADS=1 \
+    HOME=/var/lib/switchboard \
     SWITCHBOARD_HOME=/var/lib/switchboard \
     SWITCHBOARD_EMBEDDING_MODEL=/opt/switchboard/models/multilingual-e5-small \
     SWITCHBOARD_HOST=0.0.0.0 \
