@@ -7,10 +7,10 @@ to know *where* it is wrong, not just that it is.
 Schema (``version: 1``)::
 
     version: 1
-    threshold: 0.5            # global threshold on the embedding channel's calibrated score
+    threshold: 0.5            # global threshold on the embedding channel's score; null = fit at load
     unknown_tier: L2          # tier for out-of-scope messages
-    encoder: multilingual-e5-small   # optional: the encoder the thresholds were fitted with
-    scoring: {...}            # optional: fitted parameters of the embedding channel (router fit)
+    scoring: {...}            # optional: fitted parameters of the embedding channel and the encoder they
+                              # were fitted with (written by `switchboard router fit`)
     oos_examples: [...]       # optional: messages known to be out of scope (used as a rejection class)
     intents:
       - name: refund
@@ -37,7 +37,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 Tier = Literal["L1", "L2", "L3"]
 TIERS = ("L1", "L2", "L3")
 UNKNOWN = "oos"  # the label that means "out of scope" in evaluation files
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]*$")
 
 BUNDLED_INTENTS = Path(__file__).resolve().parent / "samples" / "intents.yaml"
 
@@ -113,8 +112,8 @@ class Intent(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _NAME.match(v):
-            raise ValueError(f"intent names are letters, digits and _ . : - (got {v!r})")
+        if not v or v != v.strip() or len(v) > 100 or any(ord(c) < 32 for c in v):
+            raise ValueError(f"intent names are 1-100 printable characters without surrounding spaces (got {v!r})")
         if v == UNKNOWN:
             raise ValueError(f"{UNKNOWN!r} is reserved for out-of-scope; put such messages under `oos_examples`")
         return v
@@ -131,9 +130,9 @@ class IntentConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     version: Literal[1] = 1
-    threshold: float = Field(default=0.5, ge=-1.0, le=1.0)
+    threshold: float | None = Field(default=None, ge=-1.0, le=1.0,
+                                    description="null = fitted from the examples when the classifier is built")
     unknown_tier: Tier = "L2"
-    encoder: str | None = None
     scoring: dict[str, Any] | None = None
     oos_examples: list[str] = Field(default_factory=list)
     intents: list[Intent]
@@ -289,7 +288,7 @@ def _known_keys(data: Any, loc: tuple) -> set:
         else:
             break
     return keys | {"intents", "rules", "examples", "name", "tier", "pattern", "any", "priority", "type",
-                   "threshold", "description", "unknown_tier", "version", "encoder", "scoring", "oos_examples"}
+                   "threshold", "description", "unknown_tier", "version", "scoring", "oos_examples"}
 
 
 def _allowed_for(loc: tuple) -> list[str]:

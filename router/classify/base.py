@@ -7,14 +7,18 @@ be swapped (another rule engine, another scorer) without touching callers.
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from router.classify.entities import extract_entities
 from router.intents import IntentConfig
+
+log = logging.getLogger(__name__)
 
 RULES = "rules"
 EMBEDDINGS = "embeddings"
@@ -46,9 +50,9 @@ class RuleChannel(Protocol):
 
 
 class EmbeddingChannel(Protocol):
-    """Scores message vectors against the intents; ``intent`` is None below the threshold."""
+    """Scores message vectors (and their texts) against the intents; ``intent`` is None below the threshold."""
 
-    def score(self, vectors: np.ndarray) -> list[tuple[str | None, float, dict[str, Any]]]: ...
+    def score(self, vectors: np.ndarray, texts: list[str]) -> list[tuple[str | None, float, dict[str, Any]]]: ...
 
 
 class IntentClassifier:
@@ -66,29 +70,42 @@ class IntentClassifier:
 
     @classmethod
     def from_config(cls, config: IntentConfig, encoder: Any, *, example_vectors: np.ndarray | None = None,
-                    oos_vectors: np.ndarray | None = None) -> IntentClassifier:
+                    oos_vectors: np.ndarray | None = None, cache_dir: str | Path | None = None) -> IntentClassifier:
         """Compile the rules and, when there is an encoder and examples, build the embedding channel.
 
-        ``example_vectors`` / ``oos_vectors`` (rows in config order) skip re-encoding the examples, which is
-        how evaluation reuses its on-disk embedding cache.
+        A config without a threshold, or fitted with another encoder, is fitted here from its own examples
+        (cross-validation, see router.classify.fit) — thresholds only mean something for the encoder they
+        were fitted with. ``example_vectors`` / ``oos_vectors`` (rows in config order) skip re-encoding the
+        examples; ``cache_dir`` keeps trained heads on disk.
         """
         from router.classify.embedding import EmbeddingScorer
+        from router.classify.fit import needs_fit, refit_config
         from router.classify.rules import RuleMatcher
 
         rules = RuleMatcher(config)
         embeddings = None
         if encoder is not None and any(i.examples for i in config.intents):
-            embeddings = EmbeddingScorer.build(config, encoder, example_vectors=example_vectors,
-                                               oos_vectors=oos_vectors)
+            texts = [e for i in config.intents for e in i.examples]
+            if example_vectors is None:
+                example_vectors = encoder.encode_queries(texts)
+            if oos_vectors is None and config.oos_examples:
+                oos_vectors = encoder.encode_queries(config.oos_examples)
+            reason = needs_fit(config, encoder)
+            if reason:
+                log.info("fitting the intent threshold at load: %s", reason)
+                config = refit_config(config, example_vectors, oos_vectors, encoder_name=_encoder_name(encoder))
+            embeddings = EmbeddingScorer.build(config, encoder, threshold=config.threshold,
+                                               example_vectors=example_vectors, oos_vectors=oos_vectors,
+                                               cache_dir=Path(cache_dir) if cache_dir else None)
         return cls(config, rules if len(rules) else None, embeddings, encoder)
 
     @property
     def config(self) -> IntentConfig:
         return self._state[0]
 
-    def reload(self, config: IntentConfig) -> None:
+    def reload(self, config: IntentConfig, *, cache_dir: str | Path | None = None) -> None:
         """Rebuild from a new config and swap atomically (SIGHUP / file change)."""
-        fresh = IntentClassifier.from_config(config, self.encoder)
+        fresh = IntentClassifier.from_config(config, self.encoder, cache_dir=cache_dir)
         with self._lock:
             self._state = fresh._state
 
@@ -118,8 +135,13 @@ class IntentClassifier:
                 pending.append(i)
         if pending:
             vectors = self.encoder.encode_queries([texts[i] for i in pending])
-            for i, (intent, score, why) in zip(pending, embeddings.score(vectors), strict=True):
+            scored = embeddings.score(vectors, [texts[i] for i in pending])
+            for i, (intent, score, why) in zip(pending, scored, strict=True):
                 c = out[i]
                 c.intent, c.confidence, c.tier = intent, float(score), config.tier_of(intent)
                 c.explanation = {"channel": EMBEDDINGS, **why}
         return out  # type: ignore[return-value]
+
+
+def _encoder_name(encoder: Any) -> str | None:
+    return getattr(encoder, "name", None)

@@ -1,7 +1,227 @@
-"""``switchboard router``: fit and evaluate the intent classifier."""
+"""``switchboard router``: fit and evaluate the intent classifier, or classify one message."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+from typing import Any
+
 import typer
 
+from router.cli._common import JsonOpt, emit, fail, settings
+
 app = typer.Typer(help="Fit and evaluate the intent classifier.", no_args_is_help=True)
+
+EncoderOpt = typer.Option(None, "--encoder",
+                          help="Encoder name or sentence-transformers directory (default: SWITCHBOARD_EMBEDDING_MODEL).")
+NoCacheOpt = typer.Option(False, "--no-cache", help="Do not read or write the embedding cache.")
+
+
+def _setup(encoder_name: str | None):
+    """Settings, one BLAS/torch thread per process (fastest under load on 2 cores), the encoder."""
+    from threadpoolctl import threadpool_limits
+
+    from router.services import limit_threads
+
+    s = settings()
+    limit_threads(s.torch_threads)
+    threadpool_limits(s.torch_threads)
+    from rag.encoder import Encoder
+
+    encoder = Encoder.from_name(encoder_name or s.embedding_model, s.models_dir, threads=s.torch_threads)
+    return s, encoder
+
+
+def _fitted_config(train_rows, encoder, s, *, no_cache: bool, base=None, tier: str = "L1", folds: int = 5,
+                   seed: int = 0, progress: bool = True):
+    """An intents config built from TRAIN rows, fitted from TRAIN only; plus the vectors used."""
+    from router.classify.evaluate import EmbeddingCache
+    from router.classify.fit import config_from_rows, refit_config
+
+    cache = EmbeddingCache(None if no_cache else s.home / "cache" / "embeddings")
+    config = config_from_rows(train_rows, tier=tier, base=base)
+    texts = [e for i in config.intents for e in i.examples]
+    vectors = cache.encode(encoder, texts, progress=progress)
+    oos_vectors = cache.encode(encoder, config.oos_examples, progress=progress) if config.oos_examples else None
+    config = refit_config(config, vectors, oos_vectors, encoder_name=encoder.name, folds=folds, seed=seed,
+                          progress=progress)
+    return config, vectors, oos_vectors
+
+
+@app.command("eval")
+def evaluate(
+    train: Path = typer.Option(..., "--train", help="TRAIN.jsonl: the intent set and the only data fitting sees."),
+    test: Path = typer.Option(..., "--test", help="TEST.jsonl: classified one message at a time."),
+    report: Path | None = typer.Option(None, "--report", help="Write confusion pairs and score plots here."),
+    encoder_name: str | None = EncoderOpt,
+    folds: int = typer.Option(5, "--folds", min=2, max=20, help="Cross-validation folds for threshold fitting."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the fold assignment."),
+    no_cache: bool = NoCacheOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Build an intent set from TRAIN, fit thresholds from TRAIN only, classify every TEST line, report metrics."""
+    import numpy as np
+    from tqdm import tqdm
+
+    from router.classify import IntentClassifier
+    from router.classify.evaluate import DatasetError, confusion_pairs, metrics, read_jsonl
+
+    try:
+        train_rows = read_jsonl(train)
+        test_rows = read_jsonl(test)  # read up front only to fail early; fitting below never sees it
+    except DatasetError as exc:
+        fail(str(exc), as_json, code=2)
+    t0 = time.perf_counter()
+    s, encoder = _setup(encoder_name)
+    config, vectors, oos_vectors = _fitted_config(train_rows, encoder, s, no_cache=no_cache, folds=folds, seed=seed,
+                                                  progress=not as_json)
+    clf = IntentClassifier.from_config(config, encoder, example_vectors=vectors, oos_vectors=oos_vectors,
+                                       cache_dir=None if no_cache else s.home / "cache" / "heads")
+    fit_s = time.perf_counter() - t0
+    clf.classify("warm-up")  # first call pays one-off tokenizer / graph set-up
+    preds: list[str | None] = []
+    scores: list[float] = []
+    latencies: list[float] = []
+    for row in tqdm(test_rows, desc="classifying", unit="msg", disable=as_json):
+        t = time.perf_counter()
+        c = clf.classify(row.text)
+        latencies.append((time.perf_counter() - t) * 1000.0)
+        preds.append(c.intent)
+        scores.append(c.confidence)
+    gold = [r.intent for r in test_rows]
+    out: dict[str, Any] = metrics(gold, preds)
+    lat = np.asarray(latencies)
+    out.update({
+        "latency_ms_p50": round(float(np.percentile(lat, 50)), 3),
+        "latency_ms_p95": round(float(np.percentile(lat, 95)), 3),
+        "encoder": encoder.name,
+        "threshold": config.threshold,
+        "method": (config.scoring or {}).get("method", "knn"),
+        "cv": (config.scoring or {}).get("cv"),
+        "intents": len(config.intents),
+        "train": str(train),
+        "test": str(test),
+        "fit_seconds": round(fit_s, 1),
+        "eval_seconds": round(float(lat.sum()) / 1000.0, 1),
+    })
+    for k in ("in_scope_accuracy", "oos_recall", "oos_precision", "macro_f1", "accuracy"):
+        if out.get(k) is not None:
+            out[k] = round(float(out[k]), 4)
+    if report is not None:
+        out["report"] = str(_write_report(report, out, gold, preds, scores, config.threshold, confusion_pairs))
+    text = None
+    if not as_json:
+        def pct(v):
+            return "n/a" if v is None else f"{100 * v:.2f} %"
+
+        text = (f"{out['n']} messages ({out['n_in_scope']} in scope, {out['n_oos']} out of scope), encoder "
+                f"{out['encoder']}, threshold {out['threshold']}\n"
+                f"  in-scope accuracy {pct(out['in_scope_accuracy'])}   OOS recall {pct(out['oos_recall'])}   "
+                f"OOS precision {pct(out['oos_precision'])}   macro-F1 {out['macro_f1']:.4f}\n"
+                f"  latency p50 {out['latency_ms_p50']} ms   p95 {out['latency_ms_p95']} ms   "
+                f"(fit {out['fit_seconds']} s)" + (f"\n  report: {out['report']}" if report else ""))
+    emit(out, as_json, text)
+
+
+def _write_report(folder: Path, summary: dict, gold: list[str], preds: list[str | None], scores: list[float],
+                  threshold: float | None, confusion_pairs) -> Path:
+    import csv
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    folder.mkdir(parents=True, exist_ok=True)
+    pairs = confusion_pairs(gold, preds, top=50)
+    (folder / "confusion_pairs.json").write_text(json.dumps(pairs, ensure_ascii=False, indent=2), encoding="utf-8")
+    with (folder / "confusion_pairs.csv").open("w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=["gold", "predicted", "count"])
+        w.writeheader()
+        w.writerows(pairs)
+    (folder / "summary.json").write_text(json.dumps(summary, ensure_ascii=False, indent=2, default=str),
+                                         encoding="utf-8")
+    s = np.asarray(scores)
+    is_oos = np.asarray([g == "oos" for g in gold])
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    bins = np.linspace(float(min(s.min(), threshold or 0)), float(max(s.max(), threshold or 1)), 50)
+    ax.hist(s[~is_oos], bins=bins, alpha=0.6, label=f"in scope (n={int((~is_oos).sum())})", color="tab:blue")
+    if is_oos.any():
+        ax.hist(s[is_oos], bins=bins, alpha=0.6, label=f"out of scope (n={int(is_oos.sum())})", color="tab:red")
+    if threshold is not None:
+        ax.axvline(threshold, color="black", linestyle="--", label=f"threshold {threshold}")
+    ax.set_xlabel("classifier confidence")
+    ax.set_ylabel("messages")
+    ax.set_yscale("log")
+    acc, rec = summary.get("in_scope_accuracy"), summary.get("oos_recall")
+    ax.set_title(f"{Path(summary['test']).parent.name or 'test'}: in-scope acc {acc}, OOS recall {rec}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(folder / "score_distributions.png")
+    plt.close(fig)
+    return folder
+
+
+@app.command("fit")
+def fit(
+    train: Path = typer.Option(..., "--train", help="TRAIN.jsonl: examples per intent; `oos` rows are kept as "
+                                                   "out-of-scope examples."),
+    out: Path = typer.Option(..., "--out", help="Intents YAML to write (examples, fitted scoring and threshold)."),
+    base: Path | None = typer.Option(None, "--intents", help="Start from this intents file: keeps its tiers, rules "
+                                                            "and examples and adds TRAIN's."),
+    tier: str = typer.Option("L1", "--tier", help="Tier of intents that only TRAIN names."),
+    encoder_name: str | None = EncoderOpt,
+    folds: int = typer.Option(5, "--folds", min=2, max=20),
+    seed: int = typer.Option(0, "--seed"),
+    no_cache: bool = NoCacheOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Fit thresholds from TRAIN (cross-validation) and write them, with the examples, into an intents file."""
+    from router.classify.evaluate import DatasetError, read_jsonl
+    from router.intents import TIERS, IntentConfigError, load_intents, save_intents
+
+    if tier not in TIERS:
+        fail(f"--tier must be one of {', '.join(TIERS)}", as_json, code=2)
+    try:
+        rows = read_jsonl(train)
+        base_config = load_intents(base) if base is not None else None
+    except (DatasetError, IntentConfigError) as exc:
+        fail(str(exc), as_json, code=2)
+    t0 = time.perf_counter()
+    s, encoder = _setup(encoder_name)
+    config, _, _ = _fitted_config(rows, encoder, s, no_cache=no_cache, base=base_config, tier=tier, folds=folds,
+                                  seed=seed, progress=not as_json)
+    save_intents(config, out)
+    load_intents(out)  # what was written must load and validate
+    summary = {"out": str(out), "intents": len(config.intents),
+               "examples": sum(len(i.examples) for i in config.intents), "oos_examples": len(config.oos_examples),
+               "threshold": config.threshold, "encoder": encoder.name, "method": (config.scoring or {}).get("method"),
+               "cv": (config.scoring or {}).get("cv"), "seconds": round(time.perf_counter() - t0, 1)}
+    cv = summary["cv"] or {}
+    emit(summary, as_json, f"wrote {out}: {summary['intents']} intents, threshold {config.threshold} "
+                           f"(cross-validated in-scope accuracy {cv.get('in_scope_accuracy')}, "
+                           f"OOS recall {cv.get('oos_recall')})")
+
+
+@app.command("classify")
+def classify(
+    text: str = typer.Argument(..., help="The message."),
+    intents: Path | None = typer.Option(None, "--intents", help="Intents file (default: SWITCHBOARD_INTENTS_FILE "
+                                                               "or the bundled sample)."),
+    encoder_name: str | None = EncoderOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Classify one message and show the decision with its explanation."""
+    from router.classify import IntentClassifier
+    from router.intents import IntentConfigError, load_intents
+
+    s, encoder = _setup(encoder_name)
+    try:
+        config = load_intents(intents or s.intents_file)
+    except IntentConfigError as exc:
+        fail(str(exc), as_json, code=2)
+    clf = IntentClassifier.from_config(config, encoder, cache_dir=s.home / "cache" / "heads")
+    c = clf.classify(text)
+    emit(c.to_dict(), as_json)
