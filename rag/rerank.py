@@ -60,6 +60,7 @@ class RerankerConfig:
     top_n: int = DEFAULT_TOP_N
     max_length: int = DEFAULT_MAX_LENGTH
     blend: Blend = field(default_factory=Blend)
+    platt: tuple[float, float] | None = None   # P(relevant) = sigmoid(a * logit + b), fitted on calibration
     heldout_queries: list[str] = field(default_factory=list)   # never trained on: evaluate on these only
     extra: dict[str, Any] = field(default_factory=dict)        # training summary (seed, split, metrics ...)
 
@@ -69,17 +70,20 @@ class RerankerConfig:
         if not path.is_file():
             return cls()
         raw = json.loads(path.read_text(encoding="utf-8"))
-        known = {"top_n", "max_length", "blend", "heldout_queries"}
+        known = {"top_n", "max_length", "blend", "platt", "heldout_queries"}
+        platt = raw.get("platt")
         return cls(
             top_n=int(raw.get("top_n", DEFAULT_TOP_N)),
             max_length=int(raw.get("max_length", DEFAULT_MAX_LENGTH)),
             blend=Blend(**raw.get("blend", {})),
+            platt=(float(platt["a"]), float(platt["b"])) if platt else None,
             heldout_queries=[str(q) for q in raw.get("heldout_queries", [])],
             extra={k: v for k, v in raw.items() if k not in known},
         )
 
     def save(self, model_dir: str | Path) -> None:
         data = {"top_n": self.top_n, "max_length": self.max_length, "blend": asdict(self.blend),
+                "platt": {"a": self.platt[0], "b": self.platt[1]} if self.platt else None,
                 **self.extra, "heldout_queries": self.heldout_queries}
         path = Path(model_dir) / CONFIG_NAME
         tmp = path.with_suffix(".tmp")
@@ -105,6 +109,13 @@ def passage_text(title: str, text: str, section: str = "") -> str:
 
 def chunk_text(chunk: Chunk) -> str:
     return passage_text(chunk.title, chunk.text, chunk.section)
+
+
+def _sigmoid(z: float) -> float:
+    if z >= 0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)
+    return e / (1.0 + e)
 
 
 def _minmax(x: np.ndarray, lo: float | None = None, hi: float | None = None) -> np.ndarray:
@@ -190,6 +201,7 @@ class CrossEncoderReranker:
             self.model = CrossEncoder(str(path), device="cpu", local_files_only=True, max_length=self.max_length)
         finally:
             hf_logging.set_verbosity(verbosity)
+        self.model.max_seq_length = self.max_length
         if int(getattr(self.model, "num_labels", 1)) != 1:
             raise ValueError(f"{path} has {self.model.num_labels} labels; a reranker needs one relevance logit")
         self.model.eval()
@@ -217,7 +229,9 @@ class CrossEncoderReranker:
     def rerank(self, query: str, hits: list[Hit]) -> list[Hit]:
         """Rerank the first ``top_n`` hits (given best first) and fuse with their first-stage order.
 
-        Sets ``hit.scores["rerank"]`` (logit) on the reranked head, keeps the first-stage score in
+        Sets ``hit.scores["rerank"]`` (logit) on the reranked head -- and ``hit.scores["rerank_prob"]``,
+        the probability that the passage answers the query, when the trainer calibrated one --, keeps
+        the first-stage score in
         ``hit.scores["first_stage"]``, and returns all hits re-sorted by the fused ``score`` with
         ranks 1..n. Hits beyond ``top_n`` keep their relative order below the head.
         """
@@ -230,8 +244,11 @@ class CrossEncoderReranker:
             raise ValueError(f"rerank needs the chunk text of every candidate; missing for {missing[:3]}")
         logits = self.score(query, [chunk_text(h.chunk) for h in head])  # type: ignore[arg-type]
         fused = blend_scores([h.score for h in ordered], logits, self.blend)
+        platt = self.config.platt
         for h, logit in zip(head, logits, strict=True):
             h.scores["rerank"] = float(logit)
+            if platt is not None:
+                h.scores["rerank_prob"] = _sigmoid(platt[0] * float(logit) + platt[1])
         for h, s in zip(ordered, fused, strict=True):
             h.scores.setdefault("first_stage", float(h.score))
             h.score = float(s)

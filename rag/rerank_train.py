@@ -216,7 +216,14 @@ def _run_from(ranked: dict[str, list[tuple[str, float]]]) -> dict[str, dict[str,
 # --------------------------------------------------------------------------- model
 
 
-def _build_model(base_model: Path, *, max_length: int, layers: int | None, seed: int):
+def _build_model(base_model: Path, *, max_length: int, layers: int | None, seed: int, pooling: str = "mean"):
+    """A CrossEncoder over the first ``layers`` layers of ``base_model`` with a fresh 1-logit head.
+
+    ``mean``: transformer -> mean pooling -> linear (saved as sentence-transformers modules, so
+    ``CrossEncoder(dir)`` loads it). Why not the usual [CLS] head: e5 was trained with mean pooling
+    and its [CLS] state is the same vector for every input (cosine 1.000 measured), which leaves a
+    [CLS] classifier nothing to start from. ``cls``: the classic sequence-classification head.
+    """
     import torch
     from sentence_transformers import CrossEncoder
     from transformers.utils import logging as hf_logging
@@ -226,17 +233,31 @@ def _build_model(base_model: Path, *, max_length: int, layers: int | None, seed:
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()   # the new head / dropped layers are expected, not news
     try:
-        model = CrossEncoder(str(base_model), num_labels=1, max_length=max_length, device="cpu",
-                             local_files_only=True, config_kwargs=config_kwargs)
+        if pooling == "mean":
+            from sentence_transformers.base.modules import Dense, Transformer
+            from sentence_transformers.sentence_transformer.modules import Pooling
+
+            body = Transformer(str(base_model), transformer_task="feature-extraction", config_kwargs=config_kwargs,
+                               processor_kwargs={"model_max_length": max_length},
+                               model_kwargs={"local_files_only": True})
+            dim = body.get_embedding_dimension()
+            head = Dense(dim, 1, activation_function=None, module_input_name="sentence_embedding",
+                         module_output_name="scores")
+            model = CrossEncoder(modules=[body, Pooling(dim, "mean"), head], device="cpu")
+        elif pooling == "cls":
+            model = CrossEncoder(str(base_model), num_labels=1, max_length=max_length, device="cpu",
+                                 local_files_only=True, config_kwargs=config_kwargs)
+        else:
+            raise TrainingError(f"pooling must be 'mean' or 'cls', not {pooling!r}")
     finally:
         hf_logging.set_verbosity(verbosity)
     hf = _hf_model(model)
-    pooler = getattr(getattr(hf, "bert", None) or getattr(hf, "base_model", None), "pooler", None)
+    pooler = getattr(getattr(hf, "bert", None) or hf, "pooler", None)
     if pooler is not None and hasattr(pooler, "dense"):
         w = pooler.dense.weight
         if float(w.detach().abs().max()) == 0.0:
-            # Encoders rebuilt without a pooler (our e5 folder) ship zeros, which would feed the new
-            # head a constant; start from identity so the head sees the [CLS] state.
+            # Encoders rebuilt without a pooler (our e5 folder) ship zeros, which would feed a [CLS]
+            # head a constant; start from identity.
             with torch.no_grad():
                 w.copy_(torch.eye(w.shape[0], dtype=w.dtype))
                 pooler.dense.bias.zero_()
@@ -267,6 +288,23 @@ def _score_all(model: Any, pairs: list[tuple[str, str]], batch_size: int = 32) -
     return np.asarray(out, dtype=np.float32).reshape(-1)
 
 
+def _fit_platt(qids: list[str], logits: dict[str, np.ndarray], candidates: Callable[[str], list[str]],
+               qrels: dict[str, dict[str, int]]) -> tuple[float, float] | None:
+    """Logistic fit of logit -> relevant on calibration candidates, so the answer threshold can use a
+    probability. None when the calibration candidates hold only one class."""
+    from sklearn.linear_model import LogisticRegression
+
+    x, y = [], []
+    for q in qids:
+        for d, z in zip(candidates(q), logits[q], strict=False):
+            x.append(float(z))
+            y.append(1 if d in qrels[q] else 0)
+    if len(set(y)) < 2:
+        return None
+    lr = LogisticRegression(C=1.0).fit(np.asarray(x).reshape(-1, 1), np.asarray(y))
+    return float(lr.coef_[0][0]), float(lr.intercept_[0])
+
+
 # --------------------------------------------------------------------------- training
 
 
@@ -291,6 +329,8 @@ def train_reranker(
     top_n: int = 20,
     threads: int = 1,
     max_train_queries: int | None = None,
+    freeze_embeddings: bool = True,
+    pooling: str = "mean",
     evaluate: bool = True,
     progress: bool = True,
     models_dir: str | Path | None = None,
@@ -364,11 +404,17 @@ def train_reranker(
         return passage_text(title, text)
 
     # ---- model and optimiser
-    model = _build_model(base, max_length=max_length, layers=layers, seed=seed)
+    model = _build_model(base, max_length=max_length, layers=layers, seed=seed, pooling=pooling)
     hf = _hf_model(model)
-    head_names = ("classifier", "pooler")
-    head = [p for n, p in hf.named_parameters() if any(h in n for h in head_names)]
-    body = [p for n, p in hf.named_parameters() if not any(h in n for h in head_names)]
+    if freeze_embeddings:
+        # The multilingual vocabulary is 250k x 384: its dense gradient and Adam state would cost more
+        # per step than the transformer itself, and a few hundred questions cannot improve it anyway.
+        hf.get_input_embeddings().weight.requires_grad_(False)
+    # The new head (and a [CLS] head's pooler) learns fast; the pretrained body slowly.
+    body_ids = {id(p) for n, p in hf.named_parameters() if not any(h in n for h in ("classifier", "pooler"))}
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    body = [p for p in trainable if id(p) in body_ids]
+    head = [p for p in trainable if id(p) not in body_ids]
     optimiser = torch.optim.AdamW([{"params": body, "lr": lr}, {"params": head, "lr": head_lr}], weight_decay=0.01)
     steps_per_epoch = math.ceil(len(examples) / batch_groups)
     total_steps = steps_per_epoch * epochs
@@ -405,7 +451,7 @@ def train_reranker(
             loss = torch.nn.functional.cross_entropy(logits, target)
             optimiser.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(hf.parameters(), 1.0)
+            torch.nn.utils.clip_grad_norm_(trainable, 1.0)
             optimiser.step()
             scheduler.step()
             losses.append(float(loss.detach()))
@@ -442,12 +488,14 @@ def train_reranker(
         best_score = max(s for s, _ in scores)
         # Among (near-)ties prefer the smaller rerank weight: the conservative choice.
         best = min((b for s, b in scores if s >= best_score - 1e-9), key=lambda b: (b.weight, b.method != "rrf"))
+        platt = _fit_platt(calib_q, calib_logits, lambda q: [d for d, _ in ranked[q][:top_n]], data.qrels)
         calibration.update({
             "first_stage_ndcg@10": round(first_ndcg, 4), "blend_ndcg@10": round(best_score, 4),
+            "platt": {"a": round(platt[0], 6), "b": round(platt[1], 6)} if platt else None,
             "grid": [{"method": b.method, "weight": b.weight, "ndcg@10": round(s, 4)} for s, b in scores],
         })
     else:
-        best = Blend(weight=0.5, method="rrf")
+        best, platt = Blend(weight=0.5, method="rrf"), None
         calibration["note"] = "no calibration queries (calib_split=0): even RRF blend, uncalibrated"
 
     # ---- held-out evaluation (never trained or calibrated on)
@@ -469,7 +517,7 @@ def train_reranker(
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     n_layers = int(getattr(hf.config, "num_hidden_layers", 0))
     summary: dict[str, Any] = {
-        "out_dir": str(out), "base_model": str(base), "seed": seed, "epochs": epochs, "layers": n_layers,
+        "out_dir": str(out), "base_model": str(base), "seed": seed, "epochs": epochs, "layers": n_layers, "pooling": pooling,
         "max_length": max_length, "group_size": group_size, "negatives_depth": negatives_depth,
         "train_split": train_split, "calib_split": calib_split, "top_n": top_n,
         "n_train_queries": len(train_q), "n_calibration_queries": len(calib_q), "n_heldout_queries": len(heldout_q),
@@ -481,7 +529,7 @@ def train_reranker(
     }
     try:
         model.save_pretrained(str(work))
-        cfg = RerankerConfig(top_n=top_n, max_length=max_length, blend=best, heldout_queries=heldout_q,
+        cfg = RerankerConfig(top_n=top_n, max_length=max_length, blend=best, platt=platt, heldout_queries=heldout_q,
                              extra={"training": summary, "train_queries": train_q, "calibration_queries": calib_q})
         cfg.save(work)
         if out.exists():
