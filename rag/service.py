@@ -18,6 +18,7 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 
 from rag.answer import Generator, citation, extract, unsupported_sentences
+from rag.chunk import DEFAULT_OVERLAP_CHARS, DEFAULT_TARGET_CHARS
 from rag.dense import DenseStore
 from rag.fusion import fuse
 from rag.generations import Generations
@@ -55,6 +56,8 @@ class RetrievalConfig:
     confidence_floor: float = 0.80     # dense cosine mapped to confidence 0 ...
     confidence_ceiling: float = 0.90   # ... and to 1 (e5-small's range; other encoders need their own)
     same_language: bool = True         # answer from a passage in the query's language when one is retrieved
+    chunk_chars: int = DEFAULT_TARGET_CHARS
+    chunk_overlap: int = DEFAULT_OVERLAP_CHARS
 
 
 class KnowledgeBase:
@@ -76,7 +79,8 @@ class KnowledgeBase:
         dim = int(getattr(encoder, "dim", 384))
         self.dense = DenseStore(pool, dim=dim, ef_search=self.config.ef_search)
         self.generations = Generations(pool, self.dense, lexical, encoder, encoder_name=encoder_name,
-                                       progress=progress)
+                                       target_chars=self.config.chunk_chars,
+                                       overlap_chars=self.config.chunk_overlap, progress=progress)
 
     # ------------------------------------------------------------------ state
 

