@@ -127,15 +127,17 @@ class _Turn:
     # -- the turn --
 
     def run(self) -> TurnResult:
-        if self.conv["state"] == "closed":
-            t = sm.start_new_session(self.conn, self.conv, message_id=self.message_id)
-            self.transitions.append({"from": t["from"], "to": t["to"], "reason": "new_session"})
         with self.stage("harness"):
             verdict = self.r.harness.screen(self.conn, channel=self.conv["channel"],
                                             customer_id=self.conv["customer_id"], text=self.text,
                                             message_id=self.message_id)
         self.flags = verdict.flags
         self.trace["harness"] = {"action": verdict.action, "rule": verdict.rule, **verdict.detail}
+        if verdict.action == "throttle":   # refused: nothing about the conversation changes
+            return self.harness_outcome(verdict)
+        if self.conv["state"] == "closed":
+            t = sm.start_new_session(self.conn, self.conv, message_id=self.message_id)
+            self.transitions.append({"from": t["from"], "to": t["to"], "reason": "new_session"})
         if not verdict.passed:
             return self.harness_outcome(verdict)
 
@@ -172,8 +174,12 @@ class _Turn:
             esc = Escalation(rule="crisis", reason=f"crisis words ({v.detail['matched']})", priority="urgent")
             decision = Decision(tier="L3", channel="harness", explanation=explanation, escalation=esc)
             if held is not None and self.conv["state"] in sm.HUMAN_HOLDS:
-                self.to_ticket(held)   # a person is already there; the ticket shows the message
-                return self.result(decision, ticket_id=held["id"])
+                # a person holds it: the message goes to the ticket, whose priority rises to urgent; the
+                # safe reply still goes out while the customer waits in the queue (nobody is talking yet)
+                self.to_ticket(held)
+                ticket_id = self.open_ticket("handoff", decision, reason=esc.reason, priority="urgent")
+                waiting = self.conv["state"] == "l3_queuing" and v.reply
+                return self.result(decision, reply=self.send(v.reply) if waiting else None, ticket_id=ticket_id)
             ticket_id = self.open_l3(decision, reason=esc.reason, priority="urgent", via_classifying=True)
             reply = self.send(v.reply, kind="reply") if v.reply else None
             return self.result(decision, reply=reply, ticket_id=ticket_id)
@@ -243,8 +249,6 @@ class _Turn:
                         explanation={**c.explanation, **extra}, escalation=esc)
 
     def route(self) -> TurnResult:
-        if self.conv["state"] != "idle" and self.conv["state"] not in sm.ROUTABLE:
-            raise sm.IllegalTransition(self.conv["state"], "classifying")
         if self.conv["state"] == "feedback_pending" and self.r.escalation.is_dissatisfied(self.text):
             sm.save_counters(self.conn, self.conv["id"], feedback="negative")
         self.move("classifying", "message")
