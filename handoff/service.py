@@ -22,6 +22,7 @@ import json
 import logging
 import re
 from collections.abc import Callable
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -131,11 +132,36 @@ class HandoffService:
     def _lease_expr(self) -> _Sql:
         return _Sql("now() + make_interval(secs => %s)", self._lease())
 
+    @staticmethod
+    def _event(conn, notes: list[str], ticket: dict[str, Any], actor: Agent, action: str,
+               payload: dict[str, Any] | None = None, *, idempotency_key: str | None = None) -> dict[str, Any]:
+        return T.record_event(conn, ticket, actor, action, payload, idempotency_key=idempotency_key, notes=notes)
+
+    @contextmanager
+    def _read(self):
+        """A connection in autocommit for single statements: one round trip instead of BEGIN/query/COMMIT."""
+        with self.pool.connection() as conn:
+            conn.autocommit = True
+            try:
+                yield conn
+            finally:
+                if not conn.closed:
+                    conn.autocommit = False
+
+    @contextmanager
+    def _action(self):
+        """One agent action: (connection, notes) in a transaction; notifications go out after the commit."""
+        notes: list[str] = []
+        with self.pool.connection() as conn:
+            with conn.transaction():
+                yield conn, notes
+            T.publish(conn, notes)
+
     def authenticate(self, token: str | None) -> Agent | None:
         """The agent behind a Bearer token (None: missing, unknown, expired, revoked or agent disabled)."""
         from handoff.agents import authenticate
 
-        with self.pool.connection() as conn:
+        with self._read() as conn:
             return authenticate(conn, token)
 
     # -- the router's side (caller's transaction) -----------------------------------------------
@@ -293,7 +319,7 @@ class HandoffService:
                               c_created=datetime.fromisoformat(created), c_id=T.parse_id(tid))
             except (ValueError, TypeError, NotFound):
                 raise Invalid("the cursor is malformed; use the next_cursor of a previous page") from None
-        with self.pool.connection() as conn:
+        with self._read() as conn:
             rows = conn.execute(
                 f"SELECT * FROM tickets WHERE {' AND '.join(where)} "
                 "ORDER BY priority_rank, sla_due_at, created_at, id LIMIT %(limit)s",
@@ -308,7 +334,7 @@ class HandoffService:
         return [T.ticket_row(r) for r in rows], next_cursor
 
     def get_ticket(self, agent: Agent, ticket_id) -> dict[str, Any]:
-        with self.pool.connection() as conn:
+        with self._read() as conn:
             ticket = T.fetch_ticket(conn, ticket_id)
         self._check_visible(agent, ticket)
         return ticket
@@ -317,7 +343,7 @@ class HandoffService:
                       limit: int = 100) -> tuple[list[dict[str, Any]], int | None]:
         """The audit trail of a ticket, oldest first; (events, id to pass as ``after`` for more, or None)."""
         limit = min(max(1, limit), 500)
-        with self.pool.connection() as conn:
+        with self._read() as conn:
             ticket = T.fetch_ticket(conn, ticket_id)
             self._check_visible(agent, ticket)
             rows = conn.execute(
@@ -335,7 +361,7 @@ class HandoffService:
     def events_since(self, agent: Agent, after: int, *, limit: int = 1000) -> list[dict[str, Any]]:
         """Queue events after an event id, as live notifications carry them (replay for a reconnecting screen)."""
         teams = self._team_scope(agent, None)
-        with self.pool.connection() as conn:
+        with self._read() as conn:
             return conn.execute(
                 f"""
                 SELECT e.id, e.ticket_id::text AS ticket_id, e.action, e.actor, e.at, t.kind, t.team, t.priority,
@@ -351,7 +377,8 @@ class HandoffService:
         """Queue depth by kind/team/priority, the oldest wait, SLA breaches (over the teams the caller sees)."""
         teams = self._team_scope(agent, None)
         scope = "AND team = ANY(%(teams)s)" if teams is not None else ""
-        with self.pool.connection() as conn:
+        t_scope = "AND t.team = ANY(%(teams)s)" if teams is not None else ""
+        with self._read() as conn:
             rows = conn.execute(
                 f"""
                 SELECT kind, team, priority,
@@ -368,7 +395,7 @@ class HandoffService:
             recent = conn.execute(
                 f"""
                 SELECT count(*) AS n FROM ticket_events e JOIN tickets t ON t.id = e.ticket_id
-                WHERE e.action = 'sla_breached' AND e.at > now() - interval '24 hours' {"AND t.team = ANY(%(teams)s)" if teams is not None else ""}
+                WHERE e.action = 'sla_breached' AND e.at > now() - interval '24 hours' {t_scope}
                 """,
                 {"teams": teams},
             ).fetchone()
@@ -412,10 +439,10 @@ class HandoffService:
         SELECT id, %(actor)s, %(agent_id)s, 'claimed', json_build_object('via', 'claim_next') FROM claimed
         RETURNING id, at
     )
-    SELECT c.*, pg_notify('handoff_events', json_build_object(
+    SELECT c.*, json_build_object(
         'id', ev.id, 'ticket_id', c.id, 'action', 'claimed', 'actor', %(actor)s::text, 'at', ev.at,
         'kind', c.kind, 'team', c.team, 'priority', c.priority, 'status', c.status,
-        'claimed_by', c.claimed_by)::text) AS _notified
+        'claimed_by', c.claimed_by)::text AS _note
     FROM claimed c, ev
     """
 
@@ -434,10 +461,11 @@ class HandoffService:
         if not agent.sees_all_teams:
             filters.append("AND skills <@ %(skills)s::text[]")
             params["skills"] = list(agent.skills)
-        with self.pool.connection() as conn, conn.transaction():
+        with self._action() as (conn, notes):
             row = conn.execute(self._CLAIM_NEXT.format(filters=" ".join(filters)), params).fetchone()
             if row is None:
                 return None
+            notes.append(row["_note"])
             ticket = T.ticket_row(row)
             self._port("on_ticket_claimed", conn, ticket)
         self._count(ticket, "claimed")
@@ -445,7 +473,7 @@ class HandoffService:
 
     def claim(self, agent: Agent, ticket_id) -> dict[str, Any]:
         """Take a given ticket. Claiming one you already hold renews the lease (a retry is harmless)."""
-        with self.pool.connection() as conn, conn.transaction():
+        with self._action() as (conn, notes):
             ticket = T.lock_ticket(conn, ticket_id)
             self._check_visible(agent, ticket)
             if not agent.has_skills(ticket["skills"]):
@@ -459,7 +487,7 @@ class HandoffService:
             updated = self._update(conn, ticket["id"], status="claimed", claimed_by=agent.id,
                                    claimed_at=_Sql("now()"), lease_expires_at=self._lease_expr(),
                                    first_claimed_at=_Sql("coalesce(first_claimed_at, now())"))
-            T.record_event(conn, updated, agent, "claimed", {"via": "claim"})
+            self._event(conn, notes, updated, agent, "claimed", {"via": "claim"})
             self._port("on_ticket_claimed", conn, updated)
         self._count(updated, "claimed")
         return updated
@@ -467,7 +495,7 @@ class HandoffService:
     def heartbeat(self, agent: Agent, ticket_id) -> dict[str, Any]:
         """Extend the caller's lease. 409 when the lease was lost (expired and requeued, or transferred)."""
         tid = T.parse_id(ticket_id)
-        with self.pool.connection() as conn:
+        with self._read() as conn:
             row = conn.execute(
                 """
                 UPDATE tickets SET lease_expires_at = now() + make_interval(secs => %s)
@@ -483,24 +511,24 @@ class HandoffService:
                                status_now=ticket["status"])
         return {"ticket_id": str(row["id"]), "status": row["status"], "lease_expires_at": row["lease_expires_at"]}
 
-    def _requeue(self, conn, agent: Agent, ticket: dict[str, Any], action: str, payload: dict[str, Any],
-                 **changes: Any) -> dict[str, Any]:
+    def _requeue(self, conn, notes: list[str], agent: Agent, ticket: dict[str, Any], action: str,
+                 payload: dict[str, Any], **changes: Any) -> dict[str, Any]:
         was_claimed = ticket["status"] == "claimed"
         updated = self._update(conn, ticket["id"], status="queued", claimed_by=None, claimed_at=None,
                                lease_expires_at=None, requeues=_Sql("requeues + 1"), **changes)
-        T.record_event(conn, updated, agent, action, payload)
+        self._event(conn, notes, updated, agent, action, payload)
         if was_claimed:
             self._port("on_ticket_requeued", conn, updated)
         return updated
 
     def release(self, agent: Agent, ticket_id, *, reason: str | None = None) -> dict[str, Any]:
         """Give a claimed ticket back to the queue."""
-        with self.pool.connection() as conn, conn.transaction():
+        with self._action() as (conn, notes):
             ticket = T.lock_ticket(conn, ticket_id)
             self._check_holder(agent, ticket, supervisors_too=True)
             if ticket["status"] != "claimed":
                 raise Conflict(f"ticket {ticket['id']} is not claimed", status_now=ticket["status"])
-            updated = self._requeue(conn, agent, ticket, "released",
+            updated = self._requeue(conn, notes, agent, ticket, "released",
                                     {"reason": reason, "previous_agent": ticket["claimed_by"]})
         self._count(updated, "released")
         return updated
@@ -512,14 +540,14 @@ class HandoffService:
             raise Invalid("name a team, an agent, or both")
         if team is not None and not _TEAM.match(team):
             raise Invalid(f"invalid team {team!r}")
-        with self.pool.connection() as conn, conn.transaction():
+        with self._action() as (conn, notes):
             ticket = T.lock_ticket(conn, ticket_id)
             self._check_holder(agent, ticket, supervisors_too=True)
             new_team = team or ticket["team"]
             payload = {"from_team": ticket["team"], "to_team": new_team, "from_agent": ticket["claimed_by"],
                        "note": note}
             if to_agent is None:
-                updated = self._requeue(conn, agent, ticket, "transferred", payload, team=new_team)
+                updated = self._requeue(conn, notes, agent, ticket, "transferred", payload, team=new_team)
             else:
                 target_row = conn.execute(
                     "SELECT * FROM handoff_agents WHERE name = %s OR id::text = %s",
@@ -536,7 +564,7 @@ class HandoffService:
                 updated = self._update(conn, ticket["id"], team=new_team, status="claimed", claimed_by=target.id,
                                        claimed_at=_Sql("now()"), lease_expires_at=self._lease_expr(),
                                        first_claimed_at=_Sql("coalesce(first_claimed_at, now())"))
-                T.record_event(conn, updated, agent, "transferred", payload)
+                self._event(conn, notes, updated, agent, "transferred", payload)
                 if ticket["status"] == "queued":
                     self._port("on_ticket_claimed", conn, updated)
         self._count(updated, "transferred")
@@ -587,7 +615,7 @@ class HandoffService:
         """Send an agent message to the customer: stored in the transcript and queued for delivery."""
         text = self._check_text(text)
         key = self._check_key(idempotency_key)
-        with self.pool.connection() as conn, conn.transaction():
+        with self._action() as (conn, notes):
             ticket = T.lock_ticket(conn, ticket_id)
             self._check_visible(agent, ticket)
             replay = self._replay(conn, agent, ticket, key)
@@ -595,15 +623,15 @@ class HandoffService:
                 return replay
             self._check_holder(agent, ticket)
             delivery = self._send(conn, agent, ticket, text)
-            ev = T.record_event(conn, ticket, agent, "agent_message", {"delivery": delivery, "chars": len(text)},
-                                idempotency_key=key)
+            ev = self._event(conn, notes, ticket, agent, "agent_message",
+                             {"delivery": delivery, "chars": len(text)}, idempotency_key=key)
         self._count(ticket, "agent_message")
         return {"ticket": ticket, "event_id": ev["id"], "action": "agent_message", "delivery": delivery,
                 "replayed": False}
 
     def _decide_draft(self, agent: Agent, ticket_id, *, text: str | None, key: str | None) -> dict[str, Any]:
         action = "approved" if text is None else "edited"
-        with self.pool.connection() as conn, conn.transaction():
+        with self._action() as (conn, notes):
             ticket = T.lock_ticket(conn, ticket_id)
             self._check_visible(agent, ticket)
             replay = self._replay(conn, agent, ticket, key)
@@ -637,7 +665,7 @@ class HandoffService:
                        "action": (ticket["draft"] or {}).get("action")}
             if text is not None:
                 payload.update(original=original, edited=text)
-            ev = T.record_event(conn, updated, agent, action, payload, idempotency_key=key)
+            ev = self._event(conn, notes, updated, agent, action, payload, idempotency_key=key)
             if updated["status"] == "resolved":
                 self._port("on_ticket_resolved", conn, updated)
         self._count(updated, action)
@@ -658,13 +686,13 @@ class HandoffService:
         reason = (reason or "").strip()
         if not reason:
             raise Invalid("a rejection needs a reason")
-        with self.pool.connection() as conn, conn.transaction():
+        with self._action() as (conn, notes):
             ticket = T.lock_ticket(conn, ticket_id)
             self._check_holder(agent, ticket)
             if ticket["draft"] is None or ticket["draft_status"] != "pending":
                 raise Conflict(f"ticket {ticket['id']} has no pending draft")
             updated = self._update(conn, ticket["id"], draft_status="rejected")
-            T.record_event(conn, updated, agent, "rejected", {"reason": reason})
+            self._event(conn, notes, updated, agent, "rejected", {"reason": reason})
         self._count(updated, "rejected")
         return updated
 
@@ -674,26 +702,27 @@ class HandoffService:
         """Close the ticket with an outcome; the conversation moves on to feedback and does not bounce back."""
         if not _OUTCOME.match(outcome or ""):
             raise Invalid("outcome must be a lower-case word such as 'solved', 'refunded' or 'duplicate'")
-        with self.pool.connection() as conn, conn.transaction():
+        with self._action() as (conn, notes):
             ticket = T.lock_ticket(conn, ticket_id)
             self._check_holder(agent, ticket, supervisors_too=True)
             updated = self._update(conn, ticket["id"], status="resolved", outcome=outcome, claimed_by=None,
                                    lease_expires_at=None, resolved_by=agent.id, closed_at=_Sql("now()"))
-            T.record_event(conn, updated, agent, "resolved", {"outcome": outcome, "note": note,
-                                                              "held_by": ticket["claimed_by"]})
+            self._event(conn, notes, updated, agent, "resolved",
+                        {"outcome": outcome, "note": note, "held_by": ticket["claimed_by"]})
             self._port("on_ticket_resolved", conn, updated)
         self._count(updated, "resolved")
         return updated
 
     def return_to_bot(self, agent: Agent, ticket_id, *, note: str | None = None) -> dict[str, Any]:
         """Hand the conversation back: the bot is in charge again."""
-        with self.pool.connection() as conn, conn.transaction():
+        with self._action() as (conn, notes):
             ticket = T.lock_ticket(conn, ticket_id)
             self._check_holder(agent, ticket, supervisors_too=True)
             updated = self._update(conn, ticket["id"], status="returned_to_bot", outcome="returned_to_bot",
                                    claimed_by=None, lease_expires_at=None, resolved_by=agent.id,
                                    closed_at=_Sql("now()"))
-            T.record_event(conn, updated, agent, "returned_to_bot", {"note": note, "held_by": ticket["claimed_by"]})
+            self._event(conn, notes, updated, agent, "returned_to_bot",
+                        {"note": note, "held_by": ticket["claimed_by"]})
             self._port("on_returned_to_bot", conn, updated)
         self._count(updated, "returned_to_bot")
         return updated
@@ -702,7 +731,7 @@ class HandoffService:
         """Cancel from the API (supervisors and admins)."""
         if not agent.sees_all_teams:
             raise Forbidden("only supervisors and admins cancel tickets")
-        with self.pool.connection() as conn, conn.transaction():
+        with self._action() as (conn, notes):
             return self.cancel_ticket(conn, ticket_id, reason=reason, actor=agent)
 
     # -- sweeps (any pod; one at a time) -------------------------------------------------------
@@ -724,10 +753,10 @@ class HandoffService:
                json_build_object('previous_agent', previous_agent, 'lapsed_at', lapsed_at) FROM upd
         RETURNING id, ticket_id, at
     )
-    SELECT upd.*, pg_notify('handoff_events', json_build_object(
+    SELECT upd.*, json_build_object(
         'id', ev.id, 'ticket_id', upd.id, 'action', 'lease_expired', 'actor', 'system:lease-sweeper', 'at', ev.at,
         'kind', upd.kind, 'team', upd.team, 'priority', upd.priority, 'status', upd.status,
-        'claimed_by', NULL)::text) AS _notified
+        'claimed_by', NULL)::text AS _note
     FROM upd JOIN ev ON ev.ticket_id = upd.id
     """
 
@@ -754,39 +783,42 @@ class HandoffService:
                                  'missed_due', missed_due, 'breaches', sla_breaches) FROM upd
         RETURNING id, ticket_id, at
     )
-    SELECT upd.*, pg_notify('handoff_events', json_build_object(
+    SELECT upd.*, json_build_object(
         'id', ev.id, 'ticket_id', upd.id, 'action', 'sla_breached', 'actor', 'system:sla-sweeper', 'at', ev.at,
         'kind', upd.kind, 'team', upd.team, 'priority', upd.priority, 'status', upd.status,
-        'claimed_by', NULL)::text) AS _notified
+        'claimed_by', NULL)::text AS _note
     FROM upd JOIN ev ON ev.ticket_id = upd.id
     """
 
-    def sweep_leases(self, conn: psycopg.Connection, *, batch: int = 1000) -> list[dict[str, Any]]:
-        """Expired leases go back to the queue, each with a ``lease_expired`` event (caller's transaction)."""
-        rows = [T.ticket_row({k: v for k, v in r.items() if k not in ("previous_agent", "lapsed_at")})
-                for r in conn.execute(self._SWEEP_LEASES, {"batch": batch}).fetchall()]
-        for ticket in rows:
+    def _sweep_leases(self, conn: psycopg.Connection, notes: list[str], batch: int) -> list[dict[str, Any]]:
+        """Expired leases go back to the queue, each with a ``lease_expired`` event."""
+        rows = conn.execute(self._SWEEP_LEASES, {"batch": batch}).fetchall()
+        notes.extend(r["_note"] for r in rows)
+        tickets = [T.ticket_row({k: v for k, v in r.items() if k not in ("previous_agent", "lapsed_at")})
+                   for r in rows]
+        for ticket in tickets:
             self._port("on_ticket_requeued", conn, ticket)
-        return rows
+        return tickets
 
-    def sweep_sla(self, conn: psycopg.Connection, *, batch: int = 1000) -> list[dict[str, Any]]:
+    def _sweep_sla(self, conn: psycopg.Connection, notes: list[str], batch: int) -> list[dict[str, Any]]:
         """Queued tickets past their SLA: priority up one step, a new deadline at that priority, breach counted."""
         sla = self.config.sla_seconds
         rows = conn.execute(self._SWEEP_SLA, {
             "batch": batch, "sla_normal": float(sla["normal"]), "sla_high": float(sla["high"]),
             "sla_urgent": float(sla["urgent"]),
         }).fetchall()
+        notes.extend(r["_note"] for r in rows)
         return [T.ticket_row({k: v for k, v in r.items() if k not in ("previous_priority", "missed_due")})
                 for r in rows]
 
-    def run_sweeps(self) -> dict[str, Any]:
+    def run_sweeps(self, *, batch: int = 1000) -> dict[str, Any]:
         """Both sweeps under a transaction-scoped advisory lock: when another pod holds it, this one skips."""
-        with self.pool.connection() as conn, conn.transaction():
+        with self._action() as (conn, notes):
             got = conn.execute("SELECT pg_try_advisory_xact_lock(%s) AS got", (SWEEP_LOCK_KEY,)).fetchone()["got"]
             if not got:
                 return {"leader": False, "requeued": 0, "breached": 0}
-            requeued = self.sweep_leases(conn)
-            breached = self.sweep_sla(conn)
+            requeued = self._sweep_leases(conn, notes, batch)
+            breached = self._sweep_sla(conn, notes, batch)
             depth = conn.execute(
                 "SELECT kind, priority, count(*) AS n FROM tickets WHERE status = 'queued' GROUP BY kind, priority"
             ).fetchall()

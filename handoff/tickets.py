@@ -1,15 +1,16 @@
 """Ticket rows and their audit trail, at the SQL level (functions take a connection).
 
-Every change to a ticket appends one ``ticket_events`` row and, in the same statement, sends
-a ``NOTIFY handoff_events`` carrying the event id and the ticket's routing fields (never its
-context: notifications are small and free of customer data). Postgres delivers the
-notification only when the transaction commits, so live screens never see a change that
-was rolled back.
+Every change to a ticket appends one ``ticket_events`` row and a notification on
+``handoff_events`` carrying the event id and the ticket's routing fields (never its context:
+notifications are small and free of customer data). Live screens never see a change that was
+rolled back: a NOTIFY issued inside a transaction is delivered at its commit, and the
+service's own actions publish theirs right after their commit (see :func:`publish`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from typing import Any
 
@@ -17,6 +18,8 @@ import psycopg
 
 from handoff.errors import NotFound
 from handoff.models import Agent
+
+log = logging.getLogger(__name__)
 
 CHANNEL = "handoff_events"
 _UUID_FIELDS = ("id", "claimed_by", "approved_by", "resolved_by")
@@ -32,6 +35,7 @@ def ticket_row(row: dict[str, Any] | None) -> dict[str, Any] | None:
             out[key] = str(out[key])
     out.pop("priority_rank", None)
     out.pop("_notified", None)
+    out.pop("_note", None)
     return out
 
 
@@ -67,17 +71,22 @@ WITH e AS (
     VALUES (%(ticket_id)s, %(actor)s, %(agent_id)s, %(action)s, %(payload)s, %(key)s)
     RETURNING id, ticket_id, actor, action, at
 )
-SELECT e.id, e.at, pg_notify('handoff_events', json_build_object(
+SELECT e.id, e.at, n.note, CASE WHEN %(now)s THEN pg_notify('handoff_events', n.note) END AS notified
+FROM e, LATERAL (SELECT json_build_object(
     'id', e.id, 'ticket_id', e.ticket_id, 'action', e.action, 'actor', e.actor, 'at', e.at,
     'kind', %(kind)s::text, 'team', %(team)s::text, 'priority', %(priority)s::text,
-    'status', %(status)s::text, 'claimed_by', %(claimed_by)s::text)::text) AS notified
-FROM e
+    'status', %(status)s::text, 'claimed_by', %(claimed_by)s::text)::text AS note) n
 """
 
 
 def record_event(conn: psycopg.Connection, ticket: dict[str, Any], actor: Agent | str, action: str,
-                 payload: dict[str, Any] | None = None, *, idempotency_key: str | None = None) -> dict[str, Any]:
-    """Append an audit event for ``ticket`` (its state after the change) and notify listeners."""
+                 payload: dict[str, Any] | None = None, *, idempotency_key: str | None = None,
+                 notes: list[str] | None = None) -> dict[str, Any]:
+    """Append an audit event for ``ticket`` (its state after the change) and notify listeners.
+
+    Without ``notes`` the NOTIFY is part of the caller's transaction; with ``notes`` the
+    notification is appended there for :func:`publish` after the commit.
+    """
     if isinstance(actor, Agent):
         actor_name, agent_id = actor.actor, actor.id
     else:
@@ -86,9 +95,38 @@ def record_event(conn: psycopg.Connection, ticket: dict[str, Any], actor: Agent 
         "ticket_id": parse_id(ticket["id"]), "actor": actor_name, "agent_id": agent_id, "action": action,
         "payload": json.dumps(payload or {}, ensure_ascii=False, default=str), "key": idempotency_key,
         "kind": ticket["kind"], "team": ticket["team"], "priority": ticket["priority"],
-        "status": ticket["status"], "claimed_by": ticket.get("claimed_by"),
+        "status": ticket["status"], "claimed_by": ticket.get("claimed_by"), "now": notes is None,
     }).fetchone()
+    if notes is not None:
+        notes.append(row["note"])
     return {"id": row["id"], "at": row["at"]}
+
+
+def publish(conn: psycopg.Connection, notes: list[str]) -> None:
+    """Send notifications for changes that have just committed, in one round trip.
+
+    A NOTIFY inside a transaction serialises every notifying commit behind one global lock
+    held through the WAL flush (measured: ~500 commits/s instead of ~3,000 with 16 writers),
+    so actions publish after their commit instead, in a tiny transaction of their own with
+    ``synchronous_commit`` off (nothing durable is written; the audit log is the record).
+    Best effort: a failure is logged, and a screen that reconnects replays from the log.
+    """
+    if not notes:
+        return
+    previous = conn.autocommit
+    try:
+        conn.autocommit = True
+        conn.execute(
+            "SELECT set_config('synchronous_commit', 'off', true), pg_notify(%s, n) FROM unnest(%s::text[]) AS n",
+            (CHANNEL, notes),
+        )
+    except psycopg.Error:
+        log.warning("could not publish %d handoff notification(s)", len(notes), exc_info=True)
+    finally:
+        try:
+            conn.autocommit = previous
+        except psycopg.Error:  # pragma: no cover - a broken connection is discarded by the pool
+            pass
 
 
 _REQUEUE_HELD_SQL = """
