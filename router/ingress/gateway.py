@@ -24,29 +24,45 @@ from router.schemas import InboundMessage
 log = logging.getLogger(__name__)
 
 
+_RESOLVE = """
+WITH ident AS (
+    INSERT INTO channel_identities (channel, channel_user_id, customer_id, profile)
+    VALUES (%(channel)s, %(user)s, %(customer)s, %(profile)s)
+    ON CONFLICT (channel, channel_user_id) DO UPDATE
+        SET last_seen_at = now(), profile = channel_identities.profile || EXCLUDED.profile
+        WHERE channel_identities.last_seen_at < now() - interval '10 minutes'
+           OR NOT channel_identities.profile @> EXCLUDED.profile
+    RETURNING customer_id
+), route AS (
+    INSERT INTO channel_routes (channel, conversation_external_id, channel_user_id, address)
+    VALUES (%(channel)s, %(conversation)s, %(user)s, %(address)s)
+    ON CONFLICT (channel, conversation_external_id) DO UPDATE
+        SET address = EXCLUDED.address, channel_user_id = EXCLUDED.channel_user_id, updated_at = now()
+        WHERE channel_routes.address IS DISTINCT FROM EXCLUDED.address
+           OR channel_routes.channel_user_id IS DISTINCT FROM EXCLUDED.channel_user_id
+)
+SELECT customer_id FROM ident
+UNION ALL
+SELECT customer_id FROM channel_identities WHERE channel = %(channel)s AND channel_user_id = %(user)s
+LIMIT 1
+"""
+
+
 def resolve_customer(conn: psycopg.Connection, channel: str, route: Route, conversation_external_id: str) -> str:
-    """The customer id of a channel identity (created on first sight), and the conversation's address."""
-    default = route.customer_id or f"{channel}:{route.channel_user_id}"
-    row = conn.execute(
-        """
-        INSERT INTO channel_identities (channel, channel_user_id, customer_id, profile)
-        VALUES (%s, %s, %s, %s)
-        ON CONFLICT (channel, channel_user_id) DO UPDATE
-            SET last_seen_at = now(), profile = channel_identities.profile || EXCLUDED.profile
-        RETURNING customer_id
-        """,
-        (channel, route.channel_user_id, default, json.dumps(route.profile, ensure_ascii=False)),
-    ).fetchone()
-    conn.execute(
-        """
-        INSERT INTO channel_routes (channel, conversation_external_id, channel_user_id, address)
-        VALUES (%s, %s, %s, %s)
-        ON CONFLICT (channel, conversation_external_id) DO UPDATE
-            SET address = EXCLUDED.address, channel_user_id = EXCLUDED.channel_user_id, updated_at = now()
-            WHERE channel_routes.address IS DISTINCT FROM EXCLUDED.address
-        """,
-        (channel, conversation_external_id, route.channel_user_id, json.dumps(route.address, ensure_ascii=False)),
-    )
+    """The customer id of a channel identity (created on first sight), and the conversation's address.
+
+    One statement; rows are rewritten only when something changed (or last seen > 10 min ago). The
+    caller may commit without waiting for the WAL flush: losing this on a crash costs nothing, the
+    channel's retry writes it again, and the turn's own (synchronous) commit flushes it anyway.
+    """
+    params = {"channel": channel, "user": route.channel_user_id, "conversation": conversation_external_id,
+              "customer": route.customer_id or f"{channel}:{route.channel_user_id}",
+              "profile": json.dumps(route.profile, ensure_ascii=False),
+              "address": json.dumps(route.address, ensure_ascii=False)}
+    row = conn.execute(_RESOLVE, params).fetchone()
+    if row is None:  # a concurrent first sight committed after this statement's snapshot: read it now
+        row = conn.execute("SELECT customer_id FROM channel_identities WHERE channel = %s AND channel_user_id = %s",
+                           (channel, route.channel_user_id)).fetchone()
     return row["customer_id"]
 
 
@@ -65,6 +81,21 @@ def _lock_turn(conn: psycopg.Connection, turn_id: str) -> dict[str, Any] | None:
     return conn.execute(
         "SELECT id, conversation_id, created_at FROM turns WHERE id = %s FOR UPDATE", (turn_id,)
     ).fetchone()
+
+
+def reply_already_queued(conn: psycopg.Connection, turn_id: str) -> bool:
+    """Read-only check (no lock, no commit cost) that the turn's reply is in the outbox."""
+    row = conn.execute(
+        """
+        SELECT EXISTS (SELECT 1 FROM messages m
+                        WHERE m.conversation_id = t.conversation_id AND m.direction = 'out'
+                          AND m.received_at = t.created_at)
+            OR EXISTS (SELECT 1 FROM outbox WHERE dedupe_key = 'reply:' || t.id::text) AS queued
+          FROM turns t WHERE t.id = %s
+        """,
+        (turn_id,),
+    ).fetchone()
+    return row is None or bool(row["queued"])
 
 
 def ensure_reply_queued(conn: psycopg.Connection, turn: dict[str, Any], channel: str, text: str,
@@ -164,13 +195,19 @@ class ChannelGateway:
         msg = InboundMessage.model_validate(scrub(parsed.message.model_dump()))
         parsed.route.address, parsed.route.profile = scrub(parsed.route.address), scrub(parsed.route.profile)
         with self.pool.connection() as conn, conn.transaction():
+            conn.execute("SET LOCAL synchronous_commit = off")
             msg.customer_id = resolve_customer(conn, adapter.name, parsed.route, msg.conversation_external_id)
         parsed.message = msg
         response, replayed = self.pipeline.handle(msg)
         outcome = Outcome(msg, response, replayed)
         actions = adapter.after_turn(outcome)
         reply = outcome.reply_text
-        if (reply or actions) and response.get("turn_id"):
+        turn_id = response.get("turn_id")
+        if reply and turn_id and not actions:
+            with self.pool.connection() as conn:
+                if reply_already_queued(conn, turn_id):   # the usual case: the router queued it in the turn
+                    reply = None
+        if (reply or actions) and turn_id:
             with self.pool.connection() as conn, conn.transaction():
                 turn = _lock_turn(conn, response["turn_id"])
                 if turn is not None:

@@ -1,0 +1,327 @@
+"""Messages per second from a channel webhook to the routing decision, through a live server.
+
+The gateway runs as in production (``router.app:main_app``: the multilingual encoder, the
+classifier, the knowledge base, the handoff queue, the router) under uvicorn on 127.0.0.1 in its
+own process, on a fresh database. A load generator in this process POSTs signed webhook deliveries
+(``web`` channel with HMAC by default, or ``telegram``) over keep-alive connections; every message
+comes from a new customer, so each is the first turn of its conversation and is fully routed
+(transcript, turn, state, ticket or answer, outbox row) in one transaction.
+
+Two text sets:
+
+* ``rule``: phrasings the intents' rules catch (order status, policies, tracking, human agent,
+  account security, complaints, refunds) in English and Chinese: no classifier model runs, but L1
+  answers still retrieve from the knowledge base;
+* ``embedding``: paraphrases no rule catches, decided by the encoder + nearest examples;
+* ``ingress`` (with ``--bare``): the same deliveries against a server without the router (no models:
+  messages and turns are stored, nothing is decided): the ceiling of the channel layer itself.
+
+    .venv/bin/python benchmarks/webhook_throughput.py                   # both paths
+    .venv/bin/python benchmarks/webhook_throughput.py --path rule --messages 3000 --concurrency 16 --json
+    .venv/bin/python benchmarks/webhook_throughput.py --bare                    # channel layer only
+
+Prints a table and writes benchmarks/results/webhook_throughput.json. Target on 2 cores: >= 200
+messages/s on the rule path. The load generator shares the machine's cores with the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import hmac
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+RESULTS = REPO / "benchmarks" / "results" / "webhook_throughput.json"
+SECRET = "bench-web-secret"
+TELEGRAM_SECRET = "bench-telegram-secret"
+
+RULE_TEXTS = [
+    "where is my order", "order status please", "what is your return policy", "tracking number?",
+    "I want to talk to a human", "my account was hacked", "I want to file a complaint about the seller",
+    "I want a refund", "查订单", "订单状态怎么看", "退货政策是什么", "转人工", "账号被盗了", "我要投诉",
+    "我要退款", "快递单号是多少",
+]
+EMBEDDING_TEXTS = [
+    "did my package leave the warehouse yet", "how long until my stuff shows up", "can I send back a jacket that does not fit",
+    "the blender arrived broken what now", "which cards do you take", "is there a fee to return something",
+    "东西什么时候能到", "买的衣服不合适能换吗", "你们支持哪些付款方式", "收到的杯子是碎的怎么办",
+    "why was I charged twice", "do you ship to Macau", "can I change the address after ordering",
+    "优惠券怎么用不了", "积分可以抵现吗", "下单后还能改地址吗",
+]
+
+
+def _with_db(uri: str, db: str) -> str:
+    base, _, query = uri.partition("?")
+    return f"{base.rsplit('/', 1)[0]}/{db}" + (f"?{query}" if query else "")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    kids.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return kids
+
+
+def cpu_snapshot(server_pid: int, pg_pid: int | None) -> dict[str, float]:
+    """CPU seconds used so far by the gateway process and by Postgres (postmaster + backends):
+    per-message CPU cost is what stays comparable on a machine shared with other work."""
+    snap = {"server": _proc_cpu(server_pid) + sum(_proc_cpu(k) for k in _children(server_pid)),
+            "postgres": 0.0, "loadgen": time.process_time()}
+    if pg_pid:
+        snap["postgres"] = _proc_cpu(pg_pid) + sum(_proc_cpu(k) for k in _children(pg_pid))
+    return snap
+
+
+def fresh_database(admin_uri: str) -> str:
+    import psycopg
+
+    from router.db import migrate
+
+    name = f"bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(_with_db(admin_uri, "postgres"), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    dsn = _with_db(admin_uri, name)
+    migrate(dsn)
+    return dsn
+
+
+def drop_database(admin_uri: str, dsn: str) -> None:
+    import psycopg
+
+    name = dsn.partition("?")[0].rsplit("/", 1)[1]
+    with psycopg.connect(_with_db(admin_uri, "postgres"), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def serve_bare(port: int) -> None:
+    """(internal) The app without models or router: the pipeline stores messages and turns only."""
+    import uvicorn
+
+    from router.app import create_app
+    from router.services import build_services
+    from router.settings import get_settings
+
+    settings = get_settings()
+    services = build_services(settings, load_models=False)
+    uvicorn.run(create_app(services=services), host="127.0.0.1", port=port, log_level="warning",
+                access_log=False, log_config=None)
+
+
+def start_server(dsn: str, home: Path, model: str, port: int, pool_max: int, bare: bool = False) -> subprocess.Popen:
+    env = {**os.environ,
+           "SWITCHBOARD_DATABASE_URL": dsn, "SWITCHBOARD_HOME": str(home), "SWITCHBOARD_EMBEDDING_MODEL": model,
+           "SWITCHBOARD_WEB_HMAC_SECRET": SECRET, "SWITCHBOARD_TELEGRAM_SECRET_TOKEN": TELEGRAM_SECRET,
+           "SWITCHBOARD_DISPATCHER_ENABLED": "false", "SWITCHBOARD_LOG_LEVEL": "WARNING",
+           "SWITCHBOARD_DB_POOL_MAX": str(pool_max), "SWITCHBOARD_TORCH_THREADS": "1",
+           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [sys.executable, "-m", "uvicorn", "router.app:main_app", "--factory", "--host", "127.0.0.1",
+           "--port", str(port), "--log-level", "warning", "--no-access-log"]
+    if bare:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "serve-bare", str(port)]
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def wait_ready(base: str, proc: subprocess.Popen, timeout: float = 600, path: str = "/readyz") -> dict:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("the server exited:\n" + proc.stderr.read().decode(errors="replace")[-3000:])
+        try:
+            r = httpx.get(f"{base}{path}", timeout=5)
+            if r.status_code == 200:
+                return r.json()
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise TimeoutError("the server did not become ready")
+
+
+def delivery(channel: str, text: str, n: int, run: str) -> tuple[bytes, dict]:
+    if channel == "web":
+        body = json.dumps({"conversation_id": f"{run}-c{n}", "customer_id": f"{run}-u{n}",
+                           "message_id": f"{run}-m{n}", "text": text}).encode()
+        sig = hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+        return body, {"Content-Type": "application/json", "X-Switchboard-Signature": f"sha256={sig}"}
+    chat = 10_000_000 + n + (hash(run) % 1000) * 1_000_000
+    body = json.dumps({"update_id": n, "message": {"message_id": 1, "date": int(time.time()), "text": text,
+                                                   "chat": {"id": chat, "type": "private"},
+                                                   "from": {"id": chat, "is_bot": False, "first_name": "B"}}}).encode()
+    return body, {"Content-Type": "application/json", "X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET}
+
+
+async def load(base: str, channel: str, texts: list[str], n: int, concurrency: int, run: str, progress) -> dict:
+    import httpx
+
+    url = f"{base}/v1/channels/{channel}/webhook"
+    latencies: list[float] = []
+    statuses: Counter = Counter()
+    decided_by: Counter = Counter()
+    tiers: Counter = Counter()
+    queue: asyncio.Queue = asyncio.Queue()
+    for i in range(n):
+        queue.put_nowait(i)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+        async def worker():
+            while True:
+                try:
+                    i = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    return
+                body, headers = delivery(channel, texts[i % len(texts)], i, run)
+                t0 = time.perf_counter()
+                r = await client.post(url, content=body, headers=headers)
+                latencies.append(time.perf_counter() - t0)
+                statuses[r.status_code] += 1
+                if channel == "web" and r.status_code == 200:
+                    d = r.json().get("decision") or {}
+                    decided_by[d.get("channel") or "none"] += 1
+                    tiers[d.get("tier") or "none"] += 1
+                if progress is not None:
+                    progress.update(1)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - t0
+    lat = sorted(latencies)
+    return {
+        "messages": n, "seconds": round(wall, 3), "messages_per_s": round(n / wall, 1),
+        "latency_ms_p50": round(statistics.median(lat) * 1000, 2),
+        "latency_ms_p95": round(lat[int(0.95 * (len(lat) - 1))] * 1000, 2),
+        "status": dict(statuses), "decided_by": dict(decided_by), "tiers": dict(tiers),
+    }
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["serve-bare"]:
+        return serve_bare(int(sys.argv[2]))
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--path", choices=["rule", "embedding", "both"], default="both")
+    p.add_argument("--messages", type=int, default=2000, help="messages per path (after a warm-up)")
+    p.add_argument("--warmup", type=int, default=100)
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--channel", choices=["web", "telegram"], default="web")
+    p.add_argument("--pool-max", type=int, default=10, help="server database pool size")
+    p.add_argument("--bare", action="store_true", help="no router or models: measure the channel layer only")
+    p.add_argument("--json", action="store_true", help="print only the JSON result")
+    args = p.parse_args()
+
+    from tqdm import tqdm
+
+    home = Path(os.environ.get("SWITCHBOARD_HOME", REPO / "var"))
+    model = home / "models" / "multilingual-e5-small"
+    if not args.bare and not (model / "modules.json").is_file():
+        sys.exit(f"{model} is missing: run `switchboard models prepare` first")
+    tmp = Path(tempfile.mkdtemp(prefix="sbwebhook-"))
+    embedded = None
+    admin = os.environ.get("SWITCHBOARD_DATABASE_URL")
+    if not admin:
+        from router.db import EmbeddedPostgres
+
+        embedded = EmbeddedPostgres(tmp / "pg")
+        admin = embedded.start()
+    dsn = fresh_database(admin)
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = start_server(dsn, tmp / "home", str(model), port, args.pool_max, bare=args.bare)
+    results: dict = {"benchmark": "webhook_throughput", "channel": args.channel, "concurrency": args.concurrency,
+                     "router": not args.bare,
+                     "cpus": os.cpu_count(), "python": platform.python_version(), "paths": {}}
+    try:
+        t0 = time.monotonic()
+        ready = wait_ready(base, proc, path="/healthz" if args.bare else "/readyz")
+        results["server_start_seconds"] = round(time.monotonic() - t0, 1)
+        results["encoder"] = (ready.get("checks") or {}).get("encoder", {}).get("detail")
+        paths = ["rule", "embedding"] if args.path == "both" else [args.path]
+        if args.bare:
+            paths = ["ingress"]
+        pg_pid = embedded.status().pid if embedded is not None else None
+        for path in paths:
+            texts = RULE_TEXTS if path == "rule" else EMBEDDING_TEXTS
+            run = uuid.uuid4().hex[:6]
+            asyncio.run(load(base, args.channel, texts, args.warmup, args.concurrency, run + "w", None))
+            before = cpu_snapshot(proc.pid, pg_pid)
+            with tqdm(total=args.messages, desc=f"{path} path", unit="msg", disable=args.json) as bar:
+                r = asyncio.run(load(base, args.channel, texts, args.messages, args.concurrency, run, bar))
+            after = cpu_snapshot(proc.pid, pg_pid)
+            cpu = {k: (after[k] - before[k]) * 1000 / args.messages for k in after}
+            r["cpu_ms_per_message"] = {k: round(v, 2) for k, v in cpu.items()}
+            if pg_pid:
+                # what two dedicated cores could do if only the gateway and its database ran on them
+                r["capacity_2_cores_messages_per_s"] = round(2000 / (cpu["server"] + cpu["postgres"]), 1)
+            results["paths"][path] = r
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        drop_database(admin, dsn)
+        if embedded is not None:
+            embedded.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    rule = results["paths"].get("rule")
+    if rule:
+        results["target_rule_messages_per_s"] = 200
+        results["rule_target_met"] = rule["messages_per_s"] >= 200
+    out = RESULTS.with_name("webhook_throughput_bare.json") if args.bare else RESULTS
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2, ensure_ascii=False))
+    if args.json:
+        print(json.dumps(results, ensure_ascii=False))
+        return
+    print(f"\nwebhook -> decision, {args.channel} channel, {args.concurrency} concurrent, encoder {results['encoder']}")
+    print(f"{'path':<10} {'msg/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'cpu ms/msg gw+pg':>17} {'2-core cap':>10}"
+          "  decided by / tiers / statuses")
+    for path, r in results["paths"].items():
+        c = r["cpu_ms_per_message"]
+        print(f"{path:<10} {r['messages_per_s']:>8} {r['latency_ms_p50']:>8} {r['latency_ms_p95']:>8} "
+              f"{c['server']:>8}+{c['postgres']:<8} {r.get('capacity_2_cores_messages_per_s', '-'):>10}  "
+              f"{r['decided_by']} {r['tiers']} {r['status']}")
+    print(f"load average during the run: {os.getloadavg()[0]:.1f} (other work on the machine lowers msg/s, "
+          "not the CPU cost per message)")
+    print(f"written to {out.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()
