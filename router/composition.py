@@ -31,7 +31,8 @@ def wire_classifier(services: Services) -> None:
         log.warning("no intents file configured and no bundled sample: the classifier is not wired")
         return
     config = load_intents(path)
-    services.classifier = IntentClassifier.from_config(config, services.encoder)
+    services.classifier = IntentClassifier.from_config(config, services.encoder,
+                                                       cache_dir=services.settings.home / "cache" / "heads")
     services.readiness["classifier"] = lambda: (True, f"{len(config.intents)} intents from {path}")
 
 

@@ -217,11 +217,11 @@ def classify(
     from router.classify import IntentClassifier
     from router.intents import IntentConfigError, load_intents
 
-    s, encoder = _setup(encoder_name)
     try:
-        config = load_intents(intents or s.intents_file)
+        config = load_intents(intents or settings().intents_file)
     except IntentConfigError as exc:
         fail(str(exc), as_json, code=2)
+    s, encoder = _setup(encoder_name)
     clf = IntentClassifier.from_config(config, encoder, cache_dir=s.home / "cache" / "heads")
     c = clf.classify(text)
     emit(c.to_dict(), as_json)
