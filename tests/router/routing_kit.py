@@ -34,29 +34,39 @@ def _with_db(uri: str, db: str) -> str:
     return f"{base}/{db}" + (f"?{query}" if query else "")
 
 
-def classifier_for(encoder) -> Any:
-    """The bundled intents with both channels on ``encoder`` (built once per encoder)."""
+def _settings(home: Path, dsn: str, encoder, kb_dir: Path, **overrides):
+    from router.settings import Settings
+
+    return Settings(home=home, database_url=dsn, embedding_model=str(encoder.path), knowledge_dir=kb_dir,
+                    load_sample_kb=False, log_json=False, dispatcher_enabled=False, **overrides)
+
+
+def classifier_for(encoder, home: Path) -> Any:
+    """The bundled intents on ``encoder``, built as wire_classifier builds it, once per encoder (fitting is slow)."""
     from router.classify import IntentClassifier
     from router.intents import BUNDLED_INTENTS, load_intents
 
     key = str(encoder.path)
     if key not in _classifiers:
-        _classifiers[key] = IntentClassifier.from_config(load_intents(BUNDLED_INTENTS), encoder)
+        _classifiers[key] = IntentClassifier.from_config(load_intents(BUNDLED_INTENTS), encoder,
+                                                         cache_dir=home / "cache" / "heads")
     return _classifiers[key]
 
 
 def kb_template(pg_uri: str, template_db: str, encoder) -> tuple[str, Path, Path]:
-    """(template database name, tantivy root, knowledge folder) with the KB slice indexed."""
-    from rag.lexical.tantivy import TantivyIndex
-    from rag.service import knowledge_base_from
+    """(template database name, shared home, knowledge folder) with the KB slice indexed.
+
+    The home holds the tantivy index of that generation; tests only read it.
+    """
+    from router.composition import make_knowledge_base
     from router.db import open_pool
 
     key = (pg_uri, str(encoder.path))
     if key in _templates:
         return _templates[key]
-    root = Path(tempfile.mkdtemp(prefix="sbkb-"))
-    atexit.register(shutil.rmtree, root, True)
-    kb_dir = root / "kb"
+    home = Path(tempfile.mkdtemp(prefix="sbkb-"))
+    atexit.register(shutil.rmtree, home, True)
+    kb_dir = home / "kb"
     kb_dir.mkdir()
     for topic in KB_TOPICS:
         for lang in ("en", "zh"):
@@ -66,31 +76,30 @@ def kb_template(pg_uri: str, template_db: str, encoder) -> tuple[str, Path, Path
     name = f"kbt_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(_with_db(pg_uri, "postgres"), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    pool = open_pool(_with_db(pg_uri, name), min_size=1, max_size=2)
+    dsn = _with_db(pg_uri, name)
+    pool = open_pool(dsn, min_size=1, max_size=2)
     try:
-        kb = knowledge_base_from(pool, encoder, TantivyIndex(root / "index"), knowledge_dir=kb_dir)
-        kb.rebuild(kb_dir)
+        make_knowledge_base(_settings(home, dsn, encoder, kb_dir), pool, encoder).rebuild(kb_dir)
     finally:
         pool.close()
-    _templates[key] = (name, root / "index", kb_dir)
+    _templates[key] = (name, home, kb_dir)
     return _templates[key]
 
 
-def routing_services(dsn: str, home: Path, encoder, index_root: Path, kb_dir: Path, **settings_overrides):
-    """Services wired like production (classifier, KB, handoff with the state port, router) on ``dsn``."""
-    from rag.lexical.tantivy import TantivyIndex
-    from rag.service import knowledge_base_from
-    from router.composition import wire_handoff, wire_router
-    from router.services import build_services
-    from router.settings import Settings
+def routing_services(dsn: str, home: Path, encoder, kb_dir: Path, **settings_overrides):
+    """Services wired like production (classifier, KB, handoff with the state port, router) on ``dsn``.
 
-    settings = Settings(home=home, database_url=dsn, embedding_model=str(encoder.path), load_sample_kb=False,
-                        log_json=False, **settings_overrides)
-    svc = build_services(settings, load_models=False)
+    Only the encoder and the classifier (fitted once per run) are handed in; the rest is the
+    composition root's own wiring. The outbox dispatcher stays off: tests read the outbox rows.
+    """
+    from router.composition import wire_handoff, wire_rag, wire_router
+    from router.services import build_services
+
+    svc = build_services(_settings(home, dsn, encoder, kb_dir, **settings_overrides), load_models=False)
     svc.encoder = encoder
-    svc.classifier = classifier_for(encoder)
-    svc.rag = knowledge_base_from(svc.pool, encoder, TantivyIndex(index_root), knowledge_dir=kb_dir)
+    svc.classifier = classifier_for(encoder, home)
     wire_handoff(svc)
+    wire_rag(svc)
     wire_router(svc)
     return svc
 

@@ -19,8 +19,8 @@ pytestmark = pytest.mark.slow
 def svc(fresh_db, pg_server, template_dsn, e5_encoder, tmp_path):
     _, uri = pg_server
     template_name = psycopg.conninfo.conninfo_to_dict(template_dsn)["dbname"]
-    name, index_root, kb_dir = kb_template(uri, template_name, e5_encoder)
-    s = routing_services(fresh_db(name), tmp_path / "home", e5_encoder, index_root, kb_dir)
+    name, home, kb_dir = kb_template(uri, template_name, e5_encoder)
+    s = routing_services(fresh_db(name), home, e5_encoder, kb_dir)
     yield s
     s.close()
 

@@ -23,12 +23,11 @@ PROBLEM = "application/problem+json"
 def make_client(fresh_db, pg_server, template_dsn, e5_encoder, tmp_path):
     _, uri = pg_server
     template_name = psycopg.conninfo.conninfo_to_dict(template_dsn)["dbname"]
-    name, index_root, kb_dir = kb_template(uri, template_name, e5_encoder)
+    name, home, kb_dir = kb_template(uri, template_name, e5_encoder)
     opened = []
 
     def make(**settings):
-        svc = routing_services(fresh_db(name), tmp_path / f"home{len(opened)}", e5_encoder, index_root, kb_dir,
-                               **settings)
+        svc = routing_services(fresh_db(name), home, e5_encoder, kb_dir, **settings)
         client = TestClient(create_app(services=svc))
         client.__enter__()
         opened.append((client, svc))
