@@ -49,6 +49,7 @@ from handoff.service import HandoffService
 
 PROBLEM_JSON = "application/problem+json"
 REAUTH_SECONDS = 30.0   # an open event stream re-checks its token this often (revocation ends it)
+REPLAY_LIMIT = 1000     # events replayed to a reconnecting screen; beyond that it is told to refetch
 
 
 def problem_response(request: Request, status: int, detail: str, *, title: str | None = None,
@@ -345,7 +346,11 @@ def build_router(get_service: Callable[[Request], HandoffService | None]) -> API
         creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
         after: Annotated[int | None, Depends(_resume_from)],
     ) -> AsyncIterable[ServerSentEvent]:
-        sub = await svc.hub.subscribe()
+        try:
+            sub = await svc.hub.subscribe()
+        except (TimeoutError, OSError):
+            yield ServerSentEvent(event="error", retry=5000, data={"detail": "the event listener is not connected"})
+            return
         token = creds.credentials if creds else None
         loop = asyncio.get_running_loop()
         checked = loop.time()
@@ -355,9 +360,12 @@ def build_router(get_service: Callable[[Request], HandoffService | None]) -> API
                                         list(agent.teams), "after": after})
             replayed: set[int] = set()
             if after is not None:
-                for ev in await run_in_threadpool(svc.events_since, agent, after):
+                missed = await run_in_threadpool(svc.events_since, agent, after, limit=REPLAY_LIMIT)
+                for ev in missed:
                     replayed.add(ev["id"])
                     yield ServerSentEvent(event="ticket", id=str(ev["id"]), data=ev)
+                if len(missed) >= REPLAY_LIMIT:
+                    yield ServerSentEvent(event="resync", data={"reason": "more missed events than replayed"})
             while True:
                 ev = await sub.get(timeout=REAUTH_SECONDS)
                 if loop.time() - checked >= REAUTH_SECONDS:
