@@ -79,6 +79,7 @@ class _Turn:
         self.transitions: list[dict[str, Any]] = []
         self.trace: dict[str, Any] = {"transitions": self.transitions}
         self.flags: dict[str, Any] = {}
+        self.rag_error: str | None = None
 
     # -- helpers --
 
@@ -278,7 +279,13 @@ class _Turn:
         if self.r.rag is None:
             return None
         with self.stage("retrieval"):
-            answer = self.r.rag.answer(self.text)
+            try:
+                answer = self.r.rag.answer(self.text)
+            except Exception as exc:  # noqa: BLE001 - a broken index must not lose the message: a person takes it
+                log.exception("knowledge base failed; routing to L2 without evidence")
+                self.trace["rag"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                self.rag_error = f"knowledge base failed ({type(exc).__name__})"
+                return None
         self.trace["rag"] = {"answered": answer.answered, "confidence": round(float(answer.confidence), 4),
                              "reason": answer.reason,
                              "passages": [{"chunk_id": h.chunk_id, "score": round(float(h.score), 4)}
@@ -297,7 +304,7 @@ class _Turn:
                 self.r.metrics.l1_resolved.inc()
             decision = self.decision_of(c, "L1", None, answer={"confidence": round(float(answer.confidence), 4)})
             return self.result(decision, reply=reply)
-        why = "no knowledge base" if answer is None else (answer.reason or "no confident answer")
+        why = (self.rag_error or "no knowledge base") if answer is None else (answer.reason or "no confident answer")
         decision = self.decision_of(c, "L2", None, l1_fallback={"from": "L1", "reason": why})
         return self.assist_l2(c, decision, via="l1_resolving", answer=answer, reason=f"L1 could not answer: {why}")
 

@@ -100,6 +100,14 @@ def test_l1_without_a_confident_answer_becomes_an_l2_assist_ticket_with_evidence
     assert ("l1_resolving", "l2_assisting") in chat.transitions()
 
 
+def test_a_broken_knowledge_base_sends_the_question_to_a_person_instead_of_failing(svc):
+    with svc.pool.connection() as conn:
+        conn.execute("DROP TABLE kb_chunks CASCADE")
+    out = Chat(svc).say("电子发票怎么开？")
+    assert out["decision"]["tier"] == "L2" and out["state"] == "l2_assisting" and out["ticket_id"]
+    assert "knowledge base failed" in out["decision"]["explanation"]["l1_fallback"]["reason"]
+
+
 def test_l2_draft_approved_by_an_agent_resolves_and_thanks_close_the_session(svc):
     chat = Chat(svc)
     out = chat.say("我要退货退款，衣服太大了")
