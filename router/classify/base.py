@@ -109,6 +109,38 @@ class IntentClassifier:
         with self._lock:
             self._state = fresh._state
 
+    def reload_file(self, path: str | Path, *, cache_dir: str | Path | None = None) -> bool:
+        """Reload from an intents file; a broken file is logged and the running config kept."""
+        from router.intents import IntentConfigError, load_intents
+
+        try:
+            config = load_intents(path)
+            self.reload(config, cache_dir=cache_dir)
+        except (IntentConfigError, ValueError) as exc:
+            log.error("intents file not reloaded, keeping the running config: %s", exc)
+            return False
+        log.info("reloaded intents from %s (%d intents)", path, len(config.intents))
+        return True
+
+    def reload_on_sighup(self, path: str | Path, *, cache_dir: str | Path | None = None) -> bool:
+        """Re-read ``path`` on SIGHUP (in a thread, so the signal handler returns at once).
+
+        Only the main thread may install signal handlers; elsewhere this is a no-op returning False.
+        """
+        import signal
+
+        if not hasattr(signal, "SIGHUP") or threading.current_thread() is not threading.main_thread():
+            return False
+
+        def handler(signum, frame):
+            t = threading.Thread(target=self.reload_file, args=(path,), kwargs={"cache_dir": cache_dir},
+                                 name="intents-reload", daemon=True)
+            t.start()
+            self.last_reload = t
+
+        signal.signal(signal.SIGHUP, handler)
+        return True
+
     def tier_of(self, intent: str | None) -> str:
         return self.config.tier_of(intent)
 

@@ -102,7 +102,44 @@ class Head:
         return self
 
     def predict_proba(self, vectors: np.ndarray, texts: list[str] | None) -> np.ndarray:
+        if len(vectors) <= 8:
+            return self._proba_small(np.asarray(vectors, dtype=np.float32), texts)
         return self.model.predict_proba(self._features(vectors, texts))
+
+    def _proba_small(self, vectors: np.ndarray, texts: list[str] | None) -> np.ndarray:
+        """The same probabilities as scikit-learn's predict_proba, without its per-call input validation
+        (which costs more than the arithmetic for one message on the request path)."""
+        if not hasattr(self, "_w"):
+            d = self.mean.shape[0]
+            coef = np.asarray(self.model.coef_, dtype=np.float64)
+            self._w = (coef[:, :d].T.copy(), coef[:, d:].T.copy() if self.lexical else None,
+                       np.asarray(self.model.intercept_, dtype=np.float64))
+            if self.lexical:
+                self._analyze = self.tfidf.build_analyzer()
+                self._vocab = self.tfidf.vocabulary_
+                self._idf = np.asarray(self.tfidf.idf_, dtype=np.float64)
+        w_dense, w_lex, b = self._w
+        z = ((vectors - self.mean) / self.scale).astype(np.float64)
+        logits = z @ w_dense + b
+        if self.lexical:
+            for r, text in enumerate(texts or []):
+                counts: dict[int, int] = {}
+                for gram in self._analyze(text):
+                    j = self._vocab.get(gram)
+                    if j is not None:
+                        counts[j] = counts.get(j, 0) + 1
+                if counts:
+                    idx = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
+                    tf = 1.0 + np.log(np.fromiter(counts.values(), dtype=np.float64, count=len(counts)))
+                    val = tf * self._idf[idx]
+                    val /= np.linalg.norm(val)
+                    logits[r] += val @ w_lex[idx]
+        if logits.shape[1] == 1:  # binary model: one logit for the second class
+            p = 1.0 / (1.0 + np.exp(-logits[:, 0]))
+            return np.column_stack([1.0 - p, p])
+        logits -= logits.max(axis=1, keepdims=True)
+        e = np.exp(logits)
+        return e / e.sum(axis=1, keepdims=True)
 
 
 def _head_key(texts: list[str], y: np.ndarray, vectors: np.ndarray, C: float, lexical: bool) -> str:
@@ -139,21 +176,29 @@ def trained_head(vectors: np.ndarray, texts: list[str], y: np.ndarray, C: float,
 # --- signals -----------------------------------------------------------------------------------------------
 
 
-def segment_max(sims: np.ndarray, labels: np.ndarray, n: int) -> np.ndarray:
-    """Max over the columns of each label: (m, n_examples) -> (m, n_labels); every label must occur."""
+def segment_plan(labels: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Column order and segment starts that group the examples by label (computed once per scorer)."""
     order = np.argsort(labels, kind="stable")
     sorted_labels = labels[order]
     starts = np.flatnonzero(np.r_[True, sorted_labels[1:] != sorted_labels[:-1]])
     if len(starts) != n:
         raise ValueError("every intent needs at least one example")
+    return order, starts
+
+
+def segment_max(sims: np.ndarray, labels: np.ndarray, n: int,
+                plan: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """Max over the columns of each label: (m, n_examples) -> (m, n_labels); every label must occur."""
+    order, starts = plan if plan is not None else segment_plan(labels, n)
     return np.maximum.reduceat(sims[:, order], starts, axis=1).astype(np.float32, copy=False)
 
 
 def compute_signals(q: np.ndarray, texts: list[str] | None, ex_vectors: np.ndarray, ex_labels: np.ndarray,
-                    n_intents: int, head: Head | None) -> dict[str, np.ndarray]:
+                    n_intents: int, head: Head | None, plan: tuple[np.ndarray, np.ndarray] | None = None
+                    ) -> dict[str, np.ndarray]:
     """Everything the score and the explanation are made of, for a batch of message vectors."""
     sims = q @ ex_vectors.T
-    out: dict[str, np.ndarray] = {"sims": sims, "cos_per_intent": segment_max(sims, ex_labels, n_intents)}
+    out: dict[str, np.ndarray] = {"sims": sims, "cos_per_intent": segment_max(sims, ex_labels, n_intents, plan)}
     if head is not None:
         proba = head.predict_proba(q, texts)
         cols = {int(c): j for j, c in enumerate(head.classes_)}
@@ -217,6 +262,7 @@ class EmbeddingScorer:
         self.names = [i.name for i in config.intents if i.examples]
         self.vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         self.labels = np.asarray(labels, dtype=np.int64)
+        self._plan = segment_plan(self.labels, len(self.names))
         self.texts = texts
         self.scoring = scoring
         self.thresholds = np.array([config.intent(n).threshold if config.intent(n).threshold is not None
@@ -256,7 +302,7 @@ class EmbeddingScorer:
         q = np.asarray(vectors, dtype=np.float32)
         if q.ndim == 1:
             q = q[None, :]
-        sig = compute_signals(q, texts, self.vectors, self.labels, len(self.names), self.head)
+        sig = compute_signals(q, texts, self.vectors, self.labels, len(self.names), self.head, self._plan)
         if self.head is not None:
             rank = sig["p_per_intent"]
             feats = features(sig)

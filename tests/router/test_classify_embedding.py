@@ -212,3 +212,37 @@ def _sample_classifier(encoder, tmp_path_factory):
         config = load_intents().model_copy(update={"oos_examples": OOS_EXAMPLES})
         _SAMPLE["clf"] = IntentClassifier.from_config(config, encoder, cache_dir=tmp_path_factory.mktemp("heads"))
     return _SAMPLE["clf"]
+
+
+def test_fast_single_message_head_equals_scikit_learn(fitted):
+    _, clf = fitted
+    head = clf._state[2].head
+    texts = ["where is my order", "我要退款", "what time do you open", "zzz qqq", "reset my password please"]
+    from router.classify.evaluate import EmbeddingCache
+
+    vectors = EmbeddingCache(None).encode(clf.encoder, texts)
+    fast = head.predict_proba(vectors, texts)  # <= 8 rows: the hand-rolled path
+    slow = head.model.predict_proba(head._features(vectors, texts))
+    assert np.allclose(fast, slow, atol=1e-8)
+
+
+def test_sighup_reloads_the_file_and_a_broken_file_keeps_the_running_config(minilm_encoder, tmp_path):
+    import os
+    import signal
+
+    path = tmp_path / "intents.yaml"
+    path.write_text("version: 1\nthreshold: 0.5\nintents:\n  - name: refund\n    tier: L2\n"
+                    "    rules: [{type: keywords, any: [refund]}]\n", encoding="utf-8")
+    clf = IntentClassifier.from_config(load_intents(path), minilm_encoder)
+    assert clf.reload_on_sighup(path)
+    try:
+        path.write_text(path.read_text(encoding="utf-8").replace("tier: L2", "tier: L3"), encoding="utf-8")
+        os.kill(os.getpid(), signal.SIGHUP)
+        clf.last_reload.join(timeout=60)
+        assert clf.classify("refund please").tier == "L3"
+        path.write_text("version: 1\nintents:\n  - name: refund\n    tier: L9\n", encoding="utf-8")
+        os.kill(os.getpid(), signal.SIGHUP)
+        clf.last_reload.join(timeout=60)
+        assert clf.classify("refund please").tier == "L3"  # the broken file was not applied
+    finally:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
