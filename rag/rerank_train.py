@@ -229,6 +229,12 @@ def _build_model(base_model: Path, *, max_length: int, layers: int | None, seed:
     from transformers.utils import logging as hf_logging
 
     torch.manual_seed(seed)
+    try:
+        base_layers = int(json.loads((Path(base_model) / "config.json").read_text())["num_hidden_layers"])
+    except (OSError, ValueError, KeyError):
+        base_layers = None
+    if layers and base_layers and layers > base_layers:
+        layers = None   # asking for more layers than there are would add untrained ones: keep them all
     config_kwargs = {"num_hidden_layers": int(layers)} if layers else None
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()   # the new head / dropped layers are expected, not news
@@ -312,19 +318,19 @@ def train_reranker(
     beir_dir: str | Path,
     out_dir: str | Path,
     *,
-    epochs: int = 1,
+    epochs: int = 2,
     seed: int = 13,
     base_model: str | Path | None = None,
     first_stage_encoder: str | Path | None = None,
     first_stage: FirstStage | None = None,
     train_split: float = 0.5,
     calib_split: float = 0.2,
-    layers: int | None = None,
+    layers: int | None = 6,
     max_length: int = 128,
     group_size: int = 8,
     negatives_depth: int = 30,
-    batch_groups: int = 4,
-    lr: float = 4e-5,
+    batch_groups: int = 2,
+    lr: float = 1e-4,
     head_lr: float = 1e-3,
     top_n: int = 20,
     threads: int = 1,
