@@ -18,11 +18,6 @@ def priority_rank(priority: str) -> int:
     return PRIORITIES.index(priority)
 
 
-def raise_priority(priority: str) -> str:
-    """One step more pressing (urgent stays urgent)."""
-    return PRIORITIES[max(0, priority_rank(priority) - 1)]
-
-
 def level_rank(level: str | None) -> int:
     return -1 if level is None else APPROVAL_LEVELS.index(level)
 
@@ -69,8 +64,3 @@ class Agent:
     def public(self) -> dict[str, Any]:
         return {"id": self.id, "name": self.name, "display_name": self.display_name, "role": self.role,
                 "teams": list(self.teams), "skills": list(self.skills), "approval_level": self.approval_level}
-
-
-def system_actor(name: str) -> Agent:
-    """A non-human actor (sweepers, the router) for audit records."""
-    return Agent(id=None, name=f"system:{name}", role="admin", approval_level="auto")

@@ -32,7 +32,7 @@ from handoff import tickets as T
 from handoff.config import HandoffConfig
 from handoff.errors import Conflict, Forbidden, Invalid, NotFound, TooLarge, Unavailable
 from handoff.events import EventHub
-from handoff.models import KINDS, OPEN_STATUSES, PRIORITIES, STATUSES, Agent, priority_rank, system_actor
+from handoff.models import KINDS, OPEN_STATUSES, PRIORITIES, STATUSES, Agent, priority_rank
 from handoff.ports import ConversationPort, NullConversationPort
 
 log = logging.getLogger(__name__)
@@ -842,7 +842,3 @@ class _Sql:
     def __init__(self, sql: str, *params: Any):
         self.sql = sql
         self.params = params
-
-
-# re-exported for callers that only need the system actor
-__all__ = ["HandoffService", "SWEEP_LOCK_KEY", "system_actor"]

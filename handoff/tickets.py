@@ -116,10 +116,15 @@ def publish(conn: psycopg.Connection, notes: list[str]) -> None:
     previous = conn.autocommit
     try:
         conn.autocommit = True
-        conn.execute(
-            "SELECT set_config('synchronous_commit', 'off', true), pg_notify(%s, n) FROM unnest(%s::text[]) AS n",
-            (CHANNEL, notes),
-        )
+        if len(notes) == 1:
+            conn.execute("SELECT set_config('synchronous_commit', 'off', true), pg_notify(%s, %s)",
+                         (CHANNEL, notes[0]))
+        else:   # one JSON text rather than a text[]: psycopg escapes arrays element by element in Python
+            conn.execute(
+                "SELECT set_config('synchronous_commit', 'off', true), pg_notify(%s, n) "
+                "FROM json_array_elements_text(%s::json) AS n",
+                (CHANNEL, json.dumps(notes)),
+            )
     except psycopg.Error:
         log.warning("could not publish %d handoff notification(s)", len(notes), exc_info=True)
     finally:
