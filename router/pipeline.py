@@ -15,6 +15,7 @@ whole turn is one transaction, so a retry is clean).
 from __future__ import annotations
 
 import json
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,6 +60,8 @@ def record_only(ctx: TurnContext) -> TurnResult:
 
 
 class Pipeline:
+    ATTEMPTS = 5   # a turn that loses a deadlock is retried from scratch (it is one transaction)
+
     def __init__(self, pool, metrics, decider: Decider = record_only):
         self.pool = pool
         self.metrics = metrics
@@ -69,12 +72,14 @@ class Pipeline:
 
         Raises the decider's :class:`Problem` when it refuses the message (after committing it, flagged).
         """
-        for attempt in range(3):
+        for attempt in range(self.ATTEMPTS):
             try:
                 return self._handle(msg)
             except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
-                if attempt == 2:
+                # an agent action locked the ticket, then the conversation; this turn did the reverse
+                if attempt == self.ATTEMPTS - 1:
                     raise
+                time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
         raise AssertionError("unreachable")
 
     def _handle(self, msg: InboundMessage) -> tuple[dict[str, Any], bool]:

@@ -220,6 +220,16 @@ class ConversationStatePort:
         if conv["state"] == "idle":
             reset_counters(conn, conv)
 
+    def before_ticket_change(self, conn, conversation_id) -> None:
+        """Lock the conversation before the ticket is locked.
+
+        The router locks a conversation and then its ticket (a customer message added to it);
+        an agent action that locks the ticket first and then, through this port, the
+        conversation takes the two in the opposite order, and the two can deadlock. Calling
+        this first gives every writer the same order.
+        """
+        lock_conversation(conn, conversation_id)
+
     def on_ticket_claimed(self, conn, ticket):
         if ticket.get("kind", "handoff") == "handoff":
             self._move(conn, ticket, {"l3_queuing": ["l3_connected"]}, "ticket_claimed")

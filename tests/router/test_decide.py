@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 
 import psycopg
 import pytest
@@ -263,3 +264,41 @@ def test_duplicate_delivery_does_not_open_a_second_ticket(svc):
     assert a == b
     assert rows(svc.pool, "SELECT count(*) AS n FROM tickets")[0]["n"] == 1
     assert len(chat.outbox()) == 1
+
+
+def test_customer_messages_are_never_lost_while_agents_act_on_the_ticket(svc):
+    """Agent actions lock the ticket then the conversation, a turn the reverse: a lost deadlock is retried."""
+    chat = Chat(svc)
+    tid = chat.say("转人工")["ticket_id"]
+    agent, _ = make_agent(svc.pool, "sun")
+    failures: list[str] = []
+    done = threading.Event()
+
+    def customer():
+        try:
+            for i in range(12):
+                assert chat.say(f"hello {i}")["ticket_id"] == tid
+        except Exception as exc:  # noqa: BLE001 - collected for the assertion below
+            failures.append(repr(exc))
+        finally:
+            done.set()
+
+    def agent_work():
+        while not done.is_set():
+            try:
+                svc.handoff.claim(agent, tid)
+                svc.handoff.release(agent, tid)
+            except Exception:  # noqa: BLE001 - the agent side is the queue's to retry
+                pass
+
+    threads = [threading.Thread(target=customer), threading.Thread(target=agent_work)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert failures == []
+    texts = [e["payload"]["text"] for e in ticket_events(svc, tid) if e["action"] == "customer_message"]
+    assert texts == [f"hello {i}" for i in range(12)]
+    state = rows(svc.pool, "SELECT state FROM conversations WHERE id = %s", chat.id)[0]["state"]
+    status = ticket(svc, tid)["status"]
+    assert (state, status) in {("l3_queuing", "queued"), ("l3_connected", "claimed")}
