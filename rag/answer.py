@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from rag.chunk import join_sentences, split_sentences
+from rag.chunk import join_units, sentence_units, split_sentences
 from rag.rewrite import EN_STOPWORDS, ZH_STOPWORDS, SearchTokenizer
 from rag.types import Hit
 
@@ -48,7 +48,8 @@ def extract(passage: str, keywords: Sequence[str], tokenizer: SearchTokenizer, *
     sentence along. With no keyword in common (a paraphrase found only by the encoder) the answer
     is the passage's opening.
     """
-    sentences = split_sentences(passage)
+    units = sentence_units(passage)
+    sentences = [u for u, _ in units]
     if not sentences:
         return ""
     wanted = set(keywords)
@@ -61,22 +62,35 @@ def extract(passage: str, keywords: Sequence[str], tokenizer: SearchTokenizer, *
         best = max(range(len(sentences)), key=lambda i: (scores[i], -i))
         chosen.add(best)
         if _QUESTION_END.search(sentences[best]) and best + 1 < len(sentences):
-            chosen.add(best + 1)
-        for i in sorted(range(len(sentences)), key=lambda i: (-scores[i], i)):
-            if len(chosen) >= max_sentences or scores[i] < max(1, scores[best] // 2):
-                break
-            chosen.add(i)
+            chosen.add(best + 1)        # a matched FAQ question: its answer is the next sentence, and only that
+        else:
+            for i in sorted(range(len(sentences)), key=lambda i: (-scores[i], i)):
+                if len(chosen) >= max_sentences or scores[i] < max(1, scores[best] // 2):
+                    break
+                if not _QUESTION_END.search(sentences[i]):
+                    chosen.add(i)
     else:
         chosen = {0, 1} if len(sentences) > 1 else {0}
-    out: list[str] = []
+    # a sentence that introduces a list ("...as follows:") brings the list items after it
+    for i in sorted(chosen):
+        if not sentences[i].rstrip().endswith((":", "：")):
+            continue
+        j = i + 1
+        while j < len(sentences) and j - i <= 5 and units[j][1]:     # the items: lines that follow
+            chosen.add(j)
+            if sentences[j].rstrip().endswith(("。", ".", "！", "!")):   # the list's last item ends the sentence
+                break
+            j += 1
+    out: list[tuple[str, bool]] = []
     size = 0
     for i in sorted(chosen):
         s = sentences[i]
         if out and size + len(s) > max_chars:
             break
-        out.append(s)
+        # keep the passage's own line breaks, and mark a gap where sentences were skipped
+        out.append((s, units[i][1] or bool(out and i - 1 not in chosen)))
         size += len(s)
-    text = join_sentences(out)
+    text = join_units(out)
     return text.strip()
 
 

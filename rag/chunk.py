@@ -65,7 +65,7 @@ def detect_lang(text: str) -> str:
     return "zh" if cjk and cjk >= 0.2 * max(letters, 1) else "en"
 
 
-def _sentence_units(text: str) -> list[tuple[str, bool]]:
+def sentence_units(text: str) -> list[tuple[str, bool]]:
     """(sentence, starts a new line) pairs: line breaks (list items, table rows) also end a sentence."""
     out: list[tuple[str, bool]] = []
     for line in text.splitlines():
@@ -89,7 +89,7 @@ def _sentence_units(text: str) -> list[tuple[str, bool]]:
 
 def split_sentences(text: str) -> list[str]:
     """Sentences of zh/en text, in order."""
-    return [s for s, _ in _sentence_units(text)]
+    return [s for s, _ in sentence_units(text)]
 
 
 def _hard_split(sentence: str, limit: int) -> list[str]:
@@ -110,7 +110,7 @@ def _hard_split(sentence: str, limit: int) -> list[str]:
     return [p for p in pieces if p]
 
 
-def _join(parts: list[tuple[str, bool]]) -> str:
+def join_units(parts: list[tuple[str, bool]]) -> str:
     """Join sentences: a line break where the source had one, a space between Latin sentences, nothing between CJK ones."""
     out = ""
     for i, (p, new_line) in enumerate(parts):
@@ -124,7 +124,7 @@ def _join(parts: list[tuple[str, bool]]) -> str:
 
 def join_sentences(parts: list[str]) -> str:
     """Sentences back into text (a space between Latin sentences, nothing between CJK ones)."""
-    return _join([(p, False) for p in parts if p])
+    return join_units([(p, False) for p in parts if p])
 
 
 def pack(units_in: list[tuple[str, bool]], target_chars: int, overlap_chars: int, max_chars: int) -> list[str]:
@@ -143,7 +143,7 @@ def pack(units_in: list[tuple[str, bool]], target_chars: int, overlap_chars: int
     fresh = 0                              # sentences in `current` not carried over from the previous piece
     for u in units:
         if current and fresh and size + len(u[0]) > target_chars:
-            pieces.append(_join(current))
+            pieces.append(join_units(current))
             carry: list[tuple[str, bool]] = []
             carried = 0
             for prev in reversed(current):
@@ -158,7 +158,7 @@ def pack(units_in: list[tuple[str, bool]], target_chars: int, overlap_chars: int
         size += len(u[0]) + 1
         fresh += 1
     if current and fresh:
-        pieces.append(_join(current))
+        pieces.append(join_units(current))
     return pieces
 
 
@@ -191,7 +191,7 @@ def chunk_document(
     doc_lang = doc.lang or detect_lang(doc.title + "\n" + doc.text)
     chunks: list[Chunk] = []
     for section in doc.sections:
-        sentences = _sentence_units(section.text)
+        sentences = sentence_units(section.text)
         if not sentences:
             continue
         section_path = " > ".join(p for p in section.path if p)

@@ -9,9 +9,10 @@ flight keeps the generation it started with.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,11 @@ from rag.rewrite import Glossary, QueryRewriter, RewrittenQuery, get_tokenizer, 
 from rag.types import Answer, Hit
 
 log = logging.getLogger(__name__)
+
+
+def _stem(word: str) -> str:
+    """Plural-insensitive comparison for Latin words (parcel / parcels)."""
+    return word[:-1] if len(word) > 3 and word.isascii() and word.endswith("s") else word
 
 SAMPLE_KB = Path(__file__).resolve().parent / "samples" / "kb"
 MODES = ("bm25", "dense", "hybrid", "rerank")
@@ -53,8 +59,12 @@ class RetrievalConfig:
     rerank_top_n: int = 20
     answer_passages: int = 3           # passages returned with an answer (the evidence)
     answer_threshold: float = 0.5      # confidence below this: no answer, L2 gets the evidence
-    confidence_floor: float = 0.80     # dense cosine mapped to confidence 0 ...
-    confidence_ceiling: float = 0.90   # ... and to 1 (e5-small's range; other encoders need their own)
+    # confidence = sigmoid(slope * (cosine - center[lang]) + coverage_weight * (coverage - 0.5)); the
+    # centers are where multilingual-e5-small puts in-scope vs out-of-scope questions on the bundled
+    # KB (Chinese cosines run higher); another encoder or knowledge base needs its own.
+    confidence_center: dict[str, float] = field(default_factory=lambda: {"en": 0.845, "zh": 0.875})
+    confidence_slope: float = 60.0
+    coverage_weight: float = 2.5
     same_language: bool = True         # answer from a passage in the query's language when one is retrieved
     chunk_chars: int = DEFAULT_TARGET_CHARS
     chunk_overlap: int = DEFAULT_OVERLAP_CHARS
@@ -193,20 +203,33 @@ class KnowledgeBase:
 
     # ------------------------------------------------------------------ answers
 
-    def confidence(self, hits: Sequence[Hit]) -> float:
-        """How sure the top evidence answers the query, in [0, 1].
+    def coverage(self, keywords: Sequence[str], hit: Hit) -> float:
+        """Share of the query's content words that the passage (title, section, text) contains."""
+        if not keywords or hit.chunk is None:
+            return 0.0
+        c = hit.chunk
+        words = {_stem(w) for w in self.tokenizer.words_of(f"{c.title}\n{c.section}\n{c.text}")}
+        wanted = {_stem(w) for w in keywords}
+        return len(wanted & words) / len(wanted)
 
-        The encoder's cosine of the best passage, mapped linearly between the configured floor and
-        ceiling; with a reranker, its calibrated probability when it gives one.
+    def confidence(self, rw: RewrittenQuery, hits: Sequence[Hit]) -> float:
+        """How likely the best passage answers the query, in (0, 1).
+
+        A logistic of two signals that separate in-scope from out-of-scope questions in both
+        languages: the encoder's cosine for the passage (relative to a per-language center) and
+        how many of the query's words the passage contains.
         """
         if not hits:
             return 0.0
         top = hits[0]
-        if "rerank_prob" in top.scores:
-            return float(min(max(top.scores["rerank_prob"], 0.0), 1.0))
-        cos = max((h.scores.get("dense", 0.0) for h in hits[:3]), default=0.0)
-        lo, hi = self.config.confidence_floor, self.config.confidence_ceiling
-        return float(min(max((cos - lo) / max(hi - lo, 1e-6), 0.0), 1.0))
+        cfg = self.config
+        cos = top.scores.get("dense")
+        if cos is None:             # found by BM25 only: the encoder did not rank it in its top candidates
+            return 0.0
+        centers = cfg.confidence_center or {}
+        center = centers.get(rw.lang, sum(centers.values()) / len(centers) if centers else 0.85)
+        z = cfg.confidence_slope * (cos - center) + cfg.coverage_weight * (self.coverage(rw.keywords, top) - 0.5)
+        return float(1.0 / (1.0 + math.exp(-max(min(z, 50.0), -50.0))))
 
     def answer(self, query: str) -> Answer:
         """A grounded extractive answer with citations, or (below the threshold) none and the evidence."""
@@ -227,7 +250,7 @@ class KnowledgeBase:
             if same:
                 hits = same + [h for h in hits if h not in same]
         passages = hits[: cfg.answer_passages]
-        confidence = self.confidence(passages)
+        confidence = self.confidence(rw, passages)
         if not passages or confidence < cfg.answer_threshold:
             timings["answer"] = time.perf_counter() - t
             timings["total"] = time.perf_counter() - t0

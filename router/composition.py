@@ -33,7 +33,9 @@ def wire_classifier(services: Services) -> None:
     config = load_intents(path)
     services.classifier = IntentClassifier.from_config(config, services.encoder,
                                                        cache_dir=services.settings.home / "cache" / "heads")
-    services.readiness["classifier"] = lambda: (True, f"{len(config.intents)} intents from {path}")
+    services.classifier.reload_on_sighup(path, cache_dir=services.settings.home / "cache" / "heads")
+    clf = services.classifier
+    services.readiness["classifier"] = lambda: (True, f"{len(clf.config.intents)} intents from {path}")
 
 
 def wire_handoff(services: Services) -> None:
@@ -94,7 +96,8 @@ def make_knowledge_base(settings, pool, encoder, *, knowledge_dir=None, reranker
         candidates=settings.rag_candidates, fusion=settings.rag_fusion,
         weights=(settings.rag_bm25_weight, settings.rag_dense_weight), rrf_k=settings.rag_rrf_k,
         ef_search=settings.rag_ef_search, answer_threshold=settings.rag_answer_threshold,
-        confidence_floor=settings.rag_confidence_floor, confidence_ceiling=settings.rag_confidence_ceiling,
+        confidence_center=dict(settings.rag_confidence_center), confidence_slope=settings.rag_confidence_slope,
+        coverage_weight=settings.rag_coverage_weight,
         chunk_chars=settings.rag_chunk_chars, chunk_overlap=settings.rag_chunk_overlap,
     )
     return KnowledgeBase(pool, encoder, lexical, config=config, glossary=glossary, reranker=reranker,

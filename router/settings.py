@@ -60,8 +60,13 @@ class Settings(BaseSettings, ChannelSettings):  # channel secrets/URLs + outbox:
     rag_chunk_chars: int = Field(default=450, ge=50, description="Target chunk size in characters.")
     rag_chunk_overlap: int = Field(default=80, ge=0, description="Characters of sentence overlap between chunks.")
     rag_answer_threshold: float = Field(default=0.5, ge=0, le=1, description="Below this confidence: no answer, L2.")
-    rag_confidence_floor: float = Field(default=0.80, description="Dense cosine that maps to confidence 0.")
-    rag_confidence_ceiling: float = Field(default=0.90, description="Dense cosine that maps to confidence 1.")
+    rag_confidence_center: dict[str, float] = Field(
+        default_factory=lambda: {"en": 0.845, "zh": 0.875},
+        description="Encoder cosine at which an answer is a coin flip, per query language (JSON); tuned for "
+        "multilingual-e5-small on the bundled KB.")
+    rag_confidence_slope: float = Field(default=60.0, description="Logistic slope on the cosine.")
+    rag_coverage_weight: float = Field(default=2.5, description="Logistic weight of the share of query words "
+                                       "found in the passage.")
     rag_generator_url: str | None = Field(default=None, description="OpenAI-compatible endpoint that may rephrase "
                                           "answers (every sentence must be supported); unset = extractive only.")
     rag_generator_model: str | None = None

@@ -1,0 +1,187 @@
+"""Grounded answers: bilingual retrieval on the bundled KB, extractive text, citations, the no-answer path,
+and the optional generator whose unsupported sentences are never sent."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from rag.answer import OpenAIChatGenerator, extract, unsupported_sentences
+from rag.chunk import split_sentences
+from rag.lexical.tantivy import TantivyIndex
+from rag.rewrite import get_tokenizer, load_glossary
+from rag.service import SAMPLE_KB, KnowledgeBase, RetrievalConfig
+from rag.types import Chunk, Hit
+
+TOPICS = ("refund-timelines", "password-reset", "order-tracking", "installments-huabei", "invoice-special-vat",
+          "coupons")
+
+
+def _subset(folder: Path) -> Path:
+    folder.mkdir()
+    for t in TOPICS:
+        for lang in ("en", "zh"):
+            shutil.copy(SAMPLE_KB / f"{t}-{lang}.md", folder)
+    shutil.copy(SAMPLE_KB / "glossary.yaml", folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def module_pool(pg_server, template_dsn):
+    """A migrated database for this module (the e5 index is built once and shared by its tests)."""
+    from router.db import open_pool
+
+    base, _, query = template_dsn.partition("?")
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = base.rsplit("/", 1)[0] + "/postgres" + (f"?{query}" if query else "")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "switchboard_template"')
+    pool = open_pool(base.rsplit("/", 1)[0] + f"/{name}" + (f"?{query}" if query else ""), min_size=1, max_size=4)
+    yield pool
+    pool.close()
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+def e5_kb(module_pool, e5_encoder, tmp_path_factory):
+    src = _subset(tmp_path_factory.mktemp("kb") / "kb")
+    glossary = load_glossary(src)
+    lexical = TantivyIndex(tmp_path_factory.mktemp("index"), tokenizer=get_tokenizer(glossary.words()))
+    kb = KnowledgeBase(module_pool, e5_encoder, lexical, glossary=glossary, sample_dir=src)
+    kb.load_sample_if_empty()
+    return kb
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("query, doc", [
+    ("退款到支付宝要多久？", "refund-timelines-zh"),
+    ("忘记密码了怎么找回", "password-reset-zh"),
+    ("我的包裹现在到哪里了", "order-tracking-zh"),
+    ("How many days until a refund reaches my Alipay?", "refund-timelines-en"),
+    ("I can't remember my password", "password-reset-en"),
+    ("Can I pay for an order in installments?", "installments-huabei-en"),
+])
+def test_a_question_finds_the_article_in_its_own_language(e5_kb, query, doc):
+    hits = e5_kb.search(query, 5, mode="hybrid")
+    assert hits[0].chunk.doc_id == doc
+    answer = e5_kb.answer(query)
+    assert answer.answered and answer.citations[0]["doc_id"] == doc
+    cited = answer.passages[0].chunk
+    # extractive: every sentence of the answer is a sentence of the cited passage
+    assert all(s in cited.text for s in split_sentences(answer.text))
+    c = answer.citations[0]
+    assert (c["title"], c["section"], c["source"]) == (cited.title, cited.section, cited.source)
+    assert 0.5 <= answer.confidence <= 1.0 and answer.timings["total"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("query", ["如何训练小狗坐下", "周末去哪里爬山比较好", "How do I train my dog to sit?",
+                                   "Which mountain is the highest in Europe?"])
+def test_out_of_scope_questions_get_no_answer_but_the_evidence(e5_kb, query):
+    answer = e5_kb.answer(query)
+    assert not answer.answered and answer.text is None
+    assert answer.passages and answer.citations           # the evidence goes to L2 with the conversation
+    assert answer.confidence < e5_kb.config.answer_threshold
+    assert "below the answer threshold" in answer.reason
+
+
+@pytest.mark.slow
+def test_traditional_chinese_and_glossary_synonyms_reach_the_article(e5_kb):
+    answer = e5_kb.answer("退錢到支付寶要幾天")                 # traditional characters + colloquial 退钱
+    assert answer.answered and answer.citations[0]["doc_id"] == "refund-timelines-zh"
+    assert "退款" in answer.rewritten_query
+
+
+def test_extract_takes_the_matched_faq_answer_only():
+    tok = get_tokenizer()
+    passage = ("Q: How long does a refund to Alipay take?\nA: 1–3 business days after the refund is issued.\n"
+               "Q: I paid with a Visa card. When will I see my refund?\nA: Card refunds take 3–7 business days.")
+    assert extract(passage, ["long", "refund", "alipay"], tok) == (
+        "Q: How long does a refund to Alipay take?\nA: 1–3 business days after the refund is issued.")
+
+
+def test_extract_brings_the_list_after_an_introduction_and_falls_back_to_the_opening():
+    tok = get_tokenizer()
+    passage = "订单发货后不能修改地址，但有以下办法：\n联系客服改派；\n拒收后重新下单。\n其他说明。"
+    assert extract(passage, ["修改", "地址"], tok) == "订单发货后不能修改地址，但有以下办法：\n联系客服改派；\n拒收后重新下单。"
+    assert extract("First sentence. Second one. Third.", ["zebra"], tok) == "First sentence. Second one."
+
+
+def test_unsupported_sentences_catch_new_facts_and_numbers():
+    tok = get_tokenizer()
+    hits = [Hit(chunk_id="a#0", score=1.0, chunk=Chunk(chunk_id="a#0", doc_id="a", title="Refunds",
+                text="Refunds to Alipay take 1–3 business days after the refund is issued."))]
+    assert unsupported_sentences("Refunds to Alipay take 1–3 business days.", hits, tok) == []
+    assert unsupported_sentences("Refunds to Alipay take 10 business days.", hits, tok) == [
+        "Refunds to Alipay take 10 business days."]
+    assert unsupported_sentences("We also send you a free gift voucher.", hits, tok)
+
+
+class _ChatStub(BaseHTTPRequestHandler):
+    """A stand-in for an external OpenAI-compatible endpoint: replies with the configured text."""
+
+    reply = ""
+    seen: list = []
+
+    def do_POST(self):  # noqa: N802 - http.server naming
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        _ChatStub.seen.append((self.path, self.headers.get("Authorization"), body))
+        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": _ChatStub.reply}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def chat_endpoint():
+    server = HTTPServer(("127.0.0.1", 0), _ChatStub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _ChatStub.seen = []
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+
+
+def test_generated_answers_are_sent_only_when_every_sentence_is_supported(pool, minilm_encoder, tmp_path,
+                                                                          chat_endpoint):
+    src = tmp_path / "kb"
+    src.mkdir()
+    shutil.copy(SAMPLE_KB / "refund-timelines-en.md", src)
+    generator = OpenAIChatGenerator(chat_endpoint, "test-model", api_key="k-123")
+    # minilm's cosines live on another scale than e5's: this test is about the generator, so always answer
+    kb = KnowledgeBase(pool, minilm_encoder, TantivyIndex(tmp_path / "idx"), generator=generator,
+                       config=RetrievalConfig(answer_threshold=0.0), sample_dir=src)
+    kb.load_sample_if_empty()
+    query = "How long does a refund to Alipay take?"
+
+    _ChatStub.reply = "A refund to Alipay takes 1–3 business days after the refund is issued."
+    good = kb.answer(query)
+    assert good.answered and good.text == _ChatStub.reply and good.reason is None
+    path, auth, body = _ChatStub.seen[-1]
+    assert path == "/v1/chat/completions" and auth == "Bearer k-123" and body["model"] == "test-model"
+    assert "1–3 business days" in body["messages"][1]["content"]          # the passages were sent as context
+
+    _ChatStub.reply = "A refund to Alipay takes 1–3 business days. You will also get 50 bonus points."
+    bad = kb.answer(query)
+    assert bad.answered and "bonus" not in bad.text and "50" not in bad.text
+    assert "1–3 business days" in bad.text                                # the extractive answer instead
+    assert "discarded" in bad.reason
+
+
+def test_an_empty_knowledge_base_answers_nothing(pool, minilm_encoder, tmp_path):
+    kb = KnowledgeBase(pool, minilm_encoder, TantivyIndex(tmp_path / "idx"))
+    answer = kb.answer("How long does a refund take?")
+    assert not answer.answered and answer.reason == "knowledge base is empty"
