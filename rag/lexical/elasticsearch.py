@@ -118,7 +118,7 @@ class ElasticsearchIndex:
                 "analysis": analysis,
             },
             "mappings": {
-                "dynamic": "strict",
+                "dynamic": False,   # new Chunk fields are kept in _source, not indexed
                 "properties": {
                     "chunk_id": {"type": "keyword"},
                     "doc_id": {"type": "keyword"},
