@@ -2,8 +2,9 @@
 
 Checks, in this order, each one deciding the turn on its own when it fires:
 
-1. ``stop`` / ``start``: the whole message is a STOP word (STOP, 退订, unsubscribe ...) or a START
-   word. STOP marks the customer do-not-contact; nothing is ever sent to them until START.
+1. ``stop`` / ``start``: the whole message is a STOP word (STOP, 退订, unsubscribe ...) or, from a
+   stopped customer, a START word. STOP marks the customer do-not-contact; nothing is ever sent
+   to them until START.
    Honoured first, even over quota, because opting out is a legal obligation.
 2. ``crisis``: self-harm or violence words (zh/en). Never throttled, never dropped: an urgent L3
    ticket and a safe fixed reply (unless the customer is do-not-contact, then only the ticket).
@@ -213,11 +214,10 @@ class Harness:
         if command in self._stop:
             set_do_not_contact(conn, channel, customer_id, True)
             return Verdict("stop", "stop", {"command": command}, flags={**flags, "do_not_contact": True})
-        if command in self._start:
+        if command in self._start and flags["do_not_contact"]:   # from anyone else "start" is just text
             set_do_not_contact(conn, channel, customer_id, False)
-            was = flags["do_not_contact"]
-            return Verdict("start", "start", {"command": command, "was_do_not_contact": was},
-                           reply=self.config.start_reply, flags={**flags, "do_not_contact": False})
+            return Verdict("start", "start", {"command": command}, reply=self.config.start_reply,
+                           flags={**flags, "do_not_contact": False})
         hit = self._crisis.find(text)
         if hit:
             return Verdict("crisis", "crisis", {"matched": hit},

@@ -76,6 +76,9 @@ def test_start_lifts_do_not_contact(pool, rules_classifier, start):
         assert customer_flags(conn, "web", "u-1")["do_not_contact"] is False
     out = send(pipe, "order status NW20261015083142")
     assert out["decision"]["channel"] == "rules" and out["decision"]["intent"] == "order_query"
+    # from a customer who never stopped, "start" is an ordinary message
+    out = send(pipe, start, customer="u-2", conv="c-2")
+    assert out["decision"]["channel"] != "harness"
 
 
 @pytest.mark.parametrize("text", ["how do I stop my order from shipping?", "我想退订单", "stop sending me the wrong size"])
