@@ -136,6 +136,19 @@ def verify(dsn: str, n_tickets: int, claims: list[tuple[str, str]]) -> dict:
     }
 
 
+def _proc_cpu(pid: int) -> float | None:
+    """CPU seconds (user + system) of a process, from /proc (Linux); None elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _cpu_ms(before: float | None, after: float | None, n: int) -> float | None:
+    return round((after - before) / max(n, 1) * 1000, 3) if before is not None and after is not None else None
+
+
 def summarise(latencies: list[float], wall: float, n: int) -> dict:
     lat = sorted(latencies)
     q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [lat[0]] * 99
@@ -194,12 +207,15 @@ def run_service(dsn: str, creds: list[tuple[str, str]], n_tickets: int, quiet: b
         for th in threads:
             th.start()
         barrier.wait()
+        cpu0 = time.process_time()
         t0 = time.perf_counter()
         for th in threads:
             th.join()
         wall = time.perf_counter() - t0
+        cpu = time.process_time() - cpu0
         bar.close()
-    return {**summarise(latencies, wall, len(claims)), **verify(dsn, n_tickets, claims)}
+    return {**summarise(latencies, wall, len(claims)), **verify(dsn, n_tickets, claims),
+            "python_cpu_ms_per_claim": round(cpu / max(len(claims), 1) * 1000, 3)}
 
 
 # -- through HTTP -------------------------------------------------------------------------------
@@ -286,14 +302,18 @@ def run_http(dsn: str, creds: list[tuple[str, str]], n_tickets: int, quiet: bool
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("the benchmark server did not start")
             time.sleep(0.2)
+        server0, client0 = _proc_cpu(proc.pid), time.process_time()
         claims, latencies, wall, statuses = asyncio.run(_http_claims(base, creds, n_tickets, quiet))
+        server1, client1 = _proc_cpu(proc.pid), time.process_time()
     finally:
         proc.terminate()
         try:
             proc.wait(15)
         except subprocess.TimeoutExpired:
             proc.kill()
-    return {**summarise(latencies, wall, len(claims)), **verify(dsn, n_tickets, claims), "http_statuses": statuses}
+    return {**summarise(latencies, wall, len(claims)), **verify(dsn, n_tickets, claims), "http_statuses": statuses,
+            "server_cpu_ms_per_claim": _cpu_ms(server0, server1, len(claims)),
+            "client_cpu_ms_per_claim": _cpu_ms(client0, client1, len(claims))}
 
 
 def main() -> None:
@@ -360,12 +380,16 @@ def main() -> None:
         return
     print(f"\n{args.claimers} claimers, {args.tickets} tickets, {os.cpu_count()} CPUs "
           f"(load before {results['load_avg_before'][0]:.1f})")
-    print(f"{'path':<8} {'claims/s':>9} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'double':>7} {'lost':>5}")
+    print(f"{'path':<8} {'claims/s':>9} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'double':>7} {'lost':>5} "
+          f"{'py CPU ms/claim':>16}")
     for mode in ("service", "http"):
         r = results.get(mode)
         if r:
+            cpu = r.get("python_cpu_ms_per_claim") or r.get("server_cpu_ms_per_claim")
             print(f"{mode:<8} {r['claims_per_s']:>9.0f} {r['p50_ms']:>8.2f} {r['p95_ms']:>8.2f} {r['p99_ms']:>8.2f} "
-                  f"{r['double_claims']:>7} {r['lost_tickets']:>5}")
+                  f"{r['double_claims']:>7} {r['lost_tickets']:>5} {cpu if cpu is not None else '-':>16}")
+    print("(py CPU: the claimers' process for the service path, the server process for HTTP; "
+          f"the HTTP clients used {results.get('http', {}).get('client_cpu_ms_per_claim', '-')} ms/claim more)")
     print(f"written to {args.out}")
 
 

@@ -812,25 +812,31 @@ class HandoffService:
                 for r in rows]
 
     def run_sweeps(self, *, batch: int = 1000) -> dict[str, Any]:
-        """Both sweeps under a transaction-scoped advisory lock: when another pod holds it, this one skips."""
+        """Both sweeps under a transaction-scoped advisory lock: when another pod holds it, this one skips.
+
+        Every pod refreshes its queue-depth gauge either way, so no pod reports a stale depth.
+        """
+        requeued: list[dict[str, Any]] = []
+        breached: list[dict[str, Any]] = []
         with self._action() as (conn, notes):
-            got = conn.execute("SELECT pg_try_advisory_xact_lock(%s) AS got", (SWEEP_LOCK_KEY,)).fetchone()["got"]
-            if not got:
-                return {"leader": False, "requeued": 0, "breached": 0}
-            requeued = self._sweep_leases(conn, notes, batch)
-            breached = self._sweep_sla(conn, notes, batch)
-            depth = conn.execute(
-                "SELECT kind, priority, count(*) AS n FROM tickets WHERE status = 'queued' GROUP BY kind, priority"
-            ).fetchall()
+            leader = conn.execute("SELECT pg_try_advisory_xact_lock(%s) AS got",
+                                  (SWEEP_LOCK_KEY,)).fetchone()["got"]
+            if leader:
+                requeued = self._sweep_leases(conn, notes, batch)
+                breached = self._sweep_sla(conn, notes, batch)
         for t in requeued:
             self._count(t, "lease_expired")
         for t in breached:
             self._count(t, "sla_breached")
-        seen = {(r["kind"], r["priority"]): r["n"] for r in depth}
-        for kind in KINDS:
-            for prio in PRIORITIES:
-                self._metric("queue_depth", float(seen.get((kind, prio), 0)), kind=kind, priority=prio)
-        return {"leader": True, "requeued": len(requeued), "breached": len(breached),
+        if self.metrics_hook is not None:
+            with self._read() as conn:
+                depth = conn.execute("SELECT kind, priority, count(*) AS n FROM tickets WHERE status = 'queued' "
+                                     "GROUP BY kind, priority").fetchall()
+            seen = {(r["kind"], r["priority"]): r["n"] for r in depth}
+            for kind in KINDS:
+                for prio in PRIORITIES:
+                    self._metric("queue_depth", float(seen.get((kind, prio), 0)), kind=kind, priority=prio)
+        return {"leader": leader, "requeued": len(requeued), "breached": len(breached),
                 "requeued_ids": [t["id"] for t in requeued], "breached_ids": [t["id"] for t in breached]}
 
 

@@ -243,3 +243,37 @@ def test_openapi_documents_the_queue(api):
 @pytest.mark.parametrize("path", ["/v1/handoff/tickets", "/v1/handoff/stats", "/v1/handoff/me"])
 def test_every_read_needs_a_token(api, path):
     _problem(api.get(path), 401)
+
+
+def test_wired_like_production_counts_in_metrics(services, make_agent, conversation, monkeypatch):
+    """wire_handoff: the gateway's conversation port, the sweeper loop, and Prometheus series that move."""
+    from fastapi.testclient import TestClient
+
+    from router.app import create_app
+    from router.composition import wire_handoff
+
+    monkeypatch.setenv("SWITCHBOARD_HANDOFF_SWEEP_INTERVAL_SECONDS", "0")   # sweeps driven by the test
+    wire_handoff(services)
+    svc = services.handoff
+    _, token = make_agent("ana")
+    conv = conversation(state="l3_queuing")
+    with services.pool.connection() as conn, conn.transaction():
+        svc.open_ticket(conn, kind="handoff", conversation_id=conv, channel="web", customer_id="u1",
+                        reason="asks_for_human", context={})
+        svc.open_ticket(conn, kind="assist", conversation_id=conversation(state="l2_assisting"), channel="web",
+                        customer_id="u2", reason="refund_request", priority="high", context={},
+                        draft={"text": "d"})
+    with TestClient(create_app(services=services)) as client:
+        assert svc.run_sweeps()["leader"] is True
+        text = client.get("/metrics").text
+        assert 'switchboard_queue_depth{kind="assist",priority="high"} 1.0' in text
+        r = client.post("/v1/handoff/claim-next", json={"kind": "handoff"}, headers=bearer(token))
+        assert r.status_code == 200
+        svc.run_sweeps()
+        text = client.get("/metrics").text
+    assert 'switchboard_tickets_total{event="claimed",kind="handoff"} 1.0' in text
+    assert 'switchboard_tickets_total{event="opened",kind="assist"} 1.0' in text
+    assert 'switchboard_queue_depth{kind="handoff",priority="normal"} 0.0' in text
+    with services.pool.connection() as conn:                          # the gateway's port moved the conversation
+        assert conn.execute("SELECT state FROM conversations WHERE id = %s", (conv,)).fetchone()["state"] == \
+            "l3_connected"
