@@ -97,9 +97,9 @@ class _Turn:
     def move(self, to_state: str, reason: str, ticket_id=None) -> None:
         t = sm.transition(self.conn, self.conv, to_state, reason=reason, message_id=self.message_id,
                           ticket_id=ticket_id)
-        self.transitions.append({"from": t["from"], "to": t["to"], "reason": reason})
+        self.transitions.append({"from": t["from"], "to": t["to"], "reason": reason, "id": t["id"]})
 
-    def send(self, text: str, *, kind: str = "reply", citations: list[dict] | None = None) -> dict[str, Any]:
+    def send(self, text: str, *, kind: str = "reply", citations: list[dict] | None = None) -> dict[str, Any] | None:
         """Queue ``text`` to the customer (transcript + outbox, this transaction); the webhook's reply."""
         if self.flags.get("do_not_contact"):
             self.trace["suppressed_reply"] = kind
@@ -324,12 +324,16 @@ class _Turn:
         ticket_id = self.open_ticket("assist", decision, reason=reason or f"intent {c.intent or 'unknown'} needs "
                                      "a reviewed answer", priority="normal", classification=c, evidence=evidence,
                                      draft=draft)
-        self.conv_ticket_state(ticket_id)
+        self.tag_transition(ticket_id)
         return self.result(decision, reply=self.send(self.r.policy.replies.ack_l2, kind="ack"), ticket_id=ticket_id)
 
-    def conv_ticket_state(self, ticket_id) -> None:
-        if self.transitions:
-            self.transitions[-1]["ticket_id"] = str(ticket_id) if ticket_id is not None else None
+    def tag_transition(self, ticket_id) -> None:
+        """Record the ticket on the transition that opened it (history and trace)."""
+        if self.transitions and ticket_id is not None:
+            last = self.transitions[-1]
+            last["ticket_id"] = str(ticket_id)
+            self.conn.execute("UPDATE conversation_transitions SET ticket_id = %s WHERE id = %s",
+                              (str(ticket_id), last["id"]))
 
     def open_l3(self, decision: Decision, *, reason: str, priority: str, classification=None,
                 via_classifying: bool = False) -> str | None:
@@ -343,7 +347,7 @@ class _Turn:
             evidence = [_hit_dict(h) for h in (answer.passages if answer else [])[:EVIDENCE_LIMIT]]
         ticket_id = self.open_ticket("handoff", decision, reason=reason, priority=priority,
                                      classification=classification, evidence=evidence)
-        self.conv_ticket_state(ticket_id)
+        self.tag_transition(ticket_id)
         return ticket_id
 
     def open_ticket(self, kind: str, decision: Decision, *, reason: str, priority: str, classification=None,

@@ -99,6 +99,9 @@ def test_l1_without_a_confident_answer_becomes_an_l2_assist_ticket_with_evidence
     assert ctx["evidence"] and all("score" in e for e in ctx["evidence"])
     assert ctx["decisions"][-1]["decision"]["explanation"]["l1_fallback"]
     assert ("l1_resolving", "l2_assisting") in chat.transitions()
+    with svc.pool.connection() as conn:
+        opened = [h for h in sm.history(conn, chat.id) if h["to_state"] == "l2_assisting"]
+    assert [h["ticket_id"] for h in opened] == [str(out["ticket_id"])]
 
 
 def test_a_broken_knowledge_base_sends_the_question_to_a_person_instead_of_failing(svc):
