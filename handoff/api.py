@@ -337,8 +337,9 @@ def build_router(get_service: Callable[[Request], HandoffService | None]) -> API
 
     @router.get("/events", response_class=EventSourceResponse, summary="Live queue changes (Server-Sent Events)",
                 description="One `ready` event once listening, then a `ticket` event per change (data: event id, "
-                            "ticket_id, action, kind, team, priority, status, claimed_by, actor, at) for your "
-                            "teams; `resync` means refetch. Reconnect with `Last-Event-ID` (or `?after=`) to replay "
+                            "ticket_id, action, kind, team, from_team, priority, status, claimed_by, actor, at) for "
+                            "your teams (a ticket transferred away is announced to the team it left); `resync` "
+                            "means refetch. Reconnect with `Last-Event-ID` (or `?after=`) to replay "
                             "what you missed from the audit log. A revoked token ends the stream.",
                 responses=_doc(403, 503))
     async def events(
@@ -378,7 +379,8 @@ def build_router(get_service: Callable[[Request], HandoffService | None]) -> API
                 if ev.get("action") == "resync":
                     yield ServerSentEvent(event="resync", data={})
                     continue
-                if ev.get("id") in replayed or not agent.may_see(ev.get("team")):
+                if ev.get("id") in replayed or not (agent.may_see(ev.get("team"))
+                                                     or agent.may_see(ev.get("from_team"))):
                     continue
                 yield ServerSentEvent(event="ticket", id=str(ev["id"]), data=ev)
         finally:

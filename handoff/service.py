@@ -134,8 +134,10 @@ class HandoffService:
 
     @staticmethod
     def _event(conn, notes: list[str], ticket: dict[str, Any], actor: Agent, action: str,
-               payload: dict[str, Any] | None = None, *, idempotency_key: str | None = None) -> dict[str, Any]:
-        return T.record_event(conn, ticket, actor, action, payload, idempotency_key=idempotency_key, notes=notes)
+               payload: dict[str, Any] | None = None, *, idempotency_key: str | None = None,
+               from_team: str | None = None) -> dict[str, Any]:
+        return T.record_event(conn, ticket, actor, action, payload, idempotency_key=idempotency_key, notes=notes,
+                              from_team=from_team)
 
     @contextmanager
     def _read(self):
@@ -516,7 +518,8 @@ class HandoffService:
         was_claimed = ticket["status"] == "claimed"
         updated = self._update(conn, ticket["id"], status="queued", claimed_by=None, claimed_at=None,
                                lease_expires_at=None, requeues=_Sql("requeues + 1"), **changes)
-        self._event(conn, notes, updated, agent, action, payload)
+        moved = ticket["team"] if ticket["team"] != updated["team"] else None
+        self._event(conn, notes, updated, agent, action, payload, from_team=moved)
         if was_claimed:
             self._port("on_ticket_requeued", conn, updated)
         return updated
@@ -564,7 +567,8 @@ class HandoffService:
                 updated = self._update(conn, ticket["id"], team=new_team, status="claimed", claimed_by=target.id,
                                        claimed_at=_Sql("now()"), lease_expires_at=self._lease_expr(),
                                        first_claimed_at=_Sql("coalesce(first_claimed_at, now())"))
-                self._event(conn, notes, updated, agent, "transferred", payload)
+                self._event(conn, notes, updated, agent, "transferred", payload,
+                            from_team=ticket["team"] if ticket["team"] != new_team else None)
                 if ticket["status"] == "queued":
                     self._port("on_ticket_claimed", conn, updated)
         self._count(updated, "transferred")

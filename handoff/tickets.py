@@ -75,17 +75,18 @@ SELECT e.id, e.at, n.note, CASE WHEN %(now)s THEN pg_notify('handoff_events', n.
 FROM e, LATERAL (SELECT json_build_object(
     'id', e.id, 'ticket_id', e.ticket_id, 'action', e.action, 'actor', e.actor, 'at', e.at,
     'kind', %(kind)s::text, 'team', %(team)s::text, 'priority', %(priority)s::text,
-    'status', %(status)s::text, 'claimed_by', %(claimed_by)s::text)::text AS note) n
+    'status', %(status)s::text, 'claimed_by', %(claimed_by)s::text, 'from_team', %(from_team)s::text)::text AS note) n
 """
 
 
 def record_event(conn: psycopg.Connection, ticket: dict[str, Any], actor: Agent | str, action: str,
                  payload: dict[str, Any] | None = None, *, idempotency_key: str | None = None,
-                 notes: list[str] | None = None) -> dict[str, Any]:
+                 notes: list[str] | None = None, from_team: str | None = None) -> dict[str, Any]:
     """Append an audit event for ``ticket`` (its state after the change) and notify listeners.
 
     Without ``notes`` the NOTIFY is part of the caller's transaction; with ``notes`` the
-    notification is appended there for :func:`publish` after the commit.
+    notification is appended there for :func:`publish` after the commit. ``from_team`` names
+    the team a ticket left, so that team's screens hear about it too.
     """
     if isinstance(actor, Agent):
         actor_name, agent_id = actor.actor, actor.id
@@ -96,6 +97,7 @@ def record_event(conn: psycopg.Connection, ticket: dict[str, Any], actor: Agent 
         "payload": json.dumps(payload or {}, ensure_ascii=False, default=str), "key": idempotency_key,
         "kind": ticket["kind"], "team": ticket["team"], "priority": ticket["priority"],
         "status": ticket["status"], "claimed_by": ticket.get("claimed_by"), "now": notes is None,
+        "from_team": from_team,
     }).fetchone()
     if notes is not None:
         notes.append(row["note"])

@@ -147,3 +147,20 @@ def test_stream_needs_a_token(live):
     r = httpx.get(f"{live[0]}/v1/handoff/events", headers={"Authorization": "Bearer sbt_x", "Last-Event-ID": "x"},
                   timeout=10)
     assert r.status_code == 401
+
+
+def test_a_ticket_transferred_away_is_announced_to_the_team_it_left(live, hs, open_ticket, make_agent):
+    _, bill = make_agent("bill", teams=("billing",))
+    sue, _ = make_agent("sue", role="supervisor")
+    s = Stream(f"{live[0]}/v1/handoff/events", bill)
+    try:
+        assert s.next()[2] == 200 and s.next()[0] == "ready"
+        t = open_ticket(team="billing")
+        hs.transfer(sue, t["id"], team="care", note="not a billing question")
+        later = open_ticket(team="billing")
+        got = s.until(lambda e: e[0] == "ticket" and e[2]["ticket_id"] == later["id"])
+        seen = [(d["ticket_id"], d["action"], d["team"], d["from_team"]) for k, _, d in got if k == "ticket"]
+        assert seen == [(t["id"], "opened", "billing", None), (t["id"], "transferred", "care", "billing"),
+                        (later["id"], "opened", "billing", None)]
+    finally:
+        s.close()
