@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from typing import Any
 
 import psycopg
@@ -187,6 +188,11 @@ class ChannelGateway:
         self.pipeline = pipeline
         self.metrics = metrics
         self.adapters: dict[str, ChannelAdapter] = build_adapters(settings)
+        # A turn holds a pool connection for its transaction and the router may take a second one
+        # inside it (retrieval): admitting more turns than half the pool at once can leave every
+        # connection held by a turn waiting for another. Turns beyond this wait here, holding nothing.
+        pool_max = getattr(pool, "max_size", None) or settings.db_pool_max
+        self._turns = threading.BoundedSemaphore(max(1, (pool_max - 1) // 2))
 
     def adapter(self, name: str) -> ChannelAdapter | None:
         return self.adapters.get(name)
@@ -198,7 +204,8 @@ class ChannelGateway:
             conn.execute("SET LOCAL synchronous_commit = off")
             msg.customer_id = resolve_customer(conn, adapter.name, parsed.route, msg.conversation_external_id)
         parsed.message = msg
-        response, replayed = self.pipeline.handle(msg)
+        with self._turns:
+            response, replayed = self.pipeline.handle(msg)
         outcome = Outcome(msg, response, replayed)
         actions = adapter.after_turn(outcome)
         reply = outcome.reply_text
