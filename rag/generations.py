@@ -130,6 +130,7 @@ class Generations:
         """
         t0 = time.perf_counter()
         generation = new_generation_id("e" if purpose == "eval" else "g")
+        base = self.active() if purpose == "serve" else None
         chunks = self.chunk(docs)
         with self.pool.connection() as conn:
             conn.execute(
@@ -160,19 +161,19 @@ class Generations:
             timings["hnsw"] = self.dense.build_index(generation)
 
             t = time.perf_counter()
-            self.lexical.create_generation(generation)
+            to_index, lexical_reused = self._start_lexical(generation, chunks, base if purpose == "serve" else None)
             bar = None
             if self.progress:
                 from tqdm.auto import tqdm
 
-                bar = tqdm(total=len(chunks), desc="lexical index", unit="chunk", leave=False)
+                bar = tqdm(total=len(to_index), desc="lexical index", unit="chunk", leave=False)
             written = 0
-            for part in _batched(chunks, 5000):
+            for part in _batched(to_index, 5000):
                 written += self.lexical.add(generation, part)
                 if bar is not None:
                     bar.update(len(part))
                 if on_progress:
-                    on_progress("lexical", written, len(chunks))
+                    on_progress("lexical", written, len(to_index))
             if bar is not None:
                 bar.close()
             timings["lexical"] = time.perf_counter() - t
@@ -185,7 +186,7 @@ class Generations:
             seconds = time.perf_counter() - t0
             summary = {
                 "generation": generation, "docs": len(docs), "chunks": len(chunks), "encoded": encoded,
-                "reused": reused, "seconds": round(seconds, 3),
+                "reused": reused, "lexical_reused": lexical_reused, "seconds": round(seconds, 3),
                 "chunks_per_s": round(len(chunks) / seconds, 1) if seconds > 0 else None,
                 "embed_chunks_per_s": round(encoded / timings["embed"], 1) if encoded and timings["embed"] else None,
                 "timings": {k: round(v, 3) for k, v in timings.items()}, "encoder": self.encoder_name,
@@ -201,6 +202,23 @@ class Generations:
             except Exception:  # noqa: BLE001
                 log.exception("recording failed generation %s", generation)
             raise
+
+    def _start_lexical(self, generation: str, chunks: Sequence[Chunk], base: str | None) -> tuple[list[Chunk], int]:
+        """Create the lexical index of ``generation``; returns the chunks still to index and how many were reused.
+
+        When the backend can copy the serving generation (same tokenizer), only chunks whose
+        content hash changed are deleted and indexed again: tokenising is most of the lexical cost.
+        """
+        clone = getattr(self.lexical, "clone_generation", None)
+        if base and clone is not None and clone(base, generation):
+            old = self.dense.chunk_hashes(base)
+            new = {c.chunk_id: c.content_hash for c in chunks}
+            stale = [cid for cid, (_, h) in old.items() if new.get(cid) != h]
+            self.lexical.delete(generation, stale)
+            todo = [c for c in chunks if old.get(c.chunk_id, ("", ""))[1] != c.content_hash]
+            return todo, len(chunks) - len(todo)
+        self.lexical.create_generation(generation)
+        return list(chunks), 0
 
     def _switch(self, generation: str) -> dict[str, Any]:
         """Flip the pointer to ``generation`` in one transaction; the old active becomes previous."""

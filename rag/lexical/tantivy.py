@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 ANALYZER = "sb_ws"
 _GENERATION_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
 MAX_QUERY_TERMS = 64
+FINGERPRINT_FILE = "switchboard-tokenizer.txt"
 
 
 class GenerationNotFound(LookupError):
@@ -99,6 +100,7 @@ class TantivyIndex:
             elif create:
                 path.mkdir(parents=True, exist_ok=True)
                 idx = tantivy.Index(self._schema, path=str(path), reuse=True)
+                (path / FINGERPRINT_FILE).write_text(self.tokenizer.fingerprint + "\n", encoding="utf-8")
             else:
                 raise GenerationNotFound(f"no tantivy index for generation {generation!r} under {self.root}")
             idx.register_tokenizer(ANALYZER, self._analyzer)   # per Index object: again after every open
@@ -120,6 +122,27 @@ class TantivyIndex:
         if self.active() == generation:
             (self.root / "ACTIVE").unlink(missing_ok=True)
         shutil.rmtree(self._dir(generation), ignore_errors=True)
+
+    def clone_generation(self, source: str, target: str) -> bool:
+        """Start ``target`` as a copy of ``source`` (same tokenizer only); False when that is not possible.
+
+        A rebuild of mostly unchanged content then only deletes and adds the chunks that changed,
+        instead of cutting every text with jieba again.
+        """
+        src, dst = self._dir(source), self._dir(target)
+        if not (src / "meta.json").exists() or (dst / "meta.json").exists():
+            return False
+        try:
+            if (src / FINGERPRINT_FILE).read_text(encoding="utf-8").strip() != self.tokenizer.fingerprint:
+                return False
+        except FileNotFoundError:
+            return False
+        with self._write_locks.setdefault(source, threading.Lock()):   # no commit of the source mid-copy
+            tmp = self.root / f".{target}.tmp-{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("*.lock", ".tantivy-*"))
+            os.replace(tmp, dst)
+        return True
 
     def activate(self, generation: str) -> None:
         if not (self._dir(generation) / "meta.json").exists():

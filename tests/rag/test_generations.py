@@ -64,8 +64,9 @@ def test_rebuild_switches_and_reuses_unchanged_embeddings(kb, source):
     assert ok and first["generation"] in detail and "no reranker" in detail
     assert kb.lexical.count(first["generation"]) == kb.dense.count(first["generation"]) == first["chunks"]
 
-    second = kb.rebuild(source)                    # nothing changed: no embedding at all
+    second = kb.rebuild(source)                    # nothing changed: no embedding, no re-tokenising
     assert second["encoded"] == 0 and second["reused"] == second["chunks"] == first["chunks"]
+    assert first["lexical_reused"] == 0 and second["lexical_reused"] == second["chunks"]
     assert second["previous"] == first["generation"] and kb.active_generation() == second["generation"]
 
     third = kb.rebuild(source)                     # only active + previous are kept
@@ -83,7 +84,8 @@ def test_rollback_serves_the_previous_generation(warm, source):
     doc.write_text(doc.read_text(encoding="utf-8") + "\n\n## Zebra crossings\n\nParcels cross zebra roads.\n",
                    encoding="utf-8")
     second = kb.rebuild(source)
-    assert 0 < second["encoded"] < second["chunks"]          # only the changed chunk(s) embedded
+    assert 0 < second["encoded"] < second["chunks"]          # only the changed chunk(s) embedded ...
+    assert second["lexical_reused"] == second["chunks"] - second["encoded"]   # ... and indexed
     assert "order-tracking-en" in _doc_ids(kb.search("zebra", 3, mode="bm25"))
     rolled = kb.rollback()
     assert rolled == {"active": first["generation"], "previous": second["generation"], "chunks": first["chunks"]}

@@ -112,3 +112,12 @@ def test_a_second_writer_on_the_same_generation_is_refused(index, tmp_path, toke
         writer.wait_merging_threads()
     index.add("g1", [Chunk(chunk_id="y#0", doc_id="y", text="now it works")])
     assert index.search("works", 3)[0].chunk_id == "y#0"
+
+
+def test_a_generation_is_cloned_only_with_the_same_tokenizer(index, tmp_path, tokenizer, chunks):
+    assert index.clone_generation("g1", "g2")
+    assert index.count("g2") == len(chunks)
+    assert not index.clone_generation("g1", "g2")                         # never over an existing one
+    other = TantivyIndex(tmp_path / "tantivy", tokenizer=get_tokenizer(["另一个词表"]))
+    assert not other.clone_generation("g1", "g3")                         # another dictionary: re-index
+    assert not index.clone_generation("missing", "g4")
