@@ -199,7 +199,10 @@ class ChannelGateway:
 
     def process(self, adapter: ChannelAdapter, parsed: ParsedMessage) -> Outcome:
         msg = InboundMessage.model_validate(scrub(parsed.message.model_dump()))
-        parsed.route.address, parsed.route.profile = scrub(parsed.route.address), scrub(parsed.route.profile)
+        route = parsed.route
+        route.channel_user_id, route.customer_id = scrub(route.channel_user_id), scrub(route.customer_id)
+        route.address, route.profile = scrub(route.address), scrub(route.profile)
+        msg.metadata.setdefault("channel_user_id", route.channel_user_id)   # who wrote, in a group chat
         with self.pool.connection() as conn, conn.transaction():
             conn.execute("SET LOCAL synchronous_commit = off")
             msg.customer_id = resolve_customer(conn, adapter.name, parsed.route, msg.conversation_external_id)

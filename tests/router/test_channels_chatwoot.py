@@ -183,3 +183,41 @@ def test_reply_retried_then_dead_lettered_after_max_attempts(app, recorder):
     assert row["last_error"].startswith("gave up after 3 attempts: chatwoot messages: HTTP 500")
     assert log == ["retry", "retry", "dead"]
     assert len(recorder.sent("/messages")) == 3
+
+
+def test_with_the_real_router_a_human_request_opens_the_conversation(settings, recorder, minilm_encoder, tmp_path):
+    """The production decider (rules, escalation, state, handoff ticket) behind the Chatwoot webhook."""
+    from fastapi.testclient import TestClient
+    from routing_kit import classifier_for   # the bundled intents, fitted once per test run
+
+    from router.app import create_app
+    from router.composition import wire_handoff, wire_router
+    from router.dispatch import build_dispatcher
+    from router.services import build_services
+
+    s = channel_settings(settings, recorder.url)
+    services = build_services(s, load_models=False)
+    services.encoder = minilm_encoder
+    services.classifier = classifier_for(minilm_encoder, tmp_path)
+    wire_handoff(services)
+    wire_router(services)
+    dispatcher = build_dispatcher(s, services.pool)
+    try:
+        with TestClient(create_app(services=services)) as client:
+            body, headers = signed(event(id="9", content="I want to talk to a human"))
+            r = client.post(URL, content=body, headers=headers)
+            assert r.status_code == 200, r.text
+            client.post(URL, content=body, headers=headers)          # a retry changes nothing
+            with services.pool.connection() as conn:
+                turn = conn.execute("SELECT response FROM turns").fetchone()["response"]
+                rows = conn.execute("SELECT kind, payload FROM outbox ORDER BY id").fetchall()
+                tickets = conn.execute("SELECT count(*) AS n FROM tickets").fetchone()["n"]
+            assert turn["decision"]["tier"] == "L3" and turn["ticket_id"] and tickets == 1
+            # the router's own acknowledgement, then the status change: nothing queued twice
+            assert [r["kind"] for r in rows][-1] == "conversation_status" and len(rows) == 2
+            assert rows[0]["payload"]["text"] == turn["reply"]["text"]
+            assert dispatcher.drain()["delivered"] == 2
+        assert [r.path.rsplit("/", 1)[1] for r in recorder.requests] == ["messages", "toggle_status"]
+    finally:
+        dispatcher.close()
+        services.close()
