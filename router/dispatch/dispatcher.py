@@ -249,6 +249,9 @@ class Dispatcher:
 
 def build_dispatcher(settings, pool, metrics=None, channels: list[str] | None = None,
                      client: httpx.Client | None = None) -> Dispatcher:
+    # httpx logs every request URL at INFO; channel URLs carry credentials (Telegram's bot token in
+    # the path, WeChat's access token and app secret in the query): keep them out of the logs
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger("httpx").level))
     client = client or httpx.Client(timeout=settings.outbox_http_timeout_seconds,
                                     headers={"User-Agent": "switchboard-dispatcher"})
     limits = ChannelLimits(settings.outbox_rate_limits)
