@@ -97,7 +97,9 @@ def evaluate_mode(kb: Any, data: BeirData, generation: str, mode: str, *, query_
         from tqdm.auto import tqdm
 
         iterator = tqdm(qids, desc=f"eval {mode}", unit="query", leave=False)
-    chunk_k = k * 3          # several chunks of one document can share the top: ask for more, collapse
+    # k chunks per query, collapsed to documents: the same candidate depth as production (a document
+    # with several chunks in the top k appears once, so a run may hold fewer than k documents)
+    chunk_k = k
     for i, qid in enumerate(iterator):
         t = time.perf_counter()
         hits = kb.retrieve(data.queries[qid], chunk_k, mode, generation=generation)
