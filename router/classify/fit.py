@@ -32,6 +32,7 @@ REAL_OOS, HELD_OUT = "oos", "held_out_intent"
 # ``oos`` rows (1). Held-out intents are *near* OOS, harder than most out-of-scope traffic; at full weight
 # they push the threshold into rejecting many in-scope messages.
 HELD_OUT_WEIGHT = 0.25
+FIT_VERSION = 1  # bump when the fitting procedure changes: cached fits of the old one are then ignored
 
 
 @dataclass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -43,9 +45,32 @@ def _fitted_config(train_rows, encoder, s, *, no_cache: bool, base=None, tier: s
     texts = [e for i in config.intents for e in i.examples]
     vectors = cache.encode(encoder, texts, progress=progress)
     oos_vectors = cache.encode(encoder, config.oos_examples, progress=progress) if config.oos_examples else None
+    fits = None if no_cache else s.home / "cache" / "fits"
+    key = _fit_key(config, encoder, folds, seed)
+    cached = fits / f"{key}.json" if fits is not None else None
+    if cached is not None and cached.is_file():
+        fitted = json.loads(cached.read_text(encoding="utf-8"))
+        return config.model_copy(update=fitted), vectors, oos_vectors
     config = refit_config(config, vectors, oos_vectors, encoder_name=encoder.name, folds=folds, seed=seed,
                           progress=progress)
+    if cached is not None:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"scoring": config.scoring, "threshold": config.threshold}), encoding="utf-8")
+        tmp.replace(cached)
     return config, vectors, oos_vectors
+
+
+def _fit_key(config, encoder, folds: int, seed: int) -> str:
+    """Same examples, encoder and fitting parameters -> same fit (cross-validating 15k rows takes minutes)."""
+    import hashlib
+
+    from router.classify import fit as fit_module
+    from router.classify.evaluate import encoder_key
+
+    payload = json.dumps([config.model_dump(mode="json"), encoder_key(encoder), folds, seed,
+                          fit_module.HELD_OUT_WEIGHT, fit_module.FIT_VERSION], ensure_ascii=False, sort_keys=True)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:32]
 
 
 @app.command("eval")
@@ -126,7 +151,6 @@ def evaluate(
 def _write_report(folder: Path, summary: dict, gold: list[str], preds: list[str | None], scores: list[float],
                   threshold: float | None, confusion_pairs) -> Path:
     import csv
-    import json
 
     import matplotlib
 

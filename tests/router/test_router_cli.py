@@ -46,8 +46,12 @@ def test_eval_json_has_the_required_keys_and_sane_values(run, tmp_path):
     assert out["in_scope_accuracy"] >= 0.8 and out["oos_recall"] >= 0.5  # small model, tiny set: loose floors
     assert 0 < out["latency_ms_p50"] <= out["latency_ms_p95"]
     assert out["encoder"] and 0.0 < out["threshold"] < 1.0
-    # the embedding cache was filled, so a second run reuses the TRAIN vectors
+    # the embedding and fit caches were filled: a second run reuses TRAIN's vectors and fit, same threshold
     assert list((tmp_path / "home" / "cache" / "embeddings").rglob("*.npy"))
+    assert len(list((tmp_path / "home" / "cache" / "fits").glob("*.json"))) == 1
+    again = _json(run("router", "eval", "--train", str(FIXTURE / "train.jsonl"), "--test",
+                      str(FIXTURE / "test.jsonl"), "--json"))
+    assert again["threshold"] == out["threshold"] and again["in_scope_accuracy"] == out["in_scope_accuracy"]
 
 
 def test_threshold_never_depends_on_test(run, tmp_path):
