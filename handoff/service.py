@@ -9,7 +9,7 @@ Two kinds of callers:
   locked, the change, its audit event, its NOTIFY and the conversation's state change (through
   the :class:`~handoff.ports.ConversationPort`) commit or roll back together.
 
-Claims are atomic: ``claim_next`` picks the best visible ticket with ``FOR UPDATE SKIP
+Claims are atomic: ``claim_next`` picks the best visible ticket with ``FOR NO KEY UPDATE SKIP
 LOCKED`` in one statement, so concurrent claimers never get the same ticket and never wait
 on each other. A claim is a lease: without heartbeats it lapses and the sweeper puts the
 ticket back in the queue with an event, so no ticket is ever stranded.
@@ -18,9 +18,12 @@ ticket back in the queue with an event, so no ticket is ever stranded.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
+import random
 import re
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from datetime import datetime
@@ -59,6 +62,28 @@ def _cursor_decode(cursor: str, size: int) -> list[Any]:
     if not isinstance(values, list) or len(values) != size:
         raise Invalid("the cursor is malformed; use the next_cursor of a previous page")
     return values
+
+
+_RETRYABLE = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
+
+
+def _retrying(fn):
+    """Re-run an action that lost a deadlock: it rolled back whole (its port calls and notifications
+    included), so running it again is safe."""
+
+    @functools.wraps(fn)
+    def run(self, *args, **kwargs):
+        for attempt in range(1, 5):
+            try:
+                return fn(self, *args, **kwargs)
+            except _RETRYABLE:
+                if attempt == 4:
+                    raise
+                log.info("handoff %s lost a deadlock; retrying (attempt %d)", fn.__name__, attempt + 1)
+                time.sleep(random.uniform(0.005, 0.03) * attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    return run
 
 
 class HandoffService:
@@ -131,6 +156,23 @@ class HandoffService:
 
     def _lease_expr(self) -> _Sql:
         return _Sql("now() + make_interval(secs => %s)", self._lease())
+
+    def _lock(self, conn: psycopg.Connection, ticket_id) -> dict[str, Any]:
+        """Lock the ticket for an agent action, after its conversation.
+
+        The router locks a conversation and then touches its ticket; an action that locked the
+        ticket first and then (through the port) the conversation could deadlock with it. A port
+        with ``before_ticket_change(conn, conversation_id)`` gets to lock the conversation first,
+        so every writer takes the two in the same order.
+        """
+        before = getattr(self.port, "before_ticket_change", None)
+        if before is not None:
+            row = conn.execute("SELECT conversation_id FROM tickets WHERE id = %s",
+                               (T.parse_id(ticket_id),)).fetchone()
+            if row is None:
+                raise NotFound(f"no ticket {ticket_id}")
+            before(conn, row["conversation_id"])
+        return T.lock_ticket(conn, ticket_id)
 
     @staticmethod
     def _event(conn, notes: list[str], ticket: dict[str, Any], actor: Agent, action: str,
@@ -225,7 +267,8 @@ class HandoffService:
                 self._count(ticket, "opened")
                 return {**ticket, "created": True}
             existing = conn.execute(
-                "SELECT * FROM tickets WHERE conversation_id = %s AND status IN ('queued', 'claimed') FOR UPDATE",
+                "SELECT * FROM tickets WHERE conversation_id = %s AND status IN ('queued', 'claimed') "
+                "FOR NO KEY UPDATE",
                 (conversation_id,),
             ).fetchone()
             if existing is not None:
@@ -429,7 +472,7 @@ class HandoffService:
         WHERE status = 'queued' {filters}
         ORDER BY priority_rank, sla_due_at, created_at, id
         LIMIT 1
-        FOR UPDATE SKIP LOCKED
+        FOR NO KEY UPDATE SKIP LOCKED
     ), claimed AS (
         UPDATE tickets t SET status = 'claimed', claimed_by = %(agent_id)s, claimed_at = now(),
                              lease_expires_at = now() + make_interval(secs => %(lease)s),
@@ -448,6 +491,7 @@ class HandoffService:
     FROM claimed c, ev
     """
 
+    @_retrying
     def claim_next(self, agent: Agent, *, kind: str | None = None, team: str | None = None) -> dict[str, Any] | None:
         """Atomically take the best ticket the agent may work on (None when there is none)."""
         if kind is not None and kind not in KINDS:
@@ -473,10 +517,11 @@ class HandoffService:
         self._count(ticket, "claimed")
         return ticket
 
+    @_retrying
     def claim(self, agent: Agent, ticket_id) -> dict[str, Any]:
         """Take a given ticket. Claiming one you already hold renews the lease (a retry is harmless)."""
         with self._action() as (conn, notes):
-            ticket = T.lock_ticket(conn, ticket_id)
+            ticket = self._lock(conn, ticket_id)
             self._check_visible(agent, ticket)
             if not agent.has_skills(ticket["skills"]):
                 raise Forbidden(f"ticket {ticket['id']} needs skills {', '.join(ticket['skills'])}")
@@ -524,10 +569,11 @@ class HandoffService:
             self._port("on_ticket_requeued", conn, updated)
         return updated
 
+    @_retrying
     def release(self, agent: Agent, ticket_id, *, reason: str | None = None) -> dict[str, Any]:
         """Give a claimed ticket back to the queue."""
         with self._action() as (conn, notes):
-            ticket = T.lock_ticket(conn, ticket_id)
+            ticket = self._lock(conn, ticket_id)
             self._check_holder(agent, ticket, supervisors_too=True)
             if ticket["status"] != "claimed":
                 raise Conflict(f"ticket {ticket['id']} is not claimed", status_now=ticket["status"])
@@ -536,6 +582,7 @@ class HandoffService:
         self._count(updated, "released")
         return updated
 
+    @_retrying
     def transfer(self, agent: Agent, ticket_id, *, team: str | None = None, to_agent: str | None = None,
                  note: str | None = None) -> dict[str, Any]:
         """Move a ticket to another team (back in the queue there) and/or straight to another agent (claimed)."""
@@ -544,7 +591,7 @@ class HandoffService:
         if team is not None and not _TEAM.match(team):
             raise Invalid(f"invalid team {team!r}")
         with self._action() as (conn, notes):
-            ticket = T.lock_ticket(conn, ticket_id)
+            ticket = self._lock(conn, ticket_id)
             self._check_holder(agent, ticket, supervisors_too=True)
             new_team = team or ticket["team"]
             payload = {"from_team": ticket["team"], "to_team": new_team, "from_agent": ticket["claimed_by"],
@@ -615,12 +662,13 @@ class HandoffService:
         return {k: (str(v) if v is not None and not isinstance(v, int | float | str) else v)
                 for k, v in (delivery or {}).items()}
 
+    @_retrying
     def post_message(self, agent: Agent, ticket_id, text: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
         """Send an agent message to the customer: stored in the transcript and queued for delivery."""
         text = self._check_text(text)
         key = self._check_key(idempotency_key)
         with self._action() as (conn, notes):
-            ticket = T.lock_ticket(conn, ticket_id)
+            ticket = self._lock(conn, ticket_id)
             self._check_visible(agent, ticket)
             replay = self._replay(conn, agent, ticket, key)
             if replay:
@@ -633,10 +681,11 @@ class HandoffService:
         return {"ticket": ticket, "event_id": ev["id"], "action": "agent_message", "delivery": delivery,
                 "replayed": False}
 
+    @_retrying
     def _decide_draft(self, agent: Agent, ticket_id, *, text: str | None, key: str | None) -> dict[str, Any]:
         action = "approved" if text is None else "edited"
         with self._action() as (conn, notes):
-            ticket = T.lock_ticket(conn, ticket_id)
+            ticket = self._lock(conn, ticket_id)
             self._check_visible(agent, ticket)
             replay = self._replay(conn, agent, ticket, key)
             if replay:
@@ -685,13 +734,14 @@ class HandoffService:
         return self._decide_draft(agent, ticket_id, text=self._check_text(text),
                                   key=self._check_key(idempotency_key))
 
+    @_retrying
     def reject(self, agent: Agent, ticket_id, *, reason: str) -> dict[str, Any]:
         """Reject the draft with a reason; the agent keeps the ticket to answer, hand back or transfer."""
         reason = (reason or "").strip()
         if not reason:
             raise Invalid("a rejection needs a reason")
         with self._action() as (conn, notes):
-            ticket = T.lock_ticket(conn, ticket_id)
+            ticket = self._lock(conn, ticket_id)
             self._check_holder(agent, ticket)
             if ticket["draft"] is None or ticket["draft_status"] != "pending":
                 raise Conflict(f"ticket {ticket['id']} has no pending draft")
@@ -702,12 +752,13 @@ class HandoffService:
 
     # -- closing --------------------------------------------------------------------------------
 
+    @_retrying
     def resolve(self, agent: Agent, ticket_id, *, outcome: str, note: str | None = None) -> dict[str, Any]:
         """Close the ticket with an outcome; the conversation moves on to feedback and does not bounce back."""
         if not _OUTCOME.match(outcome or ""):
             raise Invalid("outcome must be a lower-case word such as 'solved', 'refunded' or 'duplicate'")
         with self._action() as (conn, notes):
-            ticket = T.lock_ticket(conn, ticket_id)
+            ticket = self._lock(conn, ticket_id)
             self._check_holder(agent, ticket, supervisors_too=True)
             updated = self._update(conn, ticket["id"], status="resolved", outcome=outcome, claimed_by=None,
                                    lease_expires_at=None, resolved_by=agent.id, closed_at=_Sql("now()"))
@@ -717,10 +768,11 @@ class HandoffService:
         self._count(updated, "resolved")
         return updated
 
+    @_retrying
     def return_to_bot(self, agent: Agent, ticket_id, *, note: str | None = None) -> dict[str, Any]:
         """Hand the conversation back: the bot is in charge again."""
         with self._action() as (conn, notes):
-            ticket = T.lock_ticket(conn, ticket_id)
+            ticket = self._lock(conn, ticket_id)
             self._check_holder(agent, ticket, supervisors_too=True)
             updated = self._update(conn, ticket["id"], status="returned_to_bot", outcome="returned_to_bot",
                                    claimed_by=None, lease_expires_at=None, resolved_by=agent.id,
@@ -731,11 +783,13 @@ class HandoffService:
         self._count(updated, "returned_to_bot")
         return updated
 
+    @_retrying
     def cancel(self, agent: Agent, ticket_id, *, reason: str) -> dict[str, Any]:
         """Cancel from the API (supervisors and admins)."""
         if not agent.sees_all_teams:
             raise Forbidden("only supervisors and admins cancel tickets")
         with self._action() as (conn, notes):
+            self._lock(conn, ticket_id)
             return self.cancel_ticket(conn, ticket_id, reason=reason, actor=agent)
 
     # -- sweeps (any pod; one at a time) -------------------------------------------------------
@@ -745,7 +799,7 @@ class HandoffService:
         SELECT id, claimed_by AS previous_agent, lease_expires_at AS lapsed_at FROM tickets
         WHERE status = 'claimed' AND lease_expires_at < now()
         ORDER BY lease_expires_at LIMIT %(batch)s
-        FOR UPDATE SKIP LOCKED
+        FOR NO KEY UPDATE SKIP LOCKED
     ), upd AS (
         UPDATE tickets t SET status = 'queued', claimed_by = NULL, claimed_at = NULL, lease_expires_at = NULL,
                              requeues = t.requeues + 1, updated_at = now()
@@ -769,7 +823,7 @@ class HandoffService:
         SELECT id, priority AS previous_priority, sla_due_at AS missed_due FROM tickets
         WHERE status = 'queued' AND sla_due_at < now()
         ORDER BY sla_due_at LIMIT %(batch)s
-        FOR UPDATE SKIP LOCKED
+        FOR NO KEY UPDATE SKIP LOCKED
     ), upd AS (
         UPDATE tickets t SET
             priority = CASE t.priority WHEN 'low' THEN 'normal' WHEN 'normal' THEN 'high' ELSE 'urgent' END,
@@ -815,6 +869,7 @@ class HandoffService:
         return [T.ticket_row({k: v for k, v in r.items() if k not in ("previous_priority", "missed_due")})
                 for r in rows]
 
+    @_retrying
     def run_sweeps(self, *, batch: int = 1000) -> dict[str, Any]:
         """Both sweeps under a transaction-scoped advisory lock: when another pod holds it, this one skips.
 

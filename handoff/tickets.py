@@ -51,7 +51,9 @@ def parse_id(ticket_id: Any) -> uuid.UUID:
 def lock_ticket(conn: psycopg.Connection, ticket_id: Any) -> dict[str, Any]:
     """The ticket row, locked until the transaction ends; 404 if it does not exist."""
     tid = parse_id(ticket_id)
-    row = conn.execute("SELECT * FROM tickets WHERE id = %s FOR UPDATE", (tid,)).fetchone()
+    # NO KEY UPDATE: changes never touch the key, and event inserts (their foreign-key checks
+    # take KEY SHARE) need not wait behind an agent's action
+    row = conn.execute("SELECT * FROM tickets WHERE id = %s FOR NO KEY UPDATE", (tid,)).fetchone()
     if row is None:
         raise NotFound(f"no ticket {ticket_id}")
     return ticket_row(row)
@@ -140,7 +142,7 @@ _REQUEUE_HELD_SQL = """
 WITH held AS (
     SELECT id, claimed_by AS previous_agent FROM tickets
     WHERE status = 'claimed' AND claimed_by = %(agent_id)s
-    FOR UPDATE
+    FOR NO KEY UPDATE
 ), upd AS (
     UPDATE tickets t SET status = 'queued', claimed_by = NULL, claimed_at = NULL, lease_expires_at = NULL,
                          requeues = requeues + 1, updated_at = now()

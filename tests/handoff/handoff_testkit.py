@@ -35,6 +35,9 @@ class TablePort:
         conn.execute("UPDATE conversations SET state = %s WHERE id::text = %s",
                      (_STATE_AFTER[call], str(ticket["conversation_id"])))
 
+    def before_ticket_change(self, conn, conversation_id):
+        conn.execute("SELECT 1 FROM conversations WHERE id::text = %s FOR UPDATE", (str(conversation_id),))
+
     def on_ticket_claimed(self, conn, ticket):
         self._log("on_ticket_claimed", conn, ticket)
 

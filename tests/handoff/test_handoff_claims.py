@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import Counter
@@ -263,3 +264,46 @@ def test_events_record_every_actor(pool, hs, open_ticket, make_agent):
                      ("claimed", "agent:ana"), ("resolved", "agent:sue")]
     counts = Counter(a for a, _ in trail)
     assert counts["claimed"] == 2
+
+
+def test_agent_actions_and_router_turns_lock_in_the_same_order(pool, hs, open_ticket, make_agent, conversation,
+                                                              caplog):
+    """A turn holds the conversation and then touches its ticket; an agent acting on the ticket meanwhile
+    waits for the conversation first instead of deadlocking with the turn."""
+    caplog.set_level(logging.INFO, logger="handoff.service")
+    ana, _ = make_agent("ana")
+    conv = conversation()
+    t = open_ticket(conversation_id=conv)
+    turn_has_lock, results, errors = threading.Event(), [], []
+
+    def router_turn():
+        try:
+            with pool.connection() as conn, conn.transaction():
+                conn.execute("SELECT 1 FROM conversations WHERE id = %s FOR UPDATE", (conv,))
+                turn_has_lock.set()
+                time.sleep(0.4)                                     # the agent acts now
+                hs.add_customer_message(conn, t["id"], "hello?")
+                joined = hs.open_ticket(conn, kind="handoff", conversation_id=conv, channel="web",
+                                        customer_id="u1", reason="complaint", context={})
+                results.append(("turn", joined["id"]))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    def agent():
+        try:
+            turn_has_lock.wait(5)
+            results.append(("claim", hs.claim(ana, t["id"])["id"]))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=router_turn), threading.Thread(target=agent)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+    assert not errors
+    assert results == [("turn", t["id"]), ("claim", t["id"])]    # the claim waited for the turn
+    final = hs.get_ticket(ana, t["id"])
+    assert final["status"] == "claimed" and final["priority"] == "high"
+    assert [e["action"] for e in events_of(pool, t["id"])] == ["opened", "customer_message", "escalated", "claimed"]
+    assert "deadlock" not in caplog.text                         # no retry was needed
