@@ -229,7 +229,11 @@ def serve(dsn: str, port: int, pool_size: int) -> None:
     from router.services import build_services
     from router.settings import Settings
 
-    settings = Settings(database_url=dsn, home=Path(tempfile.mkdtemp(prefix="sbbench-home-")), log_json=True,
+    import atexit
+
+    home = Path(tempfile.mkdtemp(prefix="sbbench-home-"))
+    atexit.register(shutil.rmtree, home, True)
+    settings = Settings(database_url=dsn, home=home, log_json=True,
                         log_level="WARNING", db_pool_min=4, db_pool_max=pool_size, load_sample_kb=False)
     services = build_services(settings, load_models=False)
     wire_handoff(services)
