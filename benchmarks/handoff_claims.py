@@ -220,7 +220,7 @@ def run_service(dsn: str, creds: list[tuple[str, str]], n_tickets: int, quiet: b
 
 # -- through HTTP -------------------------------------------------------------------------------
 
-def serve(dsn: str, port: int, pool_size: int) -> None:
+def serve(dsn: str, port: int, pool_size: int, home: Path) -> None:
     """The gateway app with the queue wired as in production (no models: claims do not need them)."""
     import uvicorn
 
@@ -229,10 +229,6 @@ def serve(dsn: str, port: int, pool_size: int) -> None:
     from router.services import build_services
     from router.settings import Settings
 
-    import atexit
-
-    home = Path(tempfile.mkdtemp(prefix="sbbench-home-"))
-    atexit.register(shutil.rmtree, home, True)
     settings = Settings(database_url=dsn, home=home, log_json=True,
                         log_level="WARNING", db_pool_min=4, db_pool_max=pool_size, load_sample_kb=False)
     services = build_services(settings, load_models=False)
@@ -292,8 +288,9 @@ def run_http(dsn: str, creds: list[tuple[str, str]], n_tickets: int, quiet: bool
     import httpx
 
     port = _free_port()
+    home = Path(tempfile.mkdtemp(prefix="sbbench-home-"))   # the server's scratch $SWITCHBOARD_HOME
     proc = subprocess.Popen([sys.executable, __file__, "serve", "--dsn", dsn, "--port", str(port),
-                             "--pool-size", str(len(creds) + 4)], cwd=REPO)
+                             "--pool-size", str(len(creds) + 4), "--home", str(home)], cwd=REPO)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -315,6 +312,7 @@ def run_http(dsn: str, creds: list[tuple[str, str]], n_tickets: int, quiet: bool
             proc.wait(15)
         except subprocess.TimeoutExpired:
             proc.kill()
+        shutil.rmtree(home, ignore_errors=True)
     return {**summarise(latencies, wall, len(claims)), **verify(dsn, n_tickets, claims), "http_statuses": statuses,
             "server_cpu_ms_per_claim": _cpu_ms(server0, server1, len(claims)),
             "client_cpu_ms_per_claim": _cpu_ms(client0, client1, len(claims))}
@@ -327,6 +325,7 @@ def main() -> None:
     s.add_argument("--dsn", required=True)
     s.add_argument("--port", type=int, required=True)
     s.add_argument("--pool-size", type=int, default=20)
+    s.add_argument("--home", type=Path, required=True)
     p.add_argument("--tickets", type=int, default=5000)
     p.add_argument("--claimers", type=int, default=16)
     p.add_argument("--mode", choices=("service", "http", "both"), default="both")
@@ -339,7 +338,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args()
     if args.cmd == "serve":
-        serve(args.dsn, args.port, args.pool_size)
+        serve(args.dsn, args.port, args.pool_size, args.home)
         return
 
     quiet = args.json
