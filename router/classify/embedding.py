@@ -109,29 +109,30 @@ class Head:
     def _proba_small(self, vectors: np.ndarray, texts: list[str] | None) -> np.ndarray:
         """The same probabilities as scikit-learn's predict_proba, without its per-call input validation
         (which costs more than the arithmetic for one message on the request path)."""
-        if not hasattr(self, "_w"):
+        fast = getattr(self, "_fast", None)
+        if fast is None:  # built once, published in one assignment (safe under concurrent first calls)
             d = self.mean.shape[0]
             coef = np.asarray(self.model.coef_, dtype=np.float64)
-            self._w = (coef[:, :d].T.copy(), coef[:, d:].T.copy() if self.lexical else None,
-                       np.asarray(self.model.intercept_, dtype=np.float64))
-            if self.lexical:
-                self._analyze = self.tfidf.build_analyzer()
-                self._vocab = self.tfidf.vocabulary_
-                self._idf = np.asarray(self.tfidf.idf_, dtype=np.float64)
-        w_dense, w_lex, b = self._w
+            fast = (coef[:, :d].T.copy(), coef[:, d:].T.copy() if self.lexical else None,
+                    np.asarray(self.model.intercept_, dtype=np.float64),
+                    self.tfidf.build_analyzer() if self.lexical else None,
+                    self.tfidf.vocabulary_ if self.lexical else None,
+                    np.asarray(self.tfidf.idf_, dtype=np.float64) if self.lexical else None)
+            self._fast = fast
+        w_dense, w_lex, b, analyze, vocab, idf = fast
         z = ((vectors - self.mean) / self.scale).astype(np.float64)
         logits = z @ w_dense + b
         if self.lexical:
             for r, text in enumerate(texts or []):
                 counts: dict[int, int] = {}
-                for gram in self._analyze(text):
-                    j = self._vocab.get(gram)
+                for gram in analyze(text):
+                    j = vocab.get(gram)
                     if j is not None:
                         counts[j] = counts.get(j, 0) + 1
                 if counts:
                     idx = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
                     tf = 1.0 + np.log(np.fromiter(counts.values(), dtype=np.float64, count=len(counts)))
-                    val = tf * self._idf[idx]
+                    val = tf * idf[idx]
                     val /= np.linalg.norm(val)
                     logits[r] += val @ w_lex[idx]
         if logits.shape[1] == 1:  # binary model: one logit for the second class
