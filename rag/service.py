@@ -165,8 +165,9 @@ class KnowledgeBase:
         timings["rewrite"] = time.perf_counter() - t
         cfg = self.config
         n = max(k, cfg.candidates) if mode in ("hybrid", "rerank") else k
+        top_n = int(getattr(self.reranker, "top_n", cfg.rerank_top_n) or cfg.rerank_top_n)
         if mode == "rerank":
-            n = max(n, cfg.rerank_top_n)
+            n = max(n, top_n)
         rankings: dict[str, list[Hit]] = {}
         if mode in ("bm25", "hybrid", "rerank"):
             t = time.perf_counter()
@@ -188,8 +189,8 @@ class KnowledgeBase:
             timings["fuse"] = time.perf_counter() - t
         if mode == "rerank":
             t = time.perf_counter()
-            top = self._hydrate(generation, hits[:cfg.rerank_top_n])
-            hits = self.reranker.rerank(rw.dense, top)
+            top = self._hydrate(generation, hits[:top_n])
+            hits = self.reranker.rerank(query, top)      # the customer's words, as the reranker was trained
             timings["rerank"] = time.perf_counter() - t
         t = time.perf_counter()
         hits = self._hydrate(generation, hits[:k])

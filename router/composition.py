@@ -18,7 +18,7 @@ def wire_encoder(services: Services) -> None:
 
     s = services.settings
     services.encoder = load_encoder(s.embedding_model, s.models_dir, backend=s.embedding_backend,
-                                    threads=s.torch_threads)
+                                    threads=s.torch_threads, query_backend=s.embedding_query_backend)
 
 
 def wire_classifier(services: Services) -> None:

@@ -185,3 +185,13 @@ def test_an_empty_knowledge_base_answers_nothing(pool, minilm_encoder, tmp_path)
     kb = KnowledgeBase(pool, minilm_encoder, TantivyIndex(tmp_path / "idx"))
     answer = kb.answer("How long does a refund take?")
     assert not answer.answered and answer.reason == "knowledge base is empty"
+
+
+def test_rerank_mode_without_a_reranker_is_an_error(pool, minilm_encoder, tmp_path):
+    from rag.service import RerankerMissing
+
+    kb = KnowledgeBase(pool, minilm_encoder, TantivyIndex(tmp_path / "idx"))
+    with pytest.raises(RerankerMissing):
+        kb.search("refund", 5, mode="rerank")
+    with pytest.raises(ValueError):
+        kb.search("refund", 5, mode="splade")
