@@ -115,8 +115,14 @@ def make_reranker(settings):
 
 def wire_rag(services: Services) -> None:
     """The knowledge base for L1; indexes the sample (or configured) KB on first start when empty."""
+    from router.db import open_pool
+
     s = services.settings
-    kb = make_knowledge_base(s, services.pool, services.encoder, reranker=make_reranker(s))
+    # Retrieval runs inside a turn whose transaction already holds a connection of the main pool;
+    # its own pool means a burst of turns can never starve itself waiting for a second connection.
+    rag_pool = open_pool(services.dsn, min_size=1, max_size=s.db_pool_max, name="switchboard-rag")
+    services.closers.append(rag_pool.close)
+    kb = make_knowledge_base(s, rag_pool, services.encoder, reranker=make_reranker(s))
     services.rag = kb
     services.readiness["indexes"] = kb.ready
     closer = getattr(kb.lexical, "close", None)

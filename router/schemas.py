@@ -5,7 +5,24 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+def scrub(value: Any) -> Any:
+    """Strings Postgres can store: no NUL characters, no lone surrogates (both occur in hostile JSON)."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            value = value.replace("\x00", "")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            value = value.encode("utf-8", "replace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {scrub(k): scrub(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub(v) for v in value]
+    return value
 
 
 class MessageIn(BaseModel):
@@ -21,6 +38,8 @@ class MessageIn(BaseModel):
     sent_at: datetime | None = None
     metadata: dict[str, Any] | None = None
 
+    _scrub = model_validator(mode="before")(classmethod(lambda cls, data: scrub(data)))
+
 
 class InboundMessage(BaseModel):
     """A message from any channel after normalisation: what the pipeline routes."""
@@ -33,6 +52,8 @@ class InboundMessage(BaseModel):
     sent_at: datetime | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     attachments: list[dict[str, Any]] = Field(default_factory=list)
+
+    _scrub = model_validator(mode="before")(classmethod(lambda cls, data: scrub(data)))
 
     @classmethod
     def from_api(cls, m: MessageIn) -> "InboundMessage":

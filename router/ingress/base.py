@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from router.schemas import scrub  # noqa: F401  (re-exported for the adapters)
 from router.schemas import InboundMessage
 
 
@@ -223,23 +224,6 @@ def text_of(value: Any, field_name: str, *, required: bool = True, max_len: int 
     if len(s) > max_len:
         raise MalformedPayload(f"field {field_name} is too long")
     return s
-
-
-def scrub(value: Any) -> Any:
-    """Strings Postgres can store: no NUL characters, no lone surrogates (both occur in hostile JSON)."""
-    if isinstance(value, str):
-        if "\x00" in value:
-            value = value.replace("\x00", "")
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            value = value.encode("utf-8", "replace").decode("utf-8")
-        return value
-    if isinstance(value, dict):
-        return {scrub(k): scrub(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [scrub(v) for v in value]
-    return value
 
 
 def obj(value: Any, field_name: str) -> dict[str, Any]:

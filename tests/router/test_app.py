@@ -144,3 +144,17 @@ def test_text_over_limit_is_413(client, services):
 def test_unknown_route_is_404_problem(client):
     r = client.get("/v1/nope")
     assert r.status_code == 404 and r.headers["content-type"].startswith(PROBLEM)
+
+
+def test_hostile_text_is_cleaned_not_a_500(client, services):
+    """NUL characters and lone surrogates (valid JSON, not storable in Postgres) are removed."""
+    raw = b'{"channel":"web","conversation_id":"c-9","customer_id":"u-9","message_id":"m-nul",' \
+          b'"text":"hello\\u0000 world \\ud800"}'
+    r = client.post("/v1/messages", content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+    with services.pool.connection() as conn:
+        text = conn.execute("SELECT text FROM messages WHERE external_id = 'm-nul'").fetchone()["text"]
+    assert "\x00" not in text and text.startswith("hello world")
+    r = client.post("/v1/messages", content=raw.replace(b"hello\\u0000 world \\ud800", b"\\u0000").replace(b"m-nul", b"m-nul2"),
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 422
