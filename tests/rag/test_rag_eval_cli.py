@@ -106,3 +106,21 @@ def test_index_rebuild_status_sync_rollback(cli, tmp_path):
     assert rolled["active"] == first["generation"]
     result, err = cli("index", "rebuild", "--source", str(tmp_path / "missing"), "--json")
     assert result.exit_code == 1 and "no such" in err["error"]
+
+
+def test_wire_rag_indexes_an_empty_knowledge_base_and_reports_readiness(services, tmp_path):
+    from router.composition import wire_rag
+
+    src = tmp_path / "kb"
+    src.mkdir()
+    for name in ("refund-timelines-en.md", "refund-timelines-zh.md", "glossary.yaml"):
+        shutil.copy(SAMPLE_KB / name, src)
+    services.settings.knowledge_dir = src
+    services.settings.load_sample_kb = True
+    wire_rag(services)
+    ok, detail = services.readiness["indexes"]()
+    assert ok and "no reranker configured" in detail
+    assert services.rag.lexical.name == "tantivy"
+    assert services.rag.glossary.expand("退钱") == ["退款"]                 # the knowledge folder's glossary
+    hits = services.rag.search("退钱要多久", 3, mode="bm25")
+    assert hits[0].chunk.doc_id == "refund-timelines-zh"
