@@ -24,6 +24,9 @@ def eval_cmd(
                                 "else all) | all | heldout."),
     split: str = typer.Option("test", "--split", help="qrels/<split>.tsv"),
     keep: bool = typer.Option(False, "--keep", help="Keep the throw-away generation (for inspection)."),
+    fusion: str = typer.Option(None, "--fusion", help="rrf | convex (default: SWITCHBOARD_RAG_FUSION)."),
+    dense_weight: float = typer.Option(None, "--dense-weight", help="Fusion weight of dense search."),
+    bm25_weight: float = typer.Option(None, "--bm25-weight", help="Fusion weight of BM25."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Index a BEIR corpus in a throw-away generation and report nDCG@10, recall@10/100, MRR@10 and latency."""
@@ -43,6 +46,8 @@ def eval_cmd(
              "(train one with `switchboard rag train-reranker`)", as_json, code=2)
     if not beir.is_dir():
         fail(f"{beir}: not a folder", as_json, code=2)
+    if fusion is not None and fusion not in ("rrf", "convex"):
+        fail("--fusion must be rrf or convex", as_json, code=2)
 
     from router.cli.index import knowledge_base
 
@@ -62,6 +67,10 @@ def eval_cmd(
                 fail(f"{model_dir} lists no held-out queries", as_json, code=2)
         with knowledge_base(source=beir, progress=not as_json) as kb:
             kb.reranker = rr
+            cfg = kb.config
+            cfg.fusion = fusion or cfg.fusion
+            cfg.weights = (cfg.weights[0] if bm25_weight is None else bm25_weight,
+                           cfg.weights[1] if dense_weight is None else dense_weight)
             report = evaluate_beir(kb, beir, modes, split=split, query_ids=query_ids, keep=keep,
                                    progress=not as_json)
             report["fusion"] = {"method": kb.config.fusion, "weights": {"bm25": kb.config.weights[0],

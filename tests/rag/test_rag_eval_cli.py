@@ -61,8 +61,10 @@ def test_eval_all_modes_table(cli):
     text, _ = cli("rag", "eval", "--beir", str(BEIR), "--mode", "bm25")
     assert text.exit_code == 0
     assert "| bm25 |" in text.stdout and "reranker none configured" in text.stdout
-    _, again = cli("rag", "eval", "--beir", str(BEIR), "--mode", "dense", "--json")
+    _, again = cli("rag", "eval", "--beir", str(BEIR), "--mode", "hybrid", "--fusion", "rrf", "--dense-weight", "3",
+                   "--json")
     assert (again["build"]["encoded"], again["build"]["reused"]) == (0, 12)   # re-runs skip the encoder
+    assert again["fusion"] == {"method": "rrf", "weights": {"bm25": 1.0, "dense": 3.0}, "rrf_k": 60}
 
 
 def test_rerank_without_a_reranker_is_an_error_not_a_fallback(cli):
@@ -73,6 +75,7 @@ def test_rerank_without_a_reranker_is_an_error_not_a_fallback(cli):
 @pytest.mark.parametrize("args, message", [
     (["--beir", "/nonexistent/beir", "--mode", "bm25"], "not a folder"),
     (["--beir", str(BEIR), "--mode", "splade"], "--mode must be one of"),
+    (["--beir", str(BEIR), "--mode", "hybrid", "--fusion", "borda"], "--fusion must be rrf or convex"),
 ])
 def test_bad_arguments_are_reported(cli, args, message):
     result, out = cli("rag", "eval", *args, "--json")
