@@ -245,6 +245,10 @@ class KnowledgeBase:
             hits = self.retrieve(query, max(cfg.answer_passages, 10), mode, rewritten=rw, timings=timings)
         except KnowledgeBaseEmpty:
             return Answer(answered=False, query=query, reason="knowledge base is empty", rewritten_query=rw.lexical)
+        except Exception as exc:  # noqa: BLE001 - a broken index must send the customer to a human, not fail the turn
+            log.exception("knowledge base retrieval failed")
+            return Answer(answered=False, query=query, reason=f"retrieval failed: {type(exc).__name__}",
+                          rewritten_query=rw.lexical, timings=timings)
         t = time.perf_counter()
         if cfg.same_language and rw.lang:
             same = [h for h in hits if h.chunk and h.chunk.lang == rw.lang]

@@ -195,3 +195,17 @@ def test_rerank_mode_without_a_reranker_is_an_error(pool, minilm_encoder, tmp_pa
         kb.search("refund", 5, mode="rerank")
     with pytest.raises(ValueError):
         kb.search("refund", 5, mode="splade")
+
+
+def test_a_missing_index_sends_the_question_to_a_human_instead_of_failing(pool, minilm_encoder, tmp_path):
+    src = tmp_path / "kb"
+    src.mkdir()
+    shutil.copy(SAMPLE_KB / "coupons-en.md", src)
+    built = KnowledgeBase(pool, minilm_encoder, TantivyIndex(tmp_path / "built"), sample_dir=src)
+    built.load_sample_if_empty()
+    # another node whose lexical index directory lacks the active generation
+    elsewhere = KnowledgeBase(pool, minilm_encoder, TantivyIndex(tmp_path / "elsewhere"))
+    ok, detail = elsewhere.ready()
+    assert not ok and "GenerationNotFound" in detail
+    answer = elsewhere.answer("do coupons expire")
+    assert not answer.answered and answer.reason == "retrieval failed: GenerationNotFound"
