@@ -179,3 +179,15 @@ def stored(services) -> dict[str, int]:
     with services.pool.connection() as conn:
         return {t: conn.execute(f"SELECT count(*) AS n FROM {t}").fetchone()["n"]
                 for t in ("conversations", "messages", "turns", "outbox", "channel_identities", "channel_routes")}
+
+
+def post_concurrently(client, url: str, body, headers: dict, n: int = 5) -> list:
+    """The same delivery posted ``n`` times at once, as a channel retrying impatiently would."""
+    results: list = []
+    threads = [threading.Thread(target=lambda: results.append(client.post(url, content=body, headers=headers)))
+               for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results

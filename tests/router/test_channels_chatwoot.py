@@ -7,11 +7,10 @@ import copy
 import hashlib
 import hmac
 import json
-import threading
 import time
 
 import pytest
-from channels_support import SECRETS, RecordingServer, channel_app, channel_settings, count, stored
+from channels_support import SECRETS, RecordingServer, channel_app, channel_settings, count, post_concurrently, stored
 
 from router.dispatch.leader import wait_until
 
@@ -156,13 +155,7 @@ def test_token_mode_for_chatwoot_versions_that_do_not_sign(settings, recorder):
 def test_duplicate_deliveries_processed_once(app):
     client, services, _ = app
     body, headers = signed(DOC_EVENT)
-    results = []
-    threads = [threading.Thread(target=lambda: results.append(client.post(URL, content=body, headers=headers)))
-               for _ in range(5)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = post_concurrently(client, URL, body, headers)
     assert [r.status_code for r in results] == [200] * 5
     assert count(services, "SELECT count(*) AS n FROM messages WHERE direction = 'in'") == 1
     assert count(services, "SELECT count(*) AS n FROM outbox") == 1

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import threading
 from urllib.parse import urlencode
 
 import pytest
-from channels_support import SECRETS, RecordingServer, channel_app, channel_settings, count, stored
+from channels_support import SECRETS, RecordingServer, channel_app, channel_settings, count, post_concurrently, stored
 
 from router.dispatch.leader import wait_until
 from router.ingress.sms import twilio_signature
@@ -97,13 +96,7 @@ def test_forged_signature_is_401_and_nothing_stored(app):
 def test_duplicate_deliveries_processed_once(app):
     client, services, _ = app
     body, headers = signed(DOC_PARAMS)
-    results = []
-    threads = [threading.Thread(target=lambda: results.append(client.post(URL, content=body, headers=headers)))
-               for _ in range(5)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = post_concurrently(client, URL, body, headers)
     assert [r.status_code for r in results] == [200] * 5
     assert count(services, "SELECT count(*) AS n FROM messages WHERE direction = 'in'") == 1
     assert count(services, "SELECT count(*) AS n FROM outbox") == 1

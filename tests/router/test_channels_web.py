@@ -5,10 +5,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import threading
 
 import pytest
-from channels_support import SECRETS, RecordingServer, channel_app, channel_settings, count, stored
+from channels_support import SECRETS, RecordingServer, channel_app, channel_settings, count, post_concurrently, stored
 
 from router.dispatch.leader import wait_until
 
@@ -99,13 +98,7 @@ def test_limits_unknown_channel_and_disabled_channel(settings, recorder):
 def test_concurrent_duplicates_one_message_one_reply(app):
     client, services, _ = app
     raw, headers = signed(MSG)
-    results = []
-    threads = [threading.Thread(target=lambda: results.append(client.post(URL, content=raw, headers=headers)))
-               for _ in range(5)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = post_concurrently(client, URL, raw, headers)
     assert [r.status_code for r in results] == [200] * 5
     assert len({r.json()["turn_id"] for r in results}) == 1
     assert count(services, "SELECT count(*) AS n FROM messages WHERE direction = 'in'") == 1

@@ -6,10 +6,9 @@ import copy
 import hashlib
 import hmac
 import json
-import threading
 
 import pytest
-from channels_support import SECRETS, RecordingServer, channel_app, channel_settings, count, stored
+from channels_support import SECRETS, RecordingServer, channel_app, channel_settings, count, post_concurrently, stored
 
 URL = "/v1/channels/whatsapp/webhook"
 
@@ -135,13 +134,7 @@ def test_verification_handshake(app):
 def test_duplicate_deliveries_processed_once(app):
     client, services, _ = app
     body, headers = signed(DOC_PAYLOAD)
-    results = []
-    threads = [threading.Thread(target=lambda: results.append(client.post(URL, content=body, headers=headers)))
-               for _ in range(5)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = post_concurrently(client, URL, body, headers)
     assert [r.status_code for r in results] == [200] * 5
     assert count(services, "SELECT count(*) AS n FROM messages WHERE direction = 'in'") == 1
     assert count(services, "SELECT count(*) AS n FROM outbox WHERE kind = 'reply'") == 1
