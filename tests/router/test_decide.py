@@ -109,7 +109,9 @@ def test_a_broken_knowledge_base_sends_the_question_to_a_person_instead_of_faili
         conn.execute("DROP TABLE kb_chunks CASCADE")
     out = Chat(svc).say("电子发票怎么开？")
     assert out["decision"]["tier"] == "L2" and out["state"] == "l2_assisting" and out["ticket_id"]
-    assert "knowledge base failed" in out["decision"]["explanation"]["l1_fallback"]["reason"]
+    # the knowledge base reports the failure as "no answer" with its reason (or the decider catches it)
+    reason = out["decision"]["explanation"]["l1_fallback"]["reason"]
+    assert "retrieval failed" in reason or "knowledge base failed" in reason
 
 
 def test_l2_draft_approved_by_an_agent_resolves_and_thanks_close_the_session(svc):
