@@ -93,6 +93,7 @@ class HandoffService:
         self.port = port or NullConversationPort()
         self.config = config or HandoffConfig()
         self.metrics_hook = metrics_hook
+        self._publish = T.Publisher()
         self.hub = EventHub(pool.conninfo)
 
     # -- plumbing -----------------------------------------------------------------------------
@@ -199,7 +200,7 @@ class HandoffService:
         with self.pool.connection() as conn:
             with conn.transaction():
                 yield conn, notes
-            T.publish(conn, notes)
+            self._publish(conn, notes)
 
     def authenticate(self, token: str | None) -> Agent | None:
         """The agent behind a Bearer token (None: missing, unknown, expired, revoked or agent disabled)."""

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import logging
-import time
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 
 from router.api import health, messages
-from router.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
+from router.middleware import BodySizeLimitMiddleware, RequestIdMiddleware, RequestMetricsMiddleware
 from router.observability import configure_logging
 from router.pipeline import Pipeline
 from router.problems import install_problem_handlers
@@ -51,18 +50,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     )
     install_problem_handlers(app)
 
-    @app.middleware("http")
-    async def count_requests(request: Request, call_next):
-        t0 = time.perf_counter()
-        response = await call_next(request)
-        svc = getattr(request.app.state, "services", None)
-        if svc is not None:
-            route = request.scope.get("route")
-            path = getattr(route, "path", "unmatched")
-            svc.metrics.http_requests.labels(request.method, path, str(response.status_code)).inc()
-        response.headers["Server-Timing"] = f"total;dur={(time.perf_counter() - t0) * 1000:.1f}"
-        return response
-
+    app.add_middleware(RequestMetricsMiddleware)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)  # outermost: every response, even a 413, carries the id
 

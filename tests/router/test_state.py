@@ -171,3 +171,37 @@ def test_port_send_to_customer_uses_outbox_and_respects_stop(pool):
         with pytest.raises(PermissionError):
             port.send_to_customer(conn, ticket, text="Are you there?", sender="agent", agent_id="a-1")
         assert conn.execute("SELECT count(*) AS n FROM outbox").fetchone()["n"] == 1
+
+
+def test_move_conversation_matches_lock_and_transition(pool):
+    """The one-statement move (ticket claims/releases) records what lock + transition records."""
+    with pool.connection() as conn, conn.transaction():
+        a = _conversation(conn, "move-a", "l3_queuing")
+        b = _conversation(conn, "move-b", "l3_queuing")
+        sm.transition(conn, dict(b), "l3_connected", reason="ticket_claimed", actor="handoff", ticket_id="t-1")
+        moved = sm.move_conversation(conn, a["id"], {"l3_queuing": "l3_connected"}, reason="ticket_claimed",
+                                     actor="handoff", ticket_id="t-1")
+        assert moved["from"] == "l3_queuing" and moved["to"] == "l3_connected"
+        # a second delivery of the same event finds the conversation elsewhere and changes nothing
+        assert sm.move_conversation(conn, a["id"], {"l3_queuing": "l3_connected"}, reason="ticket_claimed",
+                                    actor="handoff") is None
+        # and back: the loop-guard counter counts every entry
+        sm.move_conversation(conn, a["id"], {"l3_connected": "l3_queuing"}, reason="ticket_requeued", actor="handoff")
+        sm.move_conversation(conn, a["id"], {"l3_queuing": "l3_connected"}, reason="ticket_claimed", actor="handoff")
+        rows = {}
+        for conv in (a, b):
+            rows[conv["external_id"]] = (
+                conn.execute("SELECT state FROM conversations WHERE id = %s", (conv["id"],)).fetchone()["state"],
+                [(h["from_state"], h["to_state"], h["reason"], h["actor"]) for h in sm.history(conn, conv["id"])],
+                conn.execute("SELECT state_entries FROM conversation_counters WHERE conversation_id = %s",
+                             (conv["id"],)).fetchone()["state_entries"],
+            )
+    assert rows["move-a"][0] == "l3_connected"
+    assert rows["move-a"][1][0] == rows["move-b"][1][0] == ("l3_queuing", "l3_connected", "ticket_claimed", "handoff")
+    assert len(rows["move-a"][1]) == 3
+    assert rows["move-a"][2] == {"l3_connected": 2, "l3_queuing": 1}
+    assert rows["move-b"][2] == {"l3_connected": 1}
+    with pytest.raises(sm.IllegalTransition):
+        sm.move_conversation(pool, a["id"], {"idle": "l3_connected"}, reason="x", actor="handoff")
+    with pytest.raises(ValueError):
+        sm.move_conversation(pool, a["id"], {"l3_connected": "idle"}, reason="x", actor="handoff")
