@@ -109,8 +109,13 @@ def list_agents(conn: psycopg.Connection, *, include_disabled: bool = False) -> 
     return [_agent_out(r) for r in rows]
 
 
-def disable_agent(conn: psycopg.Connection, name_or_id: str, *, actor: str = "system") -> dict[str, Any]:
-    """Disable an agent: their tokens stop working and the tickets they hold go back to the queue."""
+def disable_agent(conn: psycopg.Connection, name_or_id: str, *, actor: str = "system",
+                  port: Any = None) -> dict[str, Any]:
+    """Disable an agent: their tokens stop working and the tickets they hold go back to the queue.
+
+    ``port`` (a ConversationPort) hears ``on_ticket_requeued`` for each of them, in this
+    transaction, so a customer whose agent left is waiting in the queue again, not "connected".
+    """
     agent = get_agent(conn, name_or_id)
     row = conn.execute(
         "UPDATE handoff_agents SET active = false, disabled_at = coalesce(disabled_at, now()) "
@@ -120,6 +125,10 @@ def disable_agent(conn: psycopg.Connection, name_or_id: str, *, actor: str = "sy
     from handoff.tickets import requeue_held_by
 
     requeued = requeue_held_by(conn, agent["id"], actor=actor, action="agent_disabled")
+    for ticket in requeued:
+        hook = getattr(port, "on_ticket_requeued", None)
+        if hook is not None:
+            hook(conn, ticket)
     _admin_event(conn, actor, "agent_disabled", agent["id"], {"name": agent["name"], "requeued": len(requeued)})
     out = _agent_out(row)
     out["requeued"] = [str(t["id"]) for t in requeued]

@@ -237,15 +237,19 @@ def test_transfer_to_team_and_to_agent(pool, hs, open_ticket, make_agent):
     assert ("transferred", "agent:ana") in actions and ("transferred", "agent:bill") in actions
 
 
-def test_disabling_an_agent_requeues_their_tickets(pool, hs, open_ticket, make_agent):
+def test_disabling_an_agent_requeues_their_tickets(pool, port, hs, open_ticket, make_agent, conversation):
     from handoff import agents
 
     ana, token = make_agent("ana")
-    t = open_ticket()
+    conv = conversation()
+    t = open_ticket(conversation_id=conv)
     hs.claim(ana, t["id"])
+    assert conversation_state(pool, conv) == "l3_connected"
     with pool.connection() as conn:
-        out = agents.disable_agent(conn, "ana", actor="cli:test")
+        out = agents.disable_agent(conn, "ana", actor="cli:test", port=port)
     assert out["requeued"] == [t["id"]]
+    assert conversation_state(pool, conv) == "l3_queuing"      # the customer waits in the queue again
+    assert port_calls(pool, t["id"])[-1] == "on_ticket_requeued"
     assert hs.authenticate(token) is None
     ev = events_of(pool, t["id"])[-1]
     assert ev["action"] == "agent_disabled" and ev["actor"] == "cli:test"
