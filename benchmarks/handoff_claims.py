@@ -145,6 +145,21 @@ def _proc_cpu(pid: int) -> float | None:
         return None
 
 
+def _postgres_cpu() -> float | None:
+    """CPU seconds of every Postgres process on this machine (server + backends), from /proc."""
+    if not Path("/proc/self/stat").exists():
+        return None
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().startswith(("postgres", "postmaster")):
+                    total += _proc_cpu(int(entry.name)) or 0.0
+            except OSError:
+                continue
+    return total
+
+
 def _cpu_ms(before: float | None, after: float | None, n: int) -> float | None:
     return round((after - before) / max(n, 1) * 1000, 3) if before is not None and after is not None else None
 
@@ -207,15 +222,16 @@ def run_service(dsn: str, creds: list[tuple[str, str]], n_tickets: int, quiet: b
         for th in threads:
             th.start()
         barrier.wait()
-        cpu0 = time.process_time()
+        cpu0, pg0 = time.process_time(), _postgres_cpu()
         t0 = time.perf_counter()
         for th in threads:
             th.join()
         wall = time.perf_counter() - t0
-        cpu = time.process_time() - cpu0
+        cpu, pg1 = time.process_time() - cpu0, _postgres_cpu()
         bar.close()
     return {**summarise(latencies, wall, len(claims)), **verify(dsn, n_tickets, claims),
-            "python_cpu_ms_per_claim": round(cpu / max(len(claims), 1) * 1000, 3)}
+            "python_cpu_ms_per_claim": round(cpu / max(len(claims), 1) * 1000, 3),
+            "postgres_cpu_ms_per_claim": _cpu_ms(pg0, pg1, len(claims))}
 
 
 # -- through HTTP -------------------------------------------------------------------------------
@@ -303,9 +319,9 @@ def run_http(dsn: str, creds: list[tuple[str, str]], n_tickets: int, quiet: bool
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("the benchmark server did not start")
             time.sleep(0.2)
-        server0, client0 = _proc_cpu(proc.pid), time.process_time()
+        server0, client0, pg0 = _proc_cpu(proc.pid), time.process_time(), _postgres_cpu()
         claims, latencies, wall, statuses = asyncio.run(_http_claims(base, creds, n_tickets, quiet))
-        server1, client1 = _proc_cpu(proc.pid), time.process_time()
+        server1, client1, pg1 = _proc_cpu(proc.pid), time.process_time(), _postgres_cpu()
     finally:
         proc.terminate()
         try:
@@ -315,7 +331,8 @@ def run_http(dsn: str, creds: list[tuple[str, str]], n_tickets: int, quiet: bool
         shutil.rmtree(home, ignore_errors=True)
     return {**summarise(latencies, wall, len(claims)), **verify(dsn, n_tickets, claims), "http_statuses": statuses,
             "server_cpu_ms_per_claim": _cpu_ms(server0, server1, len(claims)),
-            "client_cpu_ms_per_claim": _cpu_ms(client0, client1, len(claims))}
+            "client_cpu_ms_per_claim": _cpu_ms(client0, client1, len(claims)),
+            "postgres_cpu_ms_per_claim": _cpu_ms(pg0, pg1, len(claims))}
 
 
 def main() -> None:
@@ -384,13 +401,14 @@ def main() -> None:
     print(f"\n{args.claimers} claimers, {args.tickets} tickets, {os.cpu_count()} CPUs "
           f"(load before {results['load_avg_before'][0]:.1f})")
     print(f"{'path':<8} {'claims/s':>9} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'double':>7} {'lost':>5} "
-          f"{'py CPU ms/claim':>16}")
+          f"{'py CPU ms/claim':>16} {'pg CPU ms/claim':>16}")
     for mode in ("service", "http"):
         r = results.get(mode)
         if r:
             cpu = r.get("python_cpu_ms_per_claim") or r.get("server_cpu_ms_per_claim")
             print(f"{mode:<8} {r['claims_per_s']:>9.0f} {r['p50_ms']:>8.2f} {r['p95_ms']:>8.2f} {r['p99_ms']:>8.2f} "
-                  f"{r['double_claims']:>7} {r['lost_tickets']:>5} {cpu if cpu is not None else '-':>16}")
+                  f"{r['double_claims']:>7} {r['lost_tickets']:>5} {cpu if cpu is not None else '-':>16} "
+                  f"{r.get('postgres_cpu_ms_per_claim') or '-':>16}")
     print("(py CPU: the claimers' process for the service path, the server process for HTTP; "
           f"the HTTP clients used {results.get('http', {}).get('client_cpu_ms_per_claim', '-')} ms/claim more)")
     print(f"written to {args.out}")
