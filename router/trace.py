@@ -95,7 +95,9 @@ def load_trace(conn: psycopg.Connection, conversation_id: str) -> dict[str, Any]
     outbound = conn.execute(
         """
         SELECT m.id, m.sender, m.text, m.received_at, o.id AS outbox_id, o.kind, o.status, o.attempts,
-               o.last_error, o.delivered_at, o.dead_at, o.provider_message_id
+               o.last_error, o.delivered_at, o.dead_at, o.provider_message_id,
+               o.receipt_status, o.receipt_at, o.receipt_error,
+               (SELECT max(p.parts) FROM outbox_parts p WHERE p.outbox_id = o.id) AS parts
         FROM messages m LEFT JOIN outbox o ON o.message_id = m.id
         WHERE m.conversation_id = %s AND m.direction = 'out' ORDER BY m.id
         """,
@@ -183,7 +185,11 @@ def load_trace(conn: psycopg.Connection, conversation_id: str) -> dict[str, Any]
                     "outbox_id": m["outbox_id"], "status": m["status"], "attempts": m["attempts"],
                     "last_error": m["last_error"], "provider_message_id": m["provider_message_id"],
                     "delivered_at": m["delivered_at"].isoformat() if m["delivered_at"] else None,
-                    "dead_at": m["dead_at"].isoformat() if m["dead_at"] else None}}
+                    "dead_at": m["dead_at"].isoformat() if m["dead_at"] else None,
+                    "parts": m["parts"],    # set when the text went out in several parts
+                    "receipt": None if m["receipt_status"] is None else {
+                        "status": m["receipt_status"], "error": m["receipt_error"],
+                        "at": m["receipt_at"].isoformat() if m["receipt_at"] else None}}}
         i = owner_by_message(m["id"])
         (out_turns[i]["outbound"] if i is not None else unowned).append({"type": "outbound", **item})
     for turn in out_turns:

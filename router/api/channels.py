@@ -125,6 +125,11 @@ async def channel_webhook(channel: str, request: Request, services: ServicesDep)
             raise Problem(413, f"a message text has {len(pm.message.text)} characters; the limit is {limit}",
                           title="Content Too Large")
     gw = gateway(services)
+    if parsed.receipts:
+        try:
+            await run_in_threadpool(_record_receipts, services.pool, adapter.name, parsed)
+        except Exception as exc:  # noqa: BLE001 - mapped to 503, anything else re-raised
+            raise _problem_for(exc) from None
     if adapter.passive_reply_seconds and len(parsed.messages) == 1:
         return await _with_passive_reply(gw, adapter, parsed, t0)
     try:
@@ -132,6 +137,16 @@ async def channel_webhook(channel: str, request: Request, services: ServicesDep)
     except Exception as exc:  # noqa: BLE001 - mapped to 409/503, anything else re-raised
         raise _problem_for(exc) from None
     return _response(adapter.acknowledge(outcomes, parsed))
+
+
+def _record_receipts(pool, channel: str, parsed) -> None:
+    """Store the delivery's status receipts (one transaction); unknown message ids are only listed as ignored."""
+    from router.dispatch.receipts import record_receipts
+
+    with pool.connection() as conn, conn.transaction():
+        unknown = record_receipts(conn, channel, parsed.receipts)
+    parsed.receipts_recorded = len(parsed.receipts) - len(unknown)
+    parsed.ignored.extend(f"status:{r.status}" for r in unknown)
 
 
 async def _with_passive_reply(gw, adapter: ChannelAdapter, parsed, t0: float) -> Response:
@@ -147,6 +162,9 @@ async def _with_passive_reply(gw, adapter: ChannelAdapter, parsed, t0: float) ->
         return _response(adapter.acknowledge([], parsed))
     except Exception as exc:  # noqa: BLE001
         raise _problem_for(exc) from None
+    if outcome.reply_text and not adapter.passive_reply_fits(outcome.reply_text):
+        # too long for one synchronous reply: the dispatcher sends it in parts
+        return _response(adapter.acknowledge([outcome], parsed))
     try:
         text = await run_in_threadpool(gw.take_passive_reply, outcome)
     except Exception as exc:  # noqa: BLE001

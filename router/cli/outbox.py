@@ -106,6 +106,10 @@ def status(as_json: bool = JsonOpt) -> None:
         typer.echo(f"oldest due row waits {data['oldest_due_seconds']:.1f}s")
     for d in data["dead_letters"]:
         typer.echo(f"dead #{d['id']} {d['channel']}/{d['kind']} after {d['attempts']} attempts: {d['last_error']}")
+    for ch, counts in sorted(data["receipts"].items()):
+        typer.echo(f"receipts {ch}: " + " ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+    for f in data["failed_receipts"]:
+        typer.echo(f"failed on the channel #{f['id']} {f['channel']}: {f['error_code']} {f['error_title']}")
 
 
 @app.command()

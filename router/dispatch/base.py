@@ -7,11 +7,14 @@ window). Retries, backoff, rate limits and dead letters are the dispatcher's bus
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any, Protocol
 
 import httpx
+
+from router.dispatch.split import TextLimit, split_text
 
 RETRYABLE_STATUS = {408, 425, 429}
 
@@ -28,6 +31,10 @@ class Delivery:
     attempt: int
     conversation_external_id: str | None = None
     customer_id: str | None = None
+    #: parts of a long text delivered by earlier attempts: part number -> the channel's message id
+    parts_sent: dict[int, str | None] = field(default_factory=dict)
+    #: records one delivered part at once (outbox_id, part, parts, provider id), before the next is sent
+    on_part: Callable[[int, int, int, str | None], None] | None = None
 
     @property
     def text(self) -> str:
@@ -63,6 +70,36 @@ class Sender(Protocol):
 
     def send(self, delivery: Delivery) -> SendResult:
         """Deliver one message (or channel action); raise DeliveryError on failure."""
+
+
+def send_in_parts(delivery: Delivery, limit: TextLimit, send_one: Callable[[str], SendResult]) -> SendResult:
+    """Send the delivery's text in as many ordered calls as the channel's limit needs.
+
+    Each delivered part is recorded (``delivery.on_part``) before the next is sent, and parts that
+    an earlier attempt delivered are skipped, so a failure on part k retries from part k. The
+    result carries the first part's message id; every part's id is in ``outbox_parts``.
+    """
+    parts = split_text(delivery.text, limit)
+    if len(parts) == 1:
+        return send_one(parts[0])
+    first = delivery.parts_sent.get(0)
+    resumed = sum(1 for i in range(len(parts)) if i in delivery.parts_sent)
+    last: SendResult | None = None
+    for i, part in enumerate(parts):
+        if i in delivery.parts_sent:
+            continue
+        try:
+            last = send_one(part)
+        except DeliveryError as exc:
+            exc.reason = f"part {i + 1}/{len(parts)}: {exc.reason}"
+            raise
+        if delivery.on_part is not None:
+            delivery.on_part(delivery.outbox_id, i, len(parts), last.provider_message_id)
+        delivery.parts_sent[i] = last.provider_message_id
+        if i == 0:
+            first = last.provider_message_id
+    note = f"{len(parts)} parts" + (f", {resumed} of them delivered by earlier attempts" if resumed else "")
+    return SendResult(provider_message_id=first, http_status=last.http_status if last else None, note=note)
 
 
 def retry_after_seconds(response: httpx.Response) -> float | None:

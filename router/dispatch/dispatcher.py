@@ -65,6 +65,8 @@ UPDATE outbox o
 RETURNING o.id, o.conversation_id, o.channel, o.kind, o.payload, o.attempts
 """
 
+_PARTS_SENT = "SELECT outbox_id, part, provider_message_id FROM outbox_parts WHERE outbox_id = ANY(%s)"
+
 _ADDRESSES = """
 SELECT c.id, c.external_id, c.customer_id, r.address
   FROM conversations c
@@ -126,6 +128,11 @@ class Dispatcher:
             }).fetchall()
             conv_ids = list({r["conversation_id"] for r in rows if r["conversation_id"] is not None})
             convs = {c["id"]: c for c in conn.execute(_ADDRESSES, (conv_ids,)).fetchall()} if conv_ids else {}
+            # a retried (or requeued) long reply resumes after the parts an earlier attempt delivered
+            sent: dict[int, dict[int, str | None]] = {}
+            if rows:
+                for p in conn.execute(_PARTS_SENT, ([r["id"] for r in rows],)).fetchall():
+                    sent.setdefault(p["outbox_id"], {})[p["part"]] = p["provider_message_id"]
         taken = Counter(r["channel"] for r in rows)
         for channel, n in taken.items():
             if channel in known:
@@ -140,7 +147,7 @@ class Dispatcher:
             deliveries.append(Delivery(
                 outbox_id=r["id"], channel=r["channel"], kind=r["kind"], payload=payload, address=address,
                 attempt=r["attempts"], conversation_external_id=conv.get("external_id"),
-                customer_id=conv.get("customer_id"),
+                customer_id=conv.get("customer_id"), parts_sent=sent.get(r["id"], {}), on_part=self._record_part,
             ))
         return deliveries
 
@@ -206,6 +213,14 @@ class Dispatcher:
 
     # -- record ----------------------------------------------------------------------------------
 
+    def _record_part(self, outbox_id: int, part: int, parts: int, provider_message_id: str | None) -> None:
+        """One delivered part of a long text, committed before the next part is sent."""
+        with self.pool.connection() as conn:
+            conn.execute(
+                """INSERT INTO outbox_parts (outbox_id, part, parts, provider_message_id) VALUES (%s, %s, %s, %s)
+                   ON CONFLICT (outbox_id, part) DO NOTHING""",
+                (outbox_id, part, parts, provider_message_id))
+
     def _record(self, d: Delivery, result: SendResult | None, error: DeliveryError | None, seconds: float) -> str:
         ms = round(seconds * 1000, 2)
         with self.pool.connection() as conn, conn.transaction():
@@ -260,7 +275,8 @@ def build_dispatcher(settings, pool, metrics=None, channels: list[str] | None = 
 
 
 def outbox_status(conn) -> dict[str, Any]:
-    """Counts by channel and status, the oldest due row's age and the latest dead letters."""
+    """Counts by channel and status, the oldest due row's age, the latest dead letters, and the
+    channels' receipts: delivered messages by their furthest receipt, and the latest failures."""
     counts = conn.execute(
         "SELECT channel, status, count(*) AS n FROM outbox GROUP BY channel, status ORDER BY channel, status"
     ).fetchall()
@@ -272,11 +288,25 @@ def outbox_status(conn) -> dict[str, Any]:
         """SELECT id, channel, kind, attempts, last_error, dead_at FROM outbox
             WHERE status = 'dead' ORDER BY dead_at DESC NULLS LAST, id DESC LIMIT 10"""
     ).fetchall()
+    receipts = conn.execute(
+        """SELECT channel, receipt_status, count(*) AS n FROM outbox
+            WHERE receipt_status IS NOT NULL GROUP BY channel, receipt_status ORDER BY channel, receipt_status"""
+    ).fetchall()
+    failed = conn.execute(
+        """SELECT r.outbox_id AS id, o.channel, r.part, r.provider_message_id, r.error_code, r.error_title,
+                  r.error_detail, r.status_at
+             FROM outbox_receipts r JOIN outbox o ON o.id = r.outbox_id
+            WHERE r.status = 'failed' ORDER BY r.id DESC LIMIT 10"""
+    ).fetchall()
     by_channel: dict[str, dict[str, int]] = {}
     for row in counts:
         by_channel.setdefault(row["channel"], {})[row["status"]] = row["n"]
+    by_receipt: dict[str, dict[str, int]] = {}
+    for row in receipts:
+        by_receipt.setdefault(row["channel"], {})[row["receipt_status"]] = row["n"]
     return {"by_channel": by_channel, "oldest_due_seconds": float(oldest) if oldest is not None else None,
-            "dead_letters": [dict(r) for r in dead]}
+            "dead_letters": [dict(r) for r in dead], "receipts": by_receipt,
+            "failed_receipts": [dict(r) for r in failed]}
 
 
 def requeue_dead(conn, ids: list[int] | None = None, channel: str | None = None) -> int:

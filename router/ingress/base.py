@@ -81,11 +81,25 @@ class ParsedMessage:
 
 
 @dataclass
+class Receipt:
+    """A channel's status report on a message we sent (WhatsApp ``statuses``)."""
+
+    provider_message_id: str
+    status: str                         # sent | delivered | read | failed
+    at: datetime | None = None
+    error_code: str | None = None
+    error_title: str | None = None
+    error_detail: str | None = None
+
+
+@dataclass
 class Parsed:
-    """What one webhook delivery carries: customer messages, and events that carry none."""
+    """What one webhook delivery carries: customer messages, receipts, and events that carry neither."""
 
     messages: list[ParsedMessage] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)   # why each other event was skipped
+    receipts: list[Receipt] = field(default_factory=list)
+    receipts_recorded: int = 0                          # set by the route once stored
 
 
 @dataclass
@@ -150,6 +164,9 @@ class ChannelAdapter(Protocol):
     def build_reply(self, outcome: Outcome, text: str) -> Ack | None:
         """A synchronous reply carrying ``text`` (WeChat passive XML); None where the channel has none."""
 
+    def passive_reply_fits(self, text: str) -> bool:
+        """Whether ``text`` fits one synchronous reply; a longer one goes through the outbox in parts."""
+
     def after_turn(self, outcome: Outcome) -> list[OutboundAction]:
         """Extra outbound actions a turn implies on this channel."""
 
@@ -170,7 +187,7 @@ class BaseAdapter:
         raise NoHandshake(f"the {self.name} channel has no GET verification handshake; POST messages")
 
     def acknowledge(self, outcomes: list[Outcome], parsed: Parsed) -> Ack:
-        return Ack({
+        body = {
             "status": "accepted",
             "messages": [{
                 "message_id": o.message.message_external_id,
@@ -179,10 +196,16 @@ class BaseAdapter:
                 "replayed": o.replayed,
             } for o in outcomes],
             "ignored": parsed.ignored,
-        })
+        }
+        if parsed.receipts:
+            body["receipts"] = parsed.receipts_recorded
+        return Ack(body)
 
     def build_reply(self, outcome: Outcome, text: str) -> Ack | None:
         return None
+
+    def passive_reply_fits(self, text: str) -> bool:
+        return True
 
     def after_turn(self, outcome: Outcome) -> list[OutboundAction]:
         return []

@@ -36,9 +36,19 @@ class ChannelSettings(BaseModel):
         "Unset: web replies are only returned in the HTTP response / transcript."
     )
 
-    # -- WeChat Official Account (plaintext mode)
+    # -- WeChat Official Account (plaintext, compatible or safe mode)
     wechat_token: SecretStr | None = Field(default=None, description="Token configured in the WeChat console.")
-    wechat_app_id: str | None = None
+    wechat_app_id: str | None = Field(
+        default=None, description="AppID of the Official Account: for the customer-service API, and checked in "
+        "every encrypted message."
+    )
+    wechat_encoding_aes_key: SecretStr | None = Field(
+        default=None, description="EncodingAESKey (43 characters) of the console's compatible/safe mode: "
+        "decrypts messages with encrypt_type=aes and encrypts the passive replies to them."
+    )
+    wechat_require_encryption: bool = Field(
+        default=False, description="Refuse plaintext POSTs (401) once the console is in safe mode."
+    )
     wechat_app_secret: SecretStr | None = Field(default=None, description="For access tokens of the customer-service API.")
     wechat_api_base_url: str = "https://api.weixin.qq.com"
     wechat_passive_reply_seconds: float = Field(

@@ -1,4 +1,4 @@
-"""WeChat Official Account (公众号) messages, plaintext mode.
+"""WeChat Official Account (公众号) messages: plaintext, compatible and safe modes.
 
 WeChat signs every request (GET handshake and POST messages) with
 ``signature = sha1(''.join(sorted([token, timestamp, nonce])))`` in the query string. A POST carries
@@ -6,16 +6,24 @@ one XML message; WeChat waits 5 s for the answer and retries up to three times, 
 answers with a passive XML reply when the turn's reply is ready within
 ``SWITCHBOARD_WECHAT_PASSIVE_REPLY_SECONDS``, else with ``success`` and the dispatcher sends the
 reply through the customer-service API. Retries carry the same ``MsgId`` (events: sender + time).
+
+In compatible and safe mode (``encrypt_type=aes`` in the query) the message is in ``<Encrypt>``,
+signed by ``msg_signature`` over token, timestamp, nonce and the ciphertext; it is decrypted with
+``SWITCHBOARD_WECHAT_ENCODING_AES_KEY`` and must name ``SWITCHBOARD_WECHAT_APP_ID``, and the
+passive reply is encrypted the same way (:mod:`router.ingress.wechat_crypto`). The GET handshake
+of an Official Account stays plaintext in every mode: ``echostr`` is echoed as received.
 """
 
 from __future__ import annotations
 
 import hashlib
+import secrets
 import time
 from typing import Any
 
 import defusedxml.ElementTree as SafeET
 
+from router.dispatch.split import TextLimit
 from router.ingress.base import (
     Ack,
     BaseAdapter,
@@ -31,9 +39,12 @@ from router.ingress.base import (
     same,
 )
 from router.ingress.settings import secret
+from router.ingress.wechat_crypto import CryptoFormatError, WeChatCrypto, WrongAppId, msg_signature
 from router.schemas import InboundMessage
 
 MEDIA_TYPES = {"image", "voice", "video", "shortvideo", "location", "link", "file"}
+#: text messages (passive replies and the customer-service API) hold 2048 bytes; keep some headroom
+TEXT_LIMIT = TextLimit(2000, "utf8")
 
 
 def signature(token: str, timestamp: str, nonce: str) -> str:
@@ -51,11 +62,47 @@ class WeChatAdapter(BaseAdapter):
     def __init__(self, settings):
         super().__init__(settings)
         self.passive_reply_seconds = settings.wechat_passive_reply_seconds
+        self.crypto: WeChatCrypto | None = None
+        self._crypto_problem: str | None = None
+        aes = secret(settings.wechat_encoding_aes_key)
+        if aes is not None:
+            if not settings.wechat_app_id:
+                self._crypto_problem = "SWITCHBOARD_WECHAT_ENCODING_AES_KEY needs SWITCHBOARD_WECHAT_APP_ID"
+            else:
+                try:
+                    self.crypto = WeChatCrypto(secret(settings.wechat_token) or "", aes, settings.wechat_app_id)
+                except ValueError as exc:
+                    self._crypto_problem = f"SWITCHBOARD_WECHAT_ENCODING_AES_KEY: {exc}"
 
     def enabled(self) -> tuple[bool, str]:
         if secret(self.settings.wechat_token) is None:
             return False, "set SWITCHBOARD_WECHAT_TOKEN to enable the wechat channel"
+        if self._crypto_problem:
+            return False, self._crypto_problem
         return True, "ok"
+
+    @staticmethod
+    def _encrypted(request: WebhookRequest) -> bool:
+        mode = request.query.get("encrypt_type") or "raw"
+        if mode not in ("raw", "aes"):
+            raise MalformedPayload(f"unknown encrypt_type {mode[:20]!r}")
+        return mode == "aes"
+
+    @staticmethod
+    def _root(body: bytes):
+        try:
+            root = SafeET.fromstring(body)
+        except Exception as exc:  # noqa: BLE001 - ParseError, DTDForbidden, EntitiesForbidden...
+            raise MalformedPayload(f"the body is not a WeChat XML message: {type(exc).__name__}") from None
+        if root.tag != "xml":
+            raise MalformedPayload("the root element must be <xml>")
+        return root
+
+    def _ciphertext(self, request: WebhookRequest) -> str:
+        encrypt = (self._root(request.body).findtext("Encrypt") or "").strip()
+        if not encrypt:
+            raise MalformedPayload("encrypt_type=aes but no <Encrypt> element")
+        return encrypt
 
     def _check(self, request: WebhookRequest) -> None:
         q = request.query
@@ -66,7 +113,21 @@ class WeChatAdapter(BaseAdapter):
             raise SignatureError("bad signature")
 
     def verify(self, request: WebhookRequest) -> None:
-        self._check(request)
+        if not self._encrypted(request):
+            if self.settings.wechat_require_encryption:
+                raise SignatureError("plaintext message refused: SWITCHBOARD_WECHAT_REQUIRE_ENCRYPTION is set")
+            self._check(request)
+            return
+        if self.crypto is None:
+            raise SignatureError("encrypted message, but SWITCHBOARD_WECHAT_ENCODING_AES_KEY is not set")
+        q = request.query
+        sig, ts, nonce = q.get("msg_signature"), q.get("timestamp"), q.get("nonce")
+        if not (sig and ts and nonce):
+            raise SignatureError("missing msg_signature, timestamp or nonce query parameters")
+        if not same(sig, msg_signature(secret(self.settings.wechat_token), ts, nonce, self._ciphertext(request))):
+            raise SignatureError("bad msg_signature")
+        if q.get("signature"):      # WeChat sends the plain signature too: it must hold as well
+            self._check(request)
 
     def handshake(self, request: WebhookRequest) -> Ack:
         try:
@@ -79,12 +140,18 @@ class WeChatAdapter(BaseAdapter):
         return Ack(echostr, media_type="text/plain")
 
     def parse(self, request: WebhookRequest) -> Parsed:
-        try:
-            root = SafeET.fromstring(request.body)
-        except Exception as exc:  # noqa: BLE001 - ParseError, DTDForbidden, EntitiesForbidden...
-            raise MalformedPayload(f"the body is not a WeChat XML message: {type(exc).__name__}") from None
-        if root.tag != "xml":
-            raise MalformedPayload("the root element must be <xml>")
+        encrypted = self._encrypted(request)
+        body = request.body
+        if encrypted:
+            if self.crypto is None:
+                raise SignatureError("encrypted message, but SWITCHBOARD_WECHAT_ENCODING_AES_KEY is not set")
+            try:
+                body = self.crypto.decrypt(self._ciphertext(request))
+            except CryptoFormatError as exc:
+                raise MalformedPayload(f"cannot decrypt <Encrypt>: {exc}") from None
+            except WrongAppId as exc:
+                raise SignatureError(str(exc)) from None
+        root = self._root(body)
         f: dict[str, str] = {child.tag: (child.text or "").strip() for child in root}
         for required in ("ToUserName", "FromUserName", "CreateTime", "MsgType"):
             if not f.get(required):
@@ -99,6 +166,8 @@ class WeChatAdapter(BaseAdapter):
         msg_id = f.get("MsgId") or f"{openid}:{f['CreateTime']}"
         text, attachments = self._content(kind, f)
         metadata: dict[str, Any] = {"kind": "text" if kind == "text" else kind, "account": account}
+        if encrypted:
+            metadata["encryption"] = "aes"      # the passive reply must be encrypted too
         if attachments:
             metadata["attachments"] = attachments
         msg = InboundMessage(
@@ -142,4 +211,9 @@ class WeChatAdapter(BaseAdapter):
             f"<Content>{cdata(text)}</Content>"
             "</xml>"
         )
+        if msg.metadata.get("encryption") == "aes" and self.crypto is not None:
+            xml = self.crypto.seal(xml, str(int(time.time())), str(secrets.randbelow(10**10)))
         return Ack(xml, media_type="application/xml")
+
+    def passive_reply_fits(self, text: str) -> bool:
+        return TEXT_LIMIT.fits(text)

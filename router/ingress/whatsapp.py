@@ -3,7 +3,8 @@
 Meta signs the raw body: ``X-Hub-Signature-256: sha256=<hex HMAC-SHA256(app secret, body)>``; the
 subscription handshake is a GET with ``hub.mode=subscribe``, ``hub.verify_token`` and
 ``hub.challenge`` (echoed back). One POST may batch several messages and delivery statuses
-(``entry[].changes[].value``); statuses are acknowledged and ignored. Retries repeat the ``wamid``.
+(``entry[].changes[].value``). Statuses (sent, delivered, read, failed with its errors) become
+receipts the route stores against the outbox row that got that ``wamid``. Retries repeat the ``wamid``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from router.ingress.base import (
     MalformedPayload,
     Parsed,
     ParsedMessage,
+    Receipt,
     Route,
     SignatureError,
     WebhookRequest,
@@ -25,12 +27,14 @@ from router.ingress.base import (
     json_body,
     obj,
     same,
+    scrub,
     text_of,
 )
 from router.ingress.settings import secret
 from router.schemas import InboundMessage
 
 MEDIA = ("image", "audio", "video", "document", "sticker")
+RECEIPT_STATUSES = ("sent", "delivered", "read", "failed")
 
 
 class WhatsAppAdapter(BaseAdapter):
@@ -86,7 +90,11 @@ class WhatsAppAdapter(BaseAdapter):
                 names[str(contact["wa_id"])] = name if isinstance(name, str) else None
         statuses = value.get("statuses") or []
         for status in statuses if isinstance(statuses, list) else []:
-            parsed.ignored.append(f"status:{status.get('status') if isinstance(status, dict) else '?'}")
+            receipt = self._receipt(status)
+            if receipt is None:
+                parsed.ignored.append(f"status:{status.get('status') if isinstance(status, dict) else '?'}")
+            else:
+                parsed.receipts.append(receipt)
         messages = value.get("messages") or []
         if not isinstance(messages, list):
             raise MalformedPayload("value.messages must be a list")
@@ -113,6 +121,26 @@ class WhatsAppAdapter(BaseAdapter):
             route = Route(channel_user_id=wa_id, profile=profile,
                           address={"phone_number_id": phone_number_id, "to": wa_id})
             parsed.messages.append(ParsedMessage(msg, route))
+
+    @staticmethod
+    def _receipt(status: Any) -> Receipt | None:
+        """A status notification as a receipt; None for one we do not track (or cannot read)."""
+        if not isinstance(status, dict) or status.get("status") not in RECEIPT_STATUSES:
+            return None
+        status = scrub(status)      # strings Postgres can store
+        wamid = status.get("id")
+        if not isinstance(wamid, str) or not wamid or len(wamid) > 512:
+            return None
+        receipt = Receipt(provider_message_id=wamid, status=status["status"], at=from_unix(status.get("timestamp")))
+        errors = status.get("errors")
+        if receipt.status == "failed" and isinstance(errors, list) and errors and isinstance(errors[0], dict):
+            err = errors[0]
+            details = err.get("error_data") if isinstance(err.get("error_data"), dict) else {}
+            receipt.error_code = str(err["code"])[:32] if isinstance(err.get("code"), int | str) else None
+            receipt.error_title = str(err.get("title") or err.get("message") or "")[:300] or None
+            detail = details.get("details") or (err.get("message") if err.get("message") != err.get("title") else None)
+            receipt.error_detail = str(detail)[:500] if detail else None
+        return receipt
 
     @staticmethod
     def _content(kind: str, m: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:

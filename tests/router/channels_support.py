@@ -61,7 +61,7 @@ class RecordingServer:
     fail_always: bool = False
     fail_status: int = 500
     fail_match: bytes | None = None               # only requests whose body contains this count for fail_next
-    answers: dict = field(default_factory=dict)   # path suffix -> (status, json[, headers])
+    answers: dict = field(default_factory=dict)   # path suffix -> (status, json[, headers]) or f(Recorded) -> that
 
     def __post_init__(self):
         self._lock = threading.Lock()
@@ -90,7 +90,7 @@ class RecordingServer:
                     status, payload = 200, {"ok": True}
                     for suffix, answer in server.answers.items():
                         if parts.path.endswith(suffix):
-                            status, payload, extra = (*answer, {})[:3]
+                            status, payload, extra = (*(answer(rec) if callable(answer) else answer), {})[:3]
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 for k, v in extra.items():
@@ -147,6 +147,17 @@ def answering_decider(ctx) -> TurnResult:
         reply, state = f"echo: {text}", "l1_resolved"
     enqueue_outbound(ctx.conn, conversation_id=ctx.conversation["id"], channel=ctx.conversation["channel"], text=reply)
     return TurnResult(decision=decision, state=state, reply={"text": reply, "citations": []})
+
+
+def reply_decider(make_reply):
+    """An L1 decider whose reply is ``make_reply(inbound text)``, queued in the turn like the router's."""
+    def decide(ctx) -> TurnResult:
+        reply = make_reply(ctx.inbound.text)
+        enqueue_outbound(ctx.conn, conversation_id=ctx.conversation["id"], channel=ctx.conversation["channel"],
+                         text=reply)
+        return TurnResult(decision=Decision(intent="faq", tier="L1", channel="rules"), state="l1_resolved",
+                          reply={"text": reply, "citations": []})
+    return decide
 
 
 @contextmanager

@@ -1,15 +1,21 @@
-"""SMS through Twilio's Messages API: form POST with HTTP basic auth (account SID, auth token)."""
+"""SMS through Twilio's Messages API: form POST with HTTP basic auth (account SID, auth token).
+
+Twilio refuses a ``Body`` over 1600 characters (it splits shorter ones into segments itself);
+a longer reply goes out as ordered messages, counted in UTF-16 code units to be safe with emoji.
+"""
 
 from __future__ import annotations
 
 import httpx
 
-from router.dispatch.base import Delivery, DeliveryError, SendResult, json_of, need, post
+from router.dispatch.base import Delivery, DeliveryError, SendResult, json_of, need, post, send_in_parts
+from router.dispatch.split import TextLimit
 from router.ingress.settings import secret
 
 
 class SmsSender:
     channel = "sms"
+    text_limit = TextLimit(1600, "utf16")
 
     def __init__(self, settings, client: httpx.Client):
         self.settings = settings
@@ -26,6 +32,11 @@ class SmsSender:
         if not sid:
             raise DeliveryError("no Twilio account SID: set SWITCHBOARD_TWILIO_ACCOUNT_SID", retryable=False)
         url = f"{self.settings.twilio_api_base_url.rstrip('/')}/2010-04-01/Accounts/{sid}/Messages.json"
-        response = post(self.client, url, "twilio messages", data={"To": to, "From": sender, "Body": delivery.text},
-                        auth=(sid, secret(self.settings.twilio_auth_token)))
-        return SendResult(provider_message_id=json_of(response).get("sid"), http_status=response.status_code)
+        auth = (sid, secret(self.settings.twilio_auth_token))
+
+        def send_one(text: str) -> SendResult:
+            response = post(self.client, url, "twilio messages", data={"To": to, "From": sender, "Body": text},
+                            auth=auth)
+            return SendResult(provider_message_id=json_of(response).get("sid"), http_status=response.status_code)
+
+        return send_in_parts(delivery, self.text_limit, send_one)

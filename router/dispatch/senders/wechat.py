@@ -3,7 +3,10 @@
 ``POST {base}/cgi-bin/message/custom/send?access_token=...``; the access token comes from
 ``/cgi-bin/token`` (app id + secret) and is cached until shortly before it expires. WeChat answers
 HTTP 200 with an ``errcode``: an expired/invalid token is dropped and retried, ``-1`` (busy) is
-retried, anything else (e.g. 45015: the 48-hour window has passed) is final.
+retried, anything else (e.g. 45015: the 48-hour window has passed) is final. A text message holds
+2048 bytes; a longer reply goes out as ordered messages of at most ``TEXT_LIMIT`` (UTF-8 bytes,
+with headroom). WeChat allows a few customer-service messages per customer message (5 within 48 h
+since 2023): parts beyond the quota fail with its errcode and dead-letter with the part number.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ import time
 
 import httpx
 
-from router.dispatch.base import Delivery, DeliveryError, SendResult, json_of, need, post
+from router.dispatch.base import Delivery, DeliveryError, SendResult, json_of, need, post, send_in_parts
+from router.ingress.wechat import TEXT_LIMIT
 from router.ingress.settings import secret
 
 TOKEN_ERRORS = {40001, 40014, 42001}
@@ -61,8 +65,11 @@ class WeChatSender:
 
     def send(self, delivery: Delivery) -> SendResult:
         (openid,) = need(delivery.address, "openid")
+        return send_in_parts(delivery, TEXT_LIMIT, lambda text: self._send_text(openid, text))
+
+    def _send_text(self, openid: str, text: str) -> SendResult:
         token = self.access_token()
-        body = json.dumps({"touser": openid, "msgtype": "text", "text": {"content": delivery.text}},
+        body = json.dumps({"touser": openid, "msgtype": "text", "text": {"content": text}},
                           ensure_ascii=False).encode()  # WeChat shows \\u escapes literally: send UTF-8
         response = post(self.client, f"{self._base()}/cgi-bin/message/custom/send", "wechat custom/send",
                         params={"access_token": token}, content=body,
