@@ -193,14 +193,23 @@ class Harness:
         q = self.config.quota
         rows = conn.execute(
             """
-            SELECT m.received_at, extract(epoch FROM m.received_at + make_interval(secs => %s) - now()) AS left_s
-            FROM messages m JOIN conversations c ON c.id = m.conversation_id
-            WHERE c.channel = %s AND c.customer_id = %s AND m.direction = 'in' AND m.id <> %s
-              AND m.received_at > now() - make_interval(secs => %s)
-              AND NOT COALESCE((m.metadata ->> 'throttled')::boolean, false)
-            ORDER BY m.received_at DESC LIMIT %s
+            SELECT m.received_at, extract(epoch FROM m.received_at + make_interval(secs => %(window)s) - now())
+                   AS left_s
+            FROM conversations c
+            CROSS JOIN LATERAL (
+                SELECT received_at FROM messages m
+                WHERE m.conversation_id = c.id AND m.direction = 'in' AND m.id <> %(message)s
+                  AND m.received_at > now() - make_interval(secs => %(window)s)
+                  AND NOT COALESCE((m.metadata ->> 'throttled')::boolean, false)
+                ORDER BY m.received_at DESC LIMIT %(n)s
+            ) m
+            WHERE c.channel = %(channel)s AND c.customer_id = %(customer)s
+            ORDER BY m.received_at DESC LIMIT %(n)s
             """,
-            (q.window_seconds, channel, customer_id, message_id, q.window_seconds, q.max_messages),
+            # driven from the customer's conversations: a plan that starts from "every message of the
+            # last minute" reads the whole channel's traffic for each message (seen as a generic plan)
+            {"window": q.window_seconds, "channel": channel, "customer": customer_id, "message": message_id,
+             "n": q.max_messages},
         ).fetchall()
         if len(rows) < q.max_messages:
             return None

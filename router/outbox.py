@@ -23,21 +23,20 @@ def enqueue_outbound(
 
     Returns the ids of the message and outbox rows.
     """
-    message_id = conn.execute(
-        """
-        INSERT INTO messages (conversation_id, channel, external_id, direction, sender, text)
-        VALUES (%s, %s, %s, 'out', %s, %s) RETURNING id
-        """,
-        (conversation_id, channel, f"out-{uuid.uuid4().hex}", sender, text),
-    ).fetchone()
-    message_id = message_id["id"] if isinstance(message_id, dict) else message_id[0]
     body = {"text": text, **(payload or {})}
-    outbox_id = conn.execute(
+    row = conn.execute(
         """
+        WITH m AS (
+            INSERT INTO messages (conversation_id, channel, external_id, direction, sender, text)
+            VALUES (%(conversation)s, %(channel)s, %(external)s, 'out', %(sender)s, %(text)s) RETURNING id
+        )
         INSERT INTO outbox (conversation_id, message_id, channel, kind, payload)
-        VALUES (%s, %s, %s, %s, %s) RETURNING id
+        SELECT %(conversation)s, m.id, %(channel)s, %(kind)s, %(payload)s FROM m
+        RETURNING message_id, id
         """,
-        (conversation_id, message_id, channel, kind, json.dumps(body, ensure_ascii=False, default=str)),
+        {"conversation": conversation_id, "channel": channel, "external": f"out-{uuid.uuid4().hex}",
+         "sender": sender, "text": text, "kind": kind,
+         "payload": json.dumps(body, ensure_ascii=False, default=str)},
     ).fetchone()
-    outbox_id = outbox_id["id"] if isinstance(outbox_id, dict) else outbox_id[0]
+    message_id, outbox_id = (row["message_id"], row["id"]) if isinstance(row, dict) else (row[0], row[1])
     return {"message_id": message_id, "outbox_id": outbox_id}

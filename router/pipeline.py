@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import random
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -158,15 +159,7 @@ class Pipeline:
         """The turn row (decision, redacted trace) and the exact response a retry will get again."""
         trace = {"timings_ms": {k: round(v * 1000, 3) for k, v in ctx.timings.items()},
                  "decision": result.decision.model_dump(mode="json"), **(result.trace or {})}
-        turn_id = conn.execute(
-            """
-            INSERT INTO turns (conversation_id, message_id, session_no, state, decision, response, trace)
-            VALUES (%s, %s, %s, %s, %s, '{}'::jsonb, %s) RETURNING id
-            """,
-            (conversation["id"], message["id"], conversation["session_no"], result.state,
-             result.decision.model_dump_json(),
-             json.dumps(redact_obj(trace), ensure_ascii=False, default=str)),
-        ).fetchone()["id"]
+        turn_id = uuid.uuid4()     # known before the insert, so the row is written once with its response
         out = TurnOut(
             conversation_id=str(conversation["id"]),
             external_conversation_id=conversation["external_id"],
@@ -177,6 +170,13 @@ class Pipeline:
             ticket_id=result.ticket_id,
         )
         response = out.model_dump(mode="json")
-        conn.execute("UPDATE turns SET response = %s WHERE id = %s",
-                     (json.dumps(response, ensure_ascii=False), turn_id))
+        conn.execute(
+            """
+            INSERT INTO turns (id, conversation_id, message_id, session_no, state, decision, response, trace)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+            """,
+            (turn_id, conversation["id"], message["id"], conversation["session_no"], result.state,
+             result.decision.model_dump_json(), json.dumps(response, ensure_ascii=False),
+             json.dumps(redact_obj(trace), ensure_ascii=False, default=str)),
+        )
         return response

@@ -198,9 +198,18 @@ def history(conn: psycopg.Connection, conversation_id) -> list[dict[str, Any]]:
 
 def load_counters(conn: psycopg.Connection, conversation: dict[str, Any]) -> dict[str, Any]:
     """This session's counters (a fresh row when the session changed)."""
-    _ensure_counters(conn, conversation["id"], conversation["session_no"])
-    row = conn.execute("SELECT * FROM conversation_counters WHERE conversation_id = %s",
-                       (conversation["id"],)).fetchone()
+    row = conn.execute(   # create-or-read in one statement (the caller holds the conversation's lock)
+        """
+        WITH created AS (
+            INSERT INTO conversation_counters (conversation_id, session_no) VALUES (%(cid)s, %(session)s)
+            ON CONFLICT (conversation_id) DO NOTHING RETURNING *
+        )
+        SELECT * FROM created
+        UNION ALL
+        SELECT * FROM conversation_counters WHERE conversation_id = %(cid)s AND NOT EXISTS (SELECT 1 FROM created)
+        """,
+        {"cid": conversation["id"], "session": conversation["session_no"]},
+    ).fetchone()
     if row["session_no"] != conversation["session_no"]:
         reset_counters(conn, conversation)
         row = conn.execute("SELECT * FROM conversation_counters WHERE conversation_id = %s",

@@ -42,9 +42,10 @@ WITH ident AS (
         WHERE channel_routes.address IS DISTINCT FROM EXCLUDED.address
            OR channel_routes.channel_user_id IS DISTINCT FROM EXCLUDED.channel_user_id
 )
-SELECT customer_id FROM ident
+SELECT customer_id, set_config('synchronous_commit', 'off', true) AS async_commit FROM ident
 UNION ALL
-SELECT customer_id FROM channel_identities WHERE channel = %(channel)s AND channel_user_id = %(user)s
+SELECT customer_id, set_config('synchronous_commit', 'off', true) FROM channel_identities
+ WHERE channel = %(channel)s AND channel_user_id = %(user)s
 LIMIT 1
 """
 
@@ -52,9 +53,10 @@ LIMIT 1
 def resolve_customer(conn: psycopg.Connection, channel: str, route: Route, conversation_external_id: str) -> str:
     """The customer id of a channel identity (created on first sight), and the conversation's address.
 
-    One statement; rows are rewritten only when something changed (or last seen > 10 min ago). The
-    caller may commit without waiting for the WAL flush: losing this on a crash costs nothing, the
-    channel's retry writes it again, and the turn's own (synchronous) commit flushes it anyway.
+    One statement; rows are rewritten only when something changed (or last seen > 10 min ago). Run
+    on an autocommit connection it is its own transaction, one round trip, committed without
+    waiting for the WAL flush (``set_config(..., true)`` in the statement): losing this on a crash
+    costs nothing, the channel's retry writes it again, and the turn's own commit flushes it anyway.
     """
     params = {"channel": channel, "user": route.channel_user_id, "conversation": conversation_external_id,
               "customer": route.customer_id or f"{channel}:{route.channel_user_id}",
@@ -203,9 +205,13 @@ class ChannelGateway:
         route.channel_user_id, route.customer_id = scrub(route.channel_user_id), scrub(route.customer_id)
         route.address, route.profile = scrub(route.address), scrub(route.profile)
         msg.metadata.setdefault("channel_user_id", route.channel_user_id)   # who wrote, in a group chat
-        with self.pool.connection() as conn, conn.transaction():
-            conn.execute("SET LOCAL synchronous_commit = off")
-            msg.customer_id = resolve_customer(conn, adapter.name, parsed.route, msg.conversation_external_id)
+        with self.pool.connection() as conn:
+            conn.autocommit = True
+            try:
+                msg.customer_id = resolve_customer(conn, adapter.name, parsed.route, msg.conversation_external_id)
+            finally:
+                if not conn.closed:
+                    conn.autocommit = False
         parsed.message = msg
         with self._turns:
             response, replayed = self.pipeline.handle(msg)
