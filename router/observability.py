@@ -53,12 +53,16 @@ _PII_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     # landlines and other local shapes: (010) 1234-5678, 010-12345678, 555-123-4567, 123-4567
     ("phone", re.compile(_B + r"(?:\(\d{2,4}\)[ -]?|\d{2,4}[ -])?\d{3,4}[ -]?\d{4}" + _E)),
 ]
+_MAYBE_PII = re.compile(r"[\d@＠]")
+_WIDE = str.maketrans("０１２３４５６７８９＋－（）＠", "0123456789+-()@")
 
 
 def redact(text: str | None) -> str | None:
     """Mask personal data in free text (logs, traces, context packages shown to other systems)."""
-    if not text:
+    if not text or not _MAYBE_PII.search(text):   # every pattern needs a digit or an "@"
         return text
+    if not text.isascii():
+        text = text.translate(_WIDE)   # full-width digits and signs (IME input) as their ASCII forms
     for label, pattern in _PII_PATTERNS:
         text = pattern.sub(_card if label == "card" else f"[{label}]", text)
     return text

@@ -86,6 +86,14 @@ def test_known_shapes():
                                                                                   "b": {"c": "[email]"}}
 
 
+def test_full_width_digits_are_masked_too():
+    """IME input often types digits full-width; the masks must not miss (or half-mask) them."""
+    out = redact("电话１３８１２３４５６７８，邮箱 a@b.com 或 a＠b.com，卡号４１１１ １１１１ １１１１ １１１１")
+    assert "[phone]" in out and "[card]" in out and out.count("[email]") == 2
+    assert not any(ch.isdigit() for ch in out)
+    assert redact("订单号 ＯＲＤ-２０２４１２３") == "订单号 ＯＲＤ-2024123"   # not PII: digits normalised, kept
+
+
 def test_logs_are_json_with_request_id_and_no_pii():
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
