@@ -52,6 +52,10 @@ def _citations(citations: list[dict[str, Any]]) -> list[dict[str, Any]]:
 class Router:
     """The :data:`router.pipeline.Decider` of the gateway (one instance per process, thread-safe)."""
 
+    # Every reply a turn returns was queued (transcript + outbox) in the turn's own transaction, so
+    # the channel gateway need not look for it afterwards.
+    queues_replies = True
+
     def __init__(self, *, policy: Policy, classifier: Any, rag: Any = None, handoff: Any = None,
                  encoder: Any = None, metrics: Any = None):
         self.policy = policy

@@ -219,6 +219,8 @@ class ChannelGateway:
         actions = adapter.after_turn(outcome)
         reply = outcome.reply_text
         turn_id = response.get("turn_id")
+        if reply and turn_id and not replayed and getattr(self.pipeline.decider, "queues_replies", False):
+            reply = None      # queued in the turn's own transaction (a replay is checked: it may predate that)
         if reply and turn_id and not actions:
             with self.pool.connection() as conn:
                 if reply_already_queued(conn, turn_id):   # the usual case: the router queued it in the turn
