@@ -152,13 +152,14 @@ def serve_bare(port: int) -> None:
                 access_log=False, log_config=None)
 
 
-def start_server(dsn: str, home: Path, model: str, port: int, pool_max: int, bare: bool = False) -> subprocess.Popen:
+def start_server(dsn: str, home: Path, model: str, port: int, pool_max: int, bare: bool = False,
+                 threads: int = 1) -> subprocess.Popen:
     env = {**os.environ,
            "SWITCHBOARD_DATABASE_URL": dsn, "SWITCHBOARD_HOME": str(home), "SWITCHBOARD_EMBEDDING_MODEL": model,
            "SWITCHBOARD_WEB_HMAC_SECRET": SECRET, "SWITCHBOARD_TELEGRAM_SECRET_TOKEN": TELEGRAM_SECRET,
            "SWITCHBOARD_DISPATCHER_ENABLED": "false", "SWITCHBOARD_LOG_LEVEL": "WARNING",
-           "SWITCHBOARD_DB_POOL_MAX": str(pool_max), "SWITCHBOARD_TORCH_THREADS": "1",
-           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+           "SWITCHBOARD_DB_POOL_MAX": str(pool_max), "SWITCHBOARD_TORCH_THREADS": str(threads),
+           "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
     cmd = [sys.executable, "-m", "uvicorn", "router.app:main_app", "--factory", "--host", "127.0.0.1",
            "--port", str(port), "--log-level", "warning", "--no-access-log"]
     if bare:
@@ -244,6 +245,7 @@ def main() -> None:
         return serve_bare(int(sys.argv[2]))
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--path", choices=["rule_l3", "rule", "embedding", "all"], default="all")
+    p.add_argument("--threads", type=int, default=1, help="the server's encoder threads (SWITCHBOARD_TORCH_THREADS)")
     p.add_argument("--messages", type=int, default=2000, help="messages per path (after a warm-up)")
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--concurrency", type=int, default=16)
@@ -270,8 +272,9 @@ def main() -> None:
     dsn = fresh_database(admin)
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
-    proc = start_server(dsn, tmp / "home", str(model), port, args.pool_max, bare=args.bare)
+    proc = start_server(dsn, tmp / "home", str(model), port, args.pool_max, bare=args.bare, threads=args.threads)
     results: dict = {"benchmark": "webhook_throughput", "channel": args.channel, "concurrency": args.concurrency,
+                     "threads": args.threads,
                      "router": not args.bare,
                      "cpus": os.cpu_count(), "python": platform.python_version(), "paths": {}}
     try:

@@ -14,11 +14,12 @@ log = logging.getLogger(__name__)
 
 
 def wire_encoder(services: Services) -> None:
-    from rag.encoder_backends import load_encoder
+    from rag.encoder_backends import QueryCache, load_encoder
 
     s = services.settings
-    services.encoder = load_encoder(s.embedding_model, s.models_dir, backend=s.embedding_backend,
-                                    threads=s.torch_threads, query_backend=s.embedding_query_backend)
+    # one message is encoded by the classifier, the repeated-question check and retrieval: cache it
+    services.encoder = QueryCache(load_encoder(s.embedding_model, s.models_dir, backend=s.embedding_backend,
+                                               threads=s.torch_threads, query_backend=s.embedding_query_backend))
 
 
 def wire_classifier(services: Services) -> None:

@@ -24,7 +24,7 @@ ReadinessCheck = Callable[[], tuple[bool, str]]
 
 
 def limit_threads(n: int) -> None:
-    """One BLAS/torch thread per worker measured fastest under load on 2 cores."""
+    """Cap BLAS/OpenMP/torch threads (settings.torch_threads) before any model loads."""
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(var, str(n))
     try:

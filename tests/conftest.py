@@ -18,6 +18,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("SWITCHBOARD_TORCH_THREADS", "1")   # one thread: tests share the cores with Postgres
 
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATE = "switchboard_template"

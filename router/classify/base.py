@@ -147,7 +147,7 @@ class IntentClassifier:
     def classify(self, text: str) -> Classification:
         return self.classify_batch([text])[0]
 
-    def classify_batch(self, texts: list[str]) -> list[Classification]:
+    def classify_batch(self, texts: list[str], *, batch_size: int = 32) -> list[Classification]:
         config, rules, embeddings = self._state
         out: list[Classification | None] = [None] * len(texts)
         pending: list[int] = []
@@ -166,7 +166,7 @@ class IntentClassifier:
                 out[i] = Classification(None, config.unknown_tier, 0.0, EMBEDDINGS, {}, entities)
                 pending.append(i)
         if pending:
-            vectors = self.encoder.encode_queries([texts[i] for i in pending])
+            vectors = self.encoder.encode_queries([texts[i] for i in pending], batch_size=batch_size)
             scored = embeddings.score(vectors, [texts[i] for i in pending])
             for i, (intent, score, why) in zip(pending, scored, strict=True):
                 c = out[i]

