@@ -66,8 +66,6 @@ def main() -> int:
                         help="default: benchmarks/results/route_latency[-<backend>].json")
     args = parser.parse_args()
 
-    from threadpoolctl import threadpool_limits
-
     from rag.encoder_backends import load_encoder
     from router.classify import IntentClassifier
     from router.intents import load_intents
@@ -77,7 +75,6 @@ def main() -> int:
     s = get_settings()
     threads = args.threads or s.torch_threads
     limit_threads(threads)
-    threadpool_limits(threads)
     t0 = time.perf_counter()
     # the gateway's encoder: passages on the configured backend, single queries on the query backend
     encoder = load_encoder(args.encoder or s.embedding_model, s.models_dir, backend=args.backend or s.embedding_backend,

