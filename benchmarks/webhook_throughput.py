@@ -153,7 +153,7 @@ def serve_bare(port: int) -> None:
 
 
 def start_server(dsn: str, home: Path, model: str, port: int, pool_max: int, bare: bool = False,
-                 threads: int = 1) -> subprocess.Popen:
+                 threads: int = 2) -> subprocess.Popen:
     env = {**os.environ,
            "SWITCHBOARD_DATABASE_URL": dsn, "SWITCHBOARD_HOME": str(home), "SWITCHBOARD_EMBEDDING_MODEL": model,
            "SWITCHBOARD_WEB_HMAC_SECRET": SECRET, "SWITCHBOARD_TELEGRAM_SECRET_TOKEN": TELEGRAM_SECRET,
@@ -245,7 +245,8 @@ def main() -> None:
         return serve_bare(int(sys.argv[2]))
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--path", choices=["rule_l3", "rule", "embedding", "all"], default="all")
-    p.add_argument("--threads", type=int, default=1, help="the server's encoder threads (SWITCHBOARD_TORCH_THREADS)")
+    p.add_argument("--threads", type=int, default=2,
+                   help="the server's encoder threads (SWITCHBOARD_TORCH_THREADS; default: the gateway's)")
     p.add_argument("--messages", type=int, default=2000, help="messages per path (after a warm-up)")
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--concurrency", type=int, default=16)
