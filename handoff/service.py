@@ -215,12 +215,15 @@ class HandoffService:
                     customer_id: str, reason: str, priority: str = "normal", team: str | None = None,
                     context: dict, draft: dict | None = None, amount: float | None = None,
                     currency: str | None = None, skills: list[str] | tuple[str, ...] = (),
-                    actor: str = "bot") -> dict[str, Any]:
+                    actor: str = "bot", notes: list[str] | None = None) -> dict[str, Any]:
         """Queue a ticket for the conversation, in the caller's transaction; returns the row (with ``created``).
 
         A conversation has at most one open ticket: a second escalation joins the open one
         (its priority can only rise, an assist becomes a handoff when a human is needed, the
-        newer context replaces the older) instead of queueing a duplicate.
+        newer context replaces the older) instead of queueing a duplicate. With ``notes`` the
+        queue notification is collected there for :meth:`publish` after the caller commits
+        (recommended: a NOTIFY inside the caller's transaction serialises its commit behind
+        Postgres's notification lock); without, it is sent with the transaction.
         """
         if kind not in KINDS:
             raise Invalid(f"unknown ticket kind {kind!r}; one of {', '.join(KINDS)}")
@@ -264,7 +267,8 @@ class HandoffService:
                 ticket = T.ticket_row(row)
                 T.record_event(conn, ticket, actor, "opened", {
                     "kind": kind, "reason": reason, "priority": priority, "team": team,
-                    "amount": amount, "currency": currency, "approval_level": ticket["approval_level"]})
+                    "amount": amount, "currency": currency, "approval_level": ticket["approval_level"]},
+                    notes=notes)
                 self._count(ticket, "opened")
                 return {**ticket, "created": True}
             existing = conn.execute(
@@ -273,10 +277,11 @@ class HandoffService:
                 (conversation_id,),
             ).fetchone()
             if existing is not None:
-                return {**self._join(conn, T.ticket_row(existing), params, actor), "created": False}
+                return {**self._join(conn, T.ticket_row(existing), params, actor, notes), "created": False}
         raise Conflict(f"could not open a ticket for conversation {conversation_id}: it keeps changing")
 
-    def _join(self, conn, ticket: dict[str, Any], params: dict[str, Any], actor: str) -> dict[str, Any]:
+    def _join(self, conn, ticket: dict[str, Any], params: dict[str, Any], actor: str,
+              notes: list[str] | None = None) -> dict[str, Any]:
         changes: dict[str, Any] = {"context": params["context"]}
         payload: dict[str, Any] = {"reason": params["reason"], "kind": params["kind"],
                                    "priority": params["priority"]}
@@ -293,7 +298,7 @@ class HandoffService:
             changes.update(amount=params["amount"], currency=params["currency"],
                            approval_level=params["approval_level"])
         updated = self._update(conn, ticket["id"], **changes)
-        T.record_event(conn, updated, actor, "escalated", payload)
+        T.record_event(conn, updated, actor, "escalated", payload, notes=notes)
         self._count(updated, "escalated")
         return updated
 
@@ -305,10 +310,16 @@ class HandoffService:
         ).fetchone()
         return T.ticket_row(row)
 
-    def add_customer_message(self, conn: psycopg.Connection, ticket_id, text: str) -> None:
-        """The customer wrote while a human holds the conversation: an event on the ticket (and a live NOTIFY)."""
+    def add_customer_message(self, conn: psycopg.Connection, ticket_id, text: str,
+                             notes: list[str] | None = None) -> None:
+        """The customer wrote while a human holds the conversation: an event on the ticket (and a live NOTIFY,
+        or its note in ``notes`` for :meth:`publish` after the commit)."""
         ticket = T.fetch_ticket(conn, ticket_id)
-        T.record_event(conn, ticket, "customer", "customer_message", {"text": text})
+        T.record_event(conn, ticket, "customer", "customer_message", {"text": text}, notes=notes)
+
+    def publish(self, conn: psycopg.Connection, notes: list[str]) -> None:
+        """Announce the notes collected by the calls above once the caller's transaction has committed."""
+        self._publish(conn, notes)
 
     def cancel_ticket(self, conn: psycopg.Connection, ticket_id, *, reason: str,
                       actor: Agent | str = "bot") -> dict[str, Any]:

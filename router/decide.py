@@ -84,8 +84,17 @@ class _Turn:
         self.trace: dict[str, Any] = {"transitions": self.transitions}
         self.flags: dict[str, Any] = {}
         self.rag_error: str | None = None
+        self._notes: list[str] | None = None
 
     # -- helpers --
+
+    def queue_notes(self) -> list[str]:
+        """Where the handoff queue's notifications of this turn collect; sent once the turn has committed."""
+        if self._notes is None:
+            self._notes = notes = []
+            handoff = self.r.handoff
+            self.ctx.after_commit.append(lambda conn: handoff.publish(conn, notes))
+        return self._notes
 
     @contextmanager
     def stage(self, name: str):
@@ -126,7 +135,7 @@ class _Turn:
 
     def to_ticket(self, ticket: dict[str, Any]) -> None:
         with self.stage("handoff"):
-            self.r.handoff.add_customer_message(self.conn, ticket["id"], self.text)
+            self.r.handoff.add_customer_message(self.conn, ticket["id"], self.text, notes=self.queue_notes())
         self.trace["added_to_ticket"] = str(ticket["id"])
 
     # -- the turn --
@@ -369,7 +378,7 @@ class _Turn:
                 self.conn, kind=kind, conversation_id=str(self.conv["id"]), channel=self.conv["channel"],
                 customer_id=self.conv["customer_id"], reason=reason, priority=priority, context=context,
                 draft=draft, amount=biggest.get("value") if biggest else None,
-                currency=biggest.get("currency") if biggest else None)
+                currency=biggest.get("currency") if biggest else None, notes=self.queue_notes())
         self.trace["ticket"] = {"kind": kind, "id": str(ticket["id"]), "priority": priority, "reason": reason}
         return ticket["id"]
 

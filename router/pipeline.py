@@ -15,11 +15,12 @@ whole turn is one transaction, so a retry is clean).
 from __future__ import annotations
 
 import json
+import logging
 import random
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -28,6 +29,8 @@ from psycopg import errors as pg_errors
 from router.observability import redact_obj
 from router.problems import Problem
 from router.schemas import Decision, InboundMessage, TurnOut
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -39,6 +42,9 @@ class TurnContext:
     message: dict[str, Any]
     inbound: InboundMessage
     timings: dict[str, float]
+    # run with the connection once the turn has committed (e.g. NOTIFY the queue screens: a
+    # NOTIFY inside the turn would serialise every turn's commit behind Postgres's notify lock)
+    after_commit: list[Callable[[psycopg.Connection], None]] = field(default_factory=list)
 
 
 @dataclass
@@ -85,57 +91,16 @@ class Pipeline:
 
     def _handle(self, msg: InboundMessage) -> tuple[dict[str, Any], bool]:
         t0 = time.perf_counter()
-        with self.pool.connection() as conn, conn.transaction():
-            conversation = conn.execute(
-                """
-                INSERT INTO conversations (channel, external_id, customer_id)
-                VALUES (%s, %s, %s)
-                ON CONFLICT (channel, external_id) DO UPDATE SET updated_at = now()
-                RETURNING id, channel, external_id, customer_id, state, session_no, metadata
-                """,
-                (msg.channel, msg.conversation_external_id, msg.customer_id),
-            ).fetchone()
-            message = conn.execute(
-                """
-                INSERT INTO messages (conversation_id, channel, external_id, direction, sender, text, sent_at, metadata)
-                VALUES (%s, %s, %s, 'in', 'customer', %s, %s, %s)
-                ON CONFLICT (channel, external_id) DO NOTHING
-                RETURNING id, conversation_id, text, sent_at
-                """,
-                (conversation["id"], msg.channel, msg.message_external_id, msg.text, msg.sent_at,
-                 json.dumps(msg.metadata, ensure_ascii=False, default=str)),
-            ).fetchone()
-            if message is None:
-                stored = conn.execute(
-                    """
-                    SELECT m.id, m.conversation_id, m.text, m.sent_at, m.metadata, t.response
-                    FROM messages m LEFT JOIN turns t ON t.message_id = m.id
-                    WHERE m.channel = %s AND m.external_id = %s
-                    """,
-                    (msg.channel, msg.message_external_id),
-                ).fetchone()
-                if stored is not None and stored["response"] is None \
-                        and (stored["metadata"] or {}).get("throttled") and stored["conversation_id"] == conversation["id"]:
-                    # refused earlier (quota): this retry is routed now
-                    message = {k: stored[k] for k in ("id", "conversation_id", "text", "sent_at")}
-                    conn.execute("UPDATE messages SET metadata = metadata - 'throttled' WHERE id = %s",
-                                 (message["id"],))
-                else:
-                    self.metrics.duplicates.labels(msg.channel).inc()
-                    if stored is None or stored["response"] is None:  # stored without a turn (e.g. by an agent tool)
-                        raise LookupError("message exists but has no turn")
-                    return stored["response"], True
-
-            self.metrics.messages.labels(msg.channel).inc()
-            ctx = TurnContext(conn=conn, conversation=conversation, message=message, inbound=msg, timings={})
-            t_decide = time.perf_counter()
-            result = self.decider(ctx)
-            ctx.timings.setdefault("decide", time.perf_counter() - t_decide)
-            if result.reject is not None:  # kept, flagged, no turn; raised once committed
-                conn.execute("""UPDATE messages SET metadata = metadata || '{"throttled": true}'::jsonb """
-                             "WHERE id = %s", (message["id"],))
-            else:
-                response = self._store_turn(conn, conversation, message, ctx, result)
+        with self.pool.connection() as conn:
+            with conn.transaction():
+                response, ctx, result = self._turn(conn, msg)
+                if ctx is None:
+                    return response, True
+            for hook in ctx.after_commit:
+                try:
+                    hook(conn)
+                except Exception:  # noqa: BLE001 - the turn is committed; a failed announcement is only logged
+                    log.warning("after-commit hook failed", exc_info=True)
         if result.reject is not None:
             raise result.reject
         elapsed = time.perf_counter() - t0
@@ -144,6 +109,61 @@ class Pipeline:
         d = result.decision
         self.metrics.decisions.labels(d.tier or "none", d.intent or "none", d.channel or "none").inc()
         return response, False
+
+    def _turn(self, conn, msg: InboundMessage):
+        """The turn inside its transaction: (response, ctx, result); ctx None for an already-answered retry."""
+        conversation = conn.execute(
+            """
+            INSERT INTO conversations (channel, external_id, customer_id)
+            VALUES (%s, %s, %s)
+            ON CONFLICT (channel, external_id) DO UPDATE SET updated_at = now()
+            RETURNING id, channel, external_id, customer_id, state, session_no, metadata
+            """,
+            (msg.channel, msg.conversation_external_id, msg.customer_id),
+        ).fetchone()
+        message = conn.execute(
+            """
+            INSERT INTO messages (conversation_id, channel, external_id, direction, sender, text, sent_at, metadata)
+            VALUES (%s, %s, %s, 'in', 'customer', %s, %s, %s)
+            ON CONFLICT (channel, external_id) DO NOTHING
+            RETURNING id, conversation_id, text, sent_at
+            """,
+            (conversation["id"], msg.channel, msg.message_external_id, msg.text, msg.sent_at,
+             json.dumps(msg.metadata, ensure_ascii=False, default=str)),
+        ).fetchone()
+        if message is None:
+            stored = conn.execute(
+                """
+                SELECT m.id, m.conversation_id, m.text, m.sent_at, m.metadata, t.response
+                FROM messages m LEFT JOIN turns t ON t.message_id = m.id
+                WHERE m.channel = %s AND m.external_id = %s
+                """,
+                (msg.channel, msg.message_external_id),
+            ).fetchone()
+            if stored is not None and stored["response"] is None \
+                    and (stored["metadata"] or {}).get("throttled") and stored["conversation_id"] == conversation["id"]:
+                # refused earlier (quota): this retry is routed now
+                message = {k: stored[k] for k in ("id", "conversation_id", "text", "sent_at")}
+                conn.execute("UPDATE messages SET metadata = metadata - 'throttled' WHERE id = %s",
+                             (message["id"],))
+            else:
+                self.metrics.duplicates.labels(msg.channel).inc()
+                if stored is None or stored["response"] is None:  # stored without a turn (e.g. by an agent tool)
+                    raise LookupError("message exists but has no turn")
+                return stored["response"], None, None
+
+        self.metrics.messages.labels(msg.channel).inc()
+        ctx = TurnContext(conn=conn, conversation=conversation, message=message, inbound=msg, timings={})
+        t_decide = time.perf_counter()
+        result = self.decider(ctx)
+        ctx.timings.setdefault("decide", time.perf_counter() - t_decide)
+        response = None
+        if result.reject is not None:  # kept, flagged, no turn; raised once committed
+            conn.execute("""UPDATE messages SET metadata = metadata || '{"throttled": true}'::jsonb """
+                         "WHERE id = %s", (message["id"],))
+        else:
+            response = self._store_turn(conn, conversation, message, ctx, result)
+        return response, ctx, result
 
     def _observe_stages(self, ctx: TurnContext, result: TurnResult) -> None:
         """Stage latencies the decider does not observe itself, read from the turn's trace."""

@@ -101,6 +101,19 @@ def test_l3_lifecycle_over_http_with_an_agent(client_svc):
     assert [o["kind"] for o in out] == ["ack", "agent_message", "reply", "reply"]
 
 
+def test_queue_screens_hear_router_tickets_after_the_turn_commits(client_svc):
+    """Opening a ticket and a customer's message to it are announced (NOTIFY) once the turn committed."""
+    client, svc = client_svc
+    with psycopg.connect(svc.settings.database_dsn(), autocommit=True) as listener:
+        listener.execute("LISTEN handoff_events")
+        first = post(client, "I want to talk to a human", conv="c-notify").json()
+        post(client, "are you there? 13812345678", conv="c-notify")
+        notes = [n.payload for n in listener.notifies(timeout=5, stop_after=2)]
+    assert len(notes) == 2 and all(first["ticket_id"] in n for n in notes)
+    assert '"action" : "opened"' in notes[0] and '"action" : "customer_message"' in notes[1]
+    assert "13812345678" not in notes[1]
+
+
 def test_l2_assist_approved_over_http(client_svc):
     client, svc = client_svc
     body = post(client, "I want to return the jacket, it's too small").json()
