@@ -384,13 +384,18 @@ class _Turn:
 
     def context_package(self, decision: Decision, entities: dict[str, Any], evidence: list[dict]) -> dict[str, Any]:
         """What the agent sees: transcript, the trail of decisions, evidence, known facts (never invented)."""
-        transcript = self.conn.execute(
-            "SELECT * FROM (SELECT id, direction, sender, text, received_at FROM messages WHERE conversation_id = %s "
-            "ORDER BY id DESC LIMIT %s) m ORDER BY id", (self.conv["id"], TRANSCRIPT_LIMIT)).fetchall()
-        trail = self.conn.execute(
-            "SELECT * FROM (SELECT id, message_id, session_no, state, decision, created_at FROM turns "
-            "WHERE conversation_id = %s ORDER BY created_at DESC LIMIT %s) t ORDER BY created_at",
-            (self.conv["id"], TRAIL_LIMIT)).fetchall()
+        rows = self.conn.execute(   # the recent transcript and decision trail in one round trip
+            """
+            SELECT 'm' AS part, id AS ord, NULL::uuid AS turn_id, direction, sender, text, NULL AS state,
+                   NULL::jsonb AS decision, received_at AS at
+              FROM (SELECT * FROM messages WHERE conversation_id = %(c)s ORDER BY id DESC LIMIT %(nm)s) m
+            UNION ALL
+            SELECT 't', NULL, id, NULL, NULL, NULL, state, decision, created_at
+              FROM (SELECT * FROM turns WHERE conversation_id = %(c)s ORDER BY created_at DESC LIMIT %(nt)s) t
+            """,
+            {"c": self.conv["id"], "nm": TRANSCRIPT_LIMIT, "nt": TRAIL_LIMIT}).fetchall()
+        transcript = sorted((r for r in rows if r["part"] == "m"), key=lambda r: r["ord"])
+        trail = sorted((r for r in rows if r["part"] == "t"), key=lambda r: r["at"])
         return {
             "conversation": {"id": str(self.conv["id"]), "channel": self.conv["channel"],
                              "external_id": self.conv["external_id"], "session_no": self.conv["session_no"]},
@@ -400,9 +405,9 @@ class _Turn:
                          "order_numbers": entities.get("order_numbers") or [],
                          "amounts": entities.get("amounts") or []},
             "transcript": [{"direction": m["direction"], "sender": m["sender"], "text": m["text"],
-                            "at": m["received_at"].isoformat()} for m in transcript],
-            "decisions": [{"turn_id": str(t["id"]), "state": t["state"], "decision": t["decision"],
-                           "at": t["created_at"].isoformat()} for t in trail]
+                            "at": m["at"].isoformat()} for m in transcript],
+            "decisions": [{"turn_id": str(t["turn_id"]), "state": t["state"], "decision": t["decision"],
+                           "at": t["at"].isoformat()} for t in trail]
                          + [{"turn_id": None, "state": self.conv["state"],
                              "decision": decision.model_dump(mode="json")}],
             "evidence": evidence,

@@ -183,42 +183,59 @@ class Harness:
     def crisis_reply(self) -> str:
         return self.config.crisis_reply.format(hotline=self.config.hotline)
 
-    def quota_retry_after(self, conn: psycopg.Connection, *, channel: str, customer_id: str,
-                          message_id: int) -> int | None:
-        """Seconds until this customer may send again, or None when within quota.
+    _READS = """
+        SELECT f.do_not_contact, f.dnc_since, f.sensitive, f.note, q.recent, q.oldest_left_s
+        FROM (SELECT 1) AS one
+        LEFT JOIN customer_flags f ON f.channel = %(channel)s AND f.customer_id = %(customer)s
+        CROSS JOIN LATERAL (
+            SELECT count(*) AS recent, min(extract(epoch FROM r.received_at + make_interval(secs => %(window)s)
+                                                   - now())) AS oldest_left_s
+            FROM (
+                SELECT m.received_at
+                FROM conversations c
+                CROSS JOIN LATERAL (
+                    SELECT received_at FROM messages m
+                    WHERE m.conversation_id = c.id AND m.direction = 'in' AND m.id <> %(message)s
+                      AND m.received_at > now() - make_interval(secs => %(window)s)
+                      AND NOT COALESCE((m.metadata ->> 'throttled')::boolean, false)
+                    ORDER BY m.received_at DESC LIMIT %(n)s
+                ) m
+                WHERE c.channel = %(channel)s AND c.customer_id = %(customer)s
+                ORDER BY m.received_at DESC LIMIT %(n)s
+            ) r
+        ) q
+    """
 
-        Counts the customer's routed inbound messages (throttled ones excluded, so hammering
-        does not extend the wait) in the sliding window, across their conversations on the channel.
+    def _reads(self, conn: psycopg.Connection, channel: str, customer_id: str,
+               message_id: int) -> tuple[dict[str, Any], int | None]:
+        """The customer's flags and the quota's verdict (seconds to wait, or None), in one round trip.
+
+        The quota counts the customer's routed inbound messages (throttled ones excluded, so
+        hammering does not extend the wait) in the sliding window, across their conversations on
+        the channel, driven from the customer's conversations: a plan that starts from "every
+        message of the last window" reads the whole channel's traffic for each message.
         """
         q = self.config.quota
-        rows = conn.execute(
-            """
-            SELECT m.received_at, extract(epoch FROM m.received_at + make_interval(secs => %(window)s) - now())
-                   AS left_s
-            FROM conversations c
-            CROSS JOIN LATERAL (
-                SELECT received_at FROM messages m
-                WHERE m.conversation_id = c.id AND m.direction = 'in' AND m.id <> %(message)s
-                  AND m.received_at > now() - make_interval(secs => %(window)s)
-                  AND NOT COALESCE((m.metadata ->> 'throttled')::boolean, false)
-                ORDER BY m.received_at DESC LIMIT %(n)s
-            ) m
-            WHERE c.channel = %(channel)s AND c.customer_id = %(customer)s
-            ORDER BY m.received_at DESC LIMIT %(n)s
-            """,
-            # driven from the customer's conversations: a plan that starts from "every message of the
-            # last minute" reads the whole channel's traffic for each message (seen as a generic plan)
-            {"window": q.window_seconds, "channel": channel, "customer": customer_id, "message": message_id,
-             "n": q.max_messages},
-        ).fetchall()
-        if len(rows) < q.max_messages:
-            return None
-        return max(1, math.ceil(float(rows[-1]["left_s"])))
+        row = conn.execute(self._READS, {"window": q.window_seconds, "channel": channel, "customer": customer_id,
+                                         "message": message_id, "n": q.max_messages}).fetchone()
+        if row["do_not_contact"] is None:
+            flags = {"do_not_contact": False, "dnc_since": None, "sensitive": False, "note": None}
+        else:
+            flags = {k: row[k] for k in ("do_not_contact", "dnc_since", "sensitive", "note")}
+        retry = None
+        if row["recent"] >= q.max_messages:
+            retry = max(1, math.ceil(float(row["oldest_left_s"])))
+        return flags, retry
+
+    def quota_retry_after(self, conn: psycopg.Connection, *, channel: str, customer_id: str,
+                          message_id: int) -> int | None:
+        """Seconds until this customer may send again, or None when within quota."""
+        return self._reads(conn, channel, customer_id, message_id)[1]
 
     def screen(self, conn: psycopg.Connection, *, channel: str, customer_id: str, text: str,
                message_id: int) -> Verdict:
         """Run the checks in order; the first that fires decides. Writes the STOP/START flag change."""
-        flags = customer_flags(conn, channel, customer_id)
+        flags, retry = self._reads(conn, channel, customer_id, message_id)
         command = squash(text)
         if command in self._stop:
             set_do_not_contact(conn, channel, customer_id, True)
@@ -233,7 +250,6 @@ class Harness:
                            reply=None if flags["do_not_contact"] else self.crisis_reply(), flags=flags)
         if flags["do_not_contact"]:
             return Verdict("do_not_contact", "do_not_contact", {"since": str(flags["dnc_since"])}, flags=flags)
-        retry = self.quota_retry_after(conn, channel=channel, customer_id=customer_id, message_id=message_id)
         if retry is not None:
             q = self.config.quota
             return Verdict("throttle", "quota", {"max_messages": q.max_messages, "window_seconds": q.window_seconds},
