@@ -7,6 +7,8 @@ first N requests (to prove retries) or always (to prove dead letters).
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import threading
 import time
@@ -202,3 +204,15 @@ def post_concurrently(client, url: str, body, headers: dict, n: int = 5) -> list
     for t in threads:
         t.join()
     return results
+
+
+# WhatsApp Cloud API: the send endpoint's answer (one message id) and a body signed like Meta's webhooks
+WHATSAPP_SENT = {"/messages": (200, {"messaging_product": "whatsapp",
+                                     "contacts": [{"input": "16505551234", "wa_id": "16505551234"}],
+                                     "messages": [{"id": "wamid.OUT"}]})}
+
+
+def whatsapp_signed(payload) -> tuple[bytes, dict]:
+    body = json.dumps(payload).encode()
+    sig = hmac.new(SECRETS["whatsapp_app_secret"].encode(), body, hashlib.sha256).hexdigest()
+    return body, {"X-Hub-Signature-256": f"sha256={sig}", "Content-Type": "application/json"}

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import copy
-import hashlib
-import hmac
-import json
 
 import pytest
-from channels_support import SECRETS, RecordingServer, channel_app, channel_settings, count, post_concurrently, stored
+from channels_support import (
+    SECRETS,
+    WHATSAPP_SENT,
+    RecordingServer,
+    channel_app,
+    channel_settings,
+    count,
+    post_concurrently,
+    stored,
+    whatsapp_signed,
+)
 
 URL = "/v1/channels/whatsapp/webhook"
 
@@ -47,17 +54,12 @@ STATUS_PAYLOAD = {
 }
 
 
-def signed(payload) -> tuple[bytes, dict]:
-    body = json.dumps(payload).encode()
-    sig = hmac.new(SECRETS["whatsapp_app_secret"].encode(), body, hashlib.sha256).hexdigest()
-    return body, {"X-Hub-Signature-256": f"sha256={sig}", "Content-Type": "application/json"}
+signed = whatsapp_signed
 
 
 @pytest.fixture
 def recorder():
-    server = RecordingServer(answers={"/messages": (200, {"messaging_product": "whatsapp",
-                                                           "contacts": [{"input": "16505551234", "wa_id": "16505551234"}],
-                                                           "messages": [{"id": "wamid.OUT"}]})})
+    server = RecordingServer(answers=dict(WHATSAPP_SENT))
     yield server
     server.close()
 

@@ -5,19 +5,17 @@ conversation trace; receipts for messages we never sent are acknowledged and ign
 from __future__ import annotations
 
 import copy
-import hashlib
-import hmac
-import json
 
 import pytest
 from channels_support import (
-    SECRETS,
+    WHATSAPP_SENT,
     RecordingServer,
     channel_app,
     channel_settings,
     count,
     post_concurrently,
     reply_decider,
+    whatsapp_signed,
 )
 
 from router.dispatch import outbox_status
@@ -61,17 +59,12 @@ def notification(*statuses: dict) -> dict:
             "statuses": list(statuses)}}]}]}
 
 
-def signed(payload) -> tuple[bytes, dict]:
-    body = json.dumps(payload).encode()
-    sig = hmac.new(SECRETS["whatsapp_app_secret"].encode(), body, hashlib.sha256).hexdigest()
-    return body, {"X-Hub-Signature-256": f"sha256={sig}", "Content-Type": "application/json"}
+signed = whatsapp_signed
 
 
 @pytest.fixture
 def recorder():
-    server = RecordingServer(answers={"/messages": (200, {"messaging_product": "whatsapp",
-                                                           "contacts": [{"input": "16505551234", "wa_id": "16505551234"}],
-                                                           "messages": [{"id": "wamid.OUT"}]})})
+    server = RecordingServer(answers=dict(WHATSAPP_SENT))
     yield server
     server.close()
 
