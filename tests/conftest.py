@@ -19,6 +19,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("SWITCHBOARD_TORCH_THREADS", "1")   # one thread: tests share the cores with Postgres
+# fp32 whatever the CPU (the bf16 backend, the default where the CPU has it, is tested on its own)
+os.environ.setdefault("SWITCHBOARD_EMBEDDING_BACKEND", "torch")
 
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATE = "switchboard_template"
