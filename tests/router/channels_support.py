@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+import pytest
 from pydantic import SecretStr
 
 from router.outbox import enqueue_outbound
@@ -216,3 +217,11 @@ def whatsapp_signed(payload) -> tuple[bytes, dict]:
     body = json.dumps(payload).encode()
     sig = hmac.new(SECRETS["whatsapp_app_secret"].encode(), body, hashlib.sha256).hexdigest()
     return body, {"X-Hub-Signature-256": f"sha256={sig}", "Content-Type": "application/json"}
+
+
+@pytest.fixture(name="recorder")
+def whatsapp_recorder():
+    """A recording server answering WhatsApp's send endpoint (import it into a test module as ``recorder``)."""
+    server = RecordingServer(answers=dict(WHATSAPP_SENT))
+    yield server
+    server.close()

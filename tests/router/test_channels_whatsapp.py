@@ -7,13 +7,12 @@ import copy
 import pytest
 from channels_support import (
     SECRETS,
-    WHATSAPP_SENT,
-    RecordingServer,
     channel_app,
     channel_settings,
     count,
     post_concurrently,
     stored,
+    whatsapp_recorder,  # noqa: F401 - the "recorder" fixture
     whatsapp_signed,
 )
 
@@ -55,13 +54,6 @@ STATUS_PAYLOAD = {
 
 
 signed = whatsapp_signed
-
-
-@pytest.fixture
-def recorder():
-    server = RecordingServer(answers=dict(WHATSAPP_SENT))
-    yield server
-    server.close()
 
 
 @pytest.fixture

@@ -8,13 +8,12 @@ import copy
 
 import pytest
 from channels_support import (
-    WHATSAPP_SENT,
-    RecordingServer,
     channel_app,
     channel_settings,
     count,
     post_concurrently,
     reply_decider,
+    whatsapp_recorder,  # noqa: F401 - the "recorder" fixture
     whatsapp_signed,
 )
 
@@ -60,13 +59,6 @@ def notification(*statuses: dict) -> dict:
 
 
 signed = whatsapp_signed
-
-
-@pytest.fixture
-def recorder():
-    server = RecordingServer(answers=dict(WHATSAPP_SENT))
-    yield server
-    server.close()
 
 
 @pytest.fixture
