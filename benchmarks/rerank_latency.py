@@ -44,6 +44,7 @@ def main() -> None:
     ap.add_argument("--ns", default="10,20,30", help="candidate counts to rerank")
     ap.add_argument("--max-lengths", default="128,256", help="token caps")
     ap.add_argument("--int8", action="store_true", help="also measure dynamic int8 quantisation")
+    ap.add_argument("--bf16", action="store_true", help="also measure bfloat16 autocast")
     ap.add_argument("--queries", type=int, default=0, help="use only the first K held-out queries (0 = all)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "rerank_latency.json"))
@@ -97,14 +98,17 @@ def main() -> None:
 
     ns = [int(x) for x in args.ns.split(",")]
     lengths = [int(x) for x in args.max_lengths.split(",")]
-    for quant in ([False, True] if args.int8 else [False]):
+    arithmetic = ["fp32"] + (["int8"] if args.int8 else []) + (["bf16"] if args.bf16 else [])
+    for kind in arithmetic:
+        quant = kind == "int8"
         for length in lengths:
-            reranker = CrossEncoderReranker(args.model, max_length=length, threads=args.threads, quantize=quant)
+            reranker = CrossEncoderReranker(args.model, max_length=length, threads=args.threads, quantize=quant,
+                                            bf16=kind == "bf16")
             reranker.score("warm up", ["the first call pays for lazy initialisation"] * 4)
             for n in ns:
                 reranker.top_n = n
                 ms, run, run_only = [], {}, {}
-                for q in tqdm(qids, desc=f"N={n} len={length}{' int8' if quant else ''}", unit="q", leave=False):
+                for q in tqdm(qids, desc=f"N={n} len={length} {kind}", unit="q", leave=False):
                     hits = hits_for(q)
                     t = time.perf_counter()
                     out = reranker.rerank(data.queries[q], hits)
@@ -113,14 +117,14 @@ def main() -> None:
                     head = sorted(out[:n], key=lambda h: -h.scores["rerank"])
                     run_only[q] = {h.chunk_id: float(len(out) - i) for i, h in enumerate(head)}
                 row = {
-                    "n": n, "max_length": length, "int8": quant,
+                    "n": n, "max_length": length, "int8": quant, "arithmetic": kind,
                     "ndcg@10": round(ndcg_at_10(qrels, run), 4),
                     "rerank_only_ndcg@10": round(ndcg_at_10(qrels, run_only), 4),
                     "latency_ms_p50": round(float(np.percentile(ms, 50)), 1),
                     "latency_ms_p95": round(float(np.percentile(ms, 95)), 1),
                 }
                 results["configs"].append(row)
-                print(f"N={n:>3} len={length:>4} {'int8' if quant else 'fp32'}  nDCG@10 {row['ndcg@10']:.4f} "
+                print(f"N={n:>3} len={length:>4} {kind}  nDCG@10 {row['ndcg@10']:.4f} "
                       f"(rerank only {row['rerank_only_ndcg@10']:.4f})  p50 {row['latency_ms_p50']:7.1f} ms  "
                       f"p95 {row['latency_ms_p95']:7.1f} ms", flush=True)
     results["blend"] = {"method": reranker.blend.method, "weight": reranker.blend.weight}

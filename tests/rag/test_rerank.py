@@ -221,3 +221,16 @@ def test_rerank_input_errors(trained):
         reranker.rerank("q", [Hit(chunk_id="x", score=1.0, rank=1)])
     with pytest.raises(FileNotFoundError):
         CrossEncoderReranker(FIXTURE)
+
+
+@pytest.mark.slow
+def test_bf16_scores_like_fp32(trained, data):
+    """bf16 autocast (the default where the CPU has bf16) must not change what the reranker prefers."""
+    out, _ = trained
+    fp32, bf16 = CrossEncoderReranker(out), CrossEncoderReranker(out, bf16=True)
+    assert bf16.bf16 and not fp32.bf16
+    qid = sorted(data.qrels)[0]
+    passages = [data.corpus[d][1] for d in sorted(data.corpus)[:8]]
+    a, b = fp32.score(data.queries[qid], passages), bf16.score(data.queries[qid], passages)
+    assert np.max(np.abs(a - b)) < 0.1 * (np.ptp(a) + 1e-6)
+    assert int(np.argmax(a)) == int(np.argmax(b))
