@@ -125,10 +125,9 @@ def disable_agent(conn: psycopg.Connection, name_or_id: str, *, actor: str = "sy
     from handoff.tickets import requeue_held_by
 
     requeued = requeue_held_by(conn, agent["id"], actor=actor, action="agent_disabled")
-    for ticket in requeued:
-        hook = getattr(port, "on_ticket_requeued", None)
-        if hook is not None:
-            hook(conn, ticket)
+    hook = getattr(port, "on_ticket_requeued", None)
+    for ticket in requeued if hook is not None else ():
+        hook(conn, ticket)
     _admin_event(conn, actor, "agent_disabled", agent["id"], {"name": agent["name"], "requeued": len(requeued)})
     out = _agent_out(row)
     out["requeued"] = [str(t["id"]) for t in requeued]

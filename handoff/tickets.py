@@ -189,10 +189,11 @@ class Publisher:
     """Coalesces the notifications of concurrent actions into shared NOTIFY round trips.
 
     Each NOTIFY takes Postgres's notification-queue lock; with many agents acting at once that
-    round trip was a third of a claim's cost. An action hands its notes here after its commit:
-    if another action is already publishing, the notes join the batch that one sends next and
-    the caller returns at once; otherwise the caller publishes, and keeps going until nothing is
-    pending (so no note waits for a later action). Order is kept; delivery stays best effort.
+    round trip was a quarter of a claim's cost (1,457 claims/s with one per claim, 1,959 with none).
+    An action hands its notes here after its commit: if another action is already publishing, the
+    notes join the batch that one sends next and the caller returns at once; otherwise the caller
+    publishes, and keeps going until nothing is pending (so no note waits for a later action).
+    Order is kept; delivery stays best effort.
     """
 
     def __init__(self):

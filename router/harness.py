@@ -120,12 +120,15 @@ class HarnessConfig(BaseModel):
 # -- customer flags ------------------------------------------------------------------------------
 
 
+NO_FLAGS = {"do_not_contact": False, "dnc_since": None, "sensitive": False, "note": None}   # no row yet
+
+
 def customer_flags(conn: psycopg.Connection, channel: str, customer_id: str) -> dict[str, Any]:
     row = conn.execute(
         "SELECT do_not_contact, dnc_since, sensitive, note FROM customer_flags WHERE channel = %s AND customer_id = %s",
         (channel, customer_id),
     ).fetchone()
-    return dict(row) if row else {"do_not_contact": False, "dnc_since": None, "sensitive": False, "note": None}
+    return dict(row) if row else dict(NO_FLAGS)
 
 
 def set_do_not_contact(conn: psycopg.Connection, channel: str, customer_id: str, value: bool) -> None:
@@ -218,19 +221,11 @@ class Harness:
         q = self.config.quota
         row = conn.execute(self._READS, {"window": q.window_seconds, "channel": channel, "customer": customer_id,
                                          "message": message_id, "n": q.max_messages}).fetchone()
-        if row["do_not_contact"] is None:
-            flags = {"do_not_contact": False, "dnc_since": None, "sensitive": False, "note": None}
-        else:
-            flags = {k: row[k] for k in ("do_not_contact", "dnc_since", "sensitive", "note")}
+        flags = dict(NO_FLAGS) if row["do_not_contact"] is None else {k: row[k] for k in NO_FLAGS}
         retry = None
         if row["recent"] >= q.max_messages:
             retry = max(1, math.ceil(float(row["oldest_left_s"])))
         return flags, retry
-
-    def quota_retry_after(self, conn: psycopg.Connection, *, channel: str, customer_id: str,
-                          message_id: int) -> int | None:
-        """Seconds until this customer may send again, or None when within quota."""
-        return self._reads(conn, channel, customer_id, message_id)[1]
 
     def screen(self, conn: psycopg.Connection, *, channel: str, customer_id: str, text: str,
                message_id: int) -> Verdict:

@@ -89,60 +89,29 @@ def lock_conversation(conn: psycopg.Connection, conversation_id: str) -> dict[st
     ).fetchone()
 
 
-def _ensure_counters(conn: psycopg.Connection, conversation_id, session_no: int) -> None:
-    conn.execute(
-        "INSERT INTO conversation_counters (conversation_id, session_no) VALUES (%s, %s) "
-        "ON CONFLICT (conversation_id) DO NOTHING",
-        (conversation_id, session_no),
-    )
-
-
 def transition(conn: psycopg.Connection, conversation: dict[str, Any], to_state: str, *, reason: str,
                actor: str = "router", message_id: int | None = None, ticket_id: str | None = None) -> dict[str, Any]:
     """Move ``conversation`` (a locked row, updated in place) to ``to_state`` and record the edge."""
     from_state = conversation["state"]
-    check_transition(from_state, to_state)
-    # One statement (state, history row, loop-guard counter): a transition sits on the hot path of
-    # every turn and every ticket claim, and each round trip costs both processes CPU.
-    row = conn.execute(
-        """
-        WITH moved AS (
-            UPDATE conversations SET state = %(to)s, updated_at = now() WHERE id = %(cid)s
-        ), counted AS (
-            INSERT INTO conversation_counters AS c (conversation_id, session_no, state_entries)
-            VALUES (%(cid)s, %(session)s, jsonb_build_object(%(to)s::text, 1))
-            ON CONFLICT (conversation_id) DO UPDATE SET
-                state_entries = jsonb_set(c.state_entries, ARRAY[%(to)s::text],
-                                          to_jsonb(COALESCE((c.state_entries ->> %(to)s::text)::int, 0) + 1)),
-                updated_at = now()
-        )
-        INSERT INTO conversation_transitions
-            (conversation_id, session_no, from_state, to_state, reason, actor, message_id, ticket_id)
-        VALUES (%(cid)s, %(session)s, %(from)s, %(to)s, %(reason)s, %(actor)s, %(message)s, %(ticket)s)
-        RETURNING id, created_at
-        """,
-        {"cid": conversation["id"], "session": conversation["session_no"], "from": from_state, "to": to_state,
-         "reason": reason, "actor": actor, "message": message_id,
-         "ticket": str(ticket_id) if ticket_id is not None else None},
-    ).fetchone()
+    moved = move_conversation(conn, conversation["id"], {from_state: to_state}, reason=reason, actor=actor,
+                              message_id=message_id, ticket_id=ticket_id)
+    if moved is None:
+        raise RuntimeError(f"conversation {conversation['id']} is no longer in state {from_state!r}")
     conversation["state"] = to_state
-    return {"from": from_state, "to": to_state, "reason": reason, "actor": actor, "id": row["id"]}
+    return moved
 
 
 def move_conversation(conn: psycopg.Connection, conversation_id, edges: dict[str, str], *, reason: str,
-                      actor: str, ticket_id: str | None = None) -> dict[str, Any] | None:
+                      actor: str, message_id: int | None = None, ticket_id: str | None = None) -> dict[str, Any] | None:
     """Lock the conversation and take the edge that leaves its current state, in one statement.
 
     ``edges`` maps a from-state to its to-state; a conversation in any other state is left alone
-    (None). Same effect as :func:`lock_conversation` + :func:`transition` (the history row and the
-    loop-guard counter included) for edges that do not enter ``idle`` (that one also resets the
-    escalation memory): ticket claims and releases run it, and a round trip fewer shows in their
-    throughput.
+    (None). The state, its history row and the loop-guard counter change together: a transition
+    sits on the hot path of every turn and every ticket claim, and each round trip costs both
+    processes CPU. Entering ``idle`` does not reset the escalation memory; the caller does.
     """
     for from_state, to_state in edges.items():
         check_transition(from_state, to_state)
-        if to_state == "idle":
-            raise ValueError("move_conversation does not reset the escalation memory: use transition()")
     row = conn.execute(
         """
         WITH conv AS (
@@ -161,16 +130,17 @@ def move_conversation(conn: psycopg.Connection, conversation_id, edges: dict[str
                 updated_at = now()
         )
         INSERT INTO conversation_transitions
-            (conversation_id, session_no, from_state, to_state, reason, actor, ticket_id)
-        SELECT id, session_no, from_state, to_state, %(reason)s, %(actor)s, %(ticket)s FROM conv
-        RETURNING id, from_state, to_state
+            (conversation_id, session_no, from_state, to_state, reason, actor, message_id, ticket_id)
+        SELECT id, session_no, from_state, to_state, %(reason)s, %(actor)s, %(message)s, %(ticket)s FROM conv
+        RETURNING id, session_no, from_state, to_state
         """,
         {"cid": conversation_id, "froms": list(edges), "tos": list(edges.values()), "reason": reason,
-         "actor": actor, "ticket": str(ticket_id) if ticket_id is not None else None},
+         "actor": actor, "message": message_id, "ticket": str(ticket_id) if ticket_id is not None else None},
     ).fetchone()
     if row is None:
         return None
-    return {"from": row["from_state"], "to": row["to_state"], "reason": reason, "actor": actor, "id": row["id"]}
+    return {"from": row["from_state"], "to": row["to_state"], "reason": reason, "actor": actor, "id": row["id"],
+            "session_no": row["session_no"]}
 
 
 def start_new_session(conn: psycopg.Connection, conversation: dict[str, Any], *,
@@ -262,22 +232,11 @@ class ConversationStatePort:
             log.warning("ticket %s names an unknown conversation", ticket.get("id"))
         return conv
 
-    def _move(self, conn, ticket, edges: dict[str, list[str]], reason: str) -> None:
-        if all(len(path) == 1 and path[0] != "idle" for path in edges.values()):
-            # the common case (claim, release, resolve): one statement instead of lock + transition
-            move_conversation(conn, ticket["conversation_id"], {f: p[0] for f, p in edges.items()},
-                              reason=reason, actor="handoff", ticket_id=ticket.get("id"))
-            return
-        conv = self._conversation(conn, ticket)
-        if conv is None:
-            return
-        path = edges.get(conv["state"])
-        if not path:
-            return
-        for to_state in path:
-            transition(conn, conv, to_state, reason=reason, actor="handoff", ticket_id=ticket.get("id"))
-        if conv["state"] == "idle":
-            reset_counters(conn, conv)
+    def _move(self, conn, ticket, edges: dict[str, str], reason: str) -> None:
+        moved = move_conversation(conn, ticket["conversation_id"], edges, reason=reason, actor="handoff",
+                                  ticket_id=ticket.get("id"))
+        if moved is not None and moved["to"] == "idle":     # the bot is in charge again: fresh memory
+            reset_counters(conn, {"id": ticket["conversation_id"], "session_no": moved["session_no"]})
 
     def before_ticket_change(self, conn, conversation_id) -> None:
         """Lock the conversation before the ticket is locked.
@@ -291,26 +250,26 @@ class ConversationStatePort:
 
     def on_ticket_claimed(self, conn, ticket):
         if ticket.get("kind", "handoff") == "handoff":
-            self._move(conn, ticket, {"l3_queuing": ["l3_connected"]}, "ticket_claimed")
+            self._move(conn, ticket, {"l3_queuing": "l3_connected"}, "ticket_claimed")
 
     def on_ticket_resolved(self, conn, ticket):
         self._move(conn, ticket, {
-            "l3_queuing": ["feedback_pending"],
-            "l3_connected": ["feedback_pending"],
-            "l2_assisting": ["l2_resolved"],
+            "l3_queuing": "feedback_pending",
+            "l3_connected": "feedback_pending",
+            "l2_assisting": "l2_resolved",
         }, "ticket_resolved")
 
     def on_returned_to_bot(self, conn, ticket):
-        self._move(conn, ticket, {s: ["idle"] for s in ("l2_assisting", "l3_queuing", "l3_connected")},
+        self._move(conn, ticket, {s: "idle" for s in ("l2_assisting", "l3_queuing", "l3_connected")},
                    "returned_to_bot")
 
     def on_ticket_requeued(self, conn, ticket):
         """Released, transferred to a team, or the agent's lease lapsed: the customer waits in the queue again."""
         if ticket.get("kind", "handoff") == "handoff":
-            self._move(conn, ticket, {"l3_connected": ["l3_queuing"]}, "ticket_requeued")
+            self._move(conn, ticket, {"l3_connected": "l3_queuing"}, "ticket_requeued")
 
     def on_ticket_cancelled(self, conn, ticket):
-        self._move(conn, ticket, {s: ["idle"] for s in ("l2_assisting", "l3_queuing", "l3_connected")},
+        self._move(conn, ticket, {s: "idle" for s in ("l2_assisting", "l3_queuing", "l3_connected")},
                    "ticket_cancelled")
 
     def send_to_customer(self, conn, ticket, *, text, sender, agent_id):
