@@ -187,7 +187,8 @@ def _port(name: str):
     return ConversationStatePort() if name == "state" else NullConversationPort()
 
 
-def run_service(dsn: str, creds: list[tuple[str, str]], n_tickets: int, quiet: bool, port: str = "state") -> dict:
+def _claimers(dsn: str, creds: list[tuple[str, str]], port: str, barrier, done, out) -> None:
+    """One process's share of the claimers: threads over one pool, each draining the queue."""
     from handoff.config import HandoffConfig
     from handoff.service import HandoffService
     from router.db import open_pool
@@ -198,8 +199,6 @@ def run_service(dsn: str, creds: list[tuple[str, str]], n_tickets: int, quiet: b
         claims: list[tuple[str, str]] = []
         latencies: list[float] = []
         lock = threading.Lock()
-        barrier = threading.Barrier(len(agents) + 1)
-        bar = tqdm(total=n_tickets, desc="service claims", unit="claim", disable=quiet)
 
         def claimer(agent):
             mine, lat = [], []
@@ -212,24 +211,57 @@ def run_service(dsn: str, creds: list[tuple[str, str]], n_tickets: int, quiet: b
                     break
                 mine.append((agent.name, t["id"]))
                 if len(mine) % 50 == 0:
-                    bar.update(50)
+                    with done.get_lock():
+                        done.value += 50
             with lock:
                 claims.extend(mine)
                 latencies.extend(lat[:-1])       # the final "queue empty" call is not a claim
-                bar.update(len(mine) % 50)
 
         threads = [threading.Thread(target=claimer, args=(a,)) for a in agents]
         for th in threads:
             th.start()
-        barrier.wait()
-        cpu0, pg0 = time.process_time(), _postgres_cpu()
-        t0 = time.perf_counter()
+        cpu0 = time.process_time()
         for th in threads:
             th.join()
-        wall = time.perf_counter() - t0
-        cpu, pg1 = time.process_time() - cpu0, _postgres_cpu()
-        bar.close()
-    return {**summarise(latencies, wall, len(claims)), **verify(dsn, n_tickets, claims),
+        out.put({"claims": claims, "latencies": latencies, "cpu": time.process_time() - cpu0})
+
+
+def run_service(dsn: str, creds: list[tuple[str, str]], n_tickets: int, quiet: bool, port: str = "state",
+                processes: int = 1) -> dict:
+    """``len(creds)`` claimers split over ``processes`` processes (as over the gateway's workers), each
+    process with its own pool; all start together at one barrier."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(len(creds) + 1)
+    done = ctx.Value("i", 0)
+    out = ctx.Queue()
+    shares = [creds[i::processes] for i in range(processes)]
+    procs = [ctx.Process(target=_claimers, args=(dsn, share, port, barrier, done, out)) for share in shares]
+    for pr in procs:
+        pr.start()
+    bar = tqdm(total=n_tickets, desc="service claims", unit="claim", disable=quiet)
+    barrier.wait(timeout=300)
+    pg0 = _postgres_cpu()
+    t0 = time.perf_counter()
+    results = []
+    while len(results) < processes:
+        try:
+            results.append(out.get(timeout=0.2))
+        except Exception:  # queue.Empty: keep the bar moving
+            if any(pr.exitcode not in (None, 0) for pr in procs):
+                raise RuntimeError("a claimer process failed")
+        bar.update(done.value - bar.n)
+    wall = time.perf_counter() - t0
+    pg1 = _postgres_cpu()
+    for pr in procs:
+        pr.join()
+    claims = [c for r in results for c in r["claims"]]
+    latencies = [x for r in results for x in r["latencies"]]
+    cpu = sum(r["cpu"] for r in results)
+    bar.update(len(claims) - bar.n)
+    bar.close()
+    return {**summarise(latencies, wall, len(claims)), **verify(dsn, n_tickets, claims), "processes": processes,
             "python_cpu_ms_per_claim": round(cpu / max(len(claims), 1) * 1000, 3),
             "postgres_cpu_ms_per_claim": _cpu_ms(pg0, pg1, len(claims))}
 
@@ -345,6 +377,8 @@ def main() -> None:
     s.add_argument("--home", type=Path, required=True)
     p.add_argument("--tickets", type=int, default=5000)
     p.add_argument("--claimers", type=int, default=16)
+    p.add_argument("--processes", type=int, default=2,
+                   help="service path: processes the claimers are split over (as the gateway's workers; default 2)")
     p.add_argument("--mode", choices=("service", "http", "both"), default="both")
     p.add_argument("--port", choices=("state", "null"), default="state",
                    help="state: the gateway's conversation port (claims move the conversation); null: queue only "
@@ -383,7 +417,7 @@ def main() -> None:
             try:
                 creds = seed(dsn, args.tickets, args.claimers, quiet)
                 if mode == "service":
-                    results[mode] = run_service(dsn, creds, args.tickets, quiet, args.port)
+                    results[mode] = run_service(dsn, creds, args.tickets, quiet, args.port, args.processes)
                 else:
                     results[mode] = run_http(dsn, creds, args.tickets, quiet)
             finally:

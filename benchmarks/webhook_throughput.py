@@ -1,8 +1,8 @@
 """Messages per second from a channel webhook to the routing decision, through a live server.
 
-The gateway runs as in production (``router.app:main_app``: the multilingual encoder, the
-classifier, the knowledge base, the handoff queue, the router) under uvicorn on 127.0.0.1 in its
-own process, on a fresh database. A load generator in this process POSTs signed webhook deliveries
+The gateway runs as in production (``switchboard serve --workers 2``: one process per core, each
+with the multilingual encoder, the classifier, the knowledge base, the handoff queue, the router)
+on 127.0.0.1, on a fresh database. A load generator in this process POSTs signed webhook deliveries
 (``web`` channel with HMAC by default, or ``telegram``) over keep-alive connections; every message
 comes from a new customer, so each is the first turn of its conversation and is fully routed
 (transcript, turn, state, ticket or answer, outbox row) in one transaction.
@@ -117,6 +117,16 @@ def cpu_snapshot(server_pid: int, pg_pid: int | None) -> dict[str, float]:
     return snap
 
 
+def wait_idle(pid: int, timeout: float = 600) -> None:
+    """Until the server's processes use under a tenth of a core over a second (every worker loaded)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        before = _proc_cpu(pid) + sum(_proc_cpu(k) for k in _children(pid))
+        time.sleep(1)
+        if _proc_cpu(pid) + sum(_proc_cpu(k) for k in _children(pid)) - before < 0.1:
+            return
+
+
 def fresh_database(admin_uri: str) -> str:
     import psycopg
 
@@ -153,15 +163,16 @@ def serve_bare(port: int) -> None:
 
 
 def start_server(dsn: str, home: Path, model: str, port: int, pool_max: int, bare: bool = False,
-                 threads: int = 2) -> subprocess.Popen:
+                 threads: int = 2, workers: int = 1) -> subprocess.Popen:
     env = {**os.environ,
            "SWITCHBOARD_DATABASE_URL": dsn, "SWITCHBOARD_HOME": str(home), "SWITCHBOARD_EMBEDDING_MODEL": model,
            "SWITCHBOARD_WEB_HMAC_SECRET": SECRET, "SWITCHBOARD_TELEGRAM_SECRET_TOKEN": TELEGRAM_SECRET,
            "SWITCHBOARD_DISPATCHER_ENABLED": "false", "SWITCHBOARD_LOG_LEVEL": "WARNING",
            "SWITCHBOARD_DB_POOL_MAX": str(pool_max), "SWITCHBOARD_TORCH_THREADS": str(threads),
            "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-m", "uvicorn", "router.app:main_app", "--factory", "--host", "127.0.0.1",
-           "--port", str(port), "--log-level", "warning", "--no-access-log"]
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    cmd = [sys.executable, "-m", "router.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+           "--workers", str(workers)]
     if bare:
         cmd = [sys.executable, str(Path(__file__).resolve()), "serve-bare", str(port)]
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -275,8 +286,11 @@ def main() -> None:
         return serve_bare(int(sys.argv[2]))
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--path", choices=["rule_l3", "rule", "embedding", "all"], default="all")
-    p.add_argument("--threads", type=int, default=2,
-                   help="the server's encoder threads (SWITCHBOARD_TORCH_THREADS; default: the gateway's)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="encoder threads per worker (SWITCHBOARD_TORCH_THREADS; default: the cores split "
+                        "between the workers, as `switchboard serve` does)")
+    p.add_argument("--workers", type=int, default=2,
+                   help="gateway processes (`switchboard serve --workers`); default 2, one per core")
     p.add_argument("--messages", type=int, default=2000, help="messages per path (after a warm-up)")
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--concurrency", type=int, default=16)
@@ -285,6 +299,8 @@ def main() -> None:
     p.add_argument("--bare", action="store_true", help="no router or models: measure the channel layer only")
     p.add_argument("--json", action="store_true", help="print only the JSON result")
     args = p.parse_args()
+    if args.threads is None:
+        args.threads = max(1, (os.cpu_count() or 1) // args.workers)
 
     from tqdm import tqdm
 
@@ -303,14 +319,17 @@ def main() -> None:
     dsn = fresh_database(admin)
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
-    proc = start_server(dsn, tmp / "home", str(model), port, args.pool_max, bare=args.bare, threads=args.threads)
+    proc = start_server(dsn, tmp / "home", str(model), port, args.pool_max, bare=args.bare, threads=args.threads,
+                        workers=args.workers)
     results: dict = {"benchmark": "webhook_throughput", "channel": args.channel, "concurrency": args.concurrency,
-                     "threads": args.threads,
+                     "threads": args.threads, "workers": args.workers,
                      "router": not args.bare,
                      "cpus": os.cpu_count(), "python": platform.python_version(), "paths": {}}
     try:
         t0 = time.monotonic()
         ready = wait_ready(base, proc, path="/healthz" if args.bare else "/readyz")
+        if args.workers > 1:
+            wait_idle(proc.pid)   # the first worker answered ready; the others may still be loading
         results["server_start_seconds"] = round(time.monotonic() - t0, 1)
         results["encoder"] = (ready.get("checks") or {}).get("encoder", {}).get("detail")
         paths = ["rule_l3", "rule", "embedding"] if args.path == "all" else [args.path]
@@ -351,7 +370,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(results, ensure_ascii=False))
         return
-    print(f"\nwebhook -> decision, {args.channel} channel, {args.concurrency} concurrent, encoder {results['encoder']}")
+    print(f"\nwebhook -> decision, {args.channel} channel, {args.concurrency} concurrent, {args.workers} worker(s) x "
+          f"{args.threads} encoder thread(s), encoder {results['encoder']}")
     print(f"{'path':<10} {'msg/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'cpu ms/msg gw+pg':>17} {'2-core cap':>10}"
           "  decided by / tiers / statuses")
     for path, r in results["paths"].items():

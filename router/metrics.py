@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -32,10 +33,13 @@ class Metrics:
             "switchboard_stage_seconds", "Latency per pipeline stage", ["stage"], buckets=_LATENCY_BUCKETS, registry=r
         )
         self.tickets = Counter("switchboard_tickets", "Ticket lifecycle events", ["kind", "event"], registry=r)
-        self.queue_depth = Gauge("switchboard_queue_depth", "Open tickets", ["kind", "priority"], registry=r)
+        self.queue_depth = Gauge("switchboard_queue_depth", "Open tickets", ["kind", "priority"], registry=r,
+                                 multiprocess_mode="mostrecent")
         self.sla_breaches = Counter("switchboard_sla_breaches", "Tickets past their SLA", ["kind"], registry=r)
-        self.rebuild_seconds = Gauge("switchboard_rebuild_seconds", "Duration of the last index rebuild", registry=r)
-        self.rebuild_chunks = Gauge("switchboard_rebuild_chunks", "Chunks in the last index rebuild", registry=r)
+        self.rebuild_seconds = Gauge("switchboard_rebuild_seconds", "Duration of the last index rebuild", registry=r,
+                                     multiprocess_mode="mostrecent")
+        self.rebuild_chunks = Gauge("switchboard_rebuild_chunks", "Chunks in the last index rebuild", registry=r,
+                                    multiprocess_mode="mostrecent")
         self.outbox = Counter("switchboard_outbox", "Outbound deliveries by channel and result", ["channel", "result"], registry=r)
         self.csat = Counter("switchboard_csat_ratings", "CSAT ratings received, by score", ["score"], registry=r)
 
@@ -69,4 +73,12 @@ class Metrics:
             self.rebuild_chunks.set(last["chunks"])
 
     def render(self) -> bytes:
+        """This process's metrics; under several workers (``PROMETHEUS_MULTIPROC_DIR`` set by ``switchboard
+        serve``) every worker's, so a scrape that lands on any one of them sees the whole gateway."""
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            from prometheus_client import multiprocess
+
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            return generate_latest(registry)
         return generate_latest(self.registry)

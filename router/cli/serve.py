@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
 import typer
 
 
 def serve(
     host: str = typer.Option(None, help="Bind address (default from SWITCHBOARD_HOST, 127.0.0.1)."),
     port: int = typer.Option(None, help="Port (default from SWITCHBOARD_PORT, 8000)."),
+    workers: int = typer.Option(None, min=1, help="Worker processes (default from SWITCHBOARD_WORKERS, 1)."),
 ) -> None:
-    """Serve the gateway; on Ctrl-C it drains requests, closes the pool and stops the embedded database it started."""
+    """Serve the gateway; on Ctrl-C it drains requests, closes the pool and stops the embedded database it started.
+
+    With more than one worker the database is resolved (and the embedded server started, migrations applied)
+    once here, before the workers start, and /metrics aggregates every worker (Prometheus multiprocess mode).
+    """
     import uvicorn
 
     from router.app import create_app
@@ -18,5 +28,41 @@ def serve(
 
     s = settings()
     configure_logging(s.log_level, s.log_json)
-    app = create_app(s)
-    uvicorn.run(app, host=host or s.host, port=port or s.port, log_config=None, timeout_graceful_shutdown=10)
+    n = workers or s.workers
+    if n == 1:
+        app = create_app(s)
+        uvicorn.run(app, host=host or s.host, port=port or s.port, log_config=None, timeout_graceful_shutdown=10)
+        return
+    _serve_workers(s, host or s.host, port or s.port, n)
+
+
+def worker_environment(settings_, dsn: str, workers: int, metrics_dir: str) -> dict[str, str]:
+    """What each worker process inherits: one database for all, the encoder threads split between them
+    (unless SWITCHBOARD_TORCH_THREADS says otherwise), and a shared directory for the metrics."""
+    env = {"SWITCHBOARD_DATABASE_URL": dsn, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}
+    if "SWITCHBOARD_TORCH_THREADS" not in os.environ:
+        env["SWITCHBOARD_TORCH_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
+    return env
+
+
+def _serve_workers(s, host: str, port: int, workers: int) -> None:
+    import uvicorn
+
+    from router.db import migrate
+    from router.services import resolve_dsn
+
+    dsn, embedded, started = resolve_dsn(s)
+    migrate(dsn)  # once, before the workers race to it
+    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")   # e.g. an emptyDir volume
+    metrics_dir = given or tempfile.mkdtemp(prefix="switchboard-metrics-")
+    for stale in Path(metrics_dir).glob("*.db"):   # a previous run's counters would be added to this one's
+        stale.unlink()
+    os.environ.update(worker_environment(s, dsn, workers, metrics_dir))
+    try:
+        uvicorn.run("router.app:main_app", factory=True, host=host, port=port, workers=workers, log_config=None,
+                    timeout_graceful_shutdown=10)
+    finally:
+        if not given:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+        if started and embedded is not None:
+            embedded.stop()
