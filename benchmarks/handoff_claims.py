@@ -187,7 +187,7 @@ def _port(name: str):
     return ConversationStatePort() if name == "state" else NullConversationPort()
 
 
-def _claimers(dsn: str, creds: list[tuple[str, str]], port: str, barrier, done, out) -> None:
+def _claimers(dsn: str, creds: list[tuple[str, str]], port: str, barrier, done, out, closing) -> None:
     """One process's share of the claimers: threads over one pool, each draining the queue."""
     from handoff.config import HandoffConfig
     from handoff.service import HandoffService
@@ -224,6 +224,7 @@ def _claimers(dsn: str, creds: list[tuple[str, str]], port: str, barrier, done, 
         for th in threads:
             th.join()
         out.put({"claims": claims, "latencies": latencies, "cpu": time.process_time() - cpu0})
+        closing.wait(timeout=300)   # keep the pool's backends until Postgres's CPU has been read
 
 
 def run_service(dsn: str, creds: list[tuple[str, str]], n_tickets: int, quiet: bool, port: str = "state",
@@ -236,8 +237,9 @@ def run_service(dsn: str, creds: list[tuple[str, str]], n_tickets: int, quiet: b
     barrier = ctx.Barrier(len(creds) + 1)
     done = ctx.Value("i", 0)
     out = ctx.Queue()
+    closing = ctx.Barrier(processes + 1)
     shares = [creds[i::processes] for i in range(processes)]
-    procs = [ctx.Process(target=_claimers, args=(dsn, share, port, barrier, done, out)) for share in shares]
+    procs = [ctx.Process(target=_claimers, args=(dsn, share, port, barrier, done, out, closing)) for share in shares]
     for pr in procs:
         pr.start()
     bar = tqdm(total=n_tickets, desc="service claims", unit="claim", disable=quiet)
@@ -254,6 +256,7 @@ def run_service(dsn: str, creds: list[tuple[str, str]], n_tickets: int, quiet: b
         bar.update(done.value - bar.n)
     wall = time.perf_counter() - t0
     pg1 = _postgres_cpu()
+    closing.wait(timeout=300)
     for pr in procs:
         pr.join()
     claims = [c for r in results for c in r["claims"]]
@@ -377,8 +380,8 @@ def main() -> None:
     s.add_argument("--home", type=Path, required=True)
     p.add_argument("--tickets", type=int, default=5000)
     p.add_argument("--claimers", type=int, default=16)
-    p.add_argument("--processes", type=int, default=2,
-                   help="service path: processes the claimers are split over (as the gateway's workers; default 2)")
+    p.add_argument("--processes", type=int, default=1,
+                   help="service path: processes the claimer threads are split over (as over gateway workers)")
     p.add_argument("--mode", choices=("service", "http", "both"), default="both")
     p.add_argument("--port", choices=("state", "null"), default="state",
                    help="state: the gateway's conversation port (claims move the conversation); null: queue only "

@@ -18,6 +18,11 @@ class ConversationPort(Protocol):
     def on_ticket_claimed(self, conn: psycopg.Connection, ticket: dict[str, Any]) -> None:
         """An agent took the ticket (L3: the conversation becomes l3_connected)."""
 
+    # Optional: ``claim_sql(self) -> str | None``. Data-modifying CTEs (each starting with ", name AS (")
+    # that do in SQL what on_ticket_claimed does, reading the claimed ticket from the CTE ``claimed``
+    # (the ticket's columns). claim-next then runs as one statement in its own transaction (one
+    # round trip instead of four) and does not call on_ticket_claimed. Must not contain "%" or braces.
+
     def on_ticket_resolved(self, conn: psycopg.Connection, ticket: dict[str, Any]) -> None:
         """The ticket was resolved (conversation -> feedback_pending; it must not bounce back by itself)."""
 

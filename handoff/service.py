@@ -495,7 +495,7 @@ class HandoffService:
         INSERT INTO ticket_events (ticket_id, actor, actor_agent_id, action, payload)
         SELECT id, %(actor)s, %(agent_id)s, 'claimed', json_build_object('via', 'claim_next') FROM claimed
         RETURNING id, at
-    )
+    ){port}
     SELECT c.*, json_build_object(
         'id', ev.id, 'ticket_id', c.id, 'action', 'claimed', 'actor', %(actor)s::text, 'at', ev.at,
         'kind', c.kind, 'team', c.team, 'priority', c.priority, 'status', c.status,
@@ -519,15 +519,32 @@ class HandoffService:
         if not agent.sees_all_teams:
             filters.append("AND skills <@ %(skills)s::text[]")
             params["skills"] = list(agent.skills)
-        with self._action() as (conn, notes):
-            row = conn.execute(self._CLAIM_NEXT.format(filters=" ".join(filters)), params).fetchone()
-            if row is None:
-                return None
-            notes.append(row["_note"])
-            ticket = T.ticket_row(row)
-            self._port("on_ticket_claimed", conn, ticket)
+        port_sql = self._port_claim_sql()
+        sql = self._CLAIM_NEXT.format(filters=" ".join(filters), port=port_sql or "")
+        if port_sql is not None:
+            # the whole claim (pick, claim, audit, the conversation's move) is one statement, in
+            # autocommit its own transaction: one round trip instead of four
+            with self._read() as conn:
+                row = conn.execute(sql, params).fetchone()
+                if row is None:
+                    return None
+                ticket = T.ticket_row(row)
+                self._publish(conn, [row["_note"]])
+        else:
+            with self._action() as (conn, notes):
+                row = conn.execute(sql, params).fetchone()
+                if row is None:
+                    return None
+                notes.append(row["_note"])
+                ticket = T.ticket_row(row)
+                self._port("on_ticket_claimed", conn, ticket)
         self._count(ticket, "claimed")
         return ticket
+
+    def _port_claim_sql(self) -> str | None:
+        """The port's part of a claim as SQL (see ConversationPort.claim_sql), or None."""
+        fn = getattr(self.port, "claim_sql", None)
+        return fn() if fn is not None else None
 
     @_retrying
     def claim(self, agent: Agent, ticket_id) -> dict[str, Any]:

@@ -218,6 +218,28 @@ def reset_counters(conn: psycopg.Connection, conversation: dict[str, Any]) -> No
 
 # -- the handoff side's view of conversations ---------------------------------------------------
 
+_CLAIM_MOVE_SQL = """, port_conv AS (
+        SELECT v.id, v.session_no, v.state AS from_state, claimed.id::text AS ticket_id
+        FROM conversations v JOIN claimed ON v.id = claimed.conversation_id::uuid
+        WHERE claimed.kind = 'handoff' AND v.state = 'l3_queuing'
+        FOR UPDATE OF v
+    ), port_moved AS (
+        UPDATE conversations v SET state = 'l3_connected', updated_at = now() FROM port_conv WHERE v.id = port_conv.id
+    ), port_counted AS (
+        INSERT INTO conversation_counters AS k (conversation_id, session_no, state_entries)
+        SELECT id, session_no, jsonb_build_object('l3_connected', 1) FROM port_conv
+        ON CONFLICT (conversation_id) DO UPDATE SET
+            state_entries = jsonb_set(k.state_entries, ARRAY['l3_connected'],
+                to_jsonb(COALESCE((k.state_entries ->> 'l3_connected')::int, 0) + 1)),
+            updated_at = now()
+    ), port_history AS (
+        INSERT INTO conversation_transitions
+            (conversation_id, session_no, from_state, to_state, reason, actor, message_id, ticket_id)
+        SELECT id, session_no, from_state, 'l3_connected', 'ticket_claimed', 'handoff', NULL, ticket_id FROM port_conv
+    )"""
+assert "l3_connected" in TRANSITIONS["l3_queuing"]
+
+
 class ConversationStatePort:
     """handoff.ports.ConversationPort: ticket changes move the conversation, agents reach the customer.
 
@@ -251,6 +273,15 @@ class ConversationStatePort:
     def on_ticket_claimed(self, conn, ticket):
         if ticket.get("kind", "handoff") == "handoff":
             self._move(conn, ticket, {"l3_queuing": "l3_connected"}, "ticket_claimed")
+
+    def claim_sql(self) -> str:
+        """on_ticket_claimed as CTEs of the claim's own statement (handoff.ports.ConversationPort.claim_sql).
+
+        The same writes as :func:`move_conversation` for the edge l3_queuing -> l3_connected: the
+        conversation locked, its state, the history row and the loop-guard counter; a conversation
+        in another state (or an assist ticket) is left alone.
+        """
+        return _CLAIM_MOVE_SQL
 
     def on_ticket_resolved(self, conn, ticket):
         self._move(conn, ticket, {

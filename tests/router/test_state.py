@@ -203,3 +203,66 @@ def test_move_conversation_matches_transition(pool):
     assert rows["move-b"][2] == {"l3_connected": 1}
     with pytest.raises(sm.IllegalTransition):
         sm.move_conversation(pool, a["id"], {"idle": "l3_connected"}, reason="x", actor="handoff")
+
+
+def test_claim_in_one_statement_moves_the_conversation_as_the_port_call_does(pool):
+    """claim-next with the state port runs as one statement (ConversationStatePort.claim_sql); it must
+    leave conversations, history and loop-guard counters exactly as on_ticket_claimed does, under
+    concurrent claimers, and leave assist tickets' conversations alone."""
+    import threading
+
+    from handoff import agents as agent_store
+    from handoff.service import HandoffService
+
+    class CallPort(sm.ConversationStatePort):   # the same port without its SQL: claims call on_ticket_claimed
+        claim_sql = None
+
+    def scenario(port, tag):
+        svc = HandoffService(pool, port)
+        convs = []
+        with pool.connection() as conn:
+            agent_store.add_agent(conn, f"agent-{tag}", role="agent", teams=("general",), actor="test")
+            token, _ = agent_store.issue_token(conn, f"agent-{tag}", label="t", actor="test")
+            agent = agent_store.authenticate(conn, token)
+            for i in range(24):
+                conv = _conversation(conn, f"{tag}-{i}")
+                _walk(conn, conv, "classifying", "l2_assisting" if i % 4 == 3 else "l3_queuing")
+                if i % 8 == 0:   # the conversation has been with a human before: its counter goes to 2
+                    _walk(conn, conv, "l3_connected", "l3_queuing")
+                with conn.transaction():
+                    svc.open_ticket(conn, kind="assist" if i % 4 == 3 else "handoff", conversation_id=str(conv["id"]),
+                                    channel="web", customer_id="u-1", reason="asks_for_human", context={})
+                convs.append(conv)
+        claimed, errors = [], []
+
+        def claimer():
+            try:
+                while (t := svc.claim_next(agent)) is not None:
+                    claimed.append(t["id"])
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=claimer) for _ in range(6)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert not errors and len(claimed) == len(set(claimed)) == 24
+        out = []
+        with pool.connection() as conn:
+            for conv in convs:
+                state = conn.execute("SELECT state FROM conversations WHERE id = %s", (conv["id"],)).fetchone()["state"]
+                hist = [(h["session_no"], h["from_state"], h["to_state"], h["reason"], h["actor"], h["ticket_id"] is None)
+                        for h in sm.history(conn, conv["id"])]
+                entries = conn.execute("SELECT state_entries FROM conversation_counters WHERE conversation_id = %s",
+                                       (conv["id"],)).fetchone()["state_entries"]
+                out.append((state, hist, entries))
+        return out
+
+    assert sm.ConversationStatePort().claim_sql() and CallPort.claim_sql is None
+    one_statement, port_calls = scenario(sm.ConversationStatePort(), "sql"), scenario(CallPort(), "call")
+    assert one_statement == port_calls
+    states = [s for s, _, _ in one_statement]
+    assert states.count("l3_connected") == 18 and states.count("l2_assisting") == 6
+    assert one_statement[0][2]["l3_connected"] == 2 and one_statement[1][2]["l3_connected"] == 1
+    assert one_statement[0][1][-1] == (1, "l3_queuing", "l3_connected", "ticket_claimed", "handoff", False)
