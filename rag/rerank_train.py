@@ -15,6 +15,7 @@ written into the model folder so `switchboard rag eval` can measure on them alon
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -337,6 +338,7 @@ def train_reranker(
     max_train_queries: int | None = None,
     freeze_embeddings: bool = True,
     pooling: str = "mean",
+    bf16: bool | None = None,
     evaluate: bool = True,
     progress: bool = True,
     models_dir: str | Path | None = None,
@@ -346,6 +348,8 @@ def train_reranker(
     ``base_model``: an encoder folder (default: multilingual-e5-small under ``models_dir``).
     ``first_stage``: a retriever for mining / calibration (default: SimpleHybrid over the
     ``first_stage_encoder``, itself defaulting to ``base_model``).
+    ``bf16``: forward passes under bf16 autocast (weights, gradients and optimiser stay fp32), ~1.8x
+    faster where the CPU has bf16 dot products; None = where it has them.
     """
     t_start = time.perf_counter()
     from rag.encoder import E5_NAME, Encoder, force_offline, resolve_model_path
@@ -432,6 +436,11 @@ def train_reranker(
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, lr_factor)
+    if bf16 is None:
+        from rag.encoder_backends import bf16_supported
+
+        bf16 = bf16_supported()
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
 
     t0 = time.perf_counter()
     losses: list[float] = []
@@ -452,7 +461,8 @@ def train_reranker(
                 pairs.append((query, doc_text(pos)))
                 pairs.extend((query, doc_text(n)) for n in negs)
                 groups += 1
-            logits = _logits(model, pairs).reshape(groups, group_size)
+            with autocast():
+                logits = _logits(model, pairs).float().reshape(groups, group_size)
             target = torch.zeros(groups, dtype=torch.long)
             loss = torch.nn.functional.cross_entropy(logits, target)
             optimiser.zero_grad(set_to_none=True)
@@ -472,7 +482,8 @@ def train_reranker(
         res = {}
         for q in tqdm(qids, desc=desc, unit="query", disable=not progress):
             cands = [d for d, _ in ranked[q][:top_n]]
-            res[q] = _score_all(model, [(data.queries[q], doc_text(d)) for d in cands])
+            with autocast():
+                res[q] = _score_all(model, [(data.queries[q], doc_text(d)) for d in cands])
         return res
 
     def blended_run(qids: list[str], logits: dict[str, np.ndarray], blend: Blend) -> dict[str, dict[str, float]]:
@@ -527,7 +538,7 @@ def train_reranker(
         "max_length": max_length, "group_size": group_size, "negatives_depth": negatives_depth,
         "train_split": train_split, "calib_split": calib_split, "top_n": top_n,
         "n_train_queries": len(train_q), "n_calibration_queries": len(calib_q), "n_heldout_queries": len(heldout_q),
-        "n_examples": len(examples), "steps": total_steps,
+        "n_examples": len(examples), "steps": total_steps, "bf16": bool(bf16),
         "final_loss": round(float(np.mean(losses[-20:])), 4) if losses else None,
         "mining_seconds": round(mining_seconds, 1), "train_seconds": round(train_seconds, 1),
         "blend": {"method": best.method, "weight": best.weight, "k": best.k},

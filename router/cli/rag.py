@@ -114,6 +114,8 @@ def train_reranker_cmd(
     group_size: int = typer.Option(8, "--group-size", min=2, help="1 answer + hard negatives per listwise group."),
     top_n: int = typer.Option(20, "--top-n", min=1, help="Candidates reranked at query time."),
     threads: int = typer.Option(1, "--threads", min=1, help="torch threads."),
+    bf16: bool = typer.Option(None, "--bf16/--no-bf16", help="Forward passes under bf16 autocast (default: "
+                              "where the CPU has bf16 dot products; ~1.8x faster, weights stay fp32)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Fine-tune a cross-encoder reranker on a BEIR set (hard negatives from a first-stage retriever)."""
@@ -124,7 +126,7 @@ def train_reranker_cmd(
         summary = train_reranker(
             beir, out, epochs=epochs, seed=seed, base_model=base_model, train_split=train_split,
             calib_split=calib_split, layers=layers or None, max_length=max_length, group_size=group_size,
-            top_n=top_n, threads=threads, progress=not as_json, models_dir=s.models_dir,
+            top_n=top_n, threads=threads, bf16=bf16, progress=not as_json, models_dir=s.models_dir,
         )
     except (TrainingError, FileNotFoundError) as exc:
         fail(str(exc), as_json)

@@ -30,7 +30,7 @@ from rag.types import Chunk, Hit
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "beir_rerank"
 TINY = dict(epochs=3, seed=7, train_split=0.5, calib_split=0.34, max_length=64, group_size=4, batch_groups=2,
-            negatives_depth=6, lr=1e-4, top_n=10)
+            negatives_depth=6, lr=1e-4, top_n=10, bf16=False)
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,7 @@ def trained(tmp_path_factory, minilm_path, first_stage):
     result = CliRunner().invoke(app, [
         "rag", "train-reranker", "--beir", str(FIXTURE), "--out", str(out), "--base-model", str(minilm_path),
         "--epochs", "3", "--seed", "7", "--train-split", "0.5", "--calib-split", "0.34", "--max-length", "64",
-        "--group-size", "4", "--top-n", "10", "--json",
+        "--group-size", "4", "--top-n", "10", "--no-bf16", "--json",
     ])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout.strip().splitlines()[-1])
@@ -123,12 +123,17 @@ def test_training_changes_the_ranking_of_held_out_queries(trained, data, first_s
 
 
 @pytest.mark.slow
-def test_training_is_deterministic_with_a_seed(tmp_path, minilm_path, first_stage):
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16-autocast"])
+def test_training_is_deterministic_with_a_seed(tmp_path, minilm_path, first_stage, bf16):
+    from rag.encoder_backends import bf16_supported
+
+    if bf16 and not bf16_supported():
+        pytest.skip("this CPU has no bf16 dot products")
     kw = dict(TINY, epochs=1, max_train_queries=4, evaluate=False, progress=False, base_model=minilm_path,
-              first_stage=first_stage)
+              first_stage=first_stage, bf16=bf16)
     a = train_reranker(FIXTURE, tmp_path / "a", **kw)
     b = train_reranker(FIXTURE, tmp_path / "b", **kw)
-    assert a["final_loss"] == b["final_loss"]
+    assert a["final_loss"] == b["final_loss"] and a["bf16"] is bf16
     pairs = [("battery dies overnight", "Power profile P3 reset"), ("cracked screen", "Screen time settings")]
     sa = CrossEncoderReranker(tmp_path / "a").score(pairs[0][0], [p for _, p in pairs])
     sb = CrossEncoderReranker(tmp_path / "b").score(pairs[0][0], [p for _, p in pairs])
