@@ -190,7 +190,9 @@ class KnowledgeBase:
         if mode == "rerank":
             t = time.perf_counter()
             top = self._hydrate(generation, hits[:top_n])
-            hits = self.reranker.rerank(query, top)      # the customer's words, as the reranker was trained
+            # the customer's words, as the reranker was trained; below the reranked head the first
+            # stage's order continues, so a deeper k (recall@100) loses nothing to rerank
+            hits = self.reranker.rerank(query, top) + hits[top_n:]
             timings["rerank"] = time.perf_counter() - t
         t = time.perf_counter()
         hits = self._hydrate(generation, hits[:k])

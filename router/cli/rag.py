@@ -100,9 +100,9 @@ def eval_cmd(
 def train_reranker_cmd(
     beir: str = typer.Option(..., "--beir", help="BEIR directory: corpus.jsonl, queries.jsonl, qrels/test.tsv."),
     out: str = typer.Option(..., "--out", help="Model folder to write (loads with CrossEncoder(MODEL_DIR))."),
-    epochs: int = typer.Option(2, "--epochs", min=1, help="Passes over the training queries."),
+    epochs: int = typer.Option(5, "--epochs", min=1, help="Passes over the training queries."),
     seed: int = typer.Option(13, "--seed", help="Seed for the query split, negative sampling and weights."),
-    train_split: float = typer.Option(0.5, "--train-split", help="Share of queries used for training + "
+    train_split: float = typer.Option(0.7, "--train-split", help="Share of queries used for training + "
                                       "calibration; the rest is held out (ids saved in the model folder)."),
     calib_split: float = typer.Option(0.2, "--calib-split", help="Share of the training part kept aside to "
                                       "calibrate the blend with the first stage."),
@@ -111,9 +111,9 @@ def train_reranker_cmd(
     layers: int = typer.Option(6, "--layers", min=0, help="Keep only the first K encoder layers (0 = all); "
                                "fewer layers = faster rerank."),
     max_length: int = typer.Option(128, "--max-length", min=16, help="Token cap per (query, passage) pair."),
-    group_size: int = typer.Option(8, "--group-size", min=2, help="1 answer + hard negatives per listwise group."),
+    group_size: int = typer.Option(12, "--group-size", min=2, help="1 answer + hard negatives per listwise group."),
     top_n: int = typer.Option(20, "--top-n", min=1, help="Candidates reranked at query time."),
-    threads: int = typer.Option(1, "--threads", min=1, help="torch threads."),
+    threads: int = typer.Option(2, "--threads", min=1, help="torch threads."),
     bf16: bool = typer.Option(None, "--bf16/--no-bf16", help="Forward passes under bf16 autocast (default: "
                               "where the CPU has bf16 dot products; ~1.8x faster, weights stay fp32)."),
     as_json: bool = JsonOpt,

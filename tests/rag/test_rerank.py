@@ -239,3 +239,26 @@ def test_bf16_scores_like_fp32(trained, data):
     a, b = fp32.score(data.queries[qid], passages), bf16.score(data.queries[qid], passages)
     assert np.max(np.abs(a - b)) < 0.1 * (np.ptp(a) + 1e-6)
     assert int(np.argmax(a)) == int(np.argmax(b))
+
+
+@pytest.mark.slow
+def test_rerank_mode_keeps_the_first_stage_order_below_the_reranked_head(trained, data, pool, minilm_encoder,
+                                                                       tmp_path):
+    """Rerank reorders its top N only; deeper results (recall@100) are the first stage's, in its order."""
+    from rag.lexical.tantivy import TantivyIndex
+    from rag.service import KnowledgeBase
+
+    out, _ = trained
+    reranker = CrossEncoderReranker(out, threads=1)
+    kb = KnowledgeBase(pool, minilm_encoder, TantivyIndex(tmp_path / "idx"), reranker=reranker)
+    kb.rebuild(FIXTURE)
+    n_docs = len(data.corpus)
+    assert reranker.top_n < n_docs
+    for q in sorted(heldout_query_ids(out))[:5]:
+        hybrid = [h.chunk_id for h in kb.retrieve(data.queries[q], n_docs, "hybrid")]
+        reranked = kb.retrieve(data.queries[q], n_docs, "rerank")
+        ids = [h.chunk_id for h in reranked]
+        assert len(ids) == len(hybrid) > reranker.top_n
+        assert sorted(ids[:reranker.top_n]) == sorted(hybrid[:reranker.top_n])
+        assert ids[reranker.top_n:] == hybrid[reranker.top_n:]
+        assert [h.rank for h in reranked] == list(range(1, len(ids) + 1))
