@@ -58,7 +58,11 @@ def eval_cmd(
         if model_dir is not None:
             from rag.rerank import CrossEncoderReranker, heldout_query_ids
 
-            rr = CrossEncoderReranker(model_dir, threads=s.torch_threads)
+            from rag.encoder_backends import bf16_supported
+
+            # the arithmetic the gateway would use (router.composition.make_reranker)
+            bf16 = s.embedding_backend in ("auto", "torch-bf16") and bf16_supported()
+            rr = CrossEncoderReranker(model_dir, threads=s.torch_threads, bf16=bf16)
             held = heldout_query_ids(model_dir)
             if queries in ("auto", "heldout") and held:
                 query_ids = sorted(held)

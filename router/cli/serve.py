@@ -38,9 +38,10 @@ def serve(
 
 def worker_environment(settings_, dsn: str, workers: int, metrics_dir: str) -> dict[str, str]:
     """What each worker process inherits: one database for all, the encoder threads split between them
-    (unless SWITCHBOARD_TORCH_THREADS says otherwise), and a shared directory for the metrics."""
+    (unless SWITCHBOARD_TORCH_THREADS, in the environment or .env, says otherwise), and a shared
+    directory for the metrics."""
     env = {"SWITCHBOARD_DATABASE_URL": dsn, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}
-    if "SWITCHBOARD_TORCH_THREADS" not in os.environ:
+    if "torch_threads" not in settings_.model_fields_set:
         env["SWITCHBOARD_TORCH_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
     return env
 
