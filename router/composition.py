@@ -105,16 +105,17 @@ def make_knowledge_base(settings, pool, encoder, *, knowledge_dir=None, reranker
                          generator=generator, sample_dir=folder, progress=progress)
 
 
-def make_reranker(settings):
-    """The cross-encoder reranker when settings.reranker_model is set, else None."""
-    if not settings.reranker_model:
+def make_reranker(settings, model_dir=None):
+    """The cross-encoder reranker in ``model_dir`` (default: settings.reranker_model), or None when unset."""
+    model_dir = model_dir or settings.reranker_model
+    if not model_dir:
         return None
     from rag.encoder_backends import bf16_supported
     from rag.rerank import CrossEncoderReranker
 
     # the encoder's arithmetic choice holds for the reranker: bf16 scores as fp32 does, at ~1.8x
     bf16 = settings.embedding_backend in ("auto", "torch-bf16") and bf16_supported()
-    return CrossEncoderReranker(settings.reranker_model, threads=settings.torch_threads, bf16=bf16)
+    return CrossEncoderReranker(model_dir, threads=settings.torch_threads, bf16=bf16)
 
 
 def wire_rag(services: Services) -> None:

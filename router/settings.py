@@ -45,8 +45,8 @@ class Settings(BaseSettings, ChannelSettings):  # channel secrets/URLs + outbox:
     host: str = "127.0.0.1"
     port: int = 8000
     workers: int = Field(default=1, ge=1, le=64, description="Gateway processes behind one port (`switchboard "
-                         "serve`). A Python process routes on one core at a time; on 2 cores, 2 workers route ~1.2x "
-                         "the messages/s of 1. Each loads the models (~0.6 GB) and its own pool of db_pool_max.")
+                         "serve`). A Python process routes on one core at a time; on 2 cores, 2 workers routed 1.2-1.4x "
+                         "the messages/s of 1. Each loads the models (~1.3 GB resident) and its own pools.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_json: bool = True
     max_body_bytes: int = Field(default=64 * 1024, description="Request bodies above this get 413.")

@@ -101,6 +101,41 @@ def transition(conn: psycopg.Connection, conversation: dict[str, Any], to_state:
     return moved
 
 
+def _move_writes(conv: str) -> str:
+    """A conversation's move as CTEs reading the CTE ``conv`` (the locked conversations that move, with
+    id, session_no, from_state, to_state, reason, actor, message_id, ticket_id): the state, the loop-guard
+    counter and the history row (``{conv}_history``: id, session_no, from_state, to_state). One text for
+    :func:`move_conversation` and the claim statement (:meth:`ConversationStatePort.claim_sql`)."""
+    return f"""{conv}_moved AS (
+            UPDATE conversations v SET state = m.to_state, updated_at = now() FROM {conv} m WHERE v.id = m.id
+        ), {conv}_counted AS (
+            INSERT INTO conversation_counters AS k (conversation_id, session_no, state_entries)
+            SELECT id, session_no, jsonb_build_object(to_state, 1) FROM {conv}
+            ON CONFLICT (conversation_id) DO UPDATE SET
+                state_entries = jsonb_set(k.state_entries, ARRAY[(SELECT to_state FROM {conv})],
+                    to_jsonb(COALESCE((k.state_entries ->> (SELECT to_state FROM {conv}))::int, 0) + 1)),
+                updated_at = now()
+        ), {conv}_history AS (
+            INSERT INTO conversation_transitions
+                (conversation_id, session_no, from_state, to_state, reason, actor, message_id, ticket_id)
+            SELECT id, session_no, from_state, to_state, reason, actor, message_id, ticket_id FROM {conv}
+            RETURNING id, session_no, from_state, to_state
+        )"""
+
+
+_MOVE_SQL = """
+    WITH conv AS (
+        SELECT id, session_no, state AS from_state,
+               (%(tos)s::text[])[array_position(%(froms)s::text[], state)] AS to_state,
+               %(reason)s::text AS reason, %(actor)s::text AS actor, %(message)s::bigint AS message_id,
+               %(ticket)s::text AS ticket_id
+        FROM conversations WHERE id = %(cid)s AND state = ANY(%(froms)s::text[])
+        FOR UPDATE
+    ), """ + _move_writes("conv") + """
+    SELECT id, session_no, from_state, to_state FROM conv_history
+    """
+
+
 def move_conversation(conn: psycopg.Connection, conversation_id, edges: dict[str, str], *, reason: str,
                       actor: str, message_id: int | None = None, ticket_id: str | None = None) -> dict[str, Any] | None:
     """Lock the conversation and take the edge that leaves its current state, in one statement.
@@ -113,27 +148,7 @@ def move_conversation(conn: psycopg.Connection, conversation_id, edges: dict[str
     for from_state, to_state in edges.items():
         check_transition(from_state, to_state)
     row = conn.execute(
-        """
-        WITH conv AS (
-            SELECT id, session_no, state AS from_state,
-                   (%(tos)s::text[])[array_position(%(froms)s::text[], state)] AS to_state
-            FROM conversations WHERE id = %(cid)s AND state = ANY(%(froms)s::text[])
-            FOR UPDATE
-        ), moved AS (
-            UPDATE conversations c SET state = conv.to_state, updated_at = now() FROM conv WHERE c.id = conv.id
-        ), counted AS (
-            INSERT INTO conversation_counters AS k (conversation_id, session_no, state_entries)
-            SELECT id, session_no, jsonb_build_object(to_state, 1) FROM conv
-            ON CONFLICT (conversation_id) DO UPDATE SET
-                state_entries = jsonb_set(k.state_entries, ARRAY[(SELECT to_state FROM conv)],
-                    to_jsonb(COALESCE((k.state_entries ->> (SELECT to_state FROM conv))::int, 0) + 1)),
-                updated_at = now()
-        )
-        INSERT INTO conversation_transitions
-            (conversation_id, session_no, from_state, to_state, reason, actor, message_id, ticket_id)
-        SELECT id, session_no, from_state, to_state, %(reason)s, %(actor)s, %(message)s, %(ticket)s FROM conv
-        RETURNING id, session_no, from_state, to_state
-        """,
+        _MOVE_SQL,
         {"cid": conversation_id, "froms": list(edges), "tos": list(edges.values()), "reason": reason,
          "actor": actor, "message": message_id, "ticket": str(ticket_id) if ticket_id is not None else None},
     ).fetchone()
@@ -219,24 +234,13 @@ def reset_counters(conn: psycopg.Connection, conversation: dict[str, Any]) -> No
 # -- the handoff side's view of conversations ---------------------------------------------------
 
 _CLAIM_MOVE_SQL = """, port_conv AS (
-        SELECT v.id, v.session_no, v.state AS from_state, claimed.id::text AS ticket_id
+        SELECT v.id, v.session_no, v.state AS from_state, 'l3_connected'::text AS to_state,
+               'ticket_claimed'::text AS reason, 'handoff'::text AS actor, NULL::bigint AS message_id,
+               claimed.id::text AS ticket_id
         FROM conversations v JOIN claimed ON v.id = claimed.conversation_id::uuid
         WHERE claimed.kind = 'handoff' AND v.state = 'l3_queuing'
         FOR UPDATE OF v
-    ), port_moved AS (
-        UPDATE conversations v SET state = 'l3_connected', updated_at = now() FROM port_conv WHERE v.id = port_conv.id
-    ), port_counted AS (
-        INSERT INTO conversation_counters AS k (conversation_id, session_no, state_entries)
-        SELECT id, session_no, jsonb_build_object('l3_connected', 1) FROM port_conv
-        ON CONFLICT (conversation_id) DO UPDATE SET
-            state_entries = jsonb_set(k.state_entries, ARRAY['l3_connected'],
-                to_jsonb(COALESCE((k.state_entries ->> 'l3_connected')::int, 0) + 1)),
-            updated_at = now()
-    ), port_history AS (
-        INSERT INTO conversation_transitions
-            (conversation_id, session_no, from_state, to_state, reason, actor, message_id, ticket_id)
-        SELECT id, session_no, from_state, 'l3_connected', 'ticket_claimed', 'handoff', NULL, ticket_id FROM port_conv
-    )"""
+    ), """ + _move_writes("port_conv")
 assert "l3_connected" in TRANSITIONS["l3_queuing"]
 
 
@@ -275,12 +279,9 @@ class ConversationStatePort:
             self._move(conn, ticket, {"l3_queuing": "l3_connected"}, "ticket_claimed")
 
     def claim_sql(self) -> str:
-        """on_ticket_claimed as CTEs of the claim's own statement (handoff.ports.ConversationPort.claim_sql).
-
-        The same writes as :func:`move_conversation` for the edge l3_queuing -> l3_connected: the
-        conversation locked, its state, the history row and the loop-guard counter; a conversation
-        in another state (or an assist ticket) is left alone.
-        """
+        """on_ticket_claimed as CTEs of the claim's own statement (handoff.ports.ConversationPort.claim_sql):
+        :func:`move_conversation`'s writes for l3_queuing -> l3_connected; a conversation in another
+        state (or an assist ticket) is left alone."""
         return _CLAIM_MOVE_SQL
 
     def on_ticket_resolved(self, conn, ticket):

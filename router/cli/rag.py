@@ -56,13 +56,11 @@ def eval_cmd(
     rr = None
     try:
         if model_dir is not None:
-            from rag.rerank import CrossEncoderReranker, heldout_query_ids
+            from rag.rerank import heldout_query_ids
 
-            from rag.encoder_backends import bf16_supported
+            from router.composition import make_reranker
 
-            # the arithmetic the gateway would use (router.composition.make_reranker)
-            bf16 = s.embedding_backend in ("auto", "torch-bf16") and bf16_supported()
-            rr = CrossEncoderReranker(model_dir, threads=s.torch_threads, bf16=bf16)
+            rr = make_reranker(s, model_dir)   # scored as the gateway would (bf16 where it uses it)
             held = heldout_query_ids(model_dir)
             if queries in ("auto", "heldout") and held:
                 query_ids = sorted(held)

@@ -262,3 +262,23 @@ def test_rerank_mode_keeps_the_first_stage_order_below_the_reranked_head(trained
         assert sorted(ids[:reranker.top_n]) == sorted(hybrid[:reranker.top_n])
         assert ids[reranker.top_n:] == hybrid[reranker.top_n:]
         assert [h.rank for h in reranked] == list(range(1, len(ids) + 1))
+
+
+@pytest.mark.slow
+def test_eval_cli_reranks_the_held_out_queries(trained, data, dsn, tmp_path, minilm_path, monkeypatch):
+    """`rag eval --mode rerank --reranker DIR` scores only the queries the reranker never saw."""
+    from typer.testing import CliRunner
+
+    from router.cli import app
+
+    out, _ = trained
+    monkeypatch.setenv("SWITCHBOARD_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SWITCHBOARD_DATABASE_URL", dsn)
+    monkeypatch.setenv("SWITCHBOARD_EMBEDDING_MODEL", str(minilm_path))
+    result = CliRunner().invoke(app, ["rag", "eval", "--beir", str(FIXTURE), "--mode", "rerank",
+                                      "--reranker", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["mode"] == "rerank"
+    assert report["n_queries"] == len(heldout_query_ids(out)) < len(data.qrels)
+    assert 0.0 < report["ndcg@10"] <= 1.0 and report["recall@100"] == 1.0   # nothing lost below the head
