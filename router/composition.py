@@ -100,6 +100,7 @@ def make_knowledge_base(settings, pool, encoder, *, knowledge_dir=None, reranker
         confidence_center=dict(settings.rag_confidence_center), confidence_slope=settings.rag_confidence_slope,
         coverage_weight=settings.rag_coverage_weight,
         chunk_chars=settings.rag_chunk_chars, chunk_overlap=settings.rag_chunk_overlap,
+        max_shrink=settings.rag_max_shrink,
     )
     return KnowledgeBase(pool, encoder, lexical, config=config, glossary=glossary, reranker=reranker,
                          generator=generator, sample_dir=folder, progress=progress)

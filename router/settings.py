@@ -67,6 +67,9 @@ class Settings(BaseSettings, ChannelSettings):  # channel secrets/URLs + outbox:
     rag_ef_search: int = Field(default=100, ge=1, le=1000, description="pgvector hnsw.ef_search per query.")
     rag_chunk_chars: int = Field(default=450, ge=50, description="Target chunk size in characters.")
     rag_chunk_overlap: int = Field(default=80, ge=0, description="Characters of sentence overlap between chunks.")
+    rag_max_shrink: float = Field(default=0.5, ge=0, le=1, description="Largest share of the serving documents an "
+                                  "index rebuild or sync may drop; more (or an empty result) is refused unless "
+                                  "--allow-shrink.")
     rag_answer_threshold: float = Field(default=0.5, ge=0, le=1, description="Below this confidence: no answer, L2.")
     rag_confidence_center: dict[str, float] = Field(
         default_factory=lambda: {"en": 0.845, "zh": 0.875},

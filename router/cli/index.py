@@ -41,6 +41,11 @@ def _source(source: Path | None) -> Path:
     return Path(path)
 
 
+AllowShrinkOpt = typer.Option(False, "--allow-shrink", help="Apply the result even when it is empty or drops more than "
+                              "SWITCHBOARD_RAG_MAX_SHRINK (default 50 %) of the serving documents.")
+REFUSED_EXIT = 3   # a refused shrink: the nightly Job fails visibly, the serving knowledge base is untouched
+
+
 def _errors():
     from rag.generations import GenerationError, RebuildInProgress
     from rag.ingest import IngestError
@@ -49,12 +54,19 @@ def _errors():
 
 
 @app.command()
-def rebuild(source: Path = SourceOpt, as_json: bool = JsonOpt) -> None:
-    """Build a new generation (pgvector + lexical) while the current one serves, verify it, switch to it."""
+def rebuild(source: Path = SourceOpt, allow_shrink: bool = AllowShrinkOpt, as_json: bool = JsonOpt) -> None:
+    """Build a new generation (pgvector + lexical) while the current one serves, verify it, switch to it.
+
+    Exit 3 when refused because the result would be empty or much smaller than what serves.
+    """
+    from rag.generations import ShrinkRefused
+
     try:
         src = _source(source)
         with knowledge_base(source=src, progress=not as_json) as kb:
-            summary = kb.rebuild(src)
+            summary = kb.rebuild(src, allow_shrink=allow_shrink)
+    except ShrinkRefused as exc:
+        fail(str(exc), as_json, code=REFUSED_EXIT)
     except _errors() as exc:
         fail(str(exc), as_json)
     emit(summary, as_json,
@@ -65,12 +77,19 @@ def rebuild(source: Path = SourceOpt, as_json: bool = JsonOpt) -> None:
 
 
 @app.command()
-def sync(source: Path = SourceOpt, as_json: bool = JsonOpt) -> None:
-    """Apply added, changed and deleted documents (by content hash) to the active generation."""
+def sync(source: Path = SourceOpt, allow_shrink: bool = AllowShrinkOpt, as_json: bool = JsonOpt) -> None:
+    """Apply added, changed and deleted documents (by content hash) to the active generation.
+
+    Exit 3 when refused because the result would be empty or much smaller than what serves.
+    """
+    from rag.generations import ShrinkRefused
+
     try:
         src = _source(source)
         with knowledge_base(source=src, progress=not as_json) as kb:
-            summary = kb.sync(src)
+            summary = kb.sync(src, allow_shrink=allow_shrink)
+    except ShrinkRefused as exc:
+        fail(str(exc), as_json, code=REFUSED_EXIT)
     except _errors() as exc:
         fail(str(exc), as_json)
     if summary.get("mode") == "rebuild":
