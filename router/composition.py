@@ -7,6 +7,7 @@ handoff) adds its own small wiring function here without touching the plumbing.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from router.services import Services
 
@@ -72,7 +73,7 @@ def make_knowledge_base(settings, pool, encoder, *, knowledge_dir=None, reranker
     from rag.service import SAMPLE_KB, KnowledgeBase, RetrievalConfig
 
     folder = knowledge_dir or settings.knowledge_dir or SAMPLE_KB
-    glossary = load_glossary(folder)
+    glossary = load_glossary(folder if Path(folder).is_dir() else None)   # a single-file source has none
     tokenizer = get_tokenizer(glossary.words())
     es_url = settings.elasticsearch_dsn()
     if es_url:

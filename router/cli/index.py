@@ -46,6 +46,13 @@ AllowShrinkOpt = typer.Option(False, "--allow-shrink", help="Apply the result ev
 REFUSED_EXIT = 3   # a refused shrink: the nightly Job fails visibly, the serving knowledge base is untouched
 
 
+def _code(exc: BaseException) -> int:
+    """2 for bad input (a missing or unreadable source), 1 for a failed build."""
+    from rag.ingest import IngestError
+
+    return 2 if isinstance(exc, (IngestError, FileNotFoundError)) else 1
+
+
 def _errors():
     from rag.generations import GenerationError, RebuildInProgress
     from rag.ingest import IngestError
@@ -68,7 +75,7 @@ def rebuild(source: Path = SourceOpt, allow_shrink: bool = AllowShrinkOpt, as_js
     except ShrinkRefused as exc:
         fail(str(exc), as_json, code=REFUSED_EXIT)
     except _errors() as exc:
-        fail(str(exc), as_json)
+        fail(str(exc), as_json, code=_code(exc))
     emit(summary, as_json,
          f"generation {summary['generation']} is active (previous: {summary.get('previous') or 'none'})\n"
          f"  {summary['docs']} docs, {summary['chunks']} chunks in {summary['seconds']} s "
@@ -91,7 +98,7 @@ def sync(source: Path = SourceOpt, allow_shrink: bool = AllowShrinkOpt, as_json:
     except ShrinkRefused as exc:
         fail(str(exc), as_json, code=REFUSED_EXIT)
     except _errors() as exc:
-        fail(str(exc), as_json)
+        fail(str(exc), as_json, code=_code(exc))
     if summary.get("mode") == "rebuild":
         text = f"no active generation: built {summary['generation']} ({summary['chunks']} chunks)"
     else:
@@ -108,7 +115,7 @@ def rollback(as_json: bool = JsonOpt) -> None:
         with knowledge_base(progress=False, with_encoder=False) as kb:
             summary = kb.rollback()
     except _errors() as exc:
-        fail(str(exc), as_json)
+        fail(str(exc), as_json, code=_code(exc))
     emit(summary, as_json, f"generation {summary['active']} is active again (previous: {summary['previous']})")
 
 
