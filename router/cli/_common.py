@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from router.settings import Settings, get_settings
+from router.app.settings import Settings, get_settings
 
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object instead of text.")
 
@@ -84,7 +84,7 @@ def database(settings_: Settings, *, migrate_first: bool = True) -> str:
     import click
 
     from router.db import migrate
-    from router.services import resolve_dsn
+    from router.app.services import resolve_dsn
 
     dsn, embedded, started = resolve_dsn(settings_)
     if started and embedded is not None:

@@ -20,12 +20,9 @@ def _check_channels(s, names: list[str], as_json: bool, also: list[str] = ()) ->
     """Unknown channel names are a typo, not an empty result: refuse them (exit 2)."""
     if not names:
         return
-    import httpx
+    from router.channels.registry import ADAPTERS
 
-    from router.dispatch.senders import build_senders
-
-    with httpx.Client() as client:
-        known = sorted(set(build_senders(s, client)) | set(also))
+    known = sorted(set(ADAPTERS) | set(also))
     unknown = [n for n in names if n not in known]
     if unknown:
         fail(f"unknown channel {', '.join(map(repr, unknown))} (known: {', '.join(known)})", as_json, code=2)
@@ -45,7 +42,7 @@ def run(
     from tqdm import tqdm
 
     from router.db import open_pool
-    from router.dispatch import LEADER_LOCK_KEY, DispatcherLoop, build_dispatcher, outbox_status
+    from router.outbox import LEADER_LOCK_KEY, DispatcherLoop, build_dispatcher, outbox_status
 
     s = settings()
     _check_channels(s, channel or [], as_json)
@@ -105,7 +102,7 @@ def status(as_json: bool = JsonOpt) -> None:
     import psycopg
     from psycopg.rows import dict_row
 
-    from router.dispatch import outbox_status
+    from router.outbox import outbox_status
 
     s = settings()
     try:
@@ -139,7 +136,7 @@ def retry(
     import psycopg
     from psycopg.rows import dict_row
 
-    from router.dispatch import requeue_dead
+    from router.outbox import requeue_dead
 
     if not ids and not all_dead:
         fail("name the dead letters with --id, or pass --all", as_json, code=2)
