@@ -43,8 +43,8 @@ def serve(
 def _check_files(s) -> None:
     """Load the policy and intents files before serving: a broken file is one line and exit 2, not a
     traceback from the app's startup."""
-    from router.escalation import load_policy
-    from router.intents import load_intents
+    from router.turn.escalation import load_policy
+    from router.classify.intents import load_intents
 
     load_policy(s.policy_file)
     if s.intents_file is not None:

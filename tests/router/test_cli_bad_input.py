@@ -6,6 +6,7 @@ Each case runs the real ``python -m router.cli`` in a subprocess, as a user's sh
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -61,8 +62,14 @@ def run(bad, dsn, tmp_path, minilm_path, monkeypatch, capsys):
             monkeypatch.setenv(key, value.format(d=bad))
         monkeypatch.delenv("SWITCHBOARD_DEBUG", raising=False)
         monkeypatch.setattr(sys, "argv", ["switchboard", *(a.format(d=bad) for a in args)])
-        with pytest.raises(SystemExit) as stop:
-            main()
+        root = logging.getLogger()
+        handlers, level = list(root.handlers), root.level
+        try:
+            with pytest.raises(SystemExit) as stop:
+                main()
+        finally:   # `serve` configures logging to stdout: later tests must not inherit it
+            root.handlers[:] = handlers
+            root.setLevel(level)
         out = capsys.readouterr()
         return stop.value.code, out.out, out.err
 
