@@ -21,6 +21,9 @@ Prints a table and writes benchmarks/results/handoff_claims.json. Targets on 2 c
 
 from __future__ import annotations
 
+# arguments of `make bench` (benchmarks/run_all.py): quick by default, full = this script's defaults
+RUN_ALL = {"quick": ["--tickets", "500", "--claimers", "8"], "full": []}
+
 import argparse
 import asyncio
 import json

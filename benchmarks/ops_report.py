@@ -15,6 +15,9 @@ Prints the timings and writes benchmarks/results/ops_report.json. Targets on 2 c
 
 from __future__ import annotations
 
+# arguments of `make bench` (benchmarks/run_all.py): quick by default, full = this script's defaults
+RUN_ALL = {"quick": ["--conversations", "5000", "--replay-turns", "50", "--repeat", "2"], "full": []}
+
 import argparse
 import json
 import os

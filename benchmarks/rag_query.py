@@ -12,6 +12,9 @@ Prints a table and writes benchmarks/results/rag_query.json.
 
 from __future__ import annotations
 
+# arguments of `make bench` (benchmarks/run_all.py): quick by default, full = this script's defaults
+RUN_ALL = {"quick": ["--queries", "50"], "full": []}
+
 import argparse
 import json
 import os

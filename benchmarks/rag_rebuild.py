@@ -16,6 +16,9 @@ Prints a summary and writes benchmarks/results/rag_rebuild.json.
 
 from __future__ import annotations
 
+# arguments of `make bench` (benchmarks/run_all.py): quick by default, full = this script's defaults
+RUN_ALL = {"quick": ["--chunks", "1000", "--encode-sample", "64", "--backends", "torch"], "full": []}
+
 import argparse
 import json
 import os

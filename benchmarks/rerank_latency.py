@@ -11,6 +11,9 @@ benchmarks/results/rerank_latency.json.
 
 from __future__ import annotations
 
+# arguments of `make bench` (benchmarks/run_all.py): quick by default, full = this script's defaults
+RUN_ALL = {"quick": ["--model", "{SWITCHBOARD_RERANKER_MODEL}", "--ns", "20"], "full": ["--model", "{SWITCHBOARD_RERANKER_MODEL}"], "needs_env": "SWITCHBOARD_RERANKER_MODEL"}
+
 import argparse
 import json
 import os

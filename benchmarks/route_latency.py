@@ -9,6 +9,9 @@ shared one the figures measure the neighbours as much as the router.
 
 from __future__ import annotations
 
+# arguments of `make bench` (benchmarks/run_all.py): quick by default, full = this script's defaults
+RUN_ALL = {"quick": ["--n", "100", "--rule-n", "1000"], "full": []}
+
 import argparse
 import json
 import os

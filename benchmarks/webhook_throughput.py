@@ -28,6 +28,9 @@ messages/s on the rule path. The load generator shares the machine's cores with 
 
 from __future__ import annotations
 
+# arguments of `make bench` (benchmarks/run_all.py): quick by default, full = this script's defaults
+RUN_ALL = {"quick": ["--messages", "300", "--warmup", "50"], "full": []}
+
 import argparse
 import asyncio
 import hashlib

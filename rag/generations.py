@@ -43,9 +43,40 @@ class GenerationError(RuntimeError):
     """A generation failed verification, or the requested switch is impossible."""
 
 
+class ShrinkRefused(GenerationError):
+    """A rebuild or sync would leave the knowledge base much smaller than the one serving.
+
+    The classic bad night: the source mount is missing or half-synced and the job would replace a
+    full knowledge base with an empty one. Nothing is activated or deleted; the refusal is recorded
+    (``kb_refusals``) so ``/metrics`` and ``switchboard report`` show it.
+    """
+
+    def __init__(self, message: str, *, command: str, active_docs: int, new_docs: int, new_chunks: int):
+        super().__init__(message)
+        self.command, self.active_docs, self.new_docs, self.new_chunks = command, active_docs, new_docs, new_chunks
+
+
 def new_generation_id(prefix: str = "g") -> str:
     now = dt.datetime.now(dt.timezone.utc)
     return f"{prefix}{now:%Y%m%dt%H%M%S}-{secrets.token_hex(3)}"
+
+
+def index_refusals(conn: psycopg.Connection, since: dt.datetime | None = None,
+                   until: dt.datetime | None = None) -> dict[str, Any]:
+    """Refused rebuilds and syncs: the total ever, and those in [since, until) with the latest one.
+
+    The read function report and metrics use, so the table stays rag's own.
+    """
+    total = conn.execute("SELECT count(*) AS n FROM kb_refusals").fetchone()["n"]
+    window = {"since": since or dt.datetime.min.replace(tzinfo=dt.timezone.utc),
+              "until": until or dt.datetime.now(dt.timezone.utc)}
+    rows = conn.execute(
+        "SELECT command, source, active_docs, new_docs, new_chunks, reason, refused_at FROM kb_refusals "
+        "WHERE refused_at >= %(since)s AND refused_at < %(until)s ORDER BY refused_at DESC", window).fetchall()
+    latest = dict(rows[0]) if rows else None
+    if latest is not None:
+        latest["refused_at"] = latest["refused_at"].isoformat()
+    return {"total": total, "in_window": len(rows), "latest": latest}
 
 
 def _batched(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -58,8 +89,10 @@ class Generations:
 
     def __init__(self, pool: ConnectionPool, dense: DenseStore, lexical: LexicalIndex, encoder: Any, *,
                  encoder_name: str | None = None, target_chars: int = DEFAULT_TARGET_CHARS,
-                 overlap_chars: int = DEFAULT_OVERLAP_CHARS, embed_batch_size: int = 32, progress: bool = False):
+                 overlap_chars: int = DEFAULT_OVERLAP_CHARS, embed_batch_size: int = 32, progress: bool = False,
+                 max_shrink: float = 0.5):
         self.pool = pool
+        self.max_shrink = max_shrink   # largest share of the serving documents a rebuild or sync may drop
         self.dense = dense
         self.lexical = lexical
         self.encoder = encoder
@@ -103,6 +136,37 @@ class Generations:
                 yield
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
+
+    # ------------------------------------------------------------------ the shrink guard
+
+    def _guard_shrink(self, command: str, source: str | Path, docs: int, chunks: int, *, allow: bool) -> None:
+        """Refuse a result that is empty or drops more than ``max_shrink`` of the serving documents."""
+        ptr = self.pointer()
+        active_docs = 0
+        if ptr["active"]:
+            with self.pool.connection() as conn:
+                row = conn.execute("SELECT docs FROM kb_generations WHERE id = %s", (ptr["active"],)).fetchone()
+            active_docs = int(row["docs"]) if row else 0
+        if allow:
+            return
+        reason = None
+        if chunks == 0:
+            reason = f"{source} yields no indexable text ({docs} documents, 0 chunks)"
+        elif active_docs and docs < active_docs * (1 - self.max_shrink):
+            reason = (f"{source} has {docs} documents, the serving knowledge base {active_docs}: more than "
+                      f"{self.max_shrink:.0%} would be dropped")
+        if reason is None:
+            return
+        message = f"{command} refused: {reason}; nothing was changed (pass --allow-shrink to apply it anyway)"
+        try:
+            with self.pool.connection() as conn:
+                conn.execute("INSERT INTO kb_refusals (command, source, active_generation, active_docs, new_docs, "
+                             "new_chunks, reason) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                             (command, str(source), ptr["active"], active_docs, docs, chunks, reason))
+        except Exception:  # noqa: BLE001 - the refusal itself must still stop the job
+            log.exception("recording the refused %s", command)
+        log.error(message)
+        raise ShrinkRefused(message, command=command, active_docs=active_docs, new_docs=docs, new_chunks=chunks)
 
     # ------------------------------------------------------------------ building
 
@@ -260,13 +324,19 @@ class Generations:
         return dropped
 
     def rebuild(self, source: str | Path, *, docs: Sequence[Document] | None = None,
-                on_progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
-        """Build a new generation from ``source`` while the active one serves, then switch to it."""
+                on_progress: Callable[[str, int, int], None] | None = None,
+                allow_shrink: bool = False) -> dict[str, Any]:
+        """Build a new generation from ``source`` while the active one serves, then switch to it.
+
+        Refused (:class:`ShrinkRefused`) before anything is built when the result would be empty or
+        much smaller than the serving generation, unless ``allow_shrink``.
+        """
         with self.lock():
             self._cleanup_leftovers()
             docs = list(docs) if docs is not None else load_documents(Path(source))
-            if not docs:
+            if not docs and self.active() is None:
                 raise GenerationError(f"{source}: no documents found")
+            self._guard_shrink("rebuild", source, len(docs), len(self.chunk(docs)), allow=allow_shrink)
             summary = self.build(docs, source=str(source), purpose="serve", on_progress=on_progress)
             switched = self._switch(summary["generation"])
             summary.update(previous=switched["previous"], dropped=switched["dropped"])
@@ -298,23 +368,28 @@ class Generations:
             self.lexical.activate(prev)
             return {"active": prev, "previous": cur, "chunks": dense_n}
 
-    def sync(self, source: str | Path, *, docs: Sequence[Document] | None = None) -> dict[str, Any]:
+    def sync(self, source: str | Path, *, docs: Sequence[Document] | None = None,
+             allow_shrink: bool = False) -> dict[str, Any]:
         """Apply adds, updates and deletes (by content hash, per document) to the active generation in place.
 
         With no active generation this is a rebuild. Only changed documents are touched; their
-        vectors come from the cache when the text is already known.
+        vectors come from the cache when the text is already known. Like :meth:`rebuild`, a result
+        that is empty or drops too much of the serving knowledge base is refused before any delete.
         """
         t0 = time.perf_counter()
         with self.lock():
             generation = self.active()
             docs = list(docs) if docs is not None else load_documents(Path(source))
             if generation is None:
+                if not docs:
+                    raise GenerationError(f"{source}: no documents found")
                 self._cleanup_leftovers()
                 summary = self.build(docs, source=str(source), purpose="serve")
                 summary.update(self._switch(summary["generation"]))
                 summary["mode"] = "rebuild"
                 return summary
             chunks = self.chunk(docs)
+            self._guard_shrink("sync", source, len({c.doc_id for c in chunks}), len(chunks), allow=allow_shrink)
             existing = self.dense.chunk_hashes(generation)
             old_by_doc: dict[str, dict[str, str]] = {}
             for cid, (doc_id, h) in existing.items():

@@ -75,15 +75,26 @@ def load_beir(beir_dir: str | Path, split: str = "test") -> BeirSet:
                         raise TrainingError(f"{path}:{n}: not JSON ({exc})") from exc
         return rows
 
-    corpus = {str(r["_id"]): (str(r.get("title") or ""), str(r.get("text") or "")) for r in jsonl(root / "corpus.jsonl")}
-    queries = {str(r["_id"]): str(r["text"]) for r in jsonl(root / "queries.jsonl")}
+    def rows_with_id(path: Path) -> list[dict[str, Any]]:
+        rows = jsonl(path)
+        for n, r in enumerate(rows, start=1):
+            if not isinstance(r, dict) or "_id" not in r:
+                raise TrainingError(f"{path}: row {n} has no _id")
+        return rows
+
+    corpus = {str(r["_id"]): (str(r.get("title") or ""), str(r.get("text") or ""))
+              for r in rows_with_id(root / "corpus.jsonl")}
+    queries = {str(r["_id"]): str(r.get("text") or "") for r in rows_with_id(root / "queries.jsonl")}
     qrels: dict[str, dict[str, int]] = {}
     with open(qrels_path, encoding="utf-8") as f:
         for n, line in enumerate(f, start=1):
             parts = line.rstrip("\n").split("\t")
             if len(parts) < 3 or (n == 1 and not parts[2].strip().lstrip("-").isdigit()):
                 continue   # header or blank
-            qid, did, rel = parts[0], parts[1], int(parts[2])
+            try:
+                qid, did, rel = parts[0], parts[1], int(float(parts[2]))
+            except ValueError as exc:
+                raise TrainingError(f"{qrels_path}:{n}: relevance must be a number, not {parts[2]!r}") from exc
             if rel > 0 and qid in queries and did in corpus:
                 qrels.setdefault(qid, {})[did] = rel
     if not qrels:

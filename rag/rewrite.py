@@ -220,8 +220,11 @@ def load_glossary(path: str | Path | None) -> Glossary:
         path = next((p for p in candidates if p.is_file()), None)
         if path is None:
             return Glossary()
-    with open(path, encoding="utf-8") as fh:
-        return parse_glossary(yaml.safe_load(fh))
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return parse_glossary(yaml.safe_load(fh))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text") from exc
 
 
 # --------------------------------------------------------------------------- rewriting

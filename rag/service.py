@@ -68,6 +68,7 @@ class RetrievalConfig:
     same_language: bool = True         # answer from a passage in the query's language when one is retrieved
     chunk_chars: int = DEFAULT_TARGET_CHARS
     chunk_overlap: int = DEFAULT_OVERLAP_CHARS
+    max_shrink: float = 0.5            # a rebuild/sync dropping more of the serving documents is refused
 
 
 class KnowledgeBase:
@@ -90,7 +91,8 @@ class KnowledgeBase:
         self.dense = DenseStore(pool, dim=dim, ef_search=self.config.ef_search)
         self.generations = Generations(pool, self.dense, lexical, encoder, encoder_name=encoder_name,
                                        target_chars=self.config.chunk_chars,
-                                       overlap_chars=self.config.chunk_overlap, progress=progress)
+                                       overlap_chars=self.config.chunk_overlap, progress=progress,
+                                       max_shrink=self.config.max_shrink)
 
     # ------------------------------------------------------------------ state
 
@@ -128,11 +130,11 @@ class KnowledgeBase:
                 return None
             raise
 
-    def rebuild(self, source: str | Path) -> dict[str, Any]:
-        return self.generations.rebuild(source)
+    def rebuild(self, source: str | Path, *, allow_shrink: bool = False) -> dict[str, Any]:
+        return self.generations.rebuild(source, allow_shrink=allow_shrink)
 
-    def sync(self, source: str | Path) -> dict[str, Any]:
-        return self.generations.sync(source)
+    def sync(self, source: str | Path, *, allow_shrink: bool = False) -> dict[str, Any]:
+        return self.generations.sync(source, allow_shrink=allow_shrink)
 
     def rollback(self) -> dict[str, Any]:
         return self.generations.rollback()

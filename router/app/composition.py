@@ -7,6 +7,7 @@ handoff) adds its own small wiring function here without touching the plumbing.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from router.app.services import Services, limit_threads, resolve_dsn
 from router.app.settings import Settings
@@ -75,7 +76,7 @@ def make_knowledge_base(settings, pool, encoder, *, knowledge_dir=None, reranker
     from rag.service import SAMPLE_KB, KnowledgeBase, RetrievalConfig
 
     folder = knowledge_dir or settings.knowledge_dir or SAMPLE_KB
-    glossary = load_glossary(folder)
+    glossary = load_glossary(folder if Path(folder).is_dir() else None)   # a single-file source has none
     tokenizer = get_tokenizer(glossary.words())
     es_url = settings.elasticsearch_dsn()
     if es_url:
@@ -103,6 +104,7 @@ def make_knowledge_base(settings, pool, encoder, *, knowledge_dir=None, reranker
         confidence_center=dict(settings.rag_confidence_center), confidence_slope=settings.rag_confidence_slope,
         coverage_weight=settings.rag_coverage_weight,
         chunk_chars=settings.rag_chunk_chars, chunk_overlap=settings.rag_chunk_overlap,
+        max_shrink=settings.rag_max_shrink,
     )
     return KnowledgeBase(pool, encoder, lexical, config=config, glossary=glossary, reranker=reranker,
                          generator=generator, sample_dir=folder, progress=progress)

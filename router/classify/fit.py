@@ -191,6 +191,11 @@ def fit_scoring(vectors: np.ndarray, texts: list[str], labels: list[str], *, C: 
     oof = out_of_fold(vectors, texts, labels, C=C, lexical=lexical, folds=folds,
                       hold_out_intents=hold_out_intents, seed=seed, progress=progress)
     kind = oof["kind"]
+    if len(set(oof["target"].tolist())) < 2:   # every out-of-fold guess right (or wrong): nothing to fit on
+        per_intent = {y: labels.count(y) for y in set(labels)}
+        raise ValueError(f"TRAIN is too small for {folds} folds: {len(labels)} rows over {len(per_intent)} labels "
+                         f"(fewest examples: {min(per_intent.values())}); give each intent at least {2 * folds} "
+                         "examples, add oos rows, or lower --folds")
     shares = {REAL_OOS: oos_weight, HELD_OUT: held_out_weight}
     rejector = fit_rejector(oof["features"], oof["target"], _weights(kind, shares))
     scores = apply_rejector(rejector, oof["features"])

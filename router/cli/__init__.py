@@ -26,4 +26,28 @@ app.command("report")(report.report)
 
 
 def main() -> None:
-    app()
+    """Run the CLI; bad input ends in one line on stderr and exit 2, never a traceback.
+
+    ``--debug`` (anywhere on the command line) or ``SWITCHBOARD_DEBUG=1`` shows the traceback instead.
+    """
+    import os
+    import sys
+
+    from router.cli._common import describe_error, expected_errors
+
+    debug = os.environ.get("SWITCHBOARD_DEBUG", "").lower() in ("1", "true", "yes")
+    if "--debug" in sys.argv[1:]:
+        sys.argv.remove("--debug")
+        debug = True
+    try:
+        app()
+    except expected_errors() as exc:
+        if debug:
+            raise
+        message = describe_error(exc)
+        if "--json" in sys.argv[1:]:
+            import json
+
+            sys.stdout.write(json.dumps({"error": message}, ensure_ascii=False) + "\n")
+        typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+        raise SystemExit(2) from None

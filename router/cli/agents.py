@@ -115,7 +115,8 @@ def agents_disable(
 def tokens_issue(
     agent: str = typer.Argument(..., help="Agent name or id."),
     label: str = typer.Option(None, help="What the token is for (e.g. 'desk-3')."),
-    expires_days: float = typer.Option(None, min=0.0, help="Expire after this many days (default: never)."),
+    expires_days: float = typer.Option(None, min=0.0, max=36500.0, help="Expire after this many days, at most "
+                                       "36500 (default: never)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Issue a token; the plaintext is printed once and only its sha256 is stored."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from router.cli._common import JsonOpt, emit, fail, settings
+from router.cli._common import JsonOpt, database, emit, fail, settings
 
 app = typer.Typer(help="Start, stop, inspect and migrate the database.", no_args_is_help=True)
 
@@ -57,7 +57,13 @@ def status(as_json: bool = JsonOpt) -> None:
             info.update({"reachable": False, "error": f"{type(exc).__name__}: {exc}"})
     else:
         info["reachable"] = False
-    emit(info, as_json)
+    where = (f"embedded ({'running, pid ' + str(info.get('pid')) if info.get('running') else 'not running'}, "
+             f"{info.get('data_dir')})") if info["embedded"] else "external (SWITCHBOARD_DATABASE_URL)"
+    if info["reachable"]:
+        state = "reachable; pending migrations: " + (", ".join(info["pending"]) or "none")
+    else:
+        state = "not reachable" + (f" ({info['error']})" if info.get("error") else "")
+    emit(info, as_json, f"database: {where}\n  {state}")
     if not info.get("reachable"):
         raise typer.Exit(1)
 
@@ -66,11 +72,10 @@ def status(as_json: bool = JsonOpt) -> None:
 def migrate(as_json: bool = JsonOpt) -> None:
     """Apply pending migrations (safe to run from several processes at once)."""
     from router.db import migrate as run_migrate
-    from router.app.services import resolve_dsn
 
     s = settings()
     try:
-        dsn, _, _ = resolve_dsn(s)
+        dsn = database(s, migrate_first=False)   # an embedded server started here stops afterwards
         applied = run_migrate(dsn)
     except Exception as exc:  # noqa: BLE001
         fail(f"{type(exc).__name__}: {exc}", as_json)

@@ -40,6 +40,18 @@ def _source(source: Path | None) -> Path:
     return Path(path)
 
 
+AllowShrinkOpt = typer.Option(False, "--allow-shrink", help="Apply the result even when it is empty or drops more than "
+                              "SWITCHBOARD_RAG_MAX_SHRINK (default 50 %) of the serving documents.")
+REFUSED_EXIT = 3   # a refused shrink: the nightly Job fails visibly, the serving knowledge base is untouched
+
+
+def _code(exc: BaseException) -> int:
+    """2 for bad input (a missing or unreadable source), 1 for a failed build."""
+    from rag.ingest import IngestError
+
+    return 2 if isinstance(exc, (IngestError, FileNotFoundError)) else 1
+
+
 def _errors():
     from rag.generations import GenerationError, RebuildInProgress
     from rag.ingest import IngestError
@@ -48,14 +60,21 @@ def _errors():
 
 
 @app.command()
-def rebuild(source: Path = SourceOpt, as_json: bool = JsonOpt) -> None:
-    """Build a new generation (pgvector + lexical) while the current one serves, verify it, switch to it."""
+def rebuild(source: Path = SourceOpt, allow_shrink: bool = AllowShrinkOpt, as_json: bool = JsonOpt) -> None:
+    """Build a new generation (pgvector + lexical) while the current one serves, verify it, switch to it.
+
+    Exit 3 when refused because the result would be empty or much smaller than what serves.
+    """
+    from rag.generations import ShrinkRefused
+
     try:
         src = _source(source)
         with knowledge_base(source=src, progress=not as_json) as kb:
-            summary = kb.rebuild(src)
+            summary = kb.rebuild(src, allow_shrink=allow_shrink)
+    except ShrinkRefused as exc:
+        fail(str(exc), as_json, code=REFUSED_EXIT)
     except _errors() as exc:
-        fail(str(exc), as_json)
+        fail(str(exc), as_json, code=_code(exc))
     emit(summary, as_json,
          f"generation {summary['generation']} is active (previous: {summary.get('previous') or 'none'})\n"
          f"  {summary['docs']} docs, {summary['chunks']} chunks in {summary['seconds']} s "
@@ -64,14 +83,21 @@ def rebuild(source: Path = SourceOpt, as_json: bool = JsonOpt) -> None:
 
 
 @app.command()
-def sync(source: Path = SourceOpt, as_json: bool = JsonOpt) -> None:
-    """Apply added, changed and deleted documents (by content hash) to the active generation."""
+def sync(source: Path = SourceOpt, allow_shrink: bool = AllowShrinkOpt, as_json: bool = JsonOpt) -> None:
+    """Apply added, changed and deleted documents (by content hash) to the active generation.
+
+    Exit 3 when refused because the result would be empty or much smaller than what serves.
+    """
+    from rag.generations import ShrinkRefused
+
     try:
         src = _source(source)
         with knowledge_base(source=src, progress=not as_json) as kb:
-            summary = kb.sync(src)
+            summary = kb.sync(src, allow_shrink=allow_shrink)
+    except ShrinkRefused as exc:
+        fail(str(exc), as_json, code=REFUSED_EXIT)
     except _errors() as exc:
-        fail(str(exc), as_json)
+        fail(str(exc), as_json, code=_code(exc))
     if summary.get("mode") == "rebuild":
         text = f"no active generation: built {summary['generation']} ({summary['chunks']} chunks)"
     else:
@@ -88,7 +114,7 @@ def rollback(as_json: bool = JsonOpt) -> None:
         with knowledge_base(progress=False, with_encoder=False) as kb:
             summary = kb.rollback()
     except _errors() as exc:
-        fail(str(exc), as_json)
+        fail(str(exc), as_json, code=_code(exc))
     emit(summary, as_json, f"generation {summary['active']} is active again (previous: {summary['previous']})")
 
 

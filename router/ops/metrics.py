@@ -7,6 +7,7 @@ import os
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+
 log = logging.getLogger(__name__)
 
 STAGES = ("harness", "rules", "embedding", "retrieval", "rerank", "answer", "handoff", "total")
@@ -40,6 +41,9 @@ class Metrics:
                                      multiprocess_mode="mostrecent")
         self.rebuild_chunks = Gauge("switchboard_rebuild_chunks", "Chunks in the last index rebuild", registry=r,
                                     multiprocess_mode="mostrecent")
+        self.index_refused = Gauge("switchboard_index_refused_total", "Index rebuilds and syncs refused because the "
+                                   "result was empty or much smaller than the serving knowledge base", registry=r,
+                                   multiprocess_mode="mostrecent")
         self.outbox = Counter("switchboard_outbox", "Outbound deliveries by channel and result", ["channel", "result"], registry=r)
         self.csat = Counter("switchboard_csat_ratings", "CSAT ratings received, by score", ["score"], registry=r)
 
@@ -48,12 +52,13 @@ class Metrics:
         last knowledge rebuild (it runs in its own process, e.g. the nightly CronJob). Called per scrape;
         a database problem leaves the last values and never fails the scrape."""
         from handoff.queries import queue_depth     # imported here: the metrics module stays light to import
-        from rag.generations import last_rebuild
+        from rag.generations import index_refusals, last_rebuild
 
         try:
             with pool.connection(timeout=2.0) as conn:
                 depth = queue_depth(conn)
                 last = last_rebuild(conn)
+                refused = index_refusals(conn)["total"]
         except Exception as exc:  # noqa: BLE001 - a scrape must not fail because of the database
             log.warning("metrics: database gauges not refreshed: %s", type(exc).__name__)
             return
@@ -62,6 +67,7 @@ class Metrics:
             seen.setdefault((sample.labels["kind"], sample.labels["priority"]), 0)
         for (kind, priority), n in seen.items():
             self.queue_depth.labels(kind, priority).set(n)
+        self.index_refused.set(refused)
         if last is not None:
             self.rebuild_seconds.set(last["seconds"])
             self.rebuild_chunks.set(last["chunks"])

@@ -26,6 +26,8 @@ from typing import Any
 
 import psycopg
 
+from rag.generations import index_refusals
+
 RESOLVED_STATES = ("l1_resolved", "l2_resolved", "feedback_pending", "closed")
 _DURATION = re.compile(r"^\s*(\d+)\s*([mhdw])\s*$")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -181,6 +183,8 @@ def build_report(conn: psycopg.Connection, since: datetime, until: datetime | No
           AND decision ->> 'tier' = 'L1' AND jsonb_typeof(response -> 'reply') = 'object'
         """, p).fetchone()
 
+    refusals = index_refusals(conn, since, until)
+
     routed = tot["routed"]
     all_h = handling.get("all") or {}
     report = {
@@ -215,9 +219,11 @@ def build_report(conn: psycopg.Connection, since: datetime, until: datetime | No
                  "distribution": distribution},
         "l1_answers": {"total": l1["answers"], "without_citation": l1["uncited"],
                        "examples_without_citation": l1["examples"] or []},
+        "knowledge_base": {"refused_updates": refusals["in_window"], "refused_updates_total": refusals["total"],
+                           "latest_refusal": refusals["latest"]},
         "daily": daily,
     }
-    report["checks"] = {"l1_answers_cited": l1["uncited"] == 0}
+    report["checks"] = {"l1_answers_cited": l1["uncited"] == 0, "knowledge_updates_applied": refusals["in_window"] == 0}
     return report
 
 
@@ -335,6 +341,11 @@ def render_text(report: dict[str, Any]) -> str:
         f"{report['l1_answers']['without_citation']}" + ("" if report["checks"]["l1_answers_cited"] else "  << MUST BE 0"),
         "  escalations by rule " + (", ".join(f"{k} {n}" for k, n in report["escalations_by_rule"].items()) or "none"),
     ]
+    kb = report.get("knowledge_base") or {}
+    if kb.get("refused_updates"):
+        latest = kb["latest_refusal"]
+        lines.append(f"  knowledge base      {kb['refused_updates']} refused index update(s), latest "
+                     f"{latest['refused_at'][:16]}: {latest['reason']}  << the index job did not apply")
     if report.get("charts"):
         lines.append("  charts              " + ", ".join(report["charts"]))
     return "\n".join(lines)

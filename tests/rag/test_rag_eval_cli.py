@@ -87,7 +87,7 @@ def test_eval_of_an_incomplete_beir_folder(cli, tmp_path):
     broken.mkdir()
     shutil.copy(BEIR / "corpus.jsonl", broken)
     result, out = cli("rag", "eval", "--beir", str(broken), "--mode", "bm25", "--json")
-    assert result.exit_code == 1 and "queries.jsonl is missing" in out["error"]
+    assert result.exit_code == 2 and "queries.jsonl is missing" in out["error"]
 
 
 def test_index_rebuild_status_sync_rollback(cli, tmp_path):
@@ -108,7 +108,7 @@ def test_index_rebuild_status_sync_rollback(cli, tmp_path):
     _, rolled = cli("index", "rollback", "--json")
     assert rolled["active"] == first["generation"]
     result, err = cli("index", "rebuild", "--source", str(tmp_path / "missing"), "--json")
-    assert result.exit_code == 1 and "no such" in err["error"]
+    assert result.exit_code == 2 and "no such" in err["error"]
 
 
 def test_wire_rag_indexes_an_empty_knowledge_base_and_reports_readiness(services, tmp_path):

@@ -150,7 +150,8 @@ def test_report_figures(seeded):
     assert r["csat"] == {"responses": 2, "average": 3.5, "satisfied_rate": 0.5,
                          "distribution": {"1": 0, "2": 1, "3": 0, "4": 0, "5": 1}}
     assert r["l1_answers"] == {"total": 3, "without_citation": 0, "examples_without_citation": []}
-    assert r["checks"] == {"l1_answers_cited": True}
+    assert r["checks"] == {"l1_answers_cited": True, "knowledge_updates_applied": True}
+    assert r["knowledge_base"] == {"refused_updates": 0, "refused_updates_total": 0, "latest_refusal": None}
     assert sum(day["sessions"] for day in r["daily"]) == 6
     # a shorter re-contact window makes B's first session first-contact resolved
     with seeded.connection() as conn:
