@@ -1,0 +1,158 @@
+"""One text normalisation for every package: NFKC, width and case folding, traditional -> simplified
+Chinese, whitespace squashing, optionally with a map back to the original string.
+
+Guards, rules, entities and retrieval's query rewrite all match on folded text; they used to fold in
+four slightly different ways. The differences that were deliberate are options here:
+
+- ``case``: ``"lower"`` (guards, retrieval's tokens), ``"casefold"`` (rules: also folds "ß" -> "ss"),
+  ``"keep"`` (entities, the dense query: the encoder is cased).
+- ``simplify``: ``"cjk"`` converts only when the text holds a CJK character (cheap for Latin text),
+  ``"always"`` runs the converter on every text (rules), ``"never"`` (entities: digits and currency only).
+- ``spaces``: ``"squash"`` (runs of whitespace -> one space, ends stripped) or ``"keep"``.
+
+:func:`normalise_mapped` returns the same text plus, for every character of it, the span of the
+original it came from, so a match found on folded text (a phone number typed full-width, a card
+written with ideographic spaces) can be cut out of, or masked in, the text the customer wrote.
+opencc is used for traditional -> simplified because its dictionaries are maintained (phrases and
+characters, not a hand-kept table).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+Case = Literal["lower", "casefold", "keep"]
+Simplify = Literal["cjk", "always", "never"]
+Spaces = Literal["squash", "keep"]
+
+# Han (basic, extension A, compatibility) and kana: a text without any needs no conversion.
+CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_SPACE_RUN = re.compile(r"\s+")
+
+
+@lru_cache(maxsize=1)
+def _t2s():
+    try:
+        import opencc
+
+        return opencc.OpenCC("t2s").convert
+    except Exception:  # pragma: no cover - opencc is a dependency; matching still works without it
+        return None
+
+
+def to_simplified(text: str) -> str:
+    conv = _t2s()
+    return conv(text) if conv is not None else text
+
+
+def normalise(text: str | None, *, case: Case = "lower", simplify: Simplify = "cjk",
+              spaces: Spaces = "squash") -> str:
+    """The folded form of ``text`` (``None`` -> ``""``)."""
+    text = unicodedata.normalize("NFKC", text or "")
+    if simplify == "always" or (simplify == "cjk" and CJK.search(text)):
+        text = to_simplified(text)
+    if case == "lower":
+        text = text.lower()
+    elif case == "casefold":
+        text = text.casefold()
+    if spaces == "squash":
+        text = _SPACE_RUN.sub(" ", text).strip()
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class Mapped:
+    """Folded text plus, per character, the ``[start, end)`` of the original it came from."""
+
+    text: str
+    original: str
+    starts: tuple[int, ...]
+    ends: tuple[int, ...]
+
+    def span(self, start: int, end: int) -> tuple[int, int]:
+        """The original span behind ``text[start:end]`` (a mask over it covers the whole value)."""
+        if start >= end:
+            pos = self.starts[start] if start < len(self.starts) else len(self.original)
+            return pos, pos
+        return self.starts[start], self.ends[end - 1]
+
+
+def _clusters(text: str):
+    """A base character with its combining marks: NFKC works within one, never across two."""
+    i, n = 0, len(text)
+    while i < n:
+        j = i + 1
+        while j < n and unicodedata.combining(text[j]):
+            j += 1
+        yield i, j
+        i = j
+
+
+def normalise_mapped(text: str | None, *, case: Case = "lower", simplify: Simplify = "cjk",
+                     spaces: Spaces = "squash") -> Mapped:
+    """:func:`normalise` with the offset map back to ``text``.
+
+    The folded text equals ``normalise(text, ...)`` except in rare cases where NFKC composes across
+    a base character (Hangul jamo sequences), where it is folded per base character instead.
+    """
+    original = text or ""
+    chars: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    if original.isascii():
+        chars, starts, ends = list(original), list(range(len(original))), list(range(1, len(original) + 1))
+    else:
+        for a, b in _clusters(original):
+            piece = original[a:b]
+            folded = unicodedata.normalize("NFKC", piece) if not piece.isascii() else piece
+            for ch in folded:
+                chars.append(ch)
+                starts.append(a)
+                ends.append(b)
+    joined = "".join(chars)
+    if simplify == "always" or (simplify == "cjk" and CJK.search(joined)):
+        conv = to_simplified(joined)
+        if len(conv) == len(joined):
+            chars = list(conv)
+        else:   # a phrase changed length: convert character by character to keep the map
+            new_chars, new_starts, new_ends = [], [], []
+            for ch, s, e in zip(chars, starts, ends):
+                for c in to_simplified(ch):
+                    new_chars.append(c)
+                    new_starts.append(s)
+                    new_ends.append(e)
+            chars, starts, ends = new_chars, new_starts, new_ends
+    if case != "keep":
+        fold = str.lower if case == "lower" else str.casefold
+        if any(len(fold(c)) != 1 for c in chars):
+            new_chars, new_starts, new_ends = [], [], []
+            for ch, s, e in zip(chars, starts, ends):
+                for c in fold(ch):
+                    new_chars.append(c)
+                    new_starts.append(s)
+                    new_ends.append(e)
+            chars, starts, ends = new_chars, new_starts, new_ends
+        else:
+            chars = [fold(c) for c in chars]
+    if spaces == "squash":
+        new_chars, new_starts, new_ends = [], [], []
+        for ch, s, e in zip(chars, starts, ends):
+            if ch.isspace():
+                if new_chars and new_chars[-1] == " ":
+                    new_ends[-1] = e
+                    continue
+                ch = " "
+            new_chars.append(ch)
+            new_starts.append(s)
+            new_ends.append(e)
+        while new_chars and new_chars[-1] == " ":
+            new_chars.pop(), new_starts.pop(), new_ends.pop()
+        k = 0
+        while k < len(new_chars) and new_chars[k] == " ":
+            k += 1
+        chars, starts, ends = new_chars[k:], new_starts[k:], new_ends[k:]
+    return Mapped("".join(chars), original, tuple(starts), tuple(ends))
