@@ -34,6 +34,10 @@ def redact(text: str | None) -> str | None:
     return _personal.mask(text)
 
 
+# keys whose values are business data the classifier extracted (order numbers, amounts): never masked
+BUSINESS_KEYS = frozenset({"entities", "order_numbers", "amounts"})
+
+
 def redact_obj(value, *, keep=()):
     """Redact strings inside nested dicts/lists (trace payloads); ``keep``: keys holding business values."""
     if isinstance(value, str):

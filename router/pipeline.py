@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 
-from router.observability import redact_obj
+from router.observability import BUSINESS_KEYS, redact_obj
 from router.problems import Problem
 from router.schemas import Decision, InboundMessage, TurnOut
 
@@ -129,7 +129,7 @@ class Pipeline:
             RETURNING id, conversation_id, text, sent_at
             """,
             (conversation["id"], msg.channel, msg.message_external_id, msg.text, msg.sent_at,
-             json.dumps(msg.metadata, ensure_ascii=False, default=str)),
+             json.dumps(redact_obj(msg.metadata), ensure_ascii=False, default=str)),
         ).fetchone()
         if message is None:
             stored = conn.execute(
@@ -197,6 +197,6 @@ class Pipeline:
             """,
             (turn_id, conversation["id"], message["id"], conversation["session_no"], result.state,
              result.decision.model_dump_json(), json.dumps(response, ensure_ascii=False),
-             json.dumps(redact_obj(trace), ensure_ascii=False, default=str)),
+             json.dumps(redact_obj(trace, keep=BUSINESS_KEYS), ensure_ascii=False, default=str)),
         )
         return response

@@ -81,38 +81,34 @@ class Mapped:
         return self.starts[start], self.ends[end - 1]
 
 
-def _clusters(text: str):
-    """A base character with its combining marks: NFKC works within one, never across two."""
-    i, n = 0, len(text)
-    while i < n:
-        j = i + 1
-        while j < n and unicodedata.combining(text[j]):
-            j += 1
-        yield i, j
-        i = j
+@lru_cache(maxsize=8192)
+def _nfkc_char(ch: str) -> str:
+    return unicodedata.normalize("NFKC", ch)
 
 
 def normalise_mapped(text: str | None, *, case: Case = "lower", simplify: Simplify = "cjk",
                      spaces: Spaces = "squash") -> Mapped:
     """:func:`normalise` with the offset map back to ``text``.
 
-    The folded text equals ``normalise(text, ...)`` except in rare cases where NFKC composes across
-    a base character (Hangul jamo sequences), where it is folded per base character instead.
+    NFKC is applied character by character, so the folded text equals ``normalise(text, ...)`` except
+    where NFKC composes a base character with a following combining mark (e + U+0301): there the two
+    stay two characters. Detection does not care; matching uses :func:`normalise`.
     """
     original = text or ""
-    chars: list[str] = []
-    starts: list[int] = []
-    ends: list[int] = []
     if original.isascii():
-        chars, starts, ends = list(original), list(range(len(original))), list(range(1, len(original) + 1))
+        chars = list(original)
+        starts = list(range(len(original)))
     else:
-        for a, b in _clusters(original):
-            piece = original[a:b]
-            folded = unicodedata.normalize("NFKC", piece) if not piece.isascii() else piece
-            for ch in folded:
-                chars.append(ch)
-                starts.append(a)
-                ends.append(b)
+        folded = [_nfkc_char(c) if not c.isascii() else c for c in original]
+        if all(len(f) == 1 for f in folded):
+            chars, starts = folded, list(range(len(original)))
+        else:
+            chars, starts = [], []
+            for i, f in enumerate(folded):
+                for ch in f:
+                    chars.append(ch)
+                    starts.append(i)
+    ends = [s + 1 for s in starts]
     joined = "".join(chars)
     if simplify == "always" or (simplify == "cjk" and CJK.search(joined)):
         conv = to_simplified(joined)
@@ -126,9 +122,13 @@ def normalise_mapped(text: str | None, *, case: Case = "lower", simplify: Simpli
                     new_starts.append(s)
                     new_ends.append(e)
             chars, starts, ends = new_chars, new_starts, new_ends
+        joined = "".join(chars)
     if case != "keep":
-        fold = str.lower if case == "lower" else str.casefold
-        if any(len(fold(c)) != 1 for c in chars):
+        whole = joined.lower() if case == "lower" else joined.casefold()
+        if len(whole) == len(joined):
+            chars = list(whole)
+        else:
+            fold = str.lower if case == "lower" else str.casefold
             new_chars, new_starts, new_ends = [], [], []
             for ch, s, e in zip(chars, starts, ends):
                 for c in fold(ch):
@@ -136,8 +136,6 @@ def normalise_mapped(text: str | None, *, case: Case = "lower", simplify: Simpli
                     new_starts.append(s)
                     new_ends.append(e)
             chars, starts, ends = new_chars, new_starts, new_ends
-        else:
-            chars = [fold(c) for c in chars]
     if spaces == "squash":
         new_chars, new_starts, new_ends = [], [], []
         for ch, s, e in zip(chars, starts, ends):

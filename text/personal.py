@@ -195,6 +195,7 @@ def _number_spans(v: str, out: list[tuple[str, int, int]]) -> None:
         groups = [(g.start() + m.start(), g.end() + m.start(), g.group(0)) for g in _GROUP.finditer(raw)]
         if sum(len(g[2]) for g in groups) < 7:
             continue
+        hits: list[list] = []
         i = 0
         while i < len(groups):
             hit = None
@@ -206,23 +207,31 @@ def _number_spans(v: str, out: list[tuple[str, int, int]]) -> None:
                 if nd < 7 or nd > 19:
                     continue
                 s, e = groups[i][0], groups[j - 1][1]
-                if j - i > 1 and i == 0 and raw.startswith("(") and s > m.start():
-                    s = m.start()
                 label = _classify(compact, v[s:e], v, s)
                 if label:
-                    if raw.startswith("(") and s == m.start() + 1:
-                        s = m.start()
-                    if e < m.end() and v[e] == ")":
-                        e += 1
-                    hit = (label, s, e, j)
+                    hit = [label, i, j]
                     break
             if hit:
-                label, s, e, j = hit
-                if not _business(v, s, e):
-                    out.append((label, s, e))
-                i = j
+                hits.append(hit)
+                i = hit[2]
             else:
                 i += 1
+        # a few digits left over right next to a value belong to it: mask them too ("[card] 9596" never)
+        for k, (label, i, j) in enumerate(hits):
+            lo = hits[k - 1][2] if k else 0
+            if 0 < i - lo and sum(len(g[2]) for g in groups[lo:i]) <= 4:
+                hits[k][1] = i = lo
+            hi = hits[k + 1][1] if k + 1 < len(hits) else len(groups)
+            if 0 < hi - j and sum(len(g[2]) for g in groups[j:hi]) <= 4:
+                hits[k][2] = hi
+        for label, i, j in hits:
+            s, e = groups[i][0], groups[j - 1][1]
+            if i == 0 and raw.startswith("("):
+                s = m.start()
+            if e < m.end() and v[e] == ")":
+                e += 1
+            if not _business(v, s, e):
+                out.append((label, s, e))
 
 
 # -------------------------------------------------------------------------------- e-mail, ip (Presidio)
@@ -262,6 +271,9 @@ _ASCII_EMAIL = re.compile(r"(?<![a-z0-9._%+\-])[a-z0-9._%+\-]+@[a-z0-9_\-]+(?:\.
 _EMAIL_CUE = re.compile(r"^(?:我的|我|的)?(?:电子邮箱|电子邮件|邮箱地址|邮箱|电邮|邮件|email|e-mail|mail)?(?:是|为|:|：)?")
 
 
+_MAYBE_IP = re.compile(r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}|[0-9a-f]{0,4}:[0-9a-f]{0,4}:[0-9a-f]{0,4}")
+
+
 def _email_ip_spans(v: str, out: list[tuple[str, int, int]]) -> None:
     has_at = "@" in v
     has_ip = "." in v or ":" in v
@@ -298,7 +310,7 @@ def _email_ip_spans(v: str, out: list[tuple[str, int, int]]) -> None:
                     cue = _EMAIL_CUE.match(local)
                     start = m.start() + (cue.end() if cue and cue.end() < len(local) else 0)
                 out.append(("email", start, end))
-    if has_ip and re.search(r"\d\.\d|[0-9a-f]:[0-9a-f]|::", v):
+    if has_ip and _MAYBE_IP.search(v):
         for r in ip_rec.analyze(latin, ["IP_ADDRESS"], None):
             out.append(("ip", r.start, r.end))
 

@@ -27,6 +27,7 @@ import httpx
 from router.dispatch.base import Delivery, DeliveryError, Sender, SendResult
 from router.dispatch.ratelimit import ChannelLimits
 from router.dispatch.senders import build_senders
+from router.observability import redact, redact_obj
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +237,7 @@ class Dispatcher:
                        VALUES (%s, %s, %s, %s, %s, %s)""",
                     (d.outbox_id, d.attempt, outcome, result.http_status, result.note, ms))
                 return outcome
-            reason = error.reason[:1000]
+            reason = (redact(error.reason) or "")[:1000]   # a third party's error body echoes the message
             if not error.retryable or d.attempt >= self.config.max_attempts:
                 final = reason if not error.retryable else f"gave up after {d.attempt} attempts: {reason}"
                 conn.execute(
@@ -305,8 +306,9 @@ def outbox_status(conn) -> dict[str, Any]:
     for row in receipts:
         by_receipt.setdefault(row["channel"], {})[row["receipt_status"]] = row["n"]
     return {"by_channel": by_channel, "oldest_due_seconds": float(oldest) if oldest is not None else None,
-            "dead_letters": [dict(r) for r in dead], "receipts": by_receipt,
-            "failed_receipts": [dict(r) for r in failed]}
+            # rows written before errors were masked on the way in are masked on the way out
+            "dead_letters": [redact_obj(dict(r)) for r in dead], "receipts": by_receipt,
+            "failed_receipts": [redact_obj(dict(r)) for r in failed]}
 
 
 def requeue_dead(conn, ids: list[int] | None = None, channel: str | None = None) -> int:
