@@ -247,7 +247,13 @@ def _tld():
 
 @lru_cache(maxsize=1)
 def _presidio():
+    import logging
+
     from presidio_analyzer.predefined_recognizers import EmailRecognizer, IpRecognizer
+
+    # Presidio logs each pattern's match time at DEBUG: masking runs inside the log formatter, where a
+    # log call of its own would recurse (and the lines would be noise)
+    logging.getLogger("presidio-analyzer").setLevel(logging.WARNING)
 
     class OfflineEmailRecognizer(EmailRecognizer):
         """Presidio's e-mail pattern, its domain checked against the bundled suffix list."""
