@@ -13,6 +13,14 @@ STAGES = ("harness", "rules", "embedding", "retrieval", "rerank", "answer", "han
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
+def channel_label(channel: str | None) -> str:
+    """A channel as a metrics label: one of the gateway's channels, else "other" (labels never carry
+    what a client sent: a phone number as a channel name must not become a time series)."""
+    from router.ingress import ADAPTERS
+
+    return channel if channel in ADAPTERS else "other"
+
+
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()

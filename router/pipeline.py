@@ -26,6 +26,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 
+from router.metrics import channel_label
 from router.observability import BUSINESS_KEYS, redact_obj
 from router.problems import Problem
 from router.schemas import Decision, InboundMessage, TurnOut
@@ -147,12 +148,12 @@ class Pipeline:
                 conn.execute("UPDATE messages SET metadata = metadata - 'throttled' WHERE id = %s",
                              (message["id"],))
             else:
-                self.metrics.duplicates.labels(msg.channel).inc()
+                self.metrics.duplicates.labels(channel_label(msg.channel)).inc()
                 if stored is None or stored["response"] is None:  # stored without a turn (e.g. by an agent tool)
                     raise LookupError("message exists but has no turn")
                 return stored["response"], None, None
 
-        self.metrics.messages.labels(msg.channel).inc()
+        self.metrics.messages.labels(channel_label(msg.channel)).inc()
         ctx = TurnContext(conn=conn, conversation=conversation, message=message, inbound=msg, timings={})
         t_decide = time.perf_counter()
         result = self.decider(ctx)

@@ -27,6 +27,7 @@ import httpx
 from router.dispatch.base import Delivery, DeliveryError, Sender, SendResult
 from router.dispatch.ratelimit import ChannelLimits
 from router.dispatch.senders import build_senders
+from router.metrics import channel_label
 from router.observability import redact, redact_obj
 
 log = logging.getLogger(__name__)
@@ -182,7 +183,7 @@ class Dispatcher:
             outcome = self._record(delivery, result, error, seconds)
             counts[outcome] += 1
             if self.metrics is not None:
-                self.metrics.outbox.labels(delivery.channel, outcome).inc()
+                self.metrics.outbox.labels(channel_label(delivery.channel), outcome).inc()
         return counts
 
     def drain(self, max_seconds: float | None = None, progress=None) -> Counter:

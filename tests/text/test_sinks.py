@@ -171,3 +171,12 @@ def test_outbox_errors_and_outbox_status_are_masked(settings, dsn, tmp_path, mon
         assert r.exit_code == 0, r.output
         assert "cannot send" in r.output
         _no_personal(r.output)
+
+
+def test_metrics_labels_never_carry_a_client_value(gateway):
+    client, _ = gateway
+    r = client.post("/v1/messages", json=msg("conv-m", "m-1", "where is my order", channel="p13812345678"))
+    assert r.status_code == 200, r.text
+    text = client.get("/metrics").text
+    assert "13812345678" not in text
+    assert 'switchboard_messages_total{channel="other"} 1.0' in text
