@@ -1,5 +1,5 @@
 """``switchboard retention run`` and ``switchboard customers forget ID``: the retention period and erasure
-requests (PIPL / GDPR), over every table of the router and of handoff (:mod:`router.privacy`)."""
+requests (PIPL / GDPR), over every table of the router and of handoff (:mod:`router.ops.privacy`)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def retention_run(
     as_json: bool = JsonOpt,
 ) -> None:
     """Blank texts and metadata older than the period; rows, decisions and counts stay for the reports."""
-    from router import privacy
+    from router.ops import privacy
 
     try:
         s, conn = _connect()
@@ -45,7 +45,7 @@ def retention_run(
 def forget(customer_id: str = typer.Argument(..., help="The customer id as the channels report it."),
            as_json: bool = JsonOpt) -> None:
     """Erase or anonymise one customer across every table, and say what was touched."""
-    from router import privacy
+    from router.ops import privacy
 
     if not customer_id.strip() or len(customer_id) > 200:
         fail("customer id must be 1-200 characters", as_json, code=2)

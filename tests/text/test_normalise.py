@@ -14,7 +14,7 @@ from rag.rewrite import fold as rag_fold
 from rag.rewrite import normalize as rag_normalize
 from router.classify.entities import normalise as entities_normalise
 from router.classify.rules import fold as rules_fold
-from router.harness import normalise as harness_normalise
+from router.turn.guards import normalise as harness_normalise
 from text.normalise import normalise, normalise_mapped
 
 _T2S = opencc.OpenCC("t2s")

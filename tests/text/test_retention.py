@@ -25,7 +25,7 @@ def gateway(services, tmp_path, dsn, monkeypatch):
     wire_gateway(services, tmp_path)
     monkeypatch.setenv("SWITCHBOARD_DATABASE_URL", dsn)
     monkeypatch.setenv("SWITCHBOARD_HOME", str(tmp_path / "home"))
-    from router.app import create_app
+    from router.app.factory import create_app
 
     with TestClient(create_app(services=services)) as client:
         yield client, services

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "router"))
 from channels_support import SECRETS, RecordingServer, channel_app, channel_settings  # noqa: E402
 from ops_testkit import agent_token, msg, wire_gateway  # noqa: E402
 
-from router.observability import configure_logging  # noqa: E402
+from router.ops.observability import configure_logging  # noqa: E402
 
 PERSONAL = {
     "phone": "138 1234 5678",
@@ -47,7 +47,7 @@ def _no_personal(blob) -> None:
 @pytest.fixture
 def gateway(services, tmp_path):
     wire_gateway(services, tmp_path)
-    from router.app import create_app
+    from router.app.factory import create_app
 
     with TestClient(create_app(services=services)) as client:
         yield client, services
@@ -135,7 +135,7 @@ def test_every_log_format_is_masked(json_logs):
 def test_outbox_errors_and_outbox_status_are_masked(settings, dsn, tmp_path, monkeypatch, caplog):
     """A third party's error body echoes the message: last_error, attempts, the log and the CLI mask it."""
     from router.cli import app as cli
-    from router.outbox import enqueue_outbound
+    from router.outbox.store import enqueue_outbound
 
     def echo(rec):
         return 400, {"ok": False, "description": f"Bad Request: cannot send {rec.json()['text']}"}
