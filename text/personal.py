@@ -323,7 +323,9 @@ def _email_ip_spans(v: str, out: list[tuple[str, int, int]]) -> None:
 
 # -------------------------------------------------------------------------------- passports, addresses
 
-_PASSPORT = re.compile(r"(?<![a-z0-9])(?:[eg]\d{8}|e[a-hj-np-z]\d{7}|[dsp]e?\d{7,8}|k\d{8})(?![a-z0-9])")
+# Chinese passports: E/G + 8 digits, E + letter + 7 digits, diplomatic/service/public-affairs DE/SE/PE + 7
+_PASSPORT = re.compile(r"(?<![a-z0-9_#/.+\-&])(?:[eg]\d{8}|e[a-hj-np-z]\d{7}|[dsp]e\d{7}|k\d{8})"
+                       r"(?![a-z0-9_])(?![.\-/][a-z0-9])")
 _PASSPORT_CTX = re.compile(rf"(?:passport|护照){_FILLER}([a-z]{{0,2}}\d{{6,9}})(?![a-z0-9])")
 
 _NAME = r"[\u4e00-\u9fff]"
