@@ -33,6 +33,10 @@ from router.schemas import Decision, InboundMessage, TurnOut
 
 log = logging.getLogger(__name__)
 
+# what the channel adapters themselves put in a message's metadata (the business's own number or account,
+# the message kind): kept as it is; everything else a client sends there is stored masked
+CHANNEL_METADATA_KEYS = frozenset({"kind", "to", "account", "encryption", "chat_type", "language_code"})
+
 
 @dataclass
 class TurnContext:
@@ -130,7 +134,7 @@ class Pipeline:
             RETURNING id, conversation_id, text, sent_at
             """,
             (conversation["id"], msg.channel, msg.message_external_id, msg.text, msg.sent_at,
-             json.dumps(redact_obj(msg.metadata), ensure_ascii=False, default=str)),
+             json.dumps(redact_obj(msg.metadata, keep=CHANNEL_METADATA_KEYS), ensure_ascii=False, default=str)),
         ).fetchone()
         if message is None:
             stored = conn.execute(
