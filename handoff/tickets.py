@@ -19,6 +19,10 @@ import psycopg
 
 from handoff.errors import NotFound
 from handoff.models import Agent
+from text.personal import partial_obj
+
+# Values agents work with, never masked: what the classifier extracted, delivery receipts, the reply draft.
+AGENT_VIEW_KEEP = frozenset({"order_numbers", "amounts", "entities", "delivery", "draft"})
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +101,7 @@ def record_event(conn: psycopg.Connection, ticket: dict[str, Any], actor: Agent 
         actor_name, agent_id = str(actor), None
     row = conn.execute(_EVENT_SQL, {
         "ticket_id": parse_id(ticket["id"]), "actor": actor_name, "agent_id": agent_id, "action": action,
-        "payload": json.dumps(payload or {}, ensure_ascii=False, default=str), "key": idempotency_key,
+        "payload": json.dumps(partial_obj(payload or {}, keep=AGENT_VIEW_KEEP), ensure_ascii=False, default=str), "key": idempotency_key,
         "kind": ticket["kind"], "team": ticket["team"], "priority": ticket["priority"],
         "status": ticket["status"], "claimed_by": ticket.get("claimed_by"), "now": notes is None,
         "from_team": from_team,
@@ -182,7 +186,10 @@ def normalise_context(context: dict[str, Any] | None, draft: dict[str, Any] | No
         pkg["draft"] = draft
     # fails early (in the caller's transaction) on anything that is not JSON
     json.dumps(pkg, ensure_ascii=False, default=str)
-    return pkg
+    # every agent of the team reads the package: personal data in the agent view (138****0000)
+    customer = pkg.get("customer") if isinstance(pkg.get("customer"), dict) else {}
+    allow = [str(o) for o in customer.get("order_numbers") or []]
+    return partial_obj(pkg, allow=allow, keep=AGENT_VIEW_KEEP)
 
 
 class Publisher:

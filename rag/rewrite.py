@@ -17,7 +17,6 @@ import functools
 import logging
 import re
 import threading
-import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 import yaml
 
 from rag.chunk import detect_lang
+from text.normalise import normalise as _normalise
 
 _CJK_CHAR = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _HAS_WORD = re.compile(rf"[0-9A-Za-z{_CJK_CHAR}\u3040-\u30ff\uac00-\ud7af]")
@@ -49,19 +49,9 @@ FILLERS_EN = ("can you tell me", "could you tell me", "can you please tell me", 
               "thank you", "thanks", "please", "hello", "hi there", "hi", "hey", "good morning", "good afternoon")
 
 
-@functools.lru_cache(maxsize=1)
-def _t2s():
-    import opencc
-
-    return opencc.OpenCC("t2s")
-
-
 def fold(text: str) -> str:
     """Width (NFKC), traditional -> simplified, whitespace; case is kept (the encoder is cased)."""
-    text = unicodedata.normalize("NFKC", text or "")
-    if re.search(f"[{_CJK_CHAR}]", text):
-        text = _t2s().convert(text)
-    return _SPACES.sub(" ", text).strip()
+    return _normalise(text, case="keep", simplify="cjk", spaces="squash")
 
 
 def normalize(text: str) -> str:

@@ -190,6 +190,10 @@ def wire_components(services: Services) -> None:
 def build_services(settings: Settings, *, load_models: bool = True) -> Services:
     """Start (or reach) the database, migrate, open the pool and load what the app needs."""
     limit_threads(settings.torch_threads)
+    from text import personal
+
+    personal.configure(settings.phone_regions)
+    personal.warm_up()
     dsn, embedded, started = resolve_dsn(settings)
     applied = migrate(dsn)
     if applied:

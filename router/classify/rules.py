@@ -13,25 +13,17 @@ import unicodedata
 from dataclasses import dataclass
 
 from router.classify.intents import IntentConfig
+from text.normalise import normalise, to_simplified
 
 _ASCII_WORD = re.compile(r"[A-Za-z0-9]")
 
 
-def _t2s():
-    try:
-        import opencc
-
-        return opencc.OpenCC("t2s").convert
-    except Exception:  # pragma: no cover - opencc is a dependency; matching still works without it
-        return lambda s: s
-
-
-_TO_SIMPLIFIED = _t2s()
+_TO_SIMPLIFIED = to_simplified
 
 
 def fold(text: str) -> str:
     """The form rules are matched against: NFKC, simplified Chinese, lower case."""
-    return _TO_SIMPLIFIED(unicodedata.normalize("NFKC", text)).casefold()
+    return normalise(text, case="casefold", simplify="always", spaces="keep")
 
 
 def keyword_pattern(keywords: list[str]) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 
 from handoff.queries import conversation_ticket_events
-from router.ops.observability import redact, redact_obj
+from router.ops.observability import BUSINESS_KEYS, redact, redact_obj
 
 # stage order of a turn as the router runs it; anything else recorded is appended after these
 STAGE_ORDER = ("harness", "rules", "classify", "embedding", "retrieval", "rerank", "answer", "handoff", "decide")
@@ -197,4 +197,4 @@ def load_trace(conn: psycopg.Connection, conversation_id: str) -> dict[str, Any]
         "events_before_first_turn": unowned,
     }
     # the stored traces are redacted already; messages, replies, agent texts and ids are not
-    return redact_obj(replay)
+    return redact_obj(replay, keep=BUSINESS_KEYS)

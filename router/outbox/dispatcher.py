@@ -25,8 +25,9 @@ from typing import Any
 import httpx
 
 from router.channels.delivery import Delivery, DeliveryError, Sender, SendResult
+from router.channels.registry import build_senders, channel_label
+from router.ops.observability import redact, redact_obj
 from router.outbox.ratelimit import ChannelLimits
-from router.channels.registry import build_senders
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ class Dispatcher:
             outcome = self._record(delivery, result, error, seconds)
             counts[outcome] += 1
             if self.metrics is not None:
-                self.metrics.outbox.labels(delivery.channel, outcome).inc()
+                self.metrics.outbox.labels(channel_label(delivery.channel), outcome).inc()
         return counts
 
     def drain(self, max_seconds: float | None = None, progress=None) -> Counter:
@@ -236,7 +237,7 @@ class Dispatcher:
                        VALUES (%s, %s, %s, %s, %s, %s)""",
                     (d.outbox_id, d.attempt, outcome, result.http_status, result.note, ms))
                 return outcome
-            reason = error.reason[:1000]
+            reason = (redact(error.reason) or "")[:1000]   # a third party's error body echoes the message
             if not error.retryable or d.attempt >= self.config.max_attempts:
                 final = reason if not error.retryable else f"gave up after {d.attempt} attempts: {reason}"
                 conn.execute(
@@ -305,8 +306,9 @@ def outbox_status(conn) -> dict[str, Any]:
     for row in receipts:
         by_receipt.setdefault(row["channel"], {})[row["receipt_status"]] = row["n"]
     return {"by_channel": by_channel, "oldest_due_seconds": float(oldest) if oldest is not None else None,
-            "dead_letters": [dict(r) for r in dead], "receipts": by_receipt,
-            "failed_receipts": [dict(r) for r in failed]}
+            # rows written before errors were masked on the way in are masked on the way out
+            "dead_letters": [redact_obj(dict(r)) for r in dead], "receipts": by_receipt,
+            "failed_receipts": [redact_obj(dict(r)) for r in failed]}
 
 
 def requeue_dead(conn, ids: list[int] | None = None, channel: str | None = None) -> int:

@@ -21,25 +21,15 @@ from __future__ import annotations
 
 import math
 import re
-import unicodedata
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, Literal
 
 import psycopg
 from pydantic import BaseModel, ConfigDict, Field
 
+from text.normalise import normalise as _normalise
+
 # -- text helpers shared with the escalation policy --------------------------------------------
-
-
-@lru_cache(maxsize=1)
-def _t2s():
-    try:
-        import opencc
-
-        return opencc.OpenCC("t2s")
-    except Exception:  # pragma: no cover - opencc is a dependency; matching still works without it
-        return None
 
 
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
@@ -48,11 +38,7 @@ _NOT_WORD = re.compile(r"[\W_]+", re.UNICODE)
 
 def normalise(text: str) -> str:
     """NFKC, lower case, simplified Chinese, single spaces: the form every lexicon matches against."""
-    text = unicodedata.normalize("NFKC", text or "").lower()
-    conv = _t2s()
-    if conv is not None and _CJK.search(text):
-        text = conv.convert(text)
-    return " ".join(text.split())
+    return _normalise(text, case="lower", simplify="cjk", spaces="squash")
 
 
 def squash(text: str) -> str:

@@ -26,11 +26,16 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 
-from router.ops.observability import redact_obj
+from router.channels.registry import channel_label
+from router.ops.observability import BUSINESS_KEYS, redact_obj
 from router.problems import Problem
 from router.schemas import Decision, InboundMessage, TurnOut
 
 log = logging.getLogger(__name__)
+
+# what the channel adapters themselves put in a message's metadata (the business's own number or account,
+# the message kind): kept as it is; everything else a client sends there is stored masked
+CHANNEL_METADATA_KEYS = frozenset({"kind", "to", "account", "encryption", "chat_type", "language_code"})
 
 
 @dataclass
@@ -129,7 +134,7 @@ class Pipeline:
             RETURNING id, conversation_id, text, sent_at
             """,
             (conversation["id"], msg.channel, msg.message_external_id, msg.text, msg.sent_at,
-             json.dumps(msg.metadata, ensure_ascii=False, default=str)),
+             json.dumps(redact_obj(msg.metadata, keep=CHANNEL_METADATA_KEYS), ensure_ascii=False, default=str)),
         ).fetchone()
         if message is None:
             stored = conn.execute(
@@ -147,12 +152,12 @@ class Pipeline:
                 conn.execute("UPDATE messages SET metadata = metadata - 'throttled' WHERE id = %s",
                              (message["id"],))
             else:
-                self.metrics.duplicates.labels(msg.channel).inc()
+                self.metrics.duplicates.labels(channel_label(msg.channel)).inc()
                 if stored is None or stored["response"] is None:  # stored without a turn (e.g. by an agent tool)
                     raise LookupError("message exists but has no turn")
                 return stored["response"], None, None
 
-        self.metrics.messages.labels(msg.channel).inc()
+        self.metrics.messages.labels(channel_label(msg.channel)).inc()
         ctx = TurnContext(conn=conn, conversation=conversation, message=message, inbound=msg, timings={})
         t_decide = time.perf_counter()
         result = self.decider(ctx)
@@ -197,6 +202,6 @@ class Pipeline:
             """,
             (turn_id, conversation["id"], message["id"], conversation["session_no"], result.state,
              result.decision.model_dump_json(), json.dumps(response, ensure_ascii=False),
-             json.dumps(redact_obj(trace), ensure_ascii=False, default=str)),
+             json.dumps(redact_obj(trace, keep=BUSINESS_KEYS), ensure_ascii=False, default=str)),
         )
         return response

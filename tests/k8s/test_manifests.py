@@ -357,3 +357,13 @@ def test_readme_documents_the_data_services():
     assert len(commands) >= 3
     for cmd in commands:
         _cli_command(shlex.split(cmd))
+
+
+def test_nightly_retention_cronjob(rendered):
+    _, objs = rendered
+    cj = _one(objs, "CronJob", "switchboard-retention")
+    spec = cj["spec"]
+    assert spec["concurrencyPolicy"] == "Forbid" and len(spec["schedule"].split()) == 5
+    (c,) = _pod_spec(cj)["containers"]
+    assert _cli_command(c["args"]).name == "run" and c["args"][:2] == ["retention", "run"]
+    assert any(e["name"] == "SWITCHBOARD_DATABASE_URL" for e in c["env"])

@@ -64,7 +64,7 @@ def test_pii_is_masked_wherever_it_sits(pii, ctx):
     assert pii not in out
     if len(digits) >= 7:
         assert digits not in re.sub(r"\D", "", out), out
-    assert re.search(r"\[(phone|card|cn_id|email)\]", out)
+    assert re.search(r"\[(phone|card|id|email)\]", out)
 
 
 @settings(max_examples=150, deadline=None)
@@ -200,7 +200,7 @@ def test_trace_replays_a_conversation_with_pii_masked(gateway):
     assert first["outbound"][0]["text"] == (first["reply"] or {}).get("text")
     # the PII turn: its text is masked, not dropped
     pii_turn = replay["turns"][1]["inbound"]["text"]
-    assert "[phone]" in pii_turn and "[email]" in pii_turn and "[card]" in pii_turn and "[cn_id]" in pii_turn
+    assert "[phone]" in pii_turn and "[email]" in pii_turn and "[card]" in pii_turn and "[id]" in pii_turn
     last = replay["turns"][2]
     assert last["decision"]["tier"] == "L3" and last["decision"]["escalation"]["rule"] == "human_request"
     assert last["escalation"]["rule"] == "human_request" and last["ticket"]["id"] == ticket_id
