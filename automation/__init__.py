@@ -1,0 +1,1 @@
+"""Tools and workflows: the tool gateway and the SOP engine. Imports neither router nor handoff."""

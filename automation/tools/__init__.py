@@ -1,0 +1,1 @@
+"""The tool gateway: tools declared as data, reached over MCP or HTTP."""
