@@ -295,7 +295,7 @@ class FlowEngine:
             inst["slots"].pop(name, None)
         inst["generation"] += 1
         goto = target["goto"]
-        ancestors = set()
+        ancestors = {goto}   # going to a foreach moves it to its next item
         p = wf.steps[goto].parent
         while p:
             ancestors.add(p)
@@ -412,9 +412,12 @@ class FlowEngine:
             value = U.extract(v["entity"], text, entities)
         elif "enum" in v:
             t = U.norm(text)
-            hits = [e for e in v["enum"] if U.norm(str(e)) == t] or \
-                   [e for e in v["enum"] if re.search(rf"(?<!\w){re.escape(U.norm(str(e)))}(?!\w)", t)]
-            value = hits[-1] if len(hits) >= 1 and len(set(map(str, hits))) == 1 else None
+            exact = [e for e in v["enum"] if U.norm(str(e)) == t]
+            last: dict[int, Any] = {}
+            for e in v["enum"]:
+                for m in re.finditer(rf"(?<!\w){re.escape(U.norm(str(e)))}(?!\w)", t):
+                    last[m.start()] = e
+            value = exact[0] if exact else (last[max(last)] if last else None)   # the last mention wins
         elif "regex" in v:
             found = [m.group(0) for m in re.finditer(v["regex"].lstrip("^").rstrip("$"), text or "")]
             value = found[-1] if found else None
@@ -439,11 +442,12 @@ class FlowEngine:
             return U.choose(text, ids, texts, similarity=self.similarity).index is not None
         return False
 
-    def _correction(self, inst: dict, wf: Workflow, text: str, entities: dict) -> tuple[str, Any] | None:
+    def _correction(self, inst: dict, wf: Workflow, text: str, entities: dict,
+                    skip: str | None = None) -> tuple[str, Any] | None:
         """A new value for an already filled slot ("不是这个，是100235"): (slot, value)."""
         for name, slot in wf.slots.items():
             ent = slot.validate.get("entity")
-            if name not in inst["slots"] or ent in (None, "text", "yes_no"):
+            if name == skip or name not in inst["slots"] or ent in (None, "text", "yes_no"):
                 continue
             value = self._parse_slot(wf, name, text, entities)
             if value is not None and value != inst["slots"][name]:
@@ -528,6 +532,9 @@ class FlowEngine:
                 return "next"
             self._prompt(inst, wf, step, run, again=False)
             return "wait"
+        fix = self._fix(inst, wf, step, text, entities)
+        if fix:
+            return fix
         value = self._parse_slot(wf, name, text, entities)
         if value is None:
             return self._retry(inst, wf, step, run, f"no valid {name} in the answer")
@@ -557,6 +564,9 @@ class FlowEngine:
                 return "next"
             self._prompt(inst, wf, step, run, again=False)
             return "wait"
+        fix = self._fix(inst, wf, step, text, entities)
+        if fix:
+            return fix
         ids, texts = self._option_texts(inst, step, options)
         among = inst["pending"].get("choose_among", {}).get(step.id)
         if among:
@@ -584,6 +594,35 @@ class FlowEngine:
         inst["history"].append({"step": step.id, "event": "chose", "index": ch.index, "how": ch.how, "at": time.time()})
         return "next"
 
+    def _fix(self, inst, wf, step, text, entities) -> str | None:
+        """A correction of an earlier answer while asked something else: re-plan from that answer's step."""
+        if not U.is_correction(text):
+            return None
+        fix = self._correction(inst, wf, text, entities, skip=step.arg)
+        if fix is None:
+            return None
+        slot, value = fix
+        self._apply_correction(inst, wf, step, slot, value)
+        ask = self._ask_step_of(wf, slot)
+        return ask.id if ask is not None else None
+
+    def _apply_correction(self, inst, wf, step, slot, value) -> None:
+        """Set the corrected slot and forget what was collected or computed after it (except what the customer said first)."""
+        inst["slots"][slot] = value
+        inst["generation"] += 1
+        inst["pending"].pop("action", None)
+        prefilled = set(next((h.get("prefilled", []) for h in inst["history"] if h.get("event") == "started"), []))
+        order = list(wf.steps)
+        ask = self._ask_step_of(wf, slot)
+        start = order.index(ask.id) if ask is not None else len(order)
+        for sid in order[start + 1:]:
+            s = wf.steps[sid]
+            names = [s.arg] if s.kind in ("ask", "choose") else list(s.arg) if s.kind == "set" else []
+            for n in names:
+                if n not in prefilled and n != slot:
+                    inst["slots"].pop(n, None)
+        inst["history"].append({"step": step.id, "event": "correction", "slot": slot, "at": time.time()})
+
     def _value(self, inst, step, option):
         if "value" in step.raw:
             return evaluate(step.raw["value"], self._scope(inst, option=option))
@@ -598,14 +637,8 @@ class FlowEngine:
             fix = self._correction(inst, wf, text, entities)
             if fix is not None and (answer is False or U.is_correction(text) or answer is None):
                 slot, value = fix
-                inst["slots"][slot] = value
-                inst["generation"] += 1
-                inst["pending"].pop("action", None)
-                inst["history"].append({"step": step.id, "event": "correction", "slot": slot, "at": time.time()})
+                self._apply_correction(inst, wf, step, slot, value)
                 ask = self._ask_step_of(wf, slot)
-                for r in step.get("reset") or []:
-                    if r != slot:
-                        inst["slots"].pop(r, None)
                 return ask.id if ask is not None else step.id
         if answer is True:
             inst["pending"].pop("action", None)

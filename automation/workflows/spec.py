@@ -602,8 +602,9 @@ def _judge_risk(wf: Workflow, risk_of: dict[str, str]) -> None:
         if s.kind == "call" and isinstance(s.raw.get("bind"), str):
             origin.setdefault(s.raw["bind"], set()).add(s.id)
     for s in wf.steps.values():
-        if s.kind in ("set", "choose") and isinstance(s.arg, (dict, str)):
-            pairs = s.arg.items() if s.kind == "set" else [(s.arg, s.raw.get("options"))]
+        if s.kind in ("set", "choose", "foreach") and isinstance(s.arg, (dict, str)):
+            pairs = s.arg.items() if s.kind == "set" else [(s.arg, s.raw.get("options"))] if s.kind == "choose" \
+                else [(None, s.arg)]
             for name, src in pairs:
                 for source in _expr_sources(src):
                     try:
@@ -613,7 +614,8 @@ def _judge_risk(wf: Workflow, risk_of: dict[str, str]) -> None:
                     feeds = set().union(*[origin.get(n, set()) for n in names],
                                         *[origin.get(f"slots.{r}", set()) for r in slot_refs])
                     if feeds:
-                        origin.setdefault(f"slots.{name}", set()).update(feeds)
+                        target = f"slots.{name}" if name is not None else s.raw.get("as")
+                        origin.setdefault(target, set()).update(feeds)
     judged = dict(risk_of)
     for s in wf.steps.values():
         args = s.raw.get("args") if s.kind == "call" else (s.raw.get("pending_action") or {}).get("arguments")

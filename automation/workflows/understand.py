@@ -25,7 +25,7 @@ NO = {"不", "不是", "不要", "不用", "否", "不对", "不行", "不同意
 CANCEL = ("算了", "不用了", "取消", "不办了", "不要了", "never mind", "nevermind", "forget it", "cancel",
           "stop", "quit")
 CORRECTION = re.compile(r"(不是|不对|错了|应该是|改成|改为|\bnot\b|\bactually\b|\binstead\b|\bwrong\b|\bi meant?\b)", re.I)
-_ORDER_ID = re.compile(r"(?<!\d)\d{5,12}(?!\d)|\b[A-Z]{1,4}[-#]?\d{3,10}\b|#[A-Za-z0-9]{3,12}")
+_ORDER_ID = re.compile(r"(?<![A-Za-z0-9])(?:\d{5,12}|[A-Z]{1,4}[-#]?\d{3,10})(?![A-Za-z0-9])|#[A-Za-z0-9]{3,12}")
 _AMOUNT = re.compile(r"(?P<cur>[¥￥$€£]|USD|CNY|RMB|EUR|元|块)?\s*(?P<num>\d+(?:\.\d{1,2})?)\s*(?P<cur2>元|块|USD|CNY|RMB|EUR|dollars?)?", re.I)
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+")
@@ -171,6 +171,7 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
     if len(exact) == 1:
         return Choice(exact[0], [], "exact")
     pool = exact or list(range(n))
+    matched = len(exact) > 1
     # fuzzy: the share of the customer's content words found in the option (each word fuzzily)
     words = [w for w in _tokens(text) if w not in _STOP]
     if words:
@@ -190,12 +191,12 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
             best = [pool[j] for j, s in enumerate(scores) if s == top]
             if len(best) == 1:
                 return Choice(best[0], [], "fuzzy")
-            pool = best
+            pool, matched = best, True
     if similarity is not None:
         sims = similarity(text, [" ".join(texts[i]) for i in pool])
         order = sorted(range(len(pool)), key=lambda j: -sims[j])
         if sims[order[0]] >= encoder_threshold and (len(order) == 1 or sims[order[0]] - sims[order[1]] >= encoder_margin):
             return Choice(pool[order[0]], [], "encoder")
-    if len(pool) < n:
+    if matched and len(pool) > 1:
         return Choice(None, pool, "ambiguous")
     return Choice(None, [], "none")

@@ -156,8 +156,8 @@ class McpShopGateway:
         return self._hidden.get(name, set())
 
     # ------------------------------------------------ test controls (not offered to workflows)
-    def shop(self, tool: str, **args: Any) -> Any:
-        res = self._raw(tool, args)
+    def shop(self, control: str, **args: Any) -> Any:
+        res = self._raw(control, args)
         out = res.structured_content
         if out is None:
             out = json.loads("".join(getattr(c, "text", "") for c in res.content))
