@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 Risk = Literal["read", "write", "money"]
 RISKS = ("read", "write", "money")
+CONNECT_TIMEOUT_S = 30.0  # opening a session; a stdio server is a fresh Python process, slow to import when busy
 STATUSES = ("ok", "error", "timeout", "invalid_input", "invalid_output", "breaker_open", "denied", "rate_limited")
 
 

@@ -32,6 +32,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from automation.tools.base import (
+    CONNECT_TIMEOUT_S,
     Caller,
     MalformedOutput,
     ToolResult,
@@ -218,9 +219,11 @@ class Gateway:
             return ToolResult(tool=spec.name, status="ok", output=raw, attempts=attempt)
 
     def _transport_call(self, transport: Transport, spec: ToolSpec, args: dict, key: str | None) -> Any:
+        # opening a session (starting a stdio server) is not the tool's time: it gets its own allowance
+        opening = 0.0 if getattr(transport, "connected", True) else CONNECT_TIMEOUT_S
         future = self._loop.submit(transport.call(spec, args, timeout=spec.timeout_s, idempotency_key=key))
         try:
-            return future.result(spec.timeout_s + _BACKSTOP_S)
+            return future.result(spec.timeout_s + opening + _BACKSTOP_S)
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise TransportTimeout(f"{spec.name}: no answer within {spec.timeout_s:g} s") from None

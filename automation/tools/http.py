@@ -29,6 +29,7 @@ MAX_RESPONSE_BYTES = 1_000_000
 
 class HttpTransport:
     kind = "http"
+    connected = True  # nothing to open first: a connection is made per request (pooled by httpx)
 
     def __init__(self, name: str, *, base_url: str, headers: dict[str, str] | None = None):
         self.name = name

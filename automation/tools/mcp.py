@@ -23,6 +23,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 from automation.tools.base import (
+    CONNECT_TIMEOUT_S,
     MalformedOutput,
     ToolReportedError,
     ToolSpec,
@@ -33,7 +34,6 @@ from automation.tools.base import (
 
 log = logging.getLogger(__name__)
 
-CONNECT_TIMEOUT_S = 20.0  # a stdio server is a fresh Python process: imports take a while on a busy machine
 _CONNECTION_ERRORS = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError,
                       ConnectionError, EOFError)
 
@@ -56,6 +56,10 @@ class McpTransport:
         self._lock: asyncio.Lock | None = None
         self.remote_tools: list[str] | None = None
         self.connects = 0  # how many sessions were opened (a reconnect adds one)
+
+    @property
+    def connected(self) -> bool:
+        return self._session is not None
 
     @property
     def kind(self) -> str:
