@@ -466,8 +466,11 @@ def _cross_check(wf: Workflow, chk: _Checker) -> None:
             return
         props = None
         if tool_spec is not None:
-            schema = getattr(tool_spec, "input_schema", None) or {}
-            props = schema.get("properties") if isinstance(schema, dict) else None
+            if hasattr(tool_spec, "caller_arguments"):   # the gateway fills identity, key and static arguments
+                props = list(tool_spec.caller_arguments)
+            else:
+                schema = getattr(tool_spec, "input_schema", None) or {}
+                props = schema.get("properties") if isinstance(schema, dict) else None
         for k, v in args.items():
             if props is not None and k not in props:
                 chk.err(path + (k,), f"unknown argument {k!r} of tool {tool_spec.name!r} (it takes: {', '.join(sorted(props))})")

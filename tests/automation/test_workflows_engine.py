@@ -57,7 +57,7 @@ def _to_approval(engine, turn, lang="en"):
 
 def test_300_waits_for_a_supervisor_survives_a_restart_and_resumes_exactly_once(
         second_shop_workflows, shop, approvals, turn, db):
-    engine = FlowEngine(second_shop_workflows, shop, approvals)
+    engine = FlowEngine(second_shop_workflows, shop.gateway, approvals)
     t = _to_approval(engine, turn)
     assert t.status == "waiting_approval"
     assert t.approval.tier == "supervisor" and t.approval.amount == 300.0 and t.approval.currency == "USD"
@@ -70,7 +70,7 @@ def test_300_waits_for_a_supervisor_survives_a_restart_and_resumes_exactly_once(
         assert store.by_ticket(conn, ticket)["status"] == "waiting_approval"
 
     # a restart: a new engine over freshly loaded workflows; the customer writes meanwhile
-    restarted = FlowEngine(second_shop_workflows, shop, approvals)
+    restarted = FlowEngine(second_shop_workflows, shop.gateway, approvals)
     t2 = turn(restarted.advance, t.instance_id, AVA, "any news?", {}, "en")
     assert t2.status == "waiting_approval" and "still being reviewed" in t2.reply and writes(shop) == []
 

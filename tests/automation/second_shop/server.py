@@ -43,28 +43,28 @@ def _maybe_fail(tool: str) -> None:
         raise ShopError(f"{tool} is temporarily unavailable")
 
 
-def _customer(ref: str) -> dict:
+def _customer(ref: str) -> dict[str, Any]:
     c = _state["customers"].get(ref)
     if c is None:
         raise ShopError("customer not found")
     return c
 
 
-def _order(order_ref: str, customer_ref: str) -> dict:
+def _order(order_ref: str, customer_ref: str) -> dict[str, Any]:
     o = _state["orders"].get(order_ref)
     if o is None or o["customer_ref"] != customer_ref:
         raise ShopError("order not found")   # another customer's order reveals nothing
     return o
 
 
-def _variant(product_id: str, variant_id: str) -> dict:
+def _variant(product_id: str, variant_id: str) -> dict[str, Any]:
     for v in _state["products"][product_id]["variants"]:
         if v["variant_id"] == variant_id:
             return v
     raise ShopError(f"variant {variant_id} not found")
 
 
-def _write(tool: str, op_token: str, fn) -> dict:
+def _write(tool: str, op_token: str, fn) -> dict[str, Any]:
     """Run a write once per token: a repeat returns the first result and changes nothing."""
     if not op_token:
         raise ShopError("op_token is required for writes")
@@ -77,22 +77,22 @@ def _write(tool: str, op_token: str, fn) -> dict:
     return result
 
 
-def _pm(customer: dict, pm_id: str) -> dict:
+def _pm(customer: dict, pm_id: str) -> dict[str, Any]:
     for pm in customer["payment_methods"]:
         if pm["pm_id"] == pm_id:
             return pm
     raise ShopError("payment method not found")
 
 
-@server.tool()
-def get_customer_profile(customer_ref: str) -> dict:
+@server.tool(structured_output=True)
+def get_customer_profile(customer_ref: str) -> dict[str, Any]:
     """The customer with addresses and payment methods."""
     _maybe_fail("get_customer_profile")
     return copy.deepcopy(_customer(customer_ref))
 
 
-@server.tool()
-def list_customer_orders(customer_ref: str) -> dict:
+@server.tool(structured_output=True)
+def list_customer_orders(customer_ref: str) -> dict[str, Any]:
     """Every order of the customer, newest first."""
     _maybe_fail("list_customer_orders")
     _customer(customer_ref)
@@ -100,15 +100,15 @@ def list_customer_orders(customer_ref: str) -> dict:
     return {"orders": list(reversed(orders))}
 
 
-@server.tool()
-def get_order_details(order_ref: str, customer_ref: str) -> dict:
+@server.tool(structured_output=True)
+def get_order_details(order_ref: str, customer_ref: str) -> dict[str, Any]:
     """One order of the customer."""
     _maybe_fail("get_order_details")
     return copy.deepcopy(_order(order_ref, customer_ref))
 
 
-@server.tool()
-def get_product(product_id: str) -> dict:
+@server.tool(structured_output=True)
+def get_product(product_id: str) -> dict[str, Any]:
     """A product with all its variants."""
     _maybe_fail("get_product")
     if product_id not in _state["products"]:
@@ -116,8 +116,8 @@ def get_product(product_id: str) -> dict:
     return copy.deepcopy(_state["products"][product_id])
 
 
-@server.tool()
-def cancel_pending_order(order_ref: str, reason: str, customer_ref: str, op_token: str) -> dict:
+@server.tool(structured_output=True)
+def cancel_pending_order(order_ref: str, reason: str, customer_ref: str, op_token: str) -> dict[str, Any]:
     """Cancel a pending order (reason: 'no longer needed' or 'ordered by mistake')."""
     def run():
         o = _order(order_ref, customer_ref)
@@ -131,8 +131,8 @@ def cancel_pending_order(order_ref: str, reason: str, customer_ref: str, op_toke
     return _write("cancel_pending_order", op_token, run)
 
 
-@server.tool()
-def modify_pending_order_address(order_ref: str, address: dict, customer_ref: str, op_token: str) -> dict:
+@server.tool(structured_output=True)
+def modify_pending_order_address(order_ref: str, address: dict, customer_ref: str, op_token: str) -> dict[str, Any]:
     """Send a pending order to another address."""
     def run():
         o = _order(order_ref, customer_ref)
@@ -179,8 +179,8 @@ def _swap(o: dict, customer: dict, swaps: list, pm_id: str, same: str) -> float:
     return round(diff, 2)
 
 
-@server.tool()
-def modify_pending_order_items(order_ref: str, swaps: list[dict], pm_id: str, customer_ref: str, op_token: str) -> dict:
+@server.tool(structured_output=True)
+def modify_pending_order_items(order_ref: str, swaps: list[dict], pm_id: str, customer_ref: str, op_token: str) -> dict[str, Any]:
     """Change items of a pending order to other variants of the same product (once per order)."""
     def run():
         o = _order(order_ref, customer_ref)
@@ -194,8 +194,8 @@ def modify_pending_order_items(order_ref: str, swaps: list[dict], pm_id: str, cu
     return _write("modify_pending_order_items", op_token, run)
 
 
-@server.tool()
-def return_delivered_order_items(order_ref: str, line_ids: list[str], refund_to: str, customer_ref: str, op_token: str) -> dict:
+@server.tool(structured_output=True)
+def return_delivered_order_items(order_ref: str, line_ids: list[str], refund_to: str, customer_ref: str, op_token: str) -> dict[str, Any]:
     """Return items of a delivered order; refund to its payment method or a gift card."""
     def run():
         o = _order(order_ref, customer_ref)
@@ -217,8 +217,8 @@ def return_delivered_order_items(order_ref: str, line_ids: list[str], refund_to:
     return _write("return_delivered_order_items", op_token, run)
 
 
-@server.tool()
-def exchange_delivered_order_items(order_ref: str, swaps: list[dict], pm_id: str, customer_ref: str, op_token: str) -> dict:
+@server.tool(structured_output=True)
+def exchange_delivered_order_items(order_ref: str, swaps: list[dict], pm_id: str, customer_ref: str, op_token: str) -> dict[str, Any]:
     """Exchange delivered items for other variants of the same product type."""
     def run():
         o = _order(order_ref, customer_ref)
@@ -230,8 +230,8 @@ def exchange_delivered_order_items(order_ref: str, swaps: list[dict], pm_id: str
     return _write("exchange_delivered_order_items", op_token, run)
 
 
-@server.tool()
-def update_customer_address(address: dict, customer_ref: str, op_token: str) -> dict:
+@server.tool(structured_output=True)
+def update_customer_address(address: dict, customer_ref: str, op_token: str) -> dict[str, Any]:
     """Replace the customer's default address."""
     def run():
         c = _customer(customer_ref)
@@ -241,21 +241,21 @@ def update_customer_address(address: dict, customer_ref: str, op_token: str) -> 
     return _write("update_customer_address", op_token, run)
 
 
-@server.tool()
-def debug_reset() -> dict:
+@server.tool(structured_output=True)
+def debug_reset() -> dict[str, Any]:
     """Reload the records from the data file."""
     _load()
     return {"ok": True}
 
 
-@server.tool()
-def debug_dump() -> dict:
+@server.tool(structured_output=True)
+def debug_dump() -> dict[str, Any]:
     """Every record and every write the tools made."""
     return {"customers": _state["customers"], "orders": _state["orders"], "writes": _state["writes"]}
 
 
-@server.tool()
-def debug_fail(tool: str, times: int = 1) -> dict:
+@server.tool(structured_output=True)
+def debug_fail(tool: str, times: int = 1) -> dict[str, Any]:
     """Make the next `times` calls of `tool` fail."""
     _state["failures"][tool] = times
     return {"ok": True}
