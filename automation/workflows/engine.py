@@ -423,10 +423,12 @@ class FlowEngine:
             value = found[-1] if found else None
         else:
             raw = (text or "").strip()
-            try:
-                value = json.loads(raw)
-            except ValueError:
-                value = raw or None
+            value = raw or None
+            if (v.get("schema") or {}).get("type") not in (None, "string"):
+                try:
+                    value = json.loads(raw)
+                except ValueError:
+                    pass
         if value is None or not slot.check(value):
             return None
         return value
@@ -553,12 +555,16 @@ class FlowEngine:
 
     def _do_choose(self, conn, inst, wf, step, caller, run, text, entities):
         name = step.arg
+        if text is None and name in inst["slots"]:
+            return "next"
         options = self._options(inst, step)
         if not options:
+            if step.get("refuse"):
+                run.say(self._text(step.get("refuse"), inst, wf, run.lang))
+                self._finish(inst, "completed", "refused")
+                return "stop"
             return self._fail(inst, wf, step, run, "there is nothing to choose from")
         if text is None:
-            if name in inst["slots"]:
-                return "next"
             if len(options) == 1 and step.get("auto_single", False):
                 inst["slots"][name] = self._value(inst, step, options[0])
                 return "next"

@@ -29,7 +29,7 @@ _ID = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 COMMON_KEYS = {"id", "when", "goto", "next", "on_error", "on_reject", "reset"}
 KIND_KEYS = {
     "ask": {"prompt", "quick_replies"},
-    "choose": {"options", "label", "value", "option_id", "match", "prompt", "auto_single"},
+    "choose": {"options", "label", "value", "option_id", "match", "prompt", "auto_single", "refuse"},
     "confirm": {"pending_action"},
     "call": {"args", "bind"},
     "set": set(),
@@ -513,6 +513,9 @@ def _cross_check(wf: Workflow, chk: _Checker) -> None:
                     expr(s.raw[key], p + (key,), {"option"})
             for j, m in enumerate(s.raw.get("match") or []):
                 expr(m, p + ("match", j), {"option"})
+            if "refuse" in s.raw:
+                chk.texts(s.raw["refuse"], p + ("refuse",))
+                template(s.raw["refuse"], p + ("refuse",))
         elif k == "confirm":
             chk.texts(s.arg, p + ("confirm",))
             template(s.arg, p + ("confirm",))
@@ -634,6 +637,15 @@ def _judge_risk(wf: Workflow, risk_of: dict[str, str]) -> None:
                 for read in origin.get(n, set()):
                     if RISK_ORDER[judged.get(read, "read")] < RISK_ORDER[risk]:
                         judged[read] = risk
+    # a read that runs before a write shapes what the write does (its guards, its choices): judged at that write
+    order = list(wf.steps)
+    for i, sid in enumerate(order):
+        if wf.steps[sid].kind != "call":
+            continue
+        later = [risk_of.get(x, "read") for x in order[i + 1:] if x in risk_of]
+        top = max(later, key=lambda r: RISK_ORDER[r], default="read")
+        if RISK_ORDER[top] > RISK_ORDER[judged.get(sid, "read")]:
+            judged[sid] = top
     wf.call_risk = {k: v for k, v in judged.items() if wf.steps[k].kind == "call"}
     wf.risk = max(risk_of.values(), key=lambda r: RISK_ORDER[r], default="read")
 
