@@ -21,7 +21,8 @@ from typing import Any, Callable, Protocol
 
 from automation.tools.base import Caller, ToolGateway
 from automation.workflows import store
-from automation.workflows.expr import ExpressionError, evaluate, evaluate_bool, evaluate_value, render
+from automation.workflows.expr import (ExpressionError, evaluate, evaluate_bool, evaluate_each, evaluate_value,
+                                       format_value, render, template_expr)
 from automation.workflows.spec import RISK_ORDER, Step, Workflow, WorkflowSet
 from automation.workflows import understand as U
 
@@ -475,8 +476,8 @@ class FlowEngine:
             run.awaiting = step.arg
         elif step.kind == "choose":
             options = self._options(inst, step)
-            ids, _ = self._option_texts(inst, step, options)
-            labels = [self._label(inst, wf, step, o, lang) for o in options]
+            _, _, by_lang = self._option_rows(inst, step, options)
+            labels = by_lang.get(lang) or by_lang.get("en") or next(iter(by_lang.values()))
             only = inst["pending"].get("choose_among", {}).get(step.id)
             shown = [i for i in (only or range(len(options))) if i < len(options)]
             if with_prompt:
@@ -505,25 +506,33 @@ class FlowEngine:
             raise ExpressionError(f"{step.raw['options']}: options must be a list")
         return options
 
-    def _option_texts(self, inst: dict, step: Step, options: list) -> tuple[list[str], list[list[str]]]:
-        ids, texts = [], []
-        for o in options:
-            scope = self._scope(inst, option=o)
-            oid = evaluate(step.raw["option_id"], scope) if "option_id" in step.raw else (
-                o.get("id") if isinstance(o, dict) else o)
+    def _option_rows(self, inst: dict, step: Step, options: list) -> tuple[list[str], list[list[str]], dict[str, list[str]]]:
+        """Every option's id, matchable texts and label per language, from one CEL evaluation."""
+        label = step.raw["label"]
+        labels = label if isinstance(label, dict) else {lang: label for lang in ("zh", "en")}
+        langs = [lang for lang in ("en", "zh") if labels.get(lang)]
+        exprs = ["fmt_(" + step.raw["option_id"] + ")" if "option_id" in step.raw else "fmt_(option)"]
+        exprs += [template_expr(labels[lang]) for lang in langs]
+        matches = list(step.get("match") or [])
+        exprs += matches
+        rows = evaluate_each(options, "option", exprs, self._scope(inst))
+        ids, texts, by_lang = [], [], {lang: [] for lang in langs}
+        for o, row in zip(options, rows):
+            oid = row[0] if "option_id" in step.raw else (o.get("id") if isinstance(o, dict) else row[0])
             ids.append("" if oid is None else str(oid))
-            fields = [render(step.raw["label"].get("en", "") if isinstance(step.raw["label"], dict)
-                             else step.raw["label"], scope)]
-            if isinstance(step.raw["label"], dict) and step.raw["label"].get("zh"):
-                fields.append(render(step.raw["label"]["zh"], scope))
-            for m in step.get("match") or []:
-                v = evaluate(m, scope)
-                fields.extend([str(x) for x in v] if isinstance(v, list) else [str(v)])
+            fields = []
+            for j, lang in enumerate(langs):
+                by_lang[lang].append(row[1 + j])
+                if row[1 + j] not in fields:
+                    fields.append(row[1 + j])
+            for v in row[1 + len(langs):]:
+                fields.extend([format_value(x) for x in v] if isinstance(v, list) else [format_value(v)])
             texts.append(fields)
-        return ids, texts
+        return ids, texts, by_lang
 
-    def _label(self, inst: dict, wf: Workflow, step: Step, option: Any, lang: str) -> str:
-        return self._text(step.raw["label"], inst, wf, lang, option=option)
+    def _option_texts(self, inst: dict, step: Step, options: list) -> tuple[list[str], list[list[str]]]:
+        ids, texts, _ = self._option_rows(inst, step, options)
+        return ids, texts
 
     # ------------------------------------------------------------------ step kinds
 

@@ -50,17 +50,43 @@ def roots(source: str) -> tuple[set[str], set[str]]:
     return names, set(_SLOT_REF.findall(bare))
 
 
-def _context(data: dict[str, Any]) -> cel.Context:
+_EXTENSIONS: dict[str, Any] = {name: fn for lib in _stdlib.EXTENSIONS.values() for name, fn in lib.items()}
+_EXTENSIONS["fmt_"] = lambda value: format_value(value)   # the templates' formatting, inside one CEL program
+
+
+@lru_cache(maxsize=4096)
+def _functions(source: str) -> tuple[tuple[str, Any], ...]:
+    """The extension functions a program calls: registering all of them is most of a small evaluation's cost."""
+    used = set(compile_expr(source).functions())
+    return tuple((n, f) for n, f in _EXTENSIONS.items() if n in used or n.split(".")[-1] in used)
+
+
+def _context(source: str, data: dict[str, Any]) -> cel.Context:
     ctx = cel.Context()
-    _stdlib.add_stdlib_to_context(ctx)
+    for name, fn in _functions(source):
+        ctx.add_function(name, fn)
     ctx.update(data)
     return ctx
 
 
+@lru_cache(maxsize=4096)
+def _reads(source: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(every name the program reads, the top-level names that must come from the data)."""
+    names, _ = roots(source)
+    return frozenset(compile_expr(source).variables()), frozenset(names)
+
+
 def evaluate(source: str, data: dict[str, Any]) -> Any:
     program = compile_expr(source)
+    reads, required = _reads(source)
+    missing = sorted(n for n in required if n not in data)
+    if missing:
+        raise ExpressionError(f"{source}: Undefined variable {', '.join(missing)}")
+    # hand CEL only the names the expression reads: converting a large tool result it does not use is
+    # most of an evaluation's cost
+    needed = {k: data[k] for k in reads if k in data}
     try:
-        return program.execute(_context(data))
+        return program.execute(_context(source, needed))
     except (RuntimeError, TypeError, ValueError, KeyError) as exc:
         raise ExpressionError(f"{source}: {str(exc).splitlines()[0]}") from None
 
@@ -104,3 +130,24 @@ def evaluate_value(spec: Any, data: dict[str, Any]) -> Any:
     if isinstance(spec, list):
         return [evaluate_value(v, data) for v in spec]
     return spec
+
+
+def template_expr(template: str) -> str:
+    """A template as one CEL string expression: ``"Order {{ o.id }}"`` -> ``"Order " + fmt_(o.id)``."""
+    parts, last = [], 0
+    for m in _HOLE.finditer(template):
+        if m.start() > last:
+            parts.append(json.dumps(template[last:m.start()], ensure_ascii=False))
+        parts.append(f"fmt_({m.group(1)})")
+        last = m.end()
+    if last < len(template):
+        parts.append(json.dumps(template[last:], ensure_ascii=False))
+    return " + ".join(parts) or '""'
+
+
+def evaluate_each(items: list, var: str, exprs: list[str], data: dict[str, Any]) -> list[list[Any]]:
+    """Evaluate several expressions for every item of a list in one CEL program (one conversion of the data)."""
+    if not items:
+        return []
+    source = f"items_.map({var}, [{', '.join(exprs)}])"
+    return evaluate(source, {**data, "items_": items})

@@ -161,13 +161,20 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
     if len(hits) == 1:
         return Choice(hits[0], [], "id")
     # exact: an option's label or a field stated in the text (or the text is the label)
-    exact = []
+    # exact: an option's label or fields stated in the text (or the text is the label); the option with the
+    # most fields stated wins ("the navy one in size L" names two fields of one variant)
+    counts = []
     for i, fields in enumerate(texts):
+        hit = set()
         for f in fields:
             nf = norm(f)
-            if nf and (nf == t or (len(nf) >= 2 and re.search(rf"(?<![a-z0-9]){re.escape(nf)}(?![a-z0-9])", t))):
-                exact.append(i)
-                break
+            if nf == t:
+                hit.add(("whole", nf))
+            elif nf and re.search(rf"(?<![a-z0-9]){re.escape(nf)}(?![a-z0-9])", t) and (len(nf) >= 2 or nf.isalnum()):
+                hit.add(nf)
+        counts.append(len(hit) + (100 if any(isinstance(h, tuple) for h in hit) else 0))
+    top = max(counts)
+    exact = [i for i, c in enumerate(counts) if c == top] if top > 0 else []
     if len(exact) == 1:
         return Choice(exact[0], [], "exact")
     pool = exact or list(range(n))
