@@ -307,3 +307,38 @@ def test_one_active_flow_per_conversation(engine, shop, turn):
         pass
     else:
         raise AssertionError("a second active flow was started")
+
+
+BRANCHING = """
+workflows:
+  where_to:
+    slots:
+      order_ref: {validate: {entity: order_id, regex: "^W[0-9]{4}$"}, prompt: {zh: 订单号, en: Order number}}
+    steps:
+      - {id: ask_order, ask: order_ref}
+      - id: load
+        call: get_order_details
+        args: {order_ref: slots.order_ref}
+        bind: order
+        next:
+          - {when: 'order.status == "pending"', goto: pending}
+          - {when: 'order.ship_to.city.startsWith("Los")', goto: la}
+          - {goto: other}
+      - {id: pending, reply: {zh: 待处理, en: "{{ order.order_ref }} is still pending"}, goto: finish}
+      - {id: la, reply: {zh: 洛杉矶, en: "{{ order.order_ref }} went to {{ order.ship_to.city }}"}, goto: finish}
+      - {id: other, reply: {zh: 其他, en: "{{ order.order_ref }} went elsewhere"}}
+      - id: finish
+        reply: {zh: 完, en: "{{ size(order.items) }} item(s)"}
+        when: size(order.items) > 1
+      - end: completed
+"""
+
+
+def test_transitions_and_step_conditions_in_cel(shop, approvals, turn):
+    from automation.workflows.spec import parse_workflows
+
+    engine = FlowEngine(parse_workflows(BRANCHING, file="branching.yaml", tools=shop.gateway), shop.gateway, approvals)
+    assert turn(engine.start, "where_to", AVA, "W1001", {}, "en").reply == "W1001 is still pending\n2 item(s)"
+    assert turn(engine.start, "where_to", Caller("web", "cus_ava", conversation_id="c2"), "W1004", {}, "en").reply \
+        == "W1004 went to Los Angeles"
+    assert turn(engine.start, "where_to", BEN, "W2001", {}, "en").reply == "W2001 went elsewhere"
