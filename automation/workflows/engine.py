@@ -172,15 +172,14 @@ class FlowEngine:
             return self._turn(inst, wf, run)
         inst["lang"] = lang
         if inst["status"] == "waiting_approval":
-            if U.is_cancel(text):
-                run.say(_t("still_reviewing", lang))
-            else:
-                run.say(_t("still_reviewing", lang))
+            # the decision is in a human's hands now: only resolve_approval moves the flow on
+            run.say(_t("still_reviewing", lang))
             return self._turn(inst, wf, run)
         step = wf.steps.get(inst["step"]) if inst["step"] else None
+        if step is not None and inst["status"] == "waiting" and U.is_cancel(text) and not (
+                step.kind in ("ask", "choose", "confirm") and self._answers(inst, wf, step, text, entities)):
+            return self._cancel(conn, inst, wf, run, "customer")
         if step is not None and step.kind in ("ask", "choose", "confirm") and inst["status"] == "waiting":
-            if U.is_cancel(text) and not self._answers(inst, wf, step, text, entities):
-                return self._cancel(conn, inst, wf, run, "customer")
             if (intent and intent_confidence is not None and intent_confidence >= self.drift_threshold
                     and intent not in wf.intents and not self._answers(inst, wf, step, text, entities)):
                 inst["attempts"]["_reasks"] = inst["attempts"].get("_reasks", 0) + 1
