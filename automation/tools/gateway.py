@@ -185,13 +185,13 @@ class Gateway:
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "arguments"
             return self._fail(spec, "invalid_input", f"{where}: {error.message}")
+        if guard.is_open():
+            return self._fail(spec, "breaker_open", f"{spec.name}: circuit open after repeated failures")
         if guard.bucket is not None:
             bucket_key = caller.customer_id if spec.rate_limit.scope == "customer" else "*"
             if not guard.bucket.take(f"{caller.channel}\x00{bucket_key}"):
                 return self._fail(spec, "rate_limited", f"{spec.name}: rate limit of {spec.rate_limit.calls} "
                                   f"calls per {spec.rate_limit.per_seconds:g} s reached")
-        if guard.is_open():
-            return self._fail(spec, "breaker_open", f"{spec.name}: circuit open after repeated failures")
 
         transport = self._transports[spec.binding.server]
         # reads may be repeated; writes only carry a key here, which the server deduplicates on
@@ -245,6 +245,11 @@ class Gateway:
             return None
         try:
             with self._pool.connection() as conn:
+                if not (spec.writes and result.attempts > 0):
+                    # a read (or a call refused before it left) need not wait for the WAL flush: the row is
+                    # committed at once and on disk within the WAL writer's delay; a write that reached the
+                    # business system keeps a synchronous commit
+                    conn.execute("SET LOCAL synchronous_commit TO OFF")
                 row = conn.execute(
                     "INSERT INTO tool_calls (conversation_id, turn_id, purpose, tool, risk, caller_channel,"
                     " caller_customer, input, output, status, error, latency_ms, attempts, idempotency_key)"
