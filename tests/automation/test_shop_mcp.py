@@ -158,3 +158,28 @@ def test_check_finds_every_remote_tool(shop_gateway):
     spec = shop_gateway.spec("request_refund")
     assert spec.risk == "money" and spec.caller_arguments == ["order_id", "amount", "reason"]
     assert set(spec.description) == {"zh", "en"}
+
+
+def _descendants(pid: int) -> list[int]:
+    from pathlib import Path
+
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            out += [int(child), *_descendants(int(child))]
+    return out
+
+
+def test_a_dead_stdio_server_is_restarted_on_the_next_call(shop_gateway, web_c1):
+    import os
+    import signal
+    from pathlib import Path
+
+    assert shop_gateway.call("get_customer", {}, web_c1).ok
+    shops = [p for p in _descendants(os.getpid())
+             if b"examples.shop" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert len(shops) == 1
+    os.kill(shops[0], signal.SIGKILL)
+    r = shop_gateway.call("get_order", {"order_id": "100235"}, web_c1)  # a read: retried on a new session
+    assert r.ok and r.output["order"]["status"] == "paid"
+    assert shop_gateway._transports["shop"].connects == 2
