@@ -80,6 +80,7 @@ class McpTransport:
                 session = await asyncio.wait_for(asyncio.shield(ready), CONNECT_TIMEOUT_S)
             except BaseException:
                 stop.set()
+                self._keeper.cancel()  # a server stuck in the handshake must not outlive the attempt
                 raise
             self._session, self._stop = session, stop
             self.connects += 1

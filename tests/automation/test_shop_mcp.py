@@ -183,3 +183,28 @@ def test_a_dead_stdio_server_is_restarted_on_the_next_call(shop_gateway, web_c1)
     r = shop_gateway.call("get_order", {"order_id": "100235"}, web_c1)  # a read: retried on a new session
     assert r.ok and r.output["order"]["status"] == "paid"
     assert shop_gateway._transports["shop"].connects == 2
+
+
+def test_concurrent_calls_share_one_session_and_a_key_writes_once(shop_gateway, dsn):
+    from concurrent.futures import ThreadPoolExecutor
+
+    reads = [("get_order", {"order_id": oid}, _caller(), None) for oid in ("100230", "100234", "100235") * 4]
+    writes = [("request_refund", {"order_id": "100251", "amount": 20}, _caller("c3", "refund"), "same-key")] * 5
+    with ThreadPoolExecutor(8) as pool_:
+        results = list(pool_.map(lambda a: shop_gateway.call(a[0], a[1], a[2], idempotency_key=a[3]),
+                                 reads + writes))
+    assert all(r.ok for r in results), [r for r in results if not r.ok]
+    assert {r.output["order"]["order_id"] for r in results[:12]} == {"100230", "100234", "100235"}
+    refunds = results[12:]
+    assert sum(not r.output["repeated"] for r in refunds) == 1
+    assert len({r.output["refund_id"] for r in refunds}) == 1
+    order = next(o for o in shop_dump(dsn)["orders"] if o["order_id"] == "100251")
+    assert len(order["writes"]) == 1
+    assert shop_gateway._transports["shop"].connects == 1
+    # the bundled budget of request_refund is 5 calls a minute per customer
+    sixth = shop_gateway.call("request_refund", {"order_id": "100251", "amount": 20}, _caller("c3", "refund"),
+                              idempotency_key="same-key")
+    assert sixth.status == "rate_limited" and sixth.attempts == 0
+    other = shop_gateway.call("request_refund", {"order_id": "100235", "amount": 1}, _caller("c1", "refund"),
+                              idempotency_key="other-customer")
+    assert other.ok
