@@ -101,6 +101,7 @@ class Server(BaseModel):
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
+    connect_timeout: float = Field(default=30.0, gt=0, le=300, description="seconds to open a session")
     # http
     base_url: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)

@@ -220,7 +220,8 @@ class Gateway:
 
     def _transport_call(self, transport: Transport, spec: ToolSpec, args: dict, key: str | None) -> Any:
         # opening a session (starting a stdio server) is not the tool's time: it gets its own allowance
-        opening = 0.0 if getattr(transport, "connected", True) else CONNECT_TIMEOUT_S
+        opening = 0.0 if getattr(transport, "connected", True) else getattr(transport, "connect_timeout",
+                                                                             CONNECT_TIMEOUT_S)
         future = self._loop.submit(transport.call(spec, args, timeout=spec.timeout_s, idempotency_key=key))
         try:
             return future.result(spec.timeout_s + opening + _BACKSTOP_S)
@@ -319,7 +320,7 @@ def build_transports(config: ToolsFile) -> dict[str, Transport]:
         else:
             out[name] = McpTransport(name, url=server.url or None, command=server.command, args=server.args,
                                      env={k: v for k, v in server.env.items() if v != ""}, cwd=server.cwd,
-                                     headers=server.headers)
+                                     headers=server.headers, connect_timeout=server.connect_timeout)
     return out
 
 

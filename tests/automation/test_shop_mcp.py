@@ -152,6 +152,11 @@ def test_the_audit_rows(shop_gateway, pool):
     assert (refund["caller_channel"], refund["caller_customer"]) == ("web", "c1")
     assert refund["latency_ms"] > 0
 
+    from automation.tools.audit import calls_for_conversation, calls_for_turn
+
+    assert [c["tool"] for c in calls_for_turn(pool, "turn-9")] == ["get_customer", "request_refund"]
+    assert [c["id"] for c in calls_for_conversation(pool, "conv-9", limit=1)] == [str(refund["id"])]
+
 
 def test_check_finds_every_remote_tool(shop_gateway):
     assert shop_gateway.check() == {}
