@@ -99,6 +99,7 @@ def run(dsn: str, calls: int, short: int, quiet: bool) -> dict:
             assert gw.call("get_order", args, caller).ok
 
         own_with_audit, own_without_audit, totals, transport = [], [], [], []
+        cpu0 = time.process_time()
         for _ in range(calls):
             t = time.perf_counter()
             r = gw.call("get_order", args, caller)
@@ -108,6 +109,7 @@ def run(dsn: str, calls: int, short: int, quiet: bool) -> dict:
             transport.append(timed.last_s * 1000)
             own_with_audit.append((wall - timed.last_s) * 1000)
             own_without_audit.append(r.latency_ms - timed.last_s * 1000)
+        cpu_gateway = (time.process_time() - cpu0) * 1000 / calls
 
         session = timed.inner._session
 
@@ -117,7 +119,9 @@ def run(dsn: str, calls: int, short: int, quiet: bool) -> dict:
             assert not result.is_error
             return (time.perf_counter() - t) * 1000
 
+        cpu0 = time.process_time()
         raw = [gw._loop.run(raw_call(), 30) for _ in range(calls)]
+        cpu_raw = (time.process_time() - cpu0) * 1000 / calls
 
         guard = gw._guards["track_shipment"]
         guard.breaker.open()
@@ -139,6 +143,10 @@ def run(dsn: str, calls: int, short: int, quiet: bool) -> dict:
         "own_overhead_without_audit": summary(own_without_audit),
         "breaker_open_with_audit": summary(short_wall),
         "breaker_open_without_audit": summary(short_no_audit),
+        # this process's CPU per call (both threads; the shop's own process not included): the gateway's
+        # call, a raw SDK call_tool, and the difference = the gateway's own CPU work, load-independent
+        "cpu_ms_per_call": {"gateway": round(cpu_gateway, 3), "raw_sdk": round(cpu_raw, 3),
+                            "own": round(cpu_gateway - cpu_raw, 3)},
     }
 
 
@@ -192,6 +200,9 @@ def main() -> None:
                 "own_overhead_without_audit", "breaker_open_with_audit", "breaker_open_without_audit"):
         r = results[key]
         print(f"{key:<32} {r['p50_ms']:>8.3f} {r['p95_ms']:>8.3f} {r['p99_ms']:>8.3f}")
+    cpu = results["cpu_ms_per_call"]
+    print(f"CPU ms per call in this process: gateway {cpu['gateway']:.3f}, raw SDK {cpu['raw_sdk']:.3f}, "
+          f"own {cpu['own']:.3f}")
     print(f"written to {args.out}")
 
 
