@@ -170,6 +170,8 @@ class Gateway:
         spec = guard.spec
         if not spec.allows(caller.purpose):
             return self._fail(spec, "denied", f"{spec.name} is not allowed for {caller.purpose or 'no purpose'}")
+        if spec.identity_argument and not (caller.customer_id or "").strip():
+            return self._fail(spec, "denied", f"{spec.name} needs a verified customer; the caller has none")
         if key is not None and (not isinstance(key, str) or not key.strip() or len(key) > 200):
             return self._fail(spec, "invalid_input", "the idempotency key must be a non-empty string (<= 200)")
         if spec.writes and not key:

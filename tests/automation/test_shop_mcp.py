@@ -61,7 +61,9 @@ def test_a_write_without_idempotency_key_is_refused(shop_gateway, dsn):
 def test_a_purpose_outside_allowed_for_is_denied(shop_gateway):
     r = shop_gateway.call("request_refund", {"order_id": "100235", "amount": 10}, _caller(purpose="small_talk"),
                           idempotency_key="k-denied")
-    assert r.status == "denied" and r.output is None
+    assert r.status == "denied" and r.output is None and r.attempts == 0
+    r = shop_gateway.call("get_order", {"order_id": "100235", "customer_id": "c1"}, _caller(customer=""))
+    assert r.status == "denied" and "verified customer" in r.error
 
 
 def test_a_repeated_refund_with_the_same_key_changes_the_shop_once(shop_gateway, dsn):
