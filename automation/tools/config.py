@@ -428,7 +428,7 @@ def load_tools_file(path: str | Path | None = None, *, variables: Mapping[str, s
     return parse_tools(text, file=str(p), variables=variables)
 
 
-def to_specs(config: ToolsFile, marks_file: str | None = None) -> list[ToolSpec]:
+def to_specs(config: ToolsFile) -> list[ToolSpec]:
     specs = []
     for tool in config.tools:
         server = config.servers[tool.server]

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from conftest import REPO, gateway_env, shop_dump, wait_for_port
+from tool_servers import REPO, gateway_env, shop_dump, wait_for_port
 
 
 def _gateway(pool, url):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import shop_dump
+from tool_servers import shop_dump
 
 
 def _caller(customer: str = "c1", purpose: str = "order_status", channel: str = "web"):

@@ -6,14 +6,12 @@ loopback (tool_servers.py).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from textwrap import dedent
 
 import pytest
 
-from conftest import free_port, gateway_env
-from tool_servers import ApiServer
+from tool_servers import ApiServer, free_port, gateway_env
 
 HERE = Path(__file__).resolve().parent
 
