@@ -91,7 +91,6 @@ class ToolSpec:
     identity_argument: str | None = None  # the argument the gateway fills with the verified customer id
     idempotency_argument: str | None = None  # the argument the gateway fills with the idempotency key
     static_arguments: dict[str, Any] = field(default_factory=dict)  # set by the gateway on every call
-    line: int | None = None  # where it is declared (for messages)
 
     @property
     def injected_arguments(self) -> frozenset[str]:

@@ -101,6 +101,7 @@ class Server(BaseModel):
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
+    connect_timeout: float = Field(default=30.0, gt=0, le=300, description="seconds to open a session")
     # http
     base_url: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
@@ -427,7 +428,7 @@ def load_tools_file(path: str | Path | None = None, *, variables: Mapping[str, s
     return parse_tools(text, file=str(p), variables=variables)
 
 
-def to_specs(config: ToolsFile, marks_file: str | None = None) -> list[ToolSpec]:
+def to_specs(config: ToolsFile) -> list[ToolSpec]:
     specs = []
     for tool in config.tools:
         server = config.servers[tool.server]

@@ -170,6 +170,8 @@ class Gateway:
         spec = guard.spec
         if not spec.allows(caller.purpose):
             return self._fail(spec, "denied", f"{spec.name} is not allowed for {caller.purpose or 'no purpose'}")
+        if spec.identity_argument and not (caller.customer_id or "").strip():
+            return self._fail(spec, "denied", f"{spec.name} needs a verified customer; the caller has none")
         if key is not None and (not isinstance(key, str) or not key.strip() or len(key) > 200):
             return self._fail(spec, "invalid_input", "the idempotency key must be a non-empty string (<= 200)")
         if spec.writes and not key:
@@ -185,13 +187,13 @@ class Gateway:
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "arguments"
             return self._fail(spec, "invalid_input", f"{where}: {error.message}")
+        if guard.is_open():
+            return self._fail(spec, "breaker_open", f"{spec.name}: circuit open after repeated failures")
         if guard.bucket is not None:
             bucket_key = caller.customer_id if spec.rate_limit.scope == "customer" else "*"
             if not guard.bucket.take(f"{caller.channel}\x00{bucket_key}"):
                 return self._fail(spec, "rate_limited", f"{spec.name}: rate limit of {spec.rate_limit.calls} "
                                   f"calls per {spec.rate_limit.per_seconds:g} s reached")
-        if guard.is_open():
-            return self._fail(spec, "breaker_open", f"{spec.name}: circuit open after repeated failures")
 
         transport = self._transports[spec.binding.server]
         # reads may be repeated; writes only carry a key here, which the server deduplicates on
@@ -220,7 +222,8 @@ class Gateway:
 
     def _transport_call(self, transport: Transport, spec: ToolSpec, args: dict, key: str | None) -> Any:
         # opening a session (starting a stdio server) is not the tool's time: it gets its own allowance
-        opening = 0.0 if getattr(transport, "connected", True) else CONNECT_TIMEOUT_S
+        opening = 0.0 if getattr(transport, "connected", True) else getattr(transport, "connect_timeout",
+                                                                             CONNECT_TIMEOUT_S)
         future = self._loop.submit(transport.call(spec, args, timeout=spec.timeout_s, idempotency_key=key))
         try:
             return future.result(spec.timeout_s + opening + _BACKSTOP_S)
@@ -245,6 +248,11 @@ class Gateway:
             return None
         try:
             with self._pool.connection() as conn:
+                if not (spec.writes and result.attempts > 0):
+                    # a read (or a call refused before it left) need not wait for the WAL flush: the row is
+                    # committed at once and on disk within the WAL writer's delay; a write that reached the
+                    # business system keeps a synchronous commit
+                    conn.execute("SET LOCAL synchronous_commit TO OFF")
                 row = conn.execute(
                     "INSERT INTO tool_calls (conversation_id, turn_id, purpose, tool, risk, caller_channel,"
                     " caller_customer, input, output, status, error, latency_ms, attempts, idempotency_key)"
@@ -314,7 +322,7 @@ def build_transports(config: ToolsFile) -> dict[str, Transport]:
         else:
             out[name] = McpTransport(name, url=server.url or None, command=server.command, args=server.args,
                                      env={k: v for k, v in server.env.items() if v != ""}, cwd=server.cwd,
-                                     headers=server.headers)
+                                     headers=server.headers, connect_timeout=server.connect_timeout)
     return out
 
 

@@ -41,7 +41,7 @@ _CONNECTION_ERRORS = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyi
 class McpTransport:
     def __init__(self, name: str, *, url: str | None = None, command: str | None = None, args: list[str] | None = None,
                  env: dict[str, str] | None = None, cwd: str | None = None, headers: dict[str, str] | None = None,
-                 errlog=None):
+                 connect_timeout: float = CONNECT_TIMEOUT_S, errlog=None):
         if not url and not command:
             raise ValueError("an MCP server needs a url or a command")
         self.name = name
@@ -50,6 +50,7 @@ class McpTransport:
                                                                    env=dict(env or {}), cwd=cwd)
         self._headers = dict(headers or {})
         self._errlog = errlog or sys.stderr
+        self.connect_timeout = connect_timeout
         self._session: ClientSession | None = None
         self._stop: asyncio.Event | None = None
         self._keeper: asyncio.Task | None = None
@@ -77,9 +78,11 @@ class McpTransport:
             stop = asyncio.Event()
             self._keeper = asyncio.create_task(self._keep(ready, stop), name=f"mcp-{self.name}")
             try:
-                session = await asyncio.wait_for(asyncio.shield(ready), CONNECT_TIMEOUT_S)
+                session = await asyncio.wait_for(asyncio.shield(ready), self.connect_timeout)
             except BaseException:
                 stop.set()
+                ready.cancel()
+                self._keeper.cancel()  # a server stuck in the handshake must not outlive the attempt
                 raise
             self._session, self._stop = session, stop
             self.connects += 1
@@ -126,7 +129,7 @@ class McpTransport:
         try:
             session = await self._connect()
         except asyncio.TimeoutError:
-            raise TransportUnavailable(f"{self.name}: could not connect within {CONNECT_TIMEOUT_S:.0f} s") from None
+            raise TransportUnavailable(f"{self.name}: could not connect within {self.connect_timeout:g} s") from None
         except TransportError:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure to connect is the server being unavailable

@@ -60,11 +60,14 @@ def dump(argv: list[str]) -> int:
     p.add_argument("--dsn", help="Postgres DSN (default: $SWITCHBOARD_DATABASE_URL)")
     args = p.parse_args(argv)
 
-    from examples.shop.store import Shop
+    from examples.shop.store import Shop, ShopError
 
     shop = Shop(_dsn(args.dsn), max_size=1)
     try:
         data = shop.dump()
+    except ShopError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     finally:
         shop.close()
     if args.json:

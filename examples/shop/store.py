@@ -331,6 +331,8 @@ class Shop:
 
     def dump(self) -> dict:
         with self.pool.connection() as conn:
+            if conn.execute("SELECT to_regclass('shop.orders') IS NULL AS missing").fetchone()["missing"]:
+                raise ShopError("not_loaded", "this database has no shop yet: start the shop once to load its data")
             customers = conn.execute("SELECT customer_id, name, phone FROM shop.customers ORDER BY customer_id"
                                      ).fetchall()
             orders = conn.execute("SELECT * FROM shop.orders ORDER BY position").fetchall()

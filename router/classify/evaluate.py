@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from router.intents import UNKNOWN
+from router.classify.intents import UNKNOWN
 
 # --- data --------------------------------------------------------------------------------------------------
 

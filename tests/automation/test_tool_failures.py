@@ -6,14 +6,12 @@ loopback (tool_servers.py).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from textwrap import dedent
 
 import pytest
 
-from conftest import free_port, gateway_env
-from tool_servers import ApiServer
+from tool_servers import ApiServer, free_port, gateway_env
 
 HERE = Path(__file__).resolve().parent
 
@@ -219,3 +217,29 @@ def test_every_outcome_is_audited(flaky_gateway, caller, pool):
     assert rows[0]["output"] == {"value": "a"} and rows[1]["output"] is None
     assert {r["caller_customer"] for r in rows} == {"c9"} and {r["turn_id"] for r in rows} == {"t-1"}
     assert [r["attempts"] for r in rows] == [1, 1, 0]
+
+
+def test_servers_that_cannot_be_reached_are_errors_not_crashes(pool, tmp_path, caller):
+    from automation.tools import load_tool_gateway
+
+    text = dedent(f"""\
+        version: 1
+        servers:
+          missing: {{transport: mcp, command: /nonexistent/server}}
+          mute: {{transport: mcp, command: "${{PYTHON}}", args: [-c, "import time; time.sleep(60)"],
+                  connect_timeout: 1}}
+          closed: {{transport: http, base_url: "http://127.0.0.1:{free_port()}"}}
+        tools:
+        """) + "\n".join([_tool("a", "missing", remote="echo"), _tool("b", "mute", remote="echo"),
+                          _tool("c", "closed", http="{method: GET, path: /x}", out=ANY)]) + "\n"
+    path = tmp_path / "tools.yaml"
+    path.write_text(text, encoding="utf-8")
+    gw = load_tool_gateway(path, pool=pool, variables=gateway_env())
+    try:
+        for name in ("a", "b", "c"):
+            r = gw.call(name, {}, caller)
+            assert r.status == "error" and r.output is None, r
+        assert "could not connect" in gw.call("b", {}, caller).error
+        assert set(gw.check()) == {"a", "b"}  # the http server cannot tell before a call
+    finally:
+        gw.close()

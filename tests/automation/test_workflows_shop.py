@@ -7,7 +7,7 @@ import pytest
 from automation.tools import Caller
 from automation.workflows.engine import FlowEngine
 from automation.workflows.spec import load_workflows
-from conftest import shop_dump
+from tool_servers import shop_dump
 
 
 @pytest.fixture

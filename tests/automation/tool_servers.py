@@ -1,14 +1,58 @@
-"""A small real HTTP API on loopback for the HTTP transport's tests (FastAPI served by uvicorn in a thread)."""
+"""Helpers of the tool gateway's tests: ports, the variables tools.yaml sees, the shop's dump, and a small real
+HTTP API on loopback for the HTTP transport (FastAPI served by uvicorn in a thread)."""
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on {port} after {timeout} s")
+
+
+def gateway_env(**extra: str) -> dict[str, str]:
+    """Variables for tools.yaml: this checkout on the shop's path, the stdio transport unless a URL is given."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["SWITCHBOARD_SHOP_URL"] = ""
+    env.pop("SWITCHBOARD_SHOP_DATA", None)
+    env.update(extra)
+    return env
+
+
+def shop_dump(dsn: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "examples.shop", "dump", "--json", "--dsn", dsn], cwd=REPO,
+                         env=gateway_env(), capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(out.stdout)
 
 
 class ApiServer:
