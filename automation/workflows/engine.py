@@ -481,7 +481,7 @@ class FlowEngine:
             shown = [i for i in (only or range(len(options))) if i < len(options)]
             if with_prompt:
                 run.say(self._text(step.get("prompt"), inst, wf, lang))
-            run.say("\n".join(f"{i + 1}. {labels[i]}" for i in shown))
+            run.say("\n".join(f"{n + 1}. {labels[i]}" for n, i in enumerate(shown)))   # numbered as answered
             run.quick = [labels[i] for i in shown]
             run.awaiting = step.arg
         elif step.kind == "confirm":

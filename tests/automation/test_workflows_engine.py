@@ -270,6 +270,7 @@ def test_choose_by_number_id_and_description_and_ask_again_when_two_match(engine
     assert t.awaiting == "variant"
     t = turn(engine.advance, t.instance_id, AVA, "waterproof", {}, "en")     # two waterproof variants: ask again
     assert t.awaiting == "variant" and "Several match" in t.reply and "size 11" in t.reply and "size 12" in t.reply
+    assert len(t.quick_replies) == 2 and t.reply.count("\n1. ") == 1 and "\n2. " in t.reply
     t = turn(engine.advance, t.instance_id, AVA, "size 12", {}, "en")
     assert t.awaiting == "pm_id"
     t = turn(engine.advance, t.instance_id, AVA, "2", {}, "en")              # by number: PayPal
