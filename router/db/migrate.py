@@ -16,7 +16,7 @@ from importlib import resources
 
 import psycopg
 
-PACKAGES = ("router", "rag", "handoff")
+PACKAGES = ("router", "rag", "handoff", "automation")
 LOCK_KEY = 0x5357_4244  # "SWBD": one advisory lock id for the whole schema
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 

@@ -7,7 +7,6 @@ import os
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-
 log = logging.getLogger(__name__)
 
 STAGES = ("harness", "rules", "embedding", "retrieval", "rerank", "answer", "handoff", "total")

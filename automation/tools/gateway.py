@@ -1,0 +1,354 @@
+"""The tool gateway: every call to a business system goes through ``Gateway.call``.
+
+In order: the purpose is allowed (``allowed_for``), a write carries an idempotency key, the gateway sets the
+arguments it owns (the verified customer id, static arguments, the key), the input validates against the
+schema (formats included), the rate limit and the circuit breaker let it through; then the transport runs
+with the tool's timeout and retry policy, the output validates against the output schema, and the call is
+audited in ``tool_calls`` on a pooled connection of its own. ``call`` never raises for a tool's failure.
+
+The circuit breaker is pybreaker (a well-kept implementation of the states and their transitions). Its own
+``call`` holds a lock for the whole guarded call, which would let one slow request serialise every turn that
+uses the tool; so the gateway asks the breaker's state before the call and reports the outcome to it after,
+through ``breaker.call`` with a function that only re-raises the outcome.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pybreaker
+from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema.exceptions import best_match
+from psycopg.types.json import Jsonb
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from automation.tools.base import (
+    CONNECT_TIMEOUT_S,
+    Caller,
+    MalformedOutput,
+    ToolResult,
+    ToolSpec,
+    Transport,
+    TransportError,
+    TransportTimeout,
+)
+from automation.tools.config import Identity, ToolsFile, load_tools_file, to_specs
+from automation.tools.loop import LoopThread
+from automation.tools.redact import Redactor, mask_text, redact_value
+
+log = logging.getLogger(__name__)
+
+_ERROR_CHARS = 300
+_BACKSTOP_S = 2.0  # the loop enforces the tool's timeout; this only guards against a stuck loop
+
+
+class ToolSettings(BaseSettings):
+    """Where the tools file is and how the example shop is reached (prefix ``SWITCHBOARD_``)."""
+
+    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_", env_file=".env", env_file_encoding="utf-8",
+                                      extra="ignore")
+
+    tools_enabled: bool = Field(default=True, description="Build the tool gateway at start-up.")
+    tools_file: Path | None = Field(default=None, description="Tools YAML; unset = automation/tools/samples/"
+                                    "tools.yaml (the example shop over MCP stdio).")
+    shop_url: str | None = Field(default=None, description="The example shop's streamable HTTP endpoint "
+                                 "(e.g. http://127.0.0.1:8201/mcp); unset = start it over stdio.")
+    shop_data: Path | None = Field(default=None, description="Customers and orders the example shop loads; "
+                                   "unset = examples/shop/sample_data.json.")
+
+
+class _Bucket:
+    """Token buckets per key (customer or tool). In-process and exact: a dictionary under a lock is all the
+    budget of a tool needs; pods each enforce their own share."""
+
+    def __init__(self, calls: int, per_seconds: float):
+        self.capacity = float(calls)
+        self.rate = calls / per_seconds
+        self._state: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key: str) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            tokens, at = self._state.get(key, (self.capacity, now))
+            tokens = min(self.capacity, tokens + (now - at) * self.rate)
+            if tokens < 1.0:
+                self._state[key] = (tokens, now)
+                return False
+            self._state[key] = (tokens - 1.0, now)
+            if len(self._state) > 50_000:  # forget customers whose bucket is full again
+                cutoff = now - self.capacity / self.rate
+                self._state = {k: v for k, v in self._state.items() if v[1] > cutoff}
+            return True
+
+
+class _Guard:
+    """Everything per tool that lives as long as the gateway: compiled schemas, breaker, rate limit."""
+
+    def __init__(self, spec: ToolSpec):
+        self.spec = spec
+        checker = FormatChecker()
+        self.input = Draft202012Validator(spec.input_schema, format_checker=checker)
+        self.output = Draft202012Validator(spec.output_schema, format_checker=checker)
+        self.storage = pybreaker.CircuitMemoryStorage(pybreaker.STATE_CLOSED)
+        self.breaker = pybreaker.CircuitBreaker(fail_max=spec.breaker.fail_max,
+                                                reset_timeout=spec.breaker.reset_seconds,
+                                                state_storage=self.storage, name=spec.name)
+        self.bucket = _Bucket(spec.rate_limit.calls, spec.rate_limit.per_seconds) if spec.rate_limit else None
+
+    def is_open(self) -> bool:
+        if self.breaker.current_state != pybreaker.STATE_OPEN:
+            return False
+        opened = self.storage.opened_at
+        return opened is not None and datetime.now(UTC) < opened + timedelta(seconds=self.breaker.reset_timeout)
+
+    def record(self, failure: BaseException | None) -> None:
+        def outcome() -> None:
+            if failure is not None:
+                raise failure
+
+        try:
+            self.breaker.call(outcome)
+        except (pybreaker.CircuitBreakerError, TransportError):
+            pass
+
+
+class Gateway:
+    """The ``ToolGateway`` of base.py over MCP and HTTP transports."""
+
+    def __init__(self, specs: list[ToolSpec], transports: Mapping[str, Transport], *, pool=None,
+                 identity: Identity | None = None, redact: Redactor | None = None, loop: LoopThread | None = None):
+        self._guards = {s.name: _Guard(s) for s in specs}
+        for s in specs:
+            if s.binding.server not in transports:
+                raise ValueError(f"tool {s.name}: no transport for server {s.binding.server!r}")
+        self._transports = dict(transports)
+        self._pool = pool
+        self._identity = identity or Identity()
+        self._redact = redact or mask_text
+        self._loop = loop or LoopThread()
+        self._closed = False
+
+    # --- the ToolGateway protocol --------------------------------------------------------------------------
+
+    def names(self) -> list[str]:
+        return sorted(self._guards)
+
+    def spec(self, name: str) -> ToolSpec:
+        return self._guards[name].spec
+
+    def call(self, name: str, arguments: dict, caller: Caller, *, idempotency_key: str | None = None) -> ToolResult:
+        if name not in self._guards:
+            raise KeyError(f"unknown tool {name!r} (known: {', '.join(self.names())})")
+        if not isinstance(caller, Caller):
+            raise TypeError("caller must be a Caller (the verified identity)")
+        if not isinstance(arguments, dict):
+            raise TypeError("arguments must be a dict")
+        if self._closed:
+            raise RuntimeError("the tool gateway is closed")
+        started = time.perf_counter()
+        guard = self._guards[name]
+        spec = guard.spec
+        args = dict(arguments)
+        result = self._run(guard, args, caller, idempotency_key)
+        result.latency_ms = (time.perf_counter() - started) * 1000.0
+        result.call_id = self._audit(spec, args, caller, idempotency_key, result)
+        return result
+
+    # --- the call --------------------------------------------------------------------------------------------
+
+    def _run(self, guard: _Guard, args: dict, caller: Caller, key: str | None) -> ToolResult:
+        spec = guard.spec
+        if not spec.allows(caller.purpose):
+            return self._fail(spec, "denied", f"{spec.name} is not allowed for {caller.purpose or 'no purpose'}")
+        if spec.identity_argument and not (caller.customer_id or "").strip():
+            return self._fail(spec, "denied", f"{spec.name} needs a verified customer; the caller has none")
+        if key is not None and (not isinstance(key, str) or not key.strip() or len(key) > 200):
+            return self._fail(spec, "invalid_input", "the idempotency key must be a non-empty string (<= 200)")
+        if spec.writes and not key:
+            return self._fail(spec, "invalid_input", f"{spec.name} is a {spec.risk} tool: an idempotency key is "
+                              "required")
+        # the gateway's own arguments win over anything supplied
+        args.update(spec.static_arguments)
+        if spec.identity_argument:
+            args[spec.identity_argument] = self._identity.customer_ref(caller.channel, caller.customer_id)
+        if spec.idempotency_argument and key:
+            args[spec.idempotency_argument] = key
+        error = best_match(guard.input.iter_errors(args))
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path) or "arguments"
+            return self._fail(spec, "invalid_input", f"{where}: {error.message}")
+        if guard.is_open():
+            return self._fail(spec, "breaker_open", f"{spec.name}: circuit open after repeated failures")
+        if guard.bucket is not None:
+            bucket_key = caller.customer_id if spec.rate_limit.scope == "customer" else "*"
+            if not guard.bucket.take(f"{caller.channel}\x00{bucket_key}"):
+                return self._fail(spec, "rate_limited", f"{spec.name}: rate limit of {spec.rate_limit.calls} "
+                                  f"calls per {spec.rate_limit.per_seconds:g} s reached")
+
+        transport = self._transports[spec.binding.server]
+        # reads may be repeated; writes only carry a key here, which the server deduplicates on
+        max_attempts = spec.retry.attempts if (not spec.writes or key) else 1
+        backoff = spec.retry.backoff_ms / 1000.0
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                raw = self._transport_call(transport, spec, args, key)
+            except TransportError as exc:
+                guard.record(exc if exc.counts else None)
+                if exc.retryable and attempt < max_attempts and not guard.is_open():
+                    time.sleep(backoff)
+                    backoff *= 2
+                    continue
+                return self._fail(spec, exc.status, str(exc), attempts=attempt)
+            error = best_match(guard.output.iter_errors(raw))
+            if error is not None:
+                where = "/".join(str(p) for p in error.absolute_path) or "result"
+                guard.record(MalformedOutput(where))
+                return self._fail(spec, "invalid_output", f"{spec.name}: output {where}: {error.message}",
+                                  attempts=attempt)
+            guard.record(None)
+            return ToolResult(tool=spec.name, status="ok", output=raw, attempts=attempt)
+
+    def _transport_call(self, transport: Transport, spec: ToolSpec, args: dict, key: str | None) -> Any:
+        # opening a session (starting a stdio server) is not the tool's time: it gets its own allowance
+        opening = 0.0 if getattr(transport, "connected", True) else getattr(transport, "connect_timeout",
+                                                                             CONNECT_TIMEOUT_S)
+        future = self._loop.submit(transport.call(spec, args, timeout=spec.timeout_s, idempotency_key=key))
+        try:
+            return future.result(spec.timeout_s + opening + _BACKSTOP_S)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TransportTimeout(f"{spec.name}: no answer within {spec.timeout_s:g} s") from None
+        except TransportError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a transport bug must not read as a success, nor crash the turn
+            log.exception("tool %s: the transport failed unexpectedly", spec.name)
+            raise TransportError(f"{spec.name}: {type(exc).__name__}") from None
+
+    def _fail(self, spec: ToolSpec, status: str, error: str, *, attempts: int = 1) -> ToolResult:
+        attempts = attempts if status not in ("denied", "invalid_input", "rate_limited", "breaker_open") else 0
+        return ToolResult(tool=spec.name, status=status, output=None,
+                          error=self._redact(error)[:_ERROR_CHARS], attempts=attempts)
+
+    # --- audit -----------------------------------------------------------------------------------------------
+
+    def _audit(self, spec: ToolSpec, args: dict, caller: Caller, key: str | None, result: ToolResult) -> str | None:
+        if self._pool is None:
+            return None
+        try:
+            with self._pool.connection() as conn:
+                if not (spec.writes and result.attempts > 0):
+                    # a read (or a call refused before it left) need not wait for the WAL flush: the row is
+                    # committed at once and on disk within the WAL writer's delay; a write that reached the
+                    # business system keeps a synchronous commit
+                    conn.execute("SET LOCAL synchronous_commit TO OFF")
+                row = conn.execute(
+                    "INSERT INTO tool_calls (conversation_id, turn_id, purpose, tool, risk, caller_channel,"
+                    " caller_customer, input, output, status, error, latency_ms, attempts, idempotency_key)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+                    (caller.conversation_id, caller.turn_id, caller.purpose, spec.name, spec.risk, caller.channel,
+                     caller.customer_id, Jsonb(redact_value(args, self._redact)),
+                     Jsonb(redact_value(result.output, self._redact)) if result.ok else None,
+                     result.status, result.error, result.latency_ms, result.attempts, key),
+                ).fetchone()
+            return str(row["id"] if isinstance(row, Mapping) else row[0])
+        except Exception as exc:  # noqa: BLE001 - the audit must never turn a real result into a crash
+            log.warning("tool %s: audit row not written: %s", spec.name, type(exc).__name__)
+            return None
+
+    # --- operations ------------------------------------------------------------------------------------------
+
+    def breaker_state(self, name: str) -> str:
+        return self._guards[name].breaker.current_state
+
+    def check(self, timeout: float = 30.0) -> dict[str, str]:
+        """Problems per tool: its MCP server cannot be reached or does not offer the remote tool."""
+        problems: dict[str, str] = {}
+        listed: dict[str, list[str] | None | Exception] = {}
+        for server, transport in self._transports.items():
+            try:
+                listed[server] = self._loop.run(transport.list_tools(), timeout)
+            except Exception as exc:  # noqa: BLE001
+                listed[server] = exc
+        for name, guard in self._guards.items():
+            b = guard.spec.binding
+            got = listed.get(b.server)
+            if isinstance(got, Exception):
+                problems[name] = f"server {b.server} unreachable: {type(got).__name__}"
+            elif got is not None and (b.remote_name or name) not in got:
+                problems[name] = f"server {b.server} has no tool {b.remote_name or name!r}"
+        return problems
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for transport in self._transports.values():
+            try:
+                self._loop.run(transport.aclose(), 15)
+            except Exception:  # noqa: BLE001 - best effort on shutdown
+                pass
+        self._loop.stop()
+
+    def __enter__(self) -> Gateway:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# --- construction --------------------------------------------------------------------------------------------
+
+
+def build_transports(config: ToolsFile) -> dict[str, Transport]:
+    from automation.tools.http import HttpTransport
+    from automation.tools.mcp import McpTransport
+
+    out: dict[str, Transport] = {}
+    for name, server in config.servers.items():
+        if server.transport == "http":
+            out[name] = HttpTransport(name, base_url=server.base_url, headers=server.headers)
+        else:
+            out[name] = McpTransport(name, url=server.url or None, command=server.command, args=server.args,
+                                     env={k: v for k, v in server.env.items() if v != ""}, cwd=server.cwd,
+                                     headers=server.headers, connect_timeout=server.connect_timeout)
+    return out
+
+
+def load_tool_gateway(path: str | Path | None = None, *, pool, redact: Redactor | None = None,
+                      variables: Mapping[str, str] | None = None) -> Gateway:
+    """Load a tools file (the bundled one when ``path`` is None) and build its gateway.
+
+    ``variables`` (default: the environment) resolve ``${VAR}`` in the file's servers;
+    ``SWITCHBOARD_DATABASE_URL`` is the pool's own database, so the example shop keeps its schema there.
+    """
+    values = dict(variables if variables is not None else os.environ)
+    conninfo = getattr(pool, "conninfo", None)
+    if conninfo:
+        values["SWITCHBOARD_DATABASE_URL"] = conninfo
+    config = load_tools_file(path, variables=values)
+    return Gateway(to_specs(config), build_transports(config), pool=pool, identity=config.identity, redact=redact)
+
+
+def build_tool_gateway(settings: ToolSettings | None = None, *, pool, redact: Redactor | None = None) -> Gateway | None:
+    """The composer's helper: the gateway the settings describe, or None when tools are disabled."""
+    settings = settings or ToolSettings()
+    if not settings.tools_enabled:
+        return None
+    values = dict(os.environ)
+    if settings.shop_url:
+        values["SWITCHBOARD_SHOP_URL"] = settings.shop_url
+    if settings.shop_data:
+        values["SWITCHBOARD_SHOP_DATA"] = str(settings.shop_data)
+    return load_tool_gateway(settings.tools_file, pool=pool, redact=redact, variables=values)

@@ -1,0 +1,37 @@
+"""A small, dependency-free redactor for the audit: masks e-mail addresses, long digit runs (phones, cards,
+tracking and tax numbers) and the values of fields that hold personal data.
+
+Stand-in until the shared ``text`` package provides the project-wide masker: the composer passes that one as
+``redact=`` to ``load_tool_gateway`` and every string of the audit goes through it instead of ``mask_text``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+Redactor = Callable[[str], str]
+
+_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+# 7+ digits, optionally broken by spaces, dots or dashes (138-1234-5678, 4242 4242 4242 4242)
+_DIGITS = re.compile(r"(?<![\w])\+?\d(?:[ .-]?\d){6,}(?![\w])|\d{7,}")
+PERSONAL_FIELDS = frozenset({"phone", "email", "address", "new_address", "tax_id", "id_number", "card_number"})
+
+
+def mask_text(text: str) -> str:
+    text = _EMAIL.sub("[email]", text)
+    return _DIGITS.sub("[number]", text)
+
+
+def redact_value(value: Any, redact: Redactor = mask_text, *, _key: str | None = None) -> Any:
+    """A copy of JSON-like ``value`` with every string passed through ``redact`` and personal fields masked."""
+    if _key is not None and _key.lower() in PERSONAL_FIELDS and value not in (None, "", [], {}):
+        return "[redacted]"
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: redact_value(v, redact, _key=str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_value(v, redact) for v in value]
+    return value

@@ -1,0 +1,828 @@
+"""The flow engine: runs a workflow's steps for one conversation, durably, one turn at a time.
+
+A turn hands in its own psycopg connection (its transaction); the engine locks the instance
+row, runs steps until one must wait (a question, a confirmation, an approval) or the flow ends,
+saves the row and returns a ``FlowTurn`` for the reply. Nothing is committed here: the caller
+commits the flow together with the turn and its outbox row, so a crash loses both or neither.
+
+Exactly once: a write call carries an idempotency key made of the instance id, the step id,
+the foreach indexes and the plan generation (bumped only when the customer or an approver changes
+the plan), so a retried step, a crashed turn or a restarted gateway sends the same key and the
+shop does not repeat the write. The bot states an action only from the tool's real result.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Protocol
+
+from automation.tools.base import Caller, ToolGateway
+from automation.workflows import store
+from automation.workflows.expr import (ExpressionError, evaluate, evaluate_bool, evaluate_each, evaluate_value,
+                                       format_value, render, template_expr)
+from automation.workflows.spec import RISK_ORDER, Step, Workflow, WorkflowSet
+from automation.workflows import understand as U
+
+MAX_STEPS_PER_TURN = 400
+MAX_ATTEMPTS = 3
+
+TEXT = {
+    "retry": {"zh": "抱歉，我没有听明白。", "en": "Sorry, I didn't catch that."},
+    "choose_again": {"zh": "有几项都符合，请问是哪一个？", "en": "Several match. Which one do you mean?"},
+    "tool_failed": {"zh": "抱歉，这一步暂时没能完成（{error}）。您回复任意内容我会再试一次。",
+                    "en": "I couldn't complete that yet ({error}). Reply and I will try again."},
+    "handoff": {"zh": "我把您的请求转给同事处理，请稍候。", "en": "I'm passing this to a colleague who can help. Please hold on."},
+    "cancelled": {"zh": "好的，已停止办理，不会再做后续操作。", "en": "OK, I've stopped here; nothing further will be done."},
+    "waiting_approval": {"zh": "您的请求（{amount} {currency}）需要{tier}审核，审核结果出来后我会告诉您。",
+                         "en": "Your request ({amount} {currency}) needs a {tier} review. I'll tell you the outcome."},
+    "still_reviewing": {"zh": "您的请求仍在审核中，结果出来后我会告诉您。",
+                        "en": "Your request is still being reviewed. I'll tell you as soon as there is a decision."},
+    "approved": {"zh": "您的请求已通过审核。", "en": "Your request was approved."},
+    "rejected": {"zh": "很抱歉，您的请求未通过审核。", "en": "Sorry, your request was not approved."},
+    "confirm_yes": {"zh": "是", "en": "Yes"},
+    "confirm_no": {"zh": "否", "en": "No"},
+    "loop": {"zh": "流程出现循环，我把您转给同事。", "en": "This is going in circles; I'm passing you to a colleague."},
+    "broken": {"zh": "抱歉，这个流程出了问题，我把您转给同事。", "en": "Sorry, something went wrong in this process; a colleague will take over."},
+}
+
+
+def _t(key: str, lang: str, **kw: Any) -> str:
+    text = TEXT[key].get(lang) or TEXT[key]["en"]
+    return text.format(**kw) if kw else text
+
+
+@dataclass
+class ApprovalRequest:
+    instance_id: str
+    conversation_id: str
+    workflow: str
+    step: str
+    amount: float
+    currency: str | None
+    tier: str
+    order: Any
+    proposed_call: dict[str, Any]        # {"tool", "arguments"}
+    evidence: Any
+    customer: dict[str, Any]             # {"channel", "customer_id"}
+    lang: str = "en"
+
+
+class ApprovalPort(Protocol):
+    """Opens a human approval (the router implements it over the handoff queue); returns the ticket id."""
+
+    def open_approval(self, conn: Any, request: ApprovalRequest) -> str: ...
+
+
+@dataclass
+class HandoffRequest:
+    tier: str                             # L2 | L3
+    reason: str
+    flow_state: dict[str, Any]
+
+
+@dataclass
+class StepTrace:
+    step: str
+    kind: str
+    ms: float
+    tool_status: str | None = None
+    note: str | None = None
+
+
+@dataclass
+class FlowTurn:
+    reply: str
+    status: str
+    workflow: str
+    instance_id: str | None
+    step: str | None = None
+    awaiting: str | None = None
+    quick_replies: list[str] = field(default_factory=list)
+    pending_action: dict[str, Any] | None = None
+    handoff: HandoffRequest | None = None
+    approval: ApprovalRequest | None = None
+    trace: list[StepTrace] = field(default_factory=list)
+    drift: bool = False                   # a confident other intent: answer it, then ask `reply` again
+    outcome: str | None = None            # completed | refused | cancelled | rejected | escalated | ...
+    reasks: int = 0
+
+    def as_response(self) -> dict[str, Any]:
+        return {"workflow": self.workflow, "instance_id": self.instance_id, "step": self.step,
+                "status": self.status, "awaiting": self.awaiting, "pending_action": self.pending_action}
+
+
+class _Stop(Exception):
+    """Ends the run loop of this turn (the flow waits or has ended)."""
+
+
+class _Run:
+    """One turn's execution state: the collected reply parts and the trace."""
+
+    def __init__(self, lang: str):
+        self.lang = lang
+        self.parts: list[str] = []
+        self.quick: list[str] = []
+        self.trace: list[StepTrace] = []
+        self.handoff: HandoffRequest | None = None
+        self.approval: ApprovalRequest | None = None
+        self.awaiting: str | None = None
+
+    def say(self, text: str) -> None:
+        if text:
+            self.parts.append(text)
+
+
+class FlowEngine:
+    def __init__(self, workflows: WorkflowSet, tools: ToolGateway, approvals: ApprovalPort, *,
+                 similarity: Callable[[str, list[str]], list[float]] | None = None,
+                 drift_threshold: float = 0.75, clock: Callable[[], float] = time.perf_counter):
+        self.workflows = workflows
+        self.tools = tools
+        self.approvals = approvals
+        self.similarity = similarity
+        self.drift_threshold = drift_threshold
+        self._clock = clock
+
+    # ------------------------------------------------------------------ public API
+
+    def active(self, conn, conversation_id: str) -> dict | None:
+        return store.active(conn, conversation_id)
+
+    def start(self, conn, workflow: str, caller: Caller, text: str = "", entities: dict | None = None,
+              lang: str = "en") -> FlowTurn:
+        wf = self.workflows[workflow]
+        conversation_id = caller.conversation_id or f"{caller.channel}:{caller.customer_id}"
+        slots = self._prefill(wf, text, entities or {})
+        inst = store.create(conn, conversation_id=conversation_id, workflow=wf.name, version=wf.version,
+                            step=wf.first, lang=lang, caller=_caller_dict(caller), slots=slots)
+        inst["history"].append({"event": "started", "at": time.time(), "prefilled": sorted(slots)})
+        run = _Run(lang)
+        return self._run(conn, inst, wf, caller, run, text=None, entities=entities or {})
+
+    def advance(self, conn, instance: dict | str, caller: Caller, text: str, entities: dict | None = None,
+                lang: str = "en", intent: str | None = None, intent_confidence: float | None = None) -> FlowTurn:
+        inst = store.get(conn, instance["id"] if isinstance(instance, dict) else instance, lock=True)
+        entities = entities or {}
+        wf = self.workflows[inst["workflow"]]
+        run = _Run(lang)
+        if inst["status"] not in store.ACTIVE:
+            return self._turn(inst, wf, run)
+        inst["lang"] = lang
+        if inst["status"] == "waiting_approval":
+            # the decision is in a human's hands now: only resolve_approval moves the flow on
+            run.say(_t("still_reviewing", lang))
+            return self._turn(inst, wf, run)
+        step = wf.steps.get(inst["step"]) if inst["step"] else None
+        if step is not None and inst["status"] == "waiting" and U.is_cancel(text) and not (
+                step.kind in ("ask", "choose", "confirm") and self._answers(inst, wf, step, text, entities)):
+            return self._cancel(conn, inst, wf, run, "customer")
+        if step is not None and step.kind in ("ask", "choose", "confirm") and inst["status"] == "waiting":
+            if (intent and intent_confidence is not None and intent_confidence >= self.drift_threshold
+                    and intent not in wf.intents and not self._answers(inst, wf, step, text, entities)):
+                inst["attempts"]["_reasks"] = inst["attempts"].get("_reasks", 0) + 1
+                inst["history"].append({"event": "drift", "intent": intent, "step": step.id, "at": time.time()})
+                self._prompt(inst, wf, step, run, again=False)
+                store.save(conn, inst)
+                turn = self._turn(inst, wf, run)
+                turn.drift = True
+                return turn
+        return self._run(conn, inst, wf, caller, run, text=text, entities=entities)
+
+    def resolve_approval(self, conn, instance_id: str, approved: bool, approver: str, reason: str | None = None) -> FlowTurn:
+        """Apply an approver's decision exactly once; a second decision (or a late one) changes nothing."""
+        inst = store.get(conn, instance_id, lock=True)
+        if inst is None:
+            raise KeyError(f"no flow instance {instance_id}")
+        wf = self.workflows[inst["workflow"]]
+        run = _Run(inst["lang"])
+        if inst["status"] != "waiting_approval" or not inst["pending"].get("approval"):
+            turn = self._turn(inst, wf, run)
+            turn.outcome = "already_resolved"
+            return turn
+        pending = inst["pending"].pop("approval")
+        decision = {"approved": bool(approved), "approver": approver, "reason": reason or "", "tier": pending["tier"]}
+        inst["pending"]["approval_result"] = decision
+        inst["history"].append({"event": "approval", "step": pending["step"], **decision, "at": time.time()})
+        step = wf.steps[pending["step"]]
+        caller = _caller_from(inst)
+        inst["status"] = "running"
+        if approved:
+            inst["pending"]["approved_call"] = {"step": pending.get("call_step"), "arguments": pending["proposed_call"]["arguments"]}
+            run.say(self._text(step.get("approved"), inst, wf, run.lang) or _t("approved", run.lang))
+            inst["step"] = self._after(inst, wf, step)
+        else:
+            run.say(self._text(step.get("rejected"), inst, wf, run.lang) or _t("rejected", run.lang))
+            target = step.get("on_reject")
+            if isinstance(target, dict):
+                self._jump(inst, wf, target)
+            else:
+                inst["status"], inst["outcome"], inst["step"] = "cancelled", "rejected", None
+                store.save(conn, inst)
+                return self._turn(inst, wf, run)
+        return self._run(conn, inst, wf, caller, run, text=None, entities={}, resume=True)
+
+    def cancel(self, conn, instance_id: str, lang: str | None = None, reason: str = "customer") -> FlowTurn:
+        inst = store.get(conn, instance_id, lock=True)
+        if inst is None:
+            raise KeyError(f"no flow instance {instance_id}")
+        wf = self.workflows[inst["workflow"]]
+        run = _Run(lang or inst["lang"])
+        if inst["status"] not in store.ACTIVE:
+            return self._turn(inst, wf, run)
+        return self._cancel(conn, inst, wf, run, reason)
+
+    # ------------------------------------------------------------------ the run loop
+
+    def _run(self, conn, inst: dict, wf: Workflow, caller: Caller, run: _Run, *, text: str | None,
+             entities: dict, resume: bool = False) -> FlowTurn:
+        inst["status"] = "running"
+        budget = MAX_STEPS_PER_TURN
+        given = text
+        try:
+            while True:
+                sid = inst["step"]
+                if sid is None:
+                    self._finish(inst, "completed", "completed")
+                    break
+                budget -= 1
+                if budget <= 0:
+                    self._escalate(inst, wf, run, "L2", "the workflow looped without waiting", say=_t("loop", run.lang))
+                    break
+                step = wf.steps[sid]
+                started = self._clock()
+                if "when" in step.raw and given is None and not evaluate_bool(step.raw["when"], self._scope(inst)):
+                    run.trace.append(StepTrace(step.id, step.kind, _ms(started, self._clock()), note="skipped"))
+                    inst["step"] = self._after(inst, wf, step, transitions=False)
+                    continue
+                handler = getattr(self, f"_do_{step.kind}")
+                outcome = handler(conn, inst, wf, step, caller, run, given, entities)
+                given = None   # the customer's message answers only the step that was waiting
+                entities = {}
+                run.trace.append(StepTrace(step.id, step.kind, _ms(started, self._clock()),
+                                           tool_status=getattr(run, "_tool_status", None)))
+                run._tool_status = None
+                if outcome == "wait":
+                    inst["status"] = "waiting"
+                    break
+                if outcome == "stop":
+                    break
+                inst["history"].append({"step": step.id, "kind": step.kind, "at": time.time()})
+                inst["step"] = outcome if outcome != "next" else self._after(inst, wf, step)
+        except ExpressionError as exc:
+            self._escalate(inst, wf, run, "L2", f"expression failed: {exc}", say=_t("broken", run.lang))
+        store.save(conn, inst)
+        return self._turn(inst, wf, run)
+
+    def _after(self, inst: dict, wf: Workflow, step: Step, *, transitions: bool = True) -> str | None:
+        """The step after `step`: a matching transition, its goto, the next of its sequence, or back to its loop."""
+        if transitions:
+            for t in step.get("next") or []:
+                if "when" not in t or evaluate_bool(t["when"], self._scope(inst)):
+                    return t["goto"]
+            if "goto" in step.raw:
+                return step.raw["goto"]
+        if step.following:
+            return step.following
+        if step.parent:
+            return step.parent   # the foreach moves to its next item
+        return None
+
+    def _jump(self, inst: dict, wf: Workflow, target: dict) -> None:
+        for name in target.get("reset") or []:
+            inst["slots"].pop(name, None)
+        inst["generation"] += 1
+        goto = target["goto"]
+        ancestors = {goto}   # going to a foreach moves it to its next item
+        p = wf.steps[goto].parent
+        while p:
+            ancestors.add(p)
+            p = wf.steps[p].parent
+        for loop in list(inst["loops"]):
+            if loop not in ancestors:
+                inst["loops"].pop(loop)
+        inst["step"] = goto
+        inst["history"].append({"event": "jump", "goto": goto, "reset": target.get("reset") or [], "at": time.time()})
+
+    def _finish(self, inst: dict, status: str, outcome: str) -> None:
+        inst["status"], inst["outcome"], inst["step"] = status, outcome, None
+        inst["pending"].pop("action", None)
+        inst["history"].append({"event": status, "outcome": outcome, "at": time.time()})
+
+    def _escalate(self, inst: dict, wf: Workflow, run: _Run, tier: str, reason: str, *, say: str | None = None) -> None:
+        run.handoff = HandoffRequest(tier=tier, reason=reason, flow_state=self._state(inst, wf))
+        run.say(say if say is not None else _t("handoff", run.lang))
+        inst["status"], inst["outcome"] = "escalated", "escalated"
+        inst["history"].append({"event": "escalated", "tier": tier, "reason": reason, "step": inst["step"], "at": time.time()})
+
+    def _cancel(self, conn, inst: dict, wf: Workflow, run: _Run, reason: str) -> FlowTurn:
+        run.say(_t("cancelled", run.lang))
+        self._finish(inst, "cancelled", "cancelled")
+        inst["history"][-1]["reason"] = reason
+        store.save(conn, inst)
+        return self._turn(inst, wf, run)
+
+    def _fail(self, inst: dict, wf: Workflow, step: Step, run: _Run, error: str) -> str:
+        """A step that failed: its on_error, else wait and retry, and a human after the third failure."""
+        inst["pending"]["error"] = {"step": step.id, "error": error}
+        n = inst["attempts"].get(step.id, 0) + 1
+        inst["attempts"][step.id] = n
+        inst["history"].append({"step": step.id, "event": "failed", "error": error, "attempt": n, "at": time.time()})
+        handler = step.get("on_error")
+        if handler == "handoff" or n >= MAX_ATTEMPTS:
+            self._escalate(inst, wf, run, "L2", f"step {step.id} failed {n} time(s): {error}")
+            return "stop"
+        if isinstance(handler, dict):
+            self._jump(inst, wf, handler)
+            return handler["goto"]
+        run.say(_t("tool_failed", run.lang, error=_short_error(error, run.lang)))
+        return "wait"
+
+    # ------------------------------------------------------------------ data in scope
+
+    def _scope(self, inst: dict, **extra: Any) -> dict[str, Any]:
+        data: dict[str, Any] = {k: v for k, v in inst["bindings"].items()}
+        data["slots"] = dict(inst["slots"])
+        data["caller"] = inst["caller"]
+        data["lang"] = inst["lang"]
+        data["approval"] = inst["pending"].get("approval_result") or {}
+        data["error"] = inst["pending"].get("error") or {}
+        wf = self.workflows[inst["workflow"]]
+        for loop_id, lp in inst["loops"].items():
+            step = wf.steps[loop_id]
+            if 0 <= lp["index"] < len(lp["items"]):
+                data[step.raw["as"]] = lp["items"][lp["index"]]
+                data["index"] = lp["index"]
+        data.update(extra)
+        return data
+
+    def _text(self, texts: Any, inst: dict, wf: Workflow, lang: str, **extra: Any) -> str:
+        if not texts:
+            return ""
+        if isinstance(texts, str):
+            template = texts
+        else:
+            template = texts.get(lang) or texts.get("en") or ""
+        return render(template, self._scope(inst, **extra))
+
+    def _state(self, inst: dict, wf: Workflow) -> dict[str, Any]:
+        """The flow's state for a ticket's context package."""
+        return {"workflow": wf.name, "version": wf.version, "instance_id": inst["id"], "step": inst["step"],
+                "status": inst["status"], "slots": inst["slots"], "bindings": sorted(inst["bindings"]),
+                "error": inst["pending"].get("error"), "risk": wf.risk,
+                "history": inst["history"][-20:]}
+
+    def _idempotency_key(self, inst: dict, wf: Workflow, step: Step) -> str:
+        key = f"flow:{inst['id']}:{step.id}"
+        p = step.parent
+        chain = []
+        while p:
+            chain.append(str(inst["loops"].get(p, {}).get("index", 0)))
+            p = wf.steps[p].parent
+        if chain:
+            key += ":" + ".".join(reversed(chain))
+        if inst["generation"]:
+            key += f":g{inst['generation']}"
+        return key
+
+    def _prefill(self, wf: Workflow, text: str, entities: dict) -> dict:
+        slots = {}
+        for name, slot in wf.slots.items():
+            ent = slot.validate.get("entity")
+            if ent in (None, "text", "number", "yes_no"):
+                if name in entities and slot.check(entities[name]):
+                    slots[name] = entities[name]
+                continue
+            value = entities.get(name) if name in entities else U.extract(ent, text, entities)
+            if value is not None and slot.check(value):
+                slots[name] = value
+        return slots
+
+    # ------------------------------------------------------------------ reading answers
+
+    def _parse_slot(self, wf: Workflow, name: str, text: str, entities: dict) -> Any:
+        slot = wf.slots[name]
+        v = slot.validate
+        value: Any = None
+        if name in entities:
+            value = entities[name]
+        elif "entity" in v:
+            value = U.extract(v["entity"], text, entities)
+        elif "enum" in v:
+            t = U.norm(text)
+            exact = [e for e in v["enum"] if U.norm(str(e)) == t]
+            last: dict[int, Any] = {}
+            for e in v["enum"]:
+                for m in re.finditer(rf"(?<!\w){re.escape(U.norm(str(e)))}(?!\w)", t):
+                    last[m.start()] = e
+            value = exact[0] if exact else (last[max(last)] if last else None)   # the last mention wins
+        elif "regex" in v:
+            found = [m.group(0) for m in re.finditer(v["regex"].lstrip("^").rstrip("$"), text or "")]
+            value = found[-1] if found else None
+        else:
+            raw = (text or "").strip()
+            value = raw or None
+            if (v.get("schema") or {}).get("type") not in (None, "string"):
+                try:
+                    value = json.loads(raw)
+                except ValueError:
+                    pass
+        if value is None or not slot.check(value):
+            return None
+        return value
+
+    def _answers(self, inst: dict, wf: Workflow, step: Step, text: str, entities: dict) -> bool:
+        if step.kind == "ask":
+            return self._parse_slot(wf, step.arg, text, entities) is not None
+        if step.kind == "confirm":
+            return U.yes_no(text, entities) is not None
+        if step.kind == "choose":
+            options = self._options(inst, step)
+            ids, texts = self._option_texts(inst, step, options)
+            return U.choose(text, ids, texts, similarity=self.similarity).index is not None
+        return False
+
+    def _correction(self, inst: dict, wf: Workflow, text: str, entities: dict,
+                    skip: str | None = None) -> tuple[str, Any] | None:
+        """A new value for an already filled slot ("不是这个，是100235"): (slot, value)."""
+        for name, slot in wf.slots.items():
+            ent = slot.validate.get("entity")
+            if name == skip or name not in inst["slots"] or ent in (None, "text", "yes_no"):
+                continue
+            value = self._parse_slot(wf, name, text, entities)
+            if value is not None and value != inst["slots"][name]:
+                return name, value
+        return None
+
+    def _ask_step_of(self, wf: Workflow, slot: str) -> Step | None:
+        for s in wf.steps.values():
+            if s.kind in ("ask", "choose") and s.arg == slot:
+                return s
+        return None
+
+    # ------------------------------------------------------------------ prompts
+
+    def _prompt(self, inst: dict, wf: Workflow, step: Step, run: _Run, *, again: bool, with_prompt: bool = True) -> None:
+        lang = run.lang
+        if again:
+            run.say(_t("retry", lang))
+        if step.kind == "ask":
+            slot = wf.slots[step.arg]
+            run.say(self._text(step.get("prompt") or slot.prompt, inst, wf, lang))
+            run.quick = list(slot.quick_replies)
+            run.awaiting = step.arg
+        elif step.kind == "choose":
+            options = self._options(inst, step)
+            _, _, by_lang = self._option_rows(inst, step, options)
+            labels = by_lang.get(lang) or by_lang.get("en") or next(iter(by_lang.values()))
+            only = inst["pending"].get("choose_among", {}).get(step.id)
+            shown = [i for i in (only or range(len(options))) if i < len(options)]
+            if with_prompt:
+                run.say(self._text(step.get("prompt"), inst, wf, lang))
+            run.say("\n".join(f"{n + 1}. {labels[i]}" for n, i in enumerate(shown)))   # numbered as answered
+            run.quick = [labels[i] for i in shown]
+            run.awaiting = step.arg
+        elif step.kind == "confirm":
+            action = self._pending_action(inst, wf, step, lang)
+            inst["pending"]["action"] = action
+            run.say(self._text(step.arg, inst, wf, lang))
+            run.quick = [_t("confirm_yes", lang), _t("confirm_no", lang)]
+            run.awaiting = "confirmation"
+
+    def _pending_action(self, inst: dict, wf: Workflow, step: Step, lang: str) -> dict | None:
+        pa = step.get("pending_action")
+        if not pa:
+            return None
+        scope = self._scope(inst)
+        return {"tool": pa["tool"], "arguments": evaluate_value(pa.get("arguments") or {}, scope),
+                "summary": self._text(pa.get("summary"), inst, wf, lang)}
+
+    def _options(self, inst: dict, step: Step) -> list:
+        options = evaluate(step.raw["options"], self._scope(inst))
+        if not isinstance(options, list):
+            raise ExpressionError(f"{step.raw['options']}: options must be a list")
+        return options
+
+    def _option_rows(self, inst: dict, step: Step, options: list) -> tuple[list[str], list[list[str]], dict[str, list[str]]]:
+        """Every option's id, matchable texts and label per language, from one CEL evaluation."""
+        label = step.raw["label"]
+        labels = label if isinstance(label, dict) else {lang: label for lang in ("zh", "en")}
+        langs = [lang for lang in ("en", "zh") if labels.get(lang)]
+        exprs = ["fmt_(" + step.raw["option_id"] + ")" if "option_id" in step.raw else "fmt_(option)"]
+        exprs += [template_expr(labels[lang]) for lang in langs]
+        matches = list(step.get("match") or [])
+        exprs += matches
+        rows = evaluate_each(options, "option", exprs, self._scope(inst))
+        ids, texts, by_lang = [], [], {lang: [] for lang in langs}
+        for o, row in zip(options, rows):
+            oid = row[0] if "option_id" in step.raw else (o.get("id") if isinstance(o, dict) else row[0])
+            ids.append("" if oid is None else str(oid))
+            fields = []
+            for j, lang in enumerate(langs):
+                by_lang[lang].append(row[1 + j])
+                if row[1 + j] not in fields:
+                    fields.append(row[1 + j])
+            for v in row[1 + len(langs):]:
+                fields.extend([format_value(x) for x in v] if isinstance(v, list) else [format_value(v)])
+            texts.append(fields)
+        return ids, texts, by_lang
+
+    def _option_texts(self, inst: dict, step: Step, options: list) -> tuple[list[str], list[list[str]]]:
+        ids, texts, _ = self._option_rows(inst, step, options)
+        return ids, texts
+
+    # ------------------------------------------------------------------ step kinds
+
+    def _do_ask(self, conn, inst, wf, step, caller, run, text, entities):
+        name = step.arg
+        if text is None:
+            if name in inst["slots"]:
+                return "next"
+            self._prompt(inst, wf, step, run, again=False)
+            return "wait"
+        fix = self._fix(inst, wf, step, text, entities)
+        if fix:
+            return fix
+        value = self._parse_slot(wf, name, text, entities)
+        if value is None:
+            return self._retry(inst, wf, step, run, f"no valid {name} in the answer")
+        inst["slots"][name] = value
+        inst["attempts"].pop(step.id, None)
+        return "next"
+
+    def _retry(self, inst, wf, step, run, why: str) -> str:
+        n = inst["attempts"].get(step.id, 0) + 1
+        inst["attempts"][step.id] = n
+        if n >= MAX_ATTEMPTS:
+            self._escalate(inst, wf, run, "L2", f"{why} after {n} attempts at step {step.id}")
+            return "stop"
+        self._prompt(inst, wf, step, run, again=True)
+        return "wait"
+
+    def _do_choose(self, conn, inst, wf, step, caller, run, text, entities):
+        name = step.arg
+        if text is None and name in inst["slots"]:
+            return "next"
+        options = self._options(inst, step)
+        if not options:
+            if step.get("refuse"):
+                run.say(self._text(step.get("refuse"), inst, wf, run.lang))
+                self._finish(inst, "completed", "refused")
+                return "stop"
+            return self._fail(inst, wf, step, run, "there is nothing to choose from")
+        if text is None:
+            if len(options) == 1 and step.get("auto_single", False):
+                inst["slots"][name] = self._value(inst, step, options[0])
+                return "next"
+            self._prompt(inst, wf, step, run, again=False)
+            return "wait"
+        fix = self._fix(inst, wf, step, text, entities)
+        if fix:
+            return fix
+        ids, texts = self._option_texts(inst, step, options)
+        among = inst["pending"].get("choose_among", {}).get(step.id)
+        if among:
+            sub = U.choose(text, [ids[i] for i in among], [texts[i] for i in among], similarity=self.similarity)
+            ch = U.Choice(among[sub.index], [], sub.how) if sub.index is not None else None
+        else:
+            ch = None
+        if ch is None:
+            ch = U.choose(text, ids, texts, similarity=self.similarity)
+        if ch.index is None:
+            if ch.candidates:
+                inst["pending"].setdefault("choose_among", {})[step.id] = ch.candidates
+                n = inst["attempts"].get(step.id, 0) + 1
+                inst["attempts"][step.id] = n
+                if n >= MAX_ATTEMPTS:
+                    self._escalate(inst, wf, run, "L2", f"choice at {step.id} still ambiguous after {n} attempts")
+                    return "stop"
+                run.say(_t("choose_again", run.lang))
+                self._prompt(inst, wf, step, run, again=False, with_prompt=False)
+                return "wait"
+            return self._retry(inst, wf, step, run, f"no option of {name} matched")
+        inst["pending"].get("choose_among", {}).pop(step.id, None)
+        inst["slots"][name] = self._value(inst, step, options[ch.index])
+        inst["attempts"].pop(step.id, None)
+        inst["history"].append({"step": step.id, "event": "chose", "index": ch.index, "how": ch.how, "at": time.time()})
+        return "next"
+
+    def _fix(self, inst, wf, step, text, entities) -> str | None:
+        """A correction of an earlier answer while asked something else: re-plan from that answer's step."""
+        if not U.is_correction(text):
+            return None
+        fix = self._correction(inst, wf, text, entities, skip=step.arg)
+        if fix is None:
+            return None
+        slot, value = fix
+        self._apply_correction(inst, wf, step, slot, value)
+        ask = self._ask_step_of(wf, slot)
+        return ask.id if ask is not None else None
+
+    def _apply_correction(self, inst, wf, step, slot, value) -> None:
+        """Set the corrected slot and forget what was collected or computed after it (except what the customer said first)."""
+        inst["slots"][slot] = value
+        inst["generation"] += 1
+        inst["pending"].pop("action", None)
+        prefilled = set(next((h.get("prefilled", []) for h in inst["history"] if h.get("event") == "started"), []))
+        order = list(wf.steps)
+        ask = self._ask_step_of(wf, slot)
+        start = order.index(ask.id) if ask is not None else len(order)
+        for sid in order[start + 1:]:
+            s = wf.steps[sid]
+            names = [s.arg] if s.kind in ("ask", "choose") else list(s.arg) if s.kind == "set" else []
+            for n in names:
+                if n not in prefilled and n != slot:
+                    inst["slots"].pop(n, None)
+        inst["history"].append({"step": step.id, "event": "correction", "slot": slot, "at": time.time()})
+
+    def _value(self, inst, step, option):
+        if "value" in step.raw:
+            return evaluate(step.raw["value"], self._scope(inst, option=option))
+        return option
+
+    def _do_confirm(self, conn, inst, wf, step, caller, run, text, entities):
+        if text is None:
+            self._prompt(inst, wf, step, run, again=False)
+            return "wait"
+        answer = U.yes_no(text, entities)
+        if answer is not True:
+            fix = self._correction(inst, wf, text, entities)
+            if fix is not None and (answer is False or U.is_correction(text) or answer is None):
+                slot, value = fix
+                self._apply_correction(inst, wf, step, slot, value)
+                ask = self._ask_step_of(wf, slot)
+                return ask.id if ask is not None else step.id
+        if answer is True:
+            inst["pending"].pop("action", None)
+            inst["attempts"].pop(step.id, None)
+            return "next"
+        if answer is False:
+            inst["pending"].pop("action", None)
+            target = step.get("on_reject")
+            if isinstance(target, dict):
+                self._jump(inst, wf, target)
+                return target["goto"]
+            self._cancel_in_run(inst, run)
+            return "stop"
+        return self._retry(inst, wf, step, run, "no yes or no in the answer")
+
+    def _cancel_in_run(self, inst, run):
+        run.say(_t("cancelled", run.lang))
+        self._finish(inst, "cancelled", "cancelled")
+
+    def _do_call(self, conn, inst, wf, step, caller, run, text, entities):
+        name = step.arg
+        approved = inst["pending"].get("approved_call") or {}
+        if approved.get("step") == step.id:
+            args = approved["arguments"]
+        else:
+            args = evaluate_value(step.get("args") or {}, self._scope(inst))
+        risk = getattr(self.tools.spec(name), "risk", "read")
+        key = self._idempotency_key(inst, wf, step) if RISK_ORDER.get(risk, 2) > 0 else None
+        who = Caller(channel=caller.channel, customer_id=caller.customer_id,
+                     conversation_id=caller.conversation_id or inst["conversation_id"],
+                     turn_id=caller.turn_id, purpose=wf.name)
+        result = self.tools.call(name, args, who, idempotency_key=key)
+        run._tool_status = result.status
+        inst["history"].append({"step": step.id, "event": "call", "tool": name, "status": result.status,
+                                "idempotency_key": key, "call_id": result.call_id, "at": time.time()})
+        if not result.ok:
+            return self._fail(inst, wf, step, run, f"{name}: {result.status}" + (f" ({result.error})" if result.error else ""))
+        if approved.get("step") == step.id:
+            inst["pending"].pop("approved_call", None)
+        inst["pending"].pop("error", None)
+        inst["attempts"].pop(step.id, None)
+        if "bind" in step.raw:
+            inst["bindings"][step.raw["bind"]] = _jsonable(result.output)
+        return "next"
+
+    def _do_set(self, conn, inst, wf, step, caller, run, text, entities):
+        scope = self._scope(inst)
+        for name, source in step.arg.items():
+            inst["slots"][name] = _jsonable(evaluate(source, scope))
+            scope["slots"] = dict(inst["slots"])
+        return "next"
+
+    def _do_check(self, conn, inst, wf, step, caller, run, text, entities):
+        if evaluate_bool(step.arg, self._scope(inst)):
+            return "next"
+        inst["history"].append({"step": step.id, "event": "check_failed", "at": time.time()})
+        if step.get("refuse"):
+            run.say(self._text(step.get("refuse"), inst, wf, run.lang))
+        target = step.get("on_reject")
+        if isinstance(target, dict):
+            self._jump(inst, wf, target)
+            return target["goto"]
+        if "next" in step.raw or "goto" in step.raw:
+            return self._after(inst, wf, step)
+        self._finish(inst, "completed", "refused")
+        return "stop"
+
+    def _do_foreach(self, conn, inst, wf, step, caller, run, text, entities):
+        lp = inst["loops"].get(step.id)
+        if lp is None:
+            items = evaluate(step.arg, self._scope(inst))
+            if not isinstance(items, list):
+                raise ExpressionError(f"{step.arg}: foreach needs a list")
+            lp = {"items": _jsonable(items), "index": 0}
+            inst["loops"][step.id] = lp
+        else:
+            lp["index"] += 1
+        if lp["index"] >= len(lp["items"]):
+            inst["loops"].pop(step.id)
+            return self._after(inst, wf, step) or _END
+        return step.body[0]
+
+    def _do_approve(self, conn, inst, wf, step, caller, run, text, entities):
+        spec = step.arg
+        scope = self._scope(inst)
+        amount = float(evaluate(spec["amount"], scope))
+        tier = wf.tier_for(amount)
+        lowest = min(wf.approval_tiers, key=lambda k: wf.approval_tiers[k]) if wf.approval_tiers else None
+        currency = evaluate(spec["currency"], scope) if "currency" in spec else None
+        if tier == lowest:
+            inst["history"].append({"step": step.id, "event": "auto_approved", "amount": amount, "at": time.time()})
+            return "next"
+        call_step = spec.get("call")
+        proposed = {"tool": None, "arguments": {}}
+        if call_step:
+            target = wf.steps[call_step]
+            proposed = {"tool": target.arg, "arguments": _jsonable(evaluate_value(target.get("args") or {}, scope))}
+        request = ApprovalRequest(
+            instance_id=inst["id"], conversation_id=inst["conversation_id"], workflow=wf.name, step=step.id,
+            amount=amount, currency=currency, tier=tier,
+            order=_jsonable(evaluate(spec["order"], scope)) if "order" in spec else None,
+            proposed_call=proposed,
+            evidence=_jsonable(evaluate(spec["evidence"], scope)) if "evidence" in spec else None,
+            customer={"channel": inst["caller"].get("channel"), "customer_id": inst["caller"].get("customer_id")},
+            lang=inst["lang"])
+        ticket = self.approvals.open_approval(conn, request)
+        inst["approval_ticket"] = str(ticket)
+        inst["pending"]["approval"] = {"step": step.id, "tier": tier, "amount": amount, "currency": currency,
+                                       "proposed_call": proposed, "call_step": call_step, "ticket": str(ticket)}
+        inst["status"] = "waiting_approval"
+        inst["history"].append({"step": step.id, "event": "approval_requested", "tier": tier, "amount": amount,
+                                "ticket": str(ticket), "at": time.time()})
+        run.approval = request
+        run.say(self._text(step.get("waiting"), inst, wf, run.lang)
+                or _t("waiting_approval", run.lang, amount=f"{amount:.2f}", currency=currency or "", tier=tier))
+        return "stop"
+
+    def _do_reply(self, conn, inst, wf, step, caller, run, text, entities):
+        run.say(self._text(step.arg, inst, wf, run.lang))
+        if step.get("quick_replies"):
+            run.quick = list(step.get("quick_replies"))
+        return "next"
+
+    def _do_handoff(self, conn, inst, wf, step, caller, run, text, entities):
+        say = self._text(step.get("reply"), inst, wf, run.lang) or None
+        self._escalate(inst, wf, run, step.arg["tier"], step.arg["reason"], say=say)
+        return "stop"
+
+    def _do_end(self, conn, inst, wf, step, caller, run, text, entities):
+        run.say(self._text(step.get("reply"), inst, wf, run.lang))
+        self._finish(inst, step.arg, step.arg)
+        return "stop"
+
+    # ------------------------------------------------------------------ result
+
+    def _turn(self, inst: dict, wf: Workflow, run: _Run) -> FlowTurn:
+        status = inst["status"]
+        action = inst["pending"].get("action") if status == "waiting" else None
+        return FlowTurn(reply="\n".join(p for p in run.parts if p), status=status, workflow=wf.name,
+                        instance_id=inst["id"], step=inst["step"],
+                        awaiting=run.awaiting if status == "waiting" else None,
+                        quick_replies=run.quick if status == "waiting" else [],
+                        pending_action=action, handoff=run.handoff, approval=run.approval, trace=run.trace,
+                        outcome=inst.get("outcome"), reasks=inst["attempts"].get("_reasks", 0))
+
+
+_END = None
+
+
+def _ms(a: float, b: float) -> float:
+    return round((b - a) * 1000.0, 3)
+
+
+def _caller_dict(c: Caller) -> dict:
+    return {k: v for k, v in asdict(c).items() if v is not None}
+
+
+def _caller_from(inst: dict) -> Caller:
+    c = inst["caller"]
+    return Caller(channel=c.get("channel", ""), customer_id=c.get("customer_id", ""),
+                  conversation_id=c.get("conversation_id") or inst["conversation_id"])
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def _short_error(error: str, lang: str) -> str:
+    status = error.split(":", 1)[-1].strip().split(" ", 1)[0]
+    names = {"timeout": ("超时", "the system timed out"), "breaker_open": ("系统暂不可用", "the system is unavailable"),
+             "rate_limited": ("请求过多", "too many requests"), "denied": ("没有权限", "not permitted")}
+    zh, en = names.get(status, ("系统返回错误", "the system returned an error"))
+    return zh if lang == "zh" else en

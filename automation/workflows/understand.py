@@ -1,0 +1,209 @@
+"""Reading the customer's answer to a pending step: yes/no, cancel, slot values, a choice among options.
+
+Fuzzy matching uses ``rapidfuzz`` when it is installed (fast, well kept) and falls back to the
+standard library's ``difflib``; an encoder similarity can be injected as a last resort.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from difflib import SequenceMatcher
+from typing import Any, Callable
+
+try:  # optional: faster and better partial matching
+    from rapidfuzz import fuzz as _fuzz
+except ImportError:  # pragma: no cover - depends on the environment
+    _fuzz = None
+
+YES = {"是", "是的", "对", "对的", "好", "好的", "确认", "确定", "可以", "行", "嗯", "没问题", "同意",
+       "yes", "y", "yeah", "yep", "yup", "sure", "ok", "okay", "confirm", "confirmed", "correct", "right",
+       "go ahead", "please do", "do it", "yes please", "that's right", "sounds good"}
+NO = {"不", "不是", "不要", "不用", "否", "不对", "不行", "不同意", "别", "no", "n", "nope", "nah",
+      "don't", "do not", "not that", "wrong", "no thanks", "no thank you"}
+CANCEL = ("算了", "不用了", "取消", "不办了", "不要了", "never mind", "nevermind", "forget it", "cancel",
+          "stop", "quit")
+CORRECTION = re.compile(r"(不是|不对|错了|应该是|改成|改为|\bnot\b|\bactually\b|\binstead\b|\bwrong\b|\bi meant?\b)", re.I)
+_ORDER_ID = re.compile(r"(?<![A-Za-z0-9])(?:\d{5,12}|[A-Z]{1,4}[-#]?\d{3,10})(?![A-Za-z0-9])|#[A-Za-z0-9]{3,12}")
+_AMOUNT = re.compile(r"(?P<cur>[¥￥$€£]|USD|CNY|RMB|EUR|元|块)?\s*(?P<num>\d+(?:\.\d{1,2})?)\s*(?P<cur2>元|块|USD|CNY|RMB|EUR|dollars?)?", re.I)
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+")
+_PHONE = re.compile(r"\+?\d[\d\s-]{6,16}\d")
+_ORDINALS = {"first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "last": -1,
+             "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9, "十": 10}
+_ORDINAL_RE = re.compile(r"(?:第\s*([一二两三四五六七八九十\d]+)\s*[个项条笔单]?|\b(first|second|third|fourth|fifth|last)\b"
+                         r"|^\s*(?:no\.?|number|#)?\s*(\d{1,2})\s*[.)、]?\s*$)", re.I)
+_CURRENCY = {"¥": "CNY", "￥": "CNY", "元": "CNY", "块": "CNY", "rmb": "CNY", "cny": "CNY", "$": "USD",
+             "usd": "USD", "dollar": "USD", "dollars": "USD", "€": "EUR", "eur": "EUR", "£": "GBP"}
+
+
+def norm(text: str) -> str:
+    text = unicodedata.normalize("NFKC", text or "").strip().lower()
+    return re.sub(r"[\s,.!?;:，。！？；：、~]+", " ", text).strip()
+
+
+def yes_no(text: str, entities: dict | None = None) -> bool | None:
+    if entities and isinstance(entities.get("yes_no"), bool):
+        return entities["yes_no"]
+    t = norm(text)
+    if not t:
+        return None
+    if t in YES:
+        return True
+    if t in NO:
+        return False
+    words = t.split()
+    if words and words[0] in NO or t.startswith(("不", "no ", "别")):
+        return False
+    if words and words[0] in YES or t.startswith(("好", "是", "确认", "可以", "对")):
+        return True
+    return None
+
+
+def is_cancel(text: str) -> bool:
+    t = norm(text)
+    return any(t == c or t.startswith(c) or (len(c) > 3 and c in t) for c in CANCEL)
+
+
+def is_correction(text: str) -> bool:
+    return bool(CORRECTION.search(text or ""))
+
+
+def extract(entity: str, text: str, entities: dict | None = None) -> Any:
+    """The value of an entity type in the message; the last mention wins (a correction names the new one last)."""
+    entities = entities or {}
+    if entity in entities and entities[entity] not in (None, ""):
+        return entities[entity]
+    text = text or ""
+    if entity == "order_id":
+        found = _ORDER_ID.findall(text)
+        return found[-1].lstrip("#") if found else None
+    if entity in ("amount", "money"):
+        best = None
+        for m in _AMOUNT.finditer(text):
+            if _ORDER_ID.fullmatch(m.group("num")):
+                continue   # an order number is not an amount
+            cur = (m.group("cur") or m.group("cur2") or "").lower()
+            best = {"value": float(m.group("num")), "currency": _CURRENCY.get(cur)}
+        if best and entity == "amount":
+            return best["value"]
+        return best
+    if entity == "number":
+        found = _NUMBER.findall(text)
+        return float(found[-1]) if found else None
+    if entity == "yes_no":
+        return yes_no(text)
+    if entity == "email":
+        found = _EMAIL.findall(text)
+        return found[-1] if found else None
+    if entity == "phone":
+        found = _PHONE.findall(text)
+        return re.sub(r"[\s-]", "", found[-1]) if found else None
+    if entity == "text":
+        t = text.strip()
+        return t or None
+    return None
+
+
+@dataclass
+class Choice:
+    index: int | None          # the chosen option (0-based), None when nothing or several matched
+    candidates: list[int]      # several matched: ask again among these
+    how: str                   # number | id | exact | fuzzy | encoder | none | ambiguous
+
+
+def _ratio(a: str, b: str) -> float:
+    if _fuzz is not None:
+        return _fuzz.partial_ratio(a, b) / 100.0
+    if not a or not b:
+        return 0.0
+    short, long_ = (a, b) if len(a) <= len(b) else (b, a)
+    best = 0.0
+    for i in range(0, max(1, len(long_) - len(short) + 1)):
+        best = max(best, SequenceMatcher(None, short, long_[i:i + len(short)]).ratio())
+        if best == 1.0:
+            break
+    return best
+
+
+def _tokens(text: str) -> list[str]:
+    t = norm(text)
+    words = [w for w in re.findall(r"[a-z0-9]+", t) if len(w) >= 2 or w.isdigit()]
+    cjk = re.findall(r"[\u4e00-\u9fff]{2,}", t)
+    return words + cjk
+
+
+_STOP = {"the", "one", "with", "my", "that", "this", "order", "went", "to", "for", "please", "of", "and", "a",
+         "an", "in", "on", "it", "is", "ending", "want", "i", "me", "which", "from", "card", "那个", "这个", "的"}
+
+
+def choose(text: str, ids: list[str], texts: list[list[str]], *,
+           similarity: Callable[[str, list[str]], list[float]] | None = None,
+           fuzzy_threshold: float = 0.8, encoder_threshold: float = 0.85, encoder_margin: float = 0.05) -> Choice:
+    """Pick an option by number, id, or description: exact, then fuzzy, then (optionally) the encoder.
+
+    ``ids`` are the options' ids; ``texts`` the label and matchable fields of each option.
+    """
+    n = len(ids)
+    t = norm(text)
+    if not t or n == 0:
+        return Choice(None, [], "none")
+    m = _ORDINAL_RE.search(t)
+    if m:
+        raw = m.group(1) or m.group(2) or m.group(3)
+        k = int(raw) if raw.isdigit() else _ORDINALS.get(raw, _ORDINALS.get(raw[:1], 0))
+        if k == -1:
+            return Choice(n - 1, [], "number")
+        if 1 <= k <= n:
+            return Choice(k - 1, [], "number")
+    hits = [i for i, oid in enumerate(ids) if oid and re.search(rf"(?<![\w]){re.escape(norm(oid))}(?![\w])", t)]
+    if len(hits) == 1:
+        return Choice(hits[0], [], "id")
+    # exact: an option's label or a field stated in the text (or the text is the label)
+    # exact: an option's label or fields stated in the text (or the text is the label); the option with the
+    # most fields stated wins ("the navy one in size L" names two fields of one variant)
+    counts = []
+    for i, fields in enumerate(texts):
+        hit = set()
+        for f in fields:
+            nf = norm(f)
+            if nf == t:
+                hit.add(("whole", nf))
+            elif nf and re.search(rf"(?<![a-z0-9]){re.escape(nf)}(?![a-z0-9])", t) and (len(nf) >= 2 or nf.isalnum()):
+                hit.add(nf)
+        counts.append(len(hit) + (100 if any(isinstance(h, tuple) for h in hit) else 0))
+    top = max(counts)
+    exact = [i for i, c in enumerate(counts) if c == top] if top > 0 else []
+    if len(exact) == 1:
+        return Choice(exact[0], [], "exact")
+    pool = exact or list(range(n))
+    matched = len(exact) > 1
+    # fuzzy: the share of the customer's content words found in the option (each word fuzzily)
+    words = [w for w in _tokens(text) if w not in _STOP]
+    if words:
+        scores = []
+        for i in pool:
+            field_words = [w for f in texts[i] for w in _tokens(f)]
+            joined = " ".join(norm(f) for f in texts[i])
+            got = 0.0
+            for w in words:
+                best = max((_ratio(w, fw) for fw in field_words), default=0.0)
+                if len(w) >= 4 and w in joined:
+                    best = 1.0
+                got += 1.0 if best >= fuzzy_threshold else 0.0
+            scores.append(got / len(words))
+        top = max(scores)
+        if top > 0:
+            best = [pool[j] for j, s in enumerate(scores) if s == top]
+            if len(best) == 1:
+                return Choice(best[0], [], "fuzzy")
+            pool, matched = best, True
+    if similarity is not None:
+        sims = similarity(text, [" ".join(texts[i]) for i in pool])
+        order = sorted(range(len(pool)), key=lambda j: -sims[j])
+        if sims[order[0]] >= encoder_threshold and (len(order) == 1 or sims[order[0]] - sims[order[1]] >= encoder_margin):
+            return Choice(pool[order[0]], [], "encoder")
+    if matched and len(pool) > 1:
+        return Choice(None, pool, "ambiguous")
+    return Choice(None, [], "none")

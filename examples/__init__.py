@@ -1,0 +1,1 @@
+"""Examples shipped with switchboard: a small shop the tool gateway talks to by default."""

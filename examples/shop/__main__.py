@@ -1,0 +1,95 @@
+"""Run the example shop, or print what it holds.
+
+    python -m examples.shop                         # MCP over stdio (how the tool gateway starts it)
+    python -m examples.shop --http --port 8201      # MCP over streamable HTTP at http://127.0.0.1:8201/mcp
+    python -m examples.shop dump [--json]           # every order with its status and the writes against it
+
+The database comes from ``--dsn`` or ``SWITCHBOARD_DATABASE_URL``; the data from ``--data`` or
+``SWITCHBOARD_SHOP_DATA`` (default: the bundled sample_data.json), loaded on start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def _dsn(value: str | None) -> str:
+    dsn = value or os.environ.get("SWITCHBOARD_DATABASE_URL")
+    if not dsn:
+        print("no database: pass --dsn or set SWITCHBOARD_DATABASE_URL", file=sys.stderr)
+        raise SystemExit(2)
+    return dsn
+
+
+def serve(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m examples.shop", description="The example shop's MCP server.",
+                                epilog="Subcommand: `dump [--json]` prints every order and the writes against it.")
+    p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP host (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8201, help="HTTP port (default 8201)")
+    p.add_argument("--dsn", help="Postgres DSN (default: $SWITCHBOARD_DATABASE_URL)")
+    p.add_argument("--data", help="customers and orders JSON (default: $SWITCHBOARD_SHOP_DATA or the bundled sample)")
+    p.add_argument("--reload", choices=("always", "changed"), default="always",
+                   help="replace the shop's data on start always, or only when the data file changed since it was "
+                        "loaded (keeps the recorded writes across restarts)")
+    args = p.parse_args(argv)
+
+    from examples.shop.server import build_server
+    from examples.shop.store import Shop
+
+    shop = Shop(_dsn(args.dsn))
+    try:
+        shop.load(args.data or os.environ.get("SWITCHBOARD_SHOP_DATA") or None, reload=args.reload)
+        app = build_server(shop)
+        if args.http:
+            app.run("streamable-http", host=args.host, port=args.port)
+        else:
+            app.run()
+    finally:
+        shop.close()
+    return 0
+
+
+def dump(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m examples.shop dump",
+                                description="Every order with its current status and the writes recorded against it.")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--dsn", help="Postgres DSN (default: $SWITCHBOARD_DATABASE_URL)")
+    args = p.parse_args(argv)
+
+    from examples.shop.store import Shop, ShopError
+
+    shop = Shop(_dsn(args.dsn), max_size=1)
+    try:
+        data = shop.dump()
+    except ShopError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    finally:
+        shop.close()
+    if args.json:
+        print(json.dumps(data, ensure_ascii=False, indent=2, default=str))
+        return 0
+    for o in data["orders"]:
+        print(f"{o['order_id']}  {o['customer_id']:<6} {o['status']:<16} {o['total']:>10.2f} {o['currency']}"
+              f"  {o['carrier'] or '-'} {o['tracking_no'] or ''}")
+        for w in o["writes"]:
+            print(f"    {w['created_at']}  {w['tool']:<15} key={w['idempotency_key']}  "
+                  f"{json.dumps(w['arguments'], ensure_ascii=False)}")
+    writes = sum(len(o["writes"]) for o in data["orders"])
+    print(f"{len(data['orders'])} orders, {len(data['customers'])} customers, {writes} writes")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "dump":
+        return dump(argv[1:])
+    return serve(argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,107 @@
+"""The bundled workflows (automation/workflows/samples/shop.yaml) on the example shop, through the real gateway."""
+
+from __future__ import annotations
+
+import pytest
+
+from automation.tools import Caller
+from automation.workflows.engine import FlowEngine
+from automation.workflows.spec import load_workflows
+from tool_servers import shop_dump
+
+
+@pytest.fixture
+def shop_engine(shop_gateway, approvals):
+    return FlowEngine(load_workflows(None, tools=shop_gateway), shop_gateway, approvals)
+
+
+C1 = Caller(channel="web", customer_id="c1", conversation_id="shop-c1")
+C2 = Caller(channel="web", customer_id="c2", conversation_id="shop-c2")
+
+
+def _order(dsn, order_id):
+    return next(o for o in shop_dump(dsn)["orders"] if o["order_id"] == order_id)
+
+
+def _refunds(dsn, order_id):
+    return [w["result"]["amount"] for w in _order(dsn, order_id)["writes"] if w["tool"] == "request_refund"]
+
+
+def test_bundled_workflows_load_against_the_example_shop_and_judge_risk(shop_gateway):
+    ws = load_workflows(None, tools=shop_gateway)
+    assert ws.names() == ["cancel_order", "change_address", "invoice", "order_status", "refund"]
+    assert ws["refund"].risk == "money" and ws["order_status"].risk == "read"
+    # the read of the order feeds the refund: judged at the refund's risk
+    assert ws["refund"].call_risk["load"] == "money" and ws["change_address"].call_risk["load"] == "write"
+    assert ws.for_intent("invoice").name == "invoice"
+
+
+def test_order_status_from_the_tool_in_the_customers_language(shop_engine, turn):
+    t = turn(shop_engine.start, "order_status", C1, "我的订单100234到哪了", {}, "zh")
+    assert t.status == "completed"
+    assert t.reply == "订单 100234 当前状态：shipped，承运商 顺丰速运，运单号 SF1402837465299。"
+    t = turn(shop_engine.start, "order_status", C2, "where is my order?", {}, "en")
+    assert t.status == "waiting" and t.awaiting == "order_id" and "100241" in t.reply   # recent orders listed
+    t = turn(shop_engine.advance, t.instance_id, C2, "the boots", {}, "en")
+    assert t.status == "completed" and "Order 100241 is shipped, carrier FedEx, tracking number 794644790138." == t.reply
+
+
+def test_another_customers_order_reveals_nothing(shop_engine, turn, dsn):
+    t = turn(shop_engine.start, "refund", C2, "refund 30 for order 100234", {}, "en")
+    assert t.status == "completed" and t.outcome == "refused"
+    assert t.reply == "I couldn't find order 100234."
+    assert _refunds(dsn, "100234") == []
+
+
+def test_refund_of_30_auto_and_300_at_supervisor_on_the_example_shop(shop_engine, turn, dsn, approvals):
+    t = turn(shop_engine.start, "refund", C1, "订单100234退款30元", {}, "zh")
+    assert t.awaiting == "confirmation" and t.pending_action["arguments"] == {
+        "order_id": "100234", "amount": 30.0, "reason": "customer request"}
+    t = turn(shop_engine.advance, t.instance_id, C1, "确认", {}, "zh")
+    assert t.status == "completed" and t.reply.startswith("已为订单 100234 退款 30.00 CNY")
+    assert _refunds(dsn, "100234") == [30.0]
+
+    t = turn(shop_engine.start, "refund", C1, "refund 300 for order 100234", {}, "en")
+    t = turn(shop_engine.advance, t.instance_id, C1, "yes", {}, "en")
+    assert t.status == "waiting_approval" and t.approval.tier == "supervisor" and t.approval.currency == "CNY"
+    assert _refunds(dsn, "100234") == [30.0]
+    t = turn(shop_engine.resolve_approval, t.instance_id, True, "sup", "ok")
+    assert t.status == "completed" and "Refunded 300.00 CNY for order 100234 (330.00 refunded in total)." in t.reply
+    assert _refunds(dsn, "100234") == [30.0, 300.0]
+
+
+def test_refund_above_what_is_left_is_refused_and_asked_again(shop_engine, turn):
+    t = turn(shop_engine.start, "refund", C1, "refund 900 for order 100234", {}, "en")
+    assert t.status == "waiting" and t.awaiting == "amount" and "At most 638.00 CNY" in t.reply
+
+
+def test_change_address_only_before_shipping_and_with_confirmation(shop_engine, turn, dsn):
+    t = turn(shop_engine.start, "change_address", C1, "change the address of 100234", {}, "en")
+    assert t.status == "completed" and "already shipped" in t.reply
+    t = turn(shop_engine.start, "change_address", C1, "修改订单100235的地址", {}, "zh")
+    assert t.awaiting == "address"
+    t = turn(shop_engine.advance, t.instance_id, C1, "上海市浦东新区世纪大道100号", {}, "zh")
+    assert t.awaiting == "confirmation" and t.pending_action["tool"] == "change_address"
+    t = turn(shop_engine.advance, t.instance_id, C1, "是的", {}, "zh")
+    assert t.status == "completed" and "上海市浦东新区世纪大道100号" in t.reply
+    assert _order(dsn, "100235")["address"] == "上海市浦东新区世纪大道100号"
+
+
+def test_invoice_with_optional_tax_id(shop_engine, turn, dsn):
+    t = turn(shop_engine.start, "invoice", C1, "订单100230开发票", {}, "zh")
+    t = turn(shop_engine.advance, t.instance_id, C1, "杭州某某科技有限公司", {}, "zh")
+    t = turn(shop_engine.advance, t.instance_id, C1, "12345", {}, "zh")          # not a tax id: asked again
+    assert t.awaiting == "tax_id" and "15 到 20 位" in t.reply
+    t = turn(shop_engine.advance, t.instance_id, C1, "91330100MA2XXXXX1A", {}, "zh")
+    assert t.awaiting == "confirmation" and "税号 91330100MA2XXXXX1A" in t.reply
+    t = turn(shop_engine.advance, t.instance_id, C1, "好的", {}, "zh")
+    assert t.status == "completed" and "杭州某某科技有限公司" in t.reply and "256.00 CNY" in t.reply
+
+
+def test_cancel_only_before_shipping(shop_engine, turn, dsn):
+    t = turn(shop_engine.start, "cancel_order", C2, "cancel order 100241", {}, "en")
+    assert t.outcome == "refused" and "can no longer be cancelled" in t.reply
+    t = turn(shop_engine.start, "cancel_order", C2, "cancel order 100242", {}, "en")
+    t = turn(shop_engine.advance, t.instance_id, C2, "yes please", {}, "en")
+    assert t.status == "completed" and "34.95 USD will be refunded" in t.reply
+    assert _order(dsn, "100242")["status"] == "cancelled"

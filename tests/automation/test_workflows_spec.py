@@ -1,0 +1,188 @@
+"""Workflow files: validation with file, line and field; CEL conditions and templates; choosing and reading answers."""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass, field
+
+import pytest
+
+from automation.workflows.expr import ExpressionError, evaluate, evaluate_bool, render, roots
+from automation.workflows.spec import WorkflowConfigError, load_workflows, parse_workflows
+from automation.workflows import understand as U
+
+
+@dataclass
+class Spec:
+    name: str
+    risk: str
+    input_schema: dict = field(default_factory=dict)
+
+
+class Catalog:
+    """Tool specs only (no calls): what load-time validation reads from a gateway."""
+
+    def __init__(self, **tools):
+        self._specs = {n: Spec(n, r, {"type": "object", "properties": {a: {} for a in args}}) for n, (r, args) in tools.items()}
+
+    def names(self):
+        return sorted(self._specs)
+
+    def spec(self, name):
+        return self._specs[name]
+
+
+TOOLS = Catalog(get_order=("read", ["order_id"]), request_refund=("money", ["order_id", "amount"]))
+
+GOOD = """\
+workflows:
+  refund:
+    slots:
+      order_id: {validate: {entity: order_id}, prompt: {zh: 订单号, en: Order number}}
+    steps:
+      - id: ask
+        ask: order_id
+      - id: load
+        call: get_order
+        args: {order_id: slots.order_id}
+        bind: o
+      - id: pay
+        call: request_refund
+        args: {order_id: slots.order_id, amount: o.total}
+        bind: r
+      - id: done
+        reply: {zh: "已退 {{ r.amount }}", en: "Refunded {{ r.amount }}"}
+"""
+
+
+def errors(text, tools=TOOLS, file="wf.yaml"):
+    with pytest.raises(WorkflowConfigError) as exc:
+        parse_workflows(textwrap.dedent(text), file=file, tools=tools)
+    return exc.value.errors
+
+
+def test_a_good_file_loads_and_its_risk_is_the_writes():
+    ws = parse_workflows(GOOD, file="wf.yaml", tools=TOOLS)
+    wf = ws["refund"]
+    assert wf.first == "ask" and wf.steps["load"].following == "pay"
+    assert wf.risk == "money" and wf.call_risk == {"load": "money", "pay": "money"}
+
+
+def test_unknown_tool_argument_slot_step_and_name_are_refused_with_line_and_field():
+    bad = GOOD.replace("call: request_refund", "call: refund_money") \
+              .replace("args: {order_id: slots.order_id}", "args: {order: slots.order_no}") \
+              .replace("      - id: done\n", "      - id: done\n        goto: nowhere\n")
+    found: dict = {}
+    for e in errors(bad):
+        found.setdefault((e["line"], e["field"]), []).append(e["message"])
+    assert any("unknown tool 'refund_money'" in m for m in found[(13, "workflows.refund.steps[2].call")])
+    args = found[(10, "workflows.refund.steps[1].args.order")]
+    assert any("unknown argument 'order' of tool 'get_order'" in m for m in args)
+    assert any("unknown slot 'order_no'" in m for m in args)
+    assert any("unknown step 'nowhere'" in m for m in found[(17, "workflows.refund.steps[3].goto")])
+
+
+def test_the_rendered_error_names_file_line_and_field():
+    with pytest.raises(WorkflowConfigError) as exc:
+        parse_workflows(GOOD.replace("bind: o\n", "bind: o\n        retries: 3\n"), file="shop/wf.yaml", tools=TOOLS)
+    assert str(exc.value).startswith("shop/wf.yaml:12: workflows.refund.steps[1].retries: unknown key 'retries'")
+
+
+def test_unknown_binding_in_an_expression_and_a_cel_syntax_error():
+    e = errors(GOOD.replace("amount: o.total", "amount: order.total"))
+    assert any("unknown name 'order'" in x["message"] and x["line"] == 14 for x in e)
+    e = errors(GOOD.replace("amount: o.total", "amount: o.total +"))
+    assert any("CEL does not compile" in x["message"] for x in e)
+
+
+def test_yaml_errors_duplicates_and_missing_texts():
+    e = errors("workflows:\n  a: {steps: [1, 2}\n")
+    assert e[0]["line"] == 2 and "not valid YAML" in e[0]["message"]
+    e = errors("workflows:\n  a:\n    steps: []\n  a:\n    steps: []\n")
+    assert e[0]["line"] == 4 and "duplicate key" in e[0]["message"]
+    e = errors(GOOD.replace('en: "Refunded {{ r.amount }}"', 'fr: "Remboursé"'))
+    fields = {x["field"] for x in e}
+    assert "workflows.refund.steps[3].reply.en" in fields and "workflows.refund.steps[3].reply.fr" in fields
+
+
+def test_bad_validators_and_reset_of_unknown_slots():
+    e = errors(GOOD.replace("validate: {entity: order_id}", "validate: {entity: passport, regex: '('}")
+               .replace("      - id: done\n", "      - id: done\n        on_reject: {goto: ask, reset: [ghost]}\n"))
+    msgs = [x["message"] for x in e]
+    assert any("unknown entity type 'passport'" in m for m in msgs)
+    assert any("regex does not compile" in m for m in msgs)
+    assert any("unknown slot 'ghost'" in m for m in msgs)
+
+
+def test_a_folder_of_files_and_a_workflow_defined_twice(tmp_path):
+    (tmp_path / "a.yaml").write_text(GOOD)
+    (tmp_path / "b.yaml").write_text(GOOD)
+    with pytest.raises(WorkflowConfigError) as exc:
+        load_workflows(tmp_path, tools=TOOLS)
+    assert "also defined in" in str(exc.value) and str(tmp_path / "b.yaml") in str(exc.value)
+    (tmp_path / "b.yaml").write_text(GOOD.replace("  refund:", "  refund_again:"))
+    assert load_workflows(tmp_path, tools=TOOLS).names() == ["refund", "refund_again"]
+
+
+def test_cel_macros_string_functions_and_arithmetic_over_nested_results():
+    user = {"orders": [{"id": "W1", "status": "pending", "items": [{"name": "bike", "price": 300.0},
+                                                                    {"name": "lamp", "price": 45.0}]},
+                       {"id": "W2", "status": "delivered", "items": [{"name": "hose", "price": 30.0}]}]}
+    data = {"user": user, "slots": {"item_name": "lamp"}}
+    assert evaluate("user.orders.filter(o, o.status == 'pending').map(o, o.id)", data) == ["W1"]
+    assert evaluate("user.orders[0].items.filter(i, i.name == slots.item_name)", data) == [{"name": "lamp", "price": 45.0}]
+    assert evaluate_bool("user.orders.exists(o, o.items.all(i, i.price < 50.0))", data)
+    assert evaluate("size(user.orders.map(o, o.items).flatten())", data) == 3
+    assert evaluate("user.orders[0].items.map(i, i.price).sum() - 45.0", data) == 300.0
+    assert evaluate("'Bike'.lowerAscii() + '-' + 'a,b'.split(',').join('+')", data) == "bike-a+b"
+    assert evaluate_bool("'W1003'.matches('^W[0-9]{4}$') && 'abc'.startsWith('a')", data)
+    with pytest.raises(ExpressionError):
+        evaluate_bool("size(user.orders)", data)          # a condition must be a boolean
+    with pytest.raises(ExpressionError):
+        evaluate("nope.x", data)
+
+
+def test_templates_fill_cel_holes_and_never_run_code():
+    data = {"r": {"amount": 30.0, "items": ["a", "b"]}, "slots": {}}
+    assert render("Refunded {{ r.amount }} for {{ r.items }} ({{ size(r.items) }})", data) == "Refunded 30.00 for a, b (2)"
+    with pytest.raises(ExpressionError):
+        render("{{ __import__('os').system('true') }}", data)
+    names, slot_refs = roots("slots.a + x.filter(i, i > slots.b).size() + 'slots.c'.size()")
+    assert names == {"slots", "x"} and slot_refs == {"a", "b"}
+
+
+def test_yes_no_cancel_and_entities_in_both_languages():
+    assert U.yes_no("是的") is True and U.yes_no("Yes please") is True and U.yes_no("不要") is False
+    assert U.yes_no("no thanks") is False and U.yes_no("what?") is None
+    assert U.is_cancel("算了") and U.is_cancel("never mind, thanks") and not U.is_cancel("I need to cancel? no")  is False
+    assert U.extract("order_id", "不是这个，是100235") == "100235"
+    assert U.extract("amount", "订单100234退款30元") == 30.0
+    assert U.extract("money", "refund $12.50 please") == {"value": 12.5, "currency": "USD"}
+
+
+def test_choose_by_number_id_exact_fuzzy_and_ambiguity():
+    ids = ["W1", "W2", "W3"]
+    texts = [["W1: Mountain Bike, Water Bottle (Los Angeles)", "Mountain Bike", "Los Angeles"],
+             ["W2: Wireless Earbuds (San Francisco)", "Wireless Earbuds", "San Francisco"],
+             ["W3: Hiking Boots, Garden Hose (Los Angeles)", "Hiking Boots", "Los Angeles"]]
+    assert U.choose("2", ids, texts).index == 1
+    assert U.choose("第三个", ids, texts).index == 2
+    assert U.choose("the last one", ids, texts).index == 2
+    assert U.choose("w2 please", ids, texts).index == 1
+    assert U.choose("the one with the bicycle bike", ids, texts).index == 0
+    assert U.choose("the order that went to San Francisco", ids, texts).index == 1
+    assert U.choose("the earbud order", ids, texts).how == "fuzzy"
+    amb = U.choose("the one that went to Los Angeles", ids, texts)
+    assert amb.index is None and amb.candidates == [0, 2] and amb.how == "ambiguous"
+    assert U.choose("something else entirely", ids, texts).index is None
+
+
+def test_choose_falls_back_to_an_injected_encoder_similarity():
+    ids, texts = ["a", "b"], [["Down Jacket"], ["Desk Lamp"]]
+
+    def similarity(text, options):      # a stand-in encoder: a fixed preference for the first option
+        return [0.95, 0.2]
+
+    assert U.choose("something warm for winter", ids, texts).index is None
+    got = U.choose("something warm for winter", ids, texts, similarity=similarity)
+    assert got.index == 0 and got.how == "encoder"
