@@ -47,6 +47,9 @@ class Settings(BaseSettings, ChannelSettings):  # channel secrets/URLs + outbox:
     workers: int = Field(default=1, ge=1, le=64, description="Gateway processes behind one port (`switchboard "
                          "serve`). A Python process routes on one core at a time; on 2 cores, 2 workers routed 1.2-1.4x "
                          "the messages/s of 1. Each loads the models (~1.3 GB resident) and its own pools.")
+    dev_key: bool = Field(default=False, description="Development only (`make run`): create a local integration "
+                          "key for web and app in $SWITCHBOARD_HOME/dev-integration-key and print it once; the gateway "
+                          "refuses to start with it unless bound to loopback.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_json: bool = True
     max_body_bytes: int = Field(default=64 * 1024, description="Request bodies above this get 413.")

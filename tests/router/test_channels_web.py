@@ -46,7 +46,7 @@ def test_signed_message_is_routed_like_v1_messages(app):
         conv = conn.execute("SELECT * FROM conversations").fetchone()
         msg = conn.execute("SELECT * FROM messages WHERE direction = 'in'").fetchone()
     assert (conv["channel"], conv["external_id"], conv["customer_id"]) == ("web", "c-1", "u-1")
-    assert msg["metadata"]["page"] == "/orders" and msg["sent_at"].year == 2026
+    assert msg["metadata"]["client"] == {"page": "/orders"} and msg["sent_at"].year == 2026
     r2 = client.post(URL, content=raw, headers=headers)
     assert r2.json() == body and r2.headers["idempotent-replayed"] == "true"
 

@@ -9,6 +9,7 @@ import re
 import uuid
 
 import pytest
+from conftest import authorize
 from fastapi.testclient import TestClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -124,6 +125,7 @@ def gateway(services, tmp_path):
     from router.app import create_app
 
     with TestClient(create_app(services=services)) as client:
+        authorize(client, services.pool)
         yield client, services
 
 

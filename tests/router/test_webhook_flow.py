@@ -8,6 +8,7 @@ import itertools
 import psycopg
 import pytest
 import yaml
+from conftest import authorize
 from fastapi.testclient import TestClient
 
 from router.app import create_app
@@ -30,6 +31,7 @@ def make_client(fresh_db, pg_server, template_dsn, e5_encoder, tmp_path):
         svc = routing_services(fresh_db(name), home, e5_encoder, kb_dir, **settings)
         client = TestClient(create_app(services=svc))
         client.__enter__()
+        authorize(client, svc.pool)
         opened.append((client, svc))
         return client, svc
 
