@@ -36,6 +36,7 @@ def wire_classifier(services: Services) -> None:
                                                        cache_dir=services.settings.home / "cache" / "heads")
     services.classifier.reload_on_sighup(path, cache_dir=services.settings.home / "cache" / "heads")
     clf = services.classifier
+    services.metrics.allow_intents(i.name for i in clf.config.intents)
     services.readiness["classifier"] = lambda: (True, f"{len(clf.config.intents)} intents from {path}")
 
 
@@ -91,8 +92,10 @@ def make_knowledge_base(settings, pool, encoder, *, knowledge_dir=None, reranker
         from rag.answer import OpenAIChatGenerator
 
         key = settings.rag_generator_api_key.get_secret_value() if settings.rag_generator_api_key else None
-        generator = OpenAIChatGenerator(settings.rag_generator_url, settings.rag_generator_model or "default",
-                                        api_key=key)
+        generator = GuardedGenerator(
+            OpenAIChatGenerator(settings.rag_generator_url, settings.rag_generator_model or "default", api_key=key,
+                                timeout=settings.rag_generator_timeout_seconds),
+            max_concurrent=settings.rag_generator_concurrency)
     config = RetrievalConfig(
         candidates=settings.rag_candidates, fusion=settings.rag_fusion,
         weights=(settings.rag_bm25_weight, settings.rag_dense_weight), rrf_k=settings.rag_rrf_k,
@@ -103,6 +106,38 @@ def make_knowledge_base(settings, pool, encoder, *, knowledge_dir=None, reranker
     )
     return KnowledgeBase(pool, encoder, lexical, config=config, glossary=glossary, reranker=reranker,
                          generator=generator, sample_dir=folder, progress=progress)
+
+
+class GuardedGenerator:
+    """The optional answer generator as a third party should see it: redacted, bounded, never waited for.
+
+    It runs inside the turn (the answer is part of the decision, decided in the turn's transaction), so
+    it is kept short instead: the question goes out with personal data masked (router.observability),
+    the HTTP call has its own timeout (SWITCHBOARD_RAG_GENERATOR_TIMEOUT_SECONDS), and at most
+    SWITCHBOARD_RAG_GENERATOR_CONCURRENCY turns call it at once; a turn that finds every slot taken
+    does not wait (and hold its connection and conversation lock): it keeps the extractive answer.
+    """
+
+    def __init__(self, inner, *, max_concurrent: int):
+        import threading
+
+        self.inner = inner
+        self._slots = threading.BoundedSemaphore(max(1, max_concurrent))
+
+    def generate(self, query: str, passages) -> str:
+        from router.observability import redact
+
+        if not self._slots.acquire(blocking=False):
+            raise TimeoutError("every generator slot is busy: the extractive answer stands")
+        try:
+            return self.inner.generate(redact(query) or "", passages)
+        finally:
+            self._slots.release()
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            close()
 
 
 def make_reranker(settings, model_dir=None):

@@ -13,10 +13,42 @@ STAGES = ("harness", "rules", "embedding", "retrieval", "rerank", "answer", "han
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
+OTHER = "other"
+TIERS = ("L1", "L2", "L3", "none")
+DECIDED_BY = ("harness", "rules", "embeddings", "state", "none")
+OUTBOX_RESULTS = ("delivered", "retry", "dead", "skipped", "failed")
+
+
+class ClosedLabels:
+    """A metric whose label values come from closed sets: anything else is counted as ``other``.
+
+    Every distinct label value is a permanent series; values that clients choose (a channel name, an
+    intent) would let anyone grow /metrics without bound. ``None`` for a label means the set is open
+    (values the code itself chooses, e.g. a stage name).
+    """
+
+    def __init__(self, metric, *allowed: "set[str] | None"):
+        self.metric = metric
+        self.allowed = list(allowed)
+
+    def labels(self, *values):
+        closed = [v if allowed is None or v in allowed else OTHER
+                  for v, allowed in zip(values, self.allowed, strict=True)]
+        return self.metric.labels(*closed)
+
+    def __getattr__(self, name):
+        return getattr(self.metric, name)
+
+
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None):
+        from router.schemas import CHANNEL_NAMES
+
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        self.channels = set(CHANNEL_NAMES)
+        self.intents: set[str] = {"none", "oos"}        # + the loaded intents file's (allow_intents)
+        self.escalation_rules: set[str] | None = None    # the policy's rule names, when known
         self.http_requests = Counter(
             "switchboard_http_requests", "HTTP requests by route and status", ["method", "route", "status"], registry=r
         )
@@ -42,6 +74,15 @@ class Metrics:
                                     multiprocess_mode="mostrecent")
         self.outbox = Counter("switchboard_outbox", "Outbound deliveries by channel and result", ["channel", "result"], registry=r)
         self.csat = Counter("switchboard_csat_ratings", "CSAT ratings received, by score", ["score"], registry=r)
+
+        self.messages = ClosedLabels(self.messages, self.channels)
+        self.duplicates = ClosedLabels(self.duplicates, self.channels)
+        self.decisions = ClosedLabels(self.decisions, set(TIERS), self.intents, set(DECIDED_BY))
+        self.outbox = ClosedLabels(self.outbox, self.channels, None)
+
+    def allow_intents(self, names) -> None:
+        """The intents of the loaded file become label values (the set is shared with the wrapped metric)."""
+        self.intents.update(names)
 
     def refresh_from_database(self, pool) -> None:
         """Set the gauges whose truth is shared by every pod and lives in Postgres: queue depth and the

@@ -112,6 +112,16 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(payload, ensure_ascii=False, default=str)
 
 
+class PlainFormatter(logging.Formatter):
+    """Human-readable lines (``log_json=false``), redacted like the JSON ones."""
+
+    def __init__(self):
+        super().__init__("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
+
+
 class _RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not getattr(record, "request_id", None):
@@ -130,7 +140,7 @@ def configure_logging(level: str = "INFO", json_logs: bool = True) -> None:
     if json_logs:
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"))
+        handler.setFormatter(PlainFormatter())
     root.addHandler(handler)
     root.setLevel(level)
     for noisy in ("uvicorn.access",):

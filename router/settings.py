@@ -82,6 +82,10 @@ class Settings(BaseSettings, ChannelSettings):  # channel secrets/URLs + outbox:
                                           "answers (every sentence must be supported); unset = extractive only.")
     rag_generator_model: str | None = None
     rag_generator_api_key: SecretStr | None = None
+    rag_generator_timeout_seconds: float = Field(default=3.0, gt=0, le=30, description="The generator's own HTTP "
+                                                 "timeout: it runs inside the turn, so it is kept short.")
+    rag_generator_concurrency: int = Field(default=2, ge=1, le=64, description="Turns that may call the generator "
+                                           "at once; others keep the extractive answer instead of waiting.")
 
     @property
     def models_dir(self) -> Path:

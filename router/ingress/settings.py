@@ -78,7 +78,9 @@ class ChannelSettings(BaseModel):
 
     # -- SMS through Twilio
     twilio_auth_token: SecretStr | None = Field(default=None, description="Signs X-Twilio-Signature and the REST API.")
-    twilio_account_sid: str | None = None
+    twilio_account_sid: str | None = Field(
+        default=None, pattern=r"^AC[A-Za-z0-9]{1,64}$",
+        description="The Twilio account that sends replies (from settings only, never from a webhook).")
     twilio_api_base_url: str = "https://api.twilio.com"
 
     # -- Chatwoot Agent Bot
@@ -90,6 +92,10 @@ class ChannelSettings(BaseModel):
     )
     chatwoot_api_url: str | None = Field(default=None, description="Chatwoot base URL, e.g. https://app.chatwoot.com")
     chatwoot_api_token: SecretStr | None = Field(default=None, description="api_access_token of the agent bot.")
+    chatwoot_account_id: int | None = Field(
+        default=None, ge=1, description="The Chatwoot account the bot serves: replies go to this account only "
+        "(never one named by a webhook), and webhooks of another account are refused."
+    )
 
     # -- outbox delivery
     dispatcher_enabled: bool = Field(default=True, description="Run the outbox dispatcher loop inside the app.")

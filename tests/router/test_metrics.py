@@ -37,7 +37,7 @@ def gateway(services, tmp_path):
     from router.app import create_app
 
     with TestClient(create_app(services=services)) as client:
-        authorize(client, services.pool)
+        authorize(client, services.pool, channels=("web", "telegram"))
         yield client, services
 
 
