@@ -9,6 +9,7 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 
 from router.api import health, messages
+from router.api.openapi import install_links
 from router.middleware import BodySizeLimitMiddleware, RequestIdMiddleware, RequestMetricsMiddleware
 from router.observability import configure_logging
 from router.pipeline import Pipeline
@@ -72,6 +73,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)  # outermost: every response, even a 413, carries the id
 
+    install_links(app)
     app.include_router(health.router)
     app.include_router(messages.router)
     for extra in _extra_routers():

@@ -36,7 +36,6 @@ def wire_classifier(services: Services) -> None:
                                                        cache_dir=services.settings.home / "cache" / "heads")
     services.classifier.reload_on_sighup(path, cache_dir=services.settings.home / "cache" / "heads")
     clf = services.classifier
-    services.metrics.allow_intents(i.name for i in clf.config.intents)
     services.readiness["classifier"] = lambda: (True, f"{len(clf.config.intents)} intents from {path}")
 
 
@@ -184,6 +183,7 @@ def wire_router(services: Services) -> None:
     if services.classifier is None:
         log.error("no classifier is wired: messages are stored but not routed")
         return
+    services.metrics.allow_intents_of(services.classifier)
     policy = load_policy(services.settings.policy_file)
     decider = Router(policy=policy, classifier=services.classifier, rag=services.rag, handoff=services.handoff,
                      encoder=services.encoder, metrics=services.metrics)

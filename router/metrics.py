@@ -27,12 +27,12 @@ class ClosedLabels:
     (values the code itself chooses, e.g. a stage name).
     """
 
-    def __init__(self, metric, *allowed: "set[str] | None"):
+    def __init__(self, metric, *allowed):
         self.metric = metric
-        self.allowed = list(allowed)
+        self.allowed = list(allowed)   # per label: None (open), a set, or a predicate
 
     def labels(self, *values):
-        closed = [v if allowed is None or v in allowed else OTHER
+        closed = [v if allowed is None or (allowed(v) if callable(allowed) else v in allowed) else OTHER
                   for v, allowed in zip(values, self.allowed, strict=True)]
         return self.metric.labels(*closed)
 
@@ -48,6 +48,8 @@ class Metrics:
         r = self.registry
         self.channels = set(CHANNEL_NAMES)
         self.intents: set[str] = {"none", "oos"}        # + the loaded intents file's (allow_intents)
+        self._classifier = None                          # its current config's intents count too (reloads)
+        self._intents_of: tuple[object, frozenset[str]] = (None, frozenset())
         self.escalation_rules: set[str] | None = None    # the policy's rule names, when known
         self.http_requests = Counter(
             "switchboard_http_requests", "HTTP requests by route and status", ["method", "route", "status"], registry=r
@@ -77,12 +79,26 @@ class Metrics:
 
         self.messages = ClosedLabels(self.messages, self.channels)
         self.duplicates = ClosedLabels(self.duplicates, self.channels)
-        self.decisions = ClosedLabels(self.decisions, set(TIERS), self.intents, set(DECIDED_BY))
+        self.decisions = ClosedLabels(self.decisions, set(TIERS), self._known_intent, set(DECIDED_BY))
         self.outbox = ClosedLabels(self.outbox, self.channels, None)
 
     def allow_intents(self, names) -> None:
-        """The intents of the loaded file become label values (the set is shared with the wrapped metric)."""
+        """These intent names become label values."""
         self.intents.update(names)
+
+    def allow_intents_of(self, classifier) -> None:
+        """The intents of ``classifier``'s loaded file, whatever it is reloaded to, become label values."""
+        self._classifier = classifier
+
+    def _known_intent(self, name: str) -> bool:
+        if name in self.intents:
+            return True
+        config = getattr(self._classifier, "config", None)
+        seen, names = self._intents_of
+        if config is not seen:
+            names = frozenset(i.name for i in getattr(config, "intents", ()))
+            self._intents_of = (config, names)
+        return name in names
 
     def refresh_from_database(self, pool) -> None:
         """Set the gauges whose truth is shared by every pod and lives in Postgres: queue depth and the

@@ -6,7 +6,6 @@ import json
 
 from fastapi import APIRouter, Depends, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.openapi.models import Link
 
 from router.api.auth import KeyDep, feedback_secret_of
 from router.api.deps import ServicesDep
@@ -31,12 +30,6 @@ def turn_json(response: dict) -> str:
     return json.dumps(response, ensure_ascii=False, separators=(",", ":"))
 
 
-_FEEDBACK_LINK = Link(
-    operationId="post_feedback_v1_conversations__conversation_id__feedback_post",
-    parameters={"conversation_id": "$response.body#/conversation_id",
-                "header.X-Conversation-Token": "$response.body#/feedback_token"},
-    description="Rate the conversation (send the returned feedback_token as X-Conversation-Token).",
-)
 
 
 @router.post(
@@ -47,7 +40,7 @@ _FEEDBACK_LINK = Link(
     "a retry with the same conversation, customer and text returns the first answer byte for byte and stores "
     "nothing new (header `Idempotent-Replayed: true`); the same message id with anything else is 409.",
     responses={
-        200: {"description": "The turn", "links": {"feedback": _FEEDBACK_LINK.model_dump(exclude_none=True)}},
+        200: {"description": "The turn (links: router.api.openapi)"},
         401: {"description": "No, unknown or revoked integration key", "headers": {
             "WWW-Authenticate": {"schema": {"type": "string"}}}, **_PROBLEM},
         403: {"description": "The key may not post this channel", **_PROBLEM},
