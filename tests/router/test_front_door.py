@@ -353,3 +353,57 @@ def test_twilio_account_sid_comes_from_settings_only(settings, recorder):
         sender.send(delivery)
     assert not err.value.retryable and "SWITCHBOARD_TWILIO_ACCOUNT_SID" in err.value.reason
     assert recorder.requests == []
+
+
+# -- the key commands and make run's development key ------------------------------------------------------
+
+
+def test_keys_cli_issue_list_revoke(dsn, tmp_path, monkeypatch, services):
+    from typer.testing import CliRunner
+
+    from router.cli import app as cli_app
+
+    monkeypatch.setenv("SWITCHBOARD_DATABASE_URL", dsn)
+    monkeypatch.setenv("SWITCHBOARD_HOME", str(tmp_path))
+    runner = CliRunner()
+
+    def cli(*args, code=0):
+        result = runner.invoke(cli_app, list(args))
+        assert result.exit_code == code, result.output
+        return json.loads(result.stdout.strip().splitlines()[-1]) if "--json" in args else result.stdout
+
+    assert "--channel" in cli("keys", "issue", "--help")
+    issued = cli("keys", "issue", "site", "--channel", "web", "--channel", "app", "--json")
+    assert issued["key"].startswith("sbk_") and issued["channels"] == ["app", "web"]
+    assert "without that channel's webhook signature" in cli("keys", "issue", "wa", "--channel", "whatsapp")
+    assert "unknown channel" in cli("keys", "issue", "bad", "--channel", "fax", "--json", code=1)["error"]
+    assert "exists" in cli("keys", "issue", "site", "--channel", "web", "--json", code=1)["error"]
+    listed = cli("keys", "list", "--json")["keys"]
+    assert [k["name"] for k in listed] == ["site", "wa"] and all("key" not in k for k in listed)
+    assert issued["key"] not in json.dumps(listed)
+    with TestClient(create_app(services=services)) as client:
+        assert client.post("/v1/messages", json=body(), headers=bearer(issued["key"])).status_code == 200
+        assert cli("keys", "revoke", "site", "--json")["revoked_at"]
+        assert client.post("/v1/messages", json=body(), headers=bearer(issued["key"])).status_code == 401
+    assert [k["name"] for k in cli("keys", "list", "--json")["keys"]] == ["wa"]
+    assert cli("keys", "revoke", "nobody", "--json", code=1)["error"]
+
+
+def test_development_key_is_made_once_and_refused_beyond_loopback(services, tmp_path, capsys):
+    from router.app import announce_dev_key
+
+    services.settings = services.settings.model_copy(update={"dev_key": True, "home": tmp_path})
+    announce_dev_key(services)
+    key = (tmp_path / "dev-integration-key").read_text().strip()
+    assert key in capsys.readouterr().out
+    announce_dev_key(services)                            # the second start prints nothing new
+    assert key not in capsys.readouterr().out
+    assert (tmp_path / "dev-integration-key").read_text().strip() == key
+    with services.pool.connection() as conn:                # a fresh database: the same key registered again
+        conn.execute("DELETE FROM integration_keys")
+    announce_dev_key(services)
+    with TestClient(create_app(services=services)) as client:
+        assert client.post("/v1/messages", json=body(), headers=bearer(key)).status_code == 200
+    services.settings = services.settings.model_copy(update={"host": "0.0.0.0"})
+    with pytest.raises(RuntimeError, match="loopback"):
+        announce_dev_key(services)
