@@ -29,7 +29,7 @@ def scrub(value: Any) -> Any:
     return value
 
 
-#: the channel registry (webhook adapters + direct-only channels); kept in sync with router.keys.CHANNELS
+#: the channel registry (webhook adapters + direct-only channels); kept in sync with router.app.keys.CHANNELS
 CHANNEL_NAMES = ("web", "wechat", "whatsapp", "telegram", "sms", "chatwoot", "app")
 #: ids and text must keep something after whitespace is stripped (the API strips it)
 _ID = r"[^\s\x00\x1c-\x1f]"

@@ -37,7 +37,7 @@ def issue(
 ) -> None:
     """Issue a key and print it once. Channels with a signed webhook (wechat, whatsapp, telegram, sms,
     chatwoot) are accepted through the direct API only for a key that lists them here."""
-    from router.keys import SIGNED_CHANNELS, KeyRefused, issue_key
+    from router.app.keys import SIGNED_CHANNELS, KeyRefused, issue_key
 
     try:
         with _conn() as conn:
@@ -57,7 +57,7 @@ def list_(
     as_json: bool = JsonOpt,
 ) -> None:
     """List keys (name, prefix, channels; never the key)."""
-    from router.keys import list_keys
+    from router.app.keys import list_keys
 
     with _conn() as conn:
         rows = list_keys(conn, include_revoked=all_)
@@ -70,7 +70,7 @@ def revoke(
     as_json: bool = JsonOpt,
 ) -> None:
     """Revoke a key: the next request that presents it gets 401."""
-    from router.keys import revoke_key
+    from router.app.keys import revoke_key
 
     with _conn() as conn:
         row = revoke_key(conn, name)

@@ -54,7 +54,7 @@ class TablePort:
         self._log("on_ticket_requeued", conn, ticket)
 
     def send_to_customer(self, conn, ticket, *, text, sender, agent_id):
-        from router.outbox import enqueue_outbound
+        from router.outbox.store import enqueue_outbound
 
         conv = conn.execute("SELECT id, channel FROM conversations WHERE id::text = %s",
                             (str(ticket["conversation_id"]),)).fetchone()

@@ -17,8 +17,8 @@ from conftest import issue_integration_key
 from fastapi.testclient import TestClient
 from ops_testkit import wire_gateway
 
-from router.app import create_app
-from router.escalation import SAMPLE_POLICY
+from router.app.factory import create_app
+from router.turn.escalation import SAMPLE_POLICY
 
 PROBLEM = "application/problem+json"
 
@@ -105,7 +105,7 @@ def test_a_key_posts_only_its_channels_and_signed_channels_need_explicit_scope(r
 
 def test_revocation_takes_effect_on_the_next_request(bare):
     client, services = bare
-    from router.keys import revoke_key
+    from router.app.keys import revoke_key
 
     key = issue_integration_key(services.pool, ["web"], name="site-backend")
     assert client.post("/v1/messages", json=body(), headers=bearer(key)).status_code == 200
@@ -322,7 +322,7 @@ def test_metric_labels_come_from_closed_sets(bare):
 
 
 def test_chatwoot_ids_must_be_numbers_and_the_account_comes_from_settings(settings, recorder):
-    from router.ingress.chatwoot import chatwoot_signature
+    from router.channels.chatwoot.inbound import chatwoot_signature
 
     def event(account, conversation):
         return {"event": "message_created", "message_type": "incoming", "id": 5, "content": "hi",
@@ -341,8 +341,8 @@ def test_chatwoot_ids_must_be_numbers_and_the_account_comes_from_settings(settin
 
 
 def test_twilio_account_sid_comes_from_settings_only(settings, recorder):
-    from router.dispatch.base import Delivery, DeliveryError
-    from router.dispatch.senders.sms import SmsSender
+    from router.channels.delivery import Delivery, DeliveryError
+    from router.channels.sms.outbound import SmsSender
 
     s = channel_settings(settings, recorder.url, twilio_account_sid=None)
     sender = SmsSender(s, None)
@@ -390,7 +390,7 @@ def test_keys_cli_issue_list_revoke(dsn, tmp_path, monkeypatch, services):
 
 
 def test_development_key_is_made_once_and_refused_beyond_loopback(services, tmp_path, capsys):
-    from router.app import announce_dev_key
+    from router.app.factory import announce_dev_key
 
     services.settings = services.settings.model_copy(update={"dev_key": True, "home": tmp_path})
     announce_dev_key(services)

@@ -15,8 +15,8 @@ from hypothesis.errors import Unsatisfiable
 from ops_testkit import agent_token, wire_gateway
 from schemathesis import GenerationMode
 
-from router.app import create_app
-from router.keys import CHANNELS
+from router.app.factory import create_app
+from router.app.keys import CHANNELS
 
 pytestmark = pytest.mark.slow
 EXAMPLES = 12          # per operation and mode: ~1 min on 2 cores

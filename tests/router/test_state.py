@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from router import state as sm
-from router.harness import set_do_not_contact
+from router.turn import state as sm
+from router.turn.guards import set_do_not_contact
 
 
 def _conversation(conn, external="c-1", state="idle"):
