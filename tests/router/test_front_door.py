@@ -407,3 +407,11 @@ def test_development_key_is_made_once_and_refused_beyond_loopback(services, tmp_
     services.settings = services.settings.model_copy(update={"host": "0.0.0.0"})
     with pytest.raises(RuntimeError, match="loopback"):
         announce_dev_key(services)
+
+
+def test_the_channel_registry_covers_every_adapter():
+    from router.app.keys import CHANNELS, DIRECT_CHANNELS, SIGNED_CHANNELS
+    from router.channels.registry import ADAPTERS
+
+    assert set(ADAPTERS) <= set(CHANNELS) and DIRECT_CHANNELS == ("app",)
+    assert set(SIGNED_CHANNELS) == set(ADAPTERS) - {"web"}
