@@ -16,7 +16,7 @@ _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 OTHER = "other"
 TIERS = ("L1", "L2", "L3", "none")
 DECIDED_BY = ("harness", "rules", "embeddings", "state", "none")
-OUTBOX_RESULTS = ("delivered", "retry", "dead", "skipped", "failed")
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
 class ClosedLabels:
@@ -76,6 +76,7 @@ class Metrics:
         self.outbox = Counter("switchboard_outbox", "Outbound deliveries by channel and result", ["channel", "result"], registry=r)
         self.csat = Counter("switchboard_csat_ratings", "CSAT ratings received, by score", ["score"], registry=r)
 
+        self.http_requests = ClosedLabels(self.http_requests, set(HTTP_METHODS), None, None)  # route: templates
         self.messages = ClosedLabels(self.messages, self.channels)
         self.duplicates = ClosedLabels(self.duplicates, self.channels)
         self.decisions = ClosedLabels(self.decisions, set(TIERS), self._known_intent, set(DECIDED_BY))

@@ -310,6 +310,10 @@ def test_metric_labels_come_from_closed_sets(bare):
                 if line.startswith("switchboard_messages_total{")}
     assert channels == {"web"}
     assert not any(f'"c{i}"' in text for i in range(30))
+    for i in range(5):                                   # made-up HTTP methods are not series either
+        client.request(f"X{i}", "/v1/messages")
+    text = client.get("/metrics").text
+    assert not any(f'method="X{i}"' in text for i in range(5)) and 'method="other"' in text
     # what reaches a metric from elsewhere is folded into "other"
     services.metrics.messages.labels("c-from-nowhere").inc()
     services.metrics.decisions.labels("L9", "made-up-intent", "guess").inc()
