@@ -147,34 +147,16 @@ def services(settings, minilm_encoder):
     svc.close()
 
 
-def issue_integration_key(pool_or_dsn, channels=("web", "app"), name: str | None = None) -> str:
-    """A real integration key for the direct API (``Authorization: Bearer <key>``)."""
-    from psycopg.rows import dict_row
-
-    from router.app.keys import issue_key
-
-    name = name or f"test-{uuid.uuid4().hex[:8]}"
-    if isinstance(pool_or_dsn, str):
-        with psycopg.connect(pool_or_dsn, row_factory=dict_row) as conn:
-            return issue_key(conn, name, list(channels))[0]
-    with pool_or_dsn.connection() as conn:
-        return issue_key(conn, name, list(channels))[0]
-
-
-def authorize(test_client, pool_or_dsn, channels=("web", "app")) -> str:
-    """Make ``test_client`` send a fresh integration key with every request; returns the key."""
-    key = issue_integration_key(pool_or_dsn, channels)
-    test_client.headers["Authorization"] = f"Bearer {key}"
-    return key
-
-
 @pytest.fixture
 def client(services):
     """The app over TestClient, sending an integration key for web and app (the direct API needs one)."""
     from fastapi.testclient import TestClient
 
     from router.app.factory import create_app
+    from router.app.keys import issue_key
 
     with TestClient(create_app(services=services)) as c:
-        authorize(c, services.pool)
+        with services.pool.connection() as conn:
+            key, _ = issue_key(conn, "test-client", ["web", "app"])
+        c.headers["Authorization"] = f"Bearer {key}"
         yield c

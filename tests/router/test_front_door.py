@@ -13,7 +13,7 @@ import uuid
 import pytest
 import yaml
 from channels_support import SECRETS, RecordingServer, channel_app, channel_settings, stored
-from conftest import issue_integration_key
+from keys_testkit import issue_integration_key
 from fastapi.testclient import TestClient
 from ops_testkit import wire_gateway
 

@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 
 import pytest
 import schemathesis
-from conftest import issue_integration_key
+from keys_testkit import issue_integration_key
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable

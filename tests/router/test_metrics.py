@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from conftest import authorize
+from keys_testkit import authorize
 from fastapi.testclient import TestClient
 from ops_testkit import agent_token, msg, wire_gateway
 from prometheus_client.parser import text_string_to_metric_families

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import issue_integration_key
+from keys_testkit import issue_integration_key
 
 pytestmark = pytest.mark.slow
 

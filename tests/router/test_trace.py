@@ -9,11 +9,11 @@ import re
 import uuid
 
 import pytest
-from conftest import authorize
 from fastapi.testclient import TestClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ops_testkit import agent_token, msg, wire_gateway
+from keys_testkit import authorize
 
 from router.ops.observability import JsonFormatter, _RequestIdFilter, redact, redact_obj, request_id_var
 

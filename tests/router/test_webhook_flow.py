@@ -8,7 +8,7 @@ import itertools
 import psycopg
 import pytest
 import yaml
-from conftest import authorize
+from keys_testkit import authorize
 from fastapi.testclient import TestClient
 
 from router.app.factory import create_app
