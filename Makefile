@@ -36,7 +36,7 @@ models: install
 	$(BIN)/switchboard models prepare
 
 run: models
-	$(BIN)/switchboard serve
+	$(BIN)/switchboard serve --dev-key
 
 test: models
 	$(BIN)/python -m pytest

@@ -202,8 +202,10 @@ def delivery(channel: str, text: str, n: int, run: str) -> tuple[bytes, dict]:
     if channel == "web":
         body = json.dumps({"conversation_id": f"{run}-c{n}", "customer_id": f"{run}-u{n}",
                            "message_id": f"{run}-m{n}", "text": text}).encode()
-        sig = hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
-        return body, {"Content-Type": "application/json", "X-Switchboard-Signature": f"sha256={sig}"}
+        ts = str(int(time.time()))   # the signature covers the timestamp (replay window)
+        sig = hmac.new(SECRET.encode(), ts.encode() + b"." + body, hashlib.sha256).hexdigest()
+        return body, {"Content-Type": "application/json", "X-Switchboard-Signature": f"sha256={sig}",
+                      "X-Switchboard-Timestamp": ts}
     chat = 10_000_000 + n + (hash(run) % 1000) * 1_000_000
     body = json.dumps({"update_id": n, "message": {"message_id": 1, "date": int(time.time()), "text": text,
                                                    "chat": {"id": chat, "type": "private"},

@@ -203,8 +203,8 @@ def build_router(get_service: Callable[[Request], HandoffService | None]) -> API
         return Caller(svc, creds.credentials if creds else None)
 
     Call = Annotated[Caller, Depends(caller_dep)]
-    IdemKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200,
-                                           description="Repeat the same key to retry safely: nothing is sent twice.")]
+    IdemKey = Annotated[str | None, Header(alias="Idempotency-Key", min_length=1, max_length=200,
+                                           pattern=r"^[\x21-\x7e]+$", description="Repeat the same key to retry safely: nothing is sent twice.")]
 
     @router.get("/me", response_model=AgentOut, summary="The agent the token belongs to")
     async def me(call: Call) -> dict[str, Any]:

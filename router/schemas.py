@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 def scrub(value: Any) -> Any:
-    """Strings Postgres can store: no NUL characters, no lone surrogates (both occur in hostile JSON)."""
+    """Values Postgres can store: no NUL characters, no lone surrogates, no infinite numbers (all occur in
+    hostile JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
     if isinstance(value, str):
         if "\x00" in value:
             value = value.replace("\x00", "")
@@ -25,18 +29,29 @@ def scrub(value: Any) -> Any:
     return value
 
 
+#: the channel registry (webhook adapters + direct-only channels); kept in sync with router.app.keys.CHANNELS
+CHANNEL_NAMES = ("web", "wechat", "whatsapp", "telegram", "sms", "chatwoot", "app")
+#: ids and text must keep something after whitespace is stripped (the API strips it)
+_ID = r"[^\s\x00\x1c-\x1f]"
+_TEXT = _ID
+
+
 class MessageIn(BaseModel):
     """The generic message shape of ``POST /v1/messages`` (and of the ``web`` channel)."""
 
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
-    channel: str = Field(min_length=1, max_length=32, pattern=r"^[a-z][a-z0-9_-]*$", examples=["web"])
-    conversation_id: str = Field(min_length=1, max_length=200, description="The channel's conversation id.")
-    customer_id: str = Field(min_length=1, max_length=200)
-    message_id: str = Field(min_length=1, max_length=200, description="Unique per channel; retries repeat it.")
-    text: str = Field(min_length=1, description="Over the configured limit the answer is 413.")
+    channel: Literal[CHANNEL_NAMES] = Field(examples=["web"], description="A known channel; the integration key "
+                                            "must list it.")
+    conversation_id: str = Field(min_length=1, max_length=200, pattern=_ID, description="The channel's conversation id.")
+    customer_id: str = Field(min_length=1, max_length=200, pattern=_ID)
+    message_id: str = Field(min_length=1, max_length=200, pattern=_ID,
+                            description="Unique per channel; retries repeat it.")
+    text: str = Field(min_length=1, pattern=_TEXT, description="Over the configured limit the answer is 413.")
     sent_at: datetime | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = Field(
+        default=None, description="The client's own data, stored under `client` with the message and never "
+        "read as gateway state.")
 
     _scrub = model_validator(mode="before")(classmethod(lambda cls, data: scrub(data)))
 
@@ -52,11 +67,13 @@ class InboundMessage(BaseModel):
     sent_at: datetime | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     attachments: list[dict[str, Any]] = Field(default_factory=list)
+    integration_key_id: str | None = None   # the direct API's caller: a retry must come from the same key
 
     _scrub = model_validator(mode="before")(classmethod(lambda cls, data: scrub(data)))
 
     @classmethod
-    def from_api(cls, m: MessageIn) -> "InboundMessage":
+    def from_api(cls, m: MessageIn, *, integration_key_id: str | None = None) -> "InboundMessage":
+        """Client metadata goes under ``client``: nothing the gateway reads as its own state can come from it."""
         return cls(
             channel=m.channel,
             conversation_external_id=m.conversation_id,
@@ -64,7 +81,8 @@ class InboundMessage(BaseModel):
             message_external_id=m.message_id,
             text=m.text,
             sent_at=m.sent_at,
-            metadata=m.metadata or {},
+            metadata={"client": m.metadata} if m.metadata else {},
+            integration_key_id=integration_key_id,
         )
 
 

@@ -149,9 +149,14 @@ def services(settings, minilm_encoder):
 
 @pytest.fixture
 def client(services):
+    """The app over TestClient, sending an integration key for web and app (the direct API needs one)."""
     from fastapi.testclient import TestClient
 
     from router.app.factory import create_app
+    from router.app.keys import issue_key
 
     with TestClient(create_app(services=services)) as c:
+        with services.pool.connection() as conn:
+            key, _ = issue_key(conn, "test-client", ["web", "app"])
+        c.headers["Authorization"] = f"Bearer {key}"
         yield c

@@ -13,6 +13,7 @@ from router.app.services import Services, limit_threads, resolve_dsn
 from router.app.settings import Settings
 from router.db import migrate, open_pool
 from router.ops.metrics import Metrics
+from router.schemas import CHANNEL_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +96,10 @@ def make_knowledge_base(settings, pool, encoder, *, knowledge_dir=None, reranker
         from rag.answer import OpenAIChatGenerator
 
         key = settings.rag_generator_api_key.get_secret_value() if settings.rag_generator_api_key else None
-        generator = OpenAIChatGenerator(settings.rag_generator_url, settings.rag_generator_model or "default",
-                                        api_key=key)
+        generator = GuardedGenerator(
+            OpenAIChatGenerator(settings.rag_generator_url, settings.rag_generator_model or "default", api_key=key,
+                                timeout=settings.rag_generator_timeout_seconds),
+            max_concurrent=settings.rag_generator_concurrency)
     config = RetrievalConfig(
         candidates=settings.rag_candidates, fusion=settings.rag_fusion,
         weights=(settings.rag_bm25_weight, settings.rag_dense_weight), rrf_k=settings.rag_rrf_k,
@@ -108,6 +111,38 @@ def make_knowledge_base(settings, pool, encoder, *, knowledge_dir=None, reranker
     )
     return KnowledgeBase(pool, encoder, lexical, config=config, glossary=glossary, reranker=reranker,
                          generator=generator, sample_dir=folder, progress=progress)
+
+
+class GuardedGenerator:
+    """The optional answer generator as a third party should see it: redacted, bounded, never waited for.
+
+    It runs inside the turn (the answer is part of the decision, decided in the turn's transaction), so
+    it is kept short instead: the question goes out with personal data masked (router.ops.observability),
+    the HTTP call has its own timeout (SWITCHBOARD_RAG_GENERATOR_TIMEOUT_SECONDS), and at most
+    SWITCHBOARD_RAG_GENERATOR_CONCURRENCY turns call it at once; a turn that finds every slot taken
+    does not wait (and hold its connection and conversation lock): it keeps the extractive answer.
+    """
+
+    def __init__(self, inner, *, max_concurrent: int):
+        import threading
+
+        self.inner = inner
+        self._slots = threading.BoundedSemaphore(max(1, max_concurrent))
+
+    def generate(self, query: str, passages) -> str:
+        from router.ops.observability import redact
+
+        if not self._slots.acquire(blocking=False):
+            raise TimeoutError("every generator slot is busy: the extractive answer stands")
+        try:
+            return self.inner.generate(redact(query) or "", passages)
+        finally:
+            self._slots.release()
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            close()
 
 
 def make_reranker(settings, model_dir=None):
@@ -152,6 +187,7 @@ def wire_router(services: Services) -> None:
     if services.classifier is None:
         log.error("no classifier is wired: messages are stored but not routed")
         return
+    services.metrics.allow_intents_of(services.classifier)
     policy = load_policy(services.settings.policy_file)
     decider = Decider(policy=policy, classifier=services.classifier, rag=services.rag, handoff=services.handoff,
                       encoder=services.encoder, metrics=services.metrics)
@@ -199,7 +235,7 @@ def build_services(settings: Settings, *, load_models: bool = True) -> Services:
     if applied:
         log.info("applied migrations", extra={"fields": {"migrations": [f"{m.version:04d}_{m.name}" for m in applied]}})
     pool = open_pool(dsn, min_size=settings.db_pool_min, max_size=settings.db_pool_max)
-    services = Services(settings=settings, dsn=dsn, pool=pool, metrics=Metrics(), embedded=embedded,
+    services = Services(settings=settings, dsn=dsn, pool=pool, metrics=Metrics(channels=CHANNEL_NAMES), embedded=embedded,
                         owns_embedded=started)
     if load_models:
         wire_components(services)

@@ -9,6 +9,7 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 
 from router.app.api import health, messages
+from router.app.api.openapi import install_links
 from router.app.middleware import BodySizeLimitMiddleware, RequestIdMiddleware, RequestMetricsMiddleware
 from router.ops.observability import configure_logging
 from router.turn.pipeline import Pipeline
@@ -25,6 +26,22 @@ def _finish_wiring(services: Services) -> None:
         services.pipeline = Pipeline(services.pool, services.metrics)
 
 
+def announce_dev_key(services: Services) -> None:
+    """``make run``'s local integration key: created and printed once, refused beyond loopback."""
+    from router.app.keys import LOOPBACK, ensure_dev_key
+
+    if services.settings.host not in LOOPBACK:
+        raise RuntimeError(f"SWITCHBOARD_DEV_KEY is for development on loopback only, not {services.settings.host}: "
+                           "issue keys with `switchboard keys issue`")
+    with services.pool.connection() as conn:
+        key, path, created = ensure_dev_key(conn, services.settings.home)
+    if created:
+        print(f"\n  development integration key (web, app): {key}\n  saved in {path}; send it as "
+              f"'Authorization: Bearer <key>'\n", flush=True)
+    else:
+        log.info("development integration key in %s", path)
+
+
 def create_app(settings: Settings | None = None, *, services: Services | None = None) -> FastAPI:
     """Build the app. Given ``services`` (tests, embedding), it uses them and does not close them;
     otherwise it builds them at start-up and closes them at shutdown."""
@@ -36,6 +53,8 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         svc = services or await run_in_threadpool(build_services, settings)
         _finish_wiring(svc)
         app.state.services = svc
+        if settings.dev_key:
+            await run_in_threadpool(announce_dev_key, svc)
         log.info("switchboard ready", extra={"fields": {"host": settings.host, "port": settings.port}})
         try:
             yield
@@ -55,6 +74,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)  # outermost: every response, even a 413, carries the id
 
+    install_links(app)
     app.include_router(health.router)
     app.include_router(messages.router)
     for extra in _extra_routers():

@@ -47,6 +47,9 @@ class Settings(BaseSettings, ChannelSettings):  # channel secrets/URLs + outbox:
     workers: int = Field(default=1, ge=1, le=64, description="Gateway processes behind one port (`switchboard "
                          "serve`). A Python process routes on one core at a time; on 2 cores, 2 workers routed 1.2-1.4x "
                          "the messages/s of 1. Each loads the models (~1.3 GB resident) and its own pools.")
+    dev_key: bool = Field(default=False, description="Development only (`make run`): create a local integration "
+                          "key for web and app in $SWITCHBOARD_HOME/dev-integration-key and print it once; the gateway "
+                          "refuses to start with it unless bound to loopback.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_json: bool = True
     phone_regions: list[str] = Field(default_factory=list, description="The deployment's countries (ISO 3166 "
@@ -86,6 +89,10 @@ class Settings(BaseSettings, ChannelSettings):  # channel secrets/URLs + outbox:
                                           "answers (every sentence must be supported); unset = extractive only.")
     rag_generator_model: str | None = None
     rag_generator_api_key: SecretStr | None = None
+    rag_generator_timeout_seconds: float = Field(default=3.0, gt=0, le=30, description="The generator's own HTTP "
+                                                 "timeout: it runs inside the turn, so it is kept short.")
+    rag_generator_concurrency: int = Field(default=2, ge=1, le=64, description="Turns that may call the generator "
+                                           "at once; others keep the extractive answer instead of waiting.")
 
     @property
     def models_dir(self) -> Path:

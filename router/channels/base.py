@@ -170,6 +170,9 @@ class ChannelAdapter(Protocol):
     def after_turn(self, outcome: Outcome) -> list[OutboundAction]:
         """Extra outbound actions a turn implies on this channel."""
 
+    def replay_key(self, request: WebhookRequest) -> tuple[str, int] | None:
+        """A key that a verified request may present again only with the same body (see the nonce cache)."""
+
 
 class BaseAdapter:
     """Defaults shared by the adapters: no handshake, JSON acknowledgement, no synchronous reply."""
@@ -209,6 +212,10 @@ class BaseAdapter:
 
     def after_turn(self, outcome: Outcome) -> list[OutboundAction]:
         return []
+
+    def replay_key(self, request: WebhookRequest) -> tuple[str, int] | None:
+        """(nonce key, seconds to remember it) where the signature does not cover the body; else None."""
+        return None
 
 
 # -- helpers shared by the adapters ------------------------------------------------------------

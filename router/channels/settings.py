@@ -31,6 +31,9 @@ class ChannelSettings(BaseModel):
     web_hmac_secret: SecretStr | None = Field(
         default=None, description="Shared secret: when set, web webhooks need X-Switchboard-Signature: sha256=<hex>."
     )
+    web_signature_window_seconds: int = Field(
+        default=300, ge=1, description="A signed web request's X-Switchboard-Timestamp may be this far from now."
+    )
     web_api_base_url: str | None = Field(
         default=None, description="Where web replies and agent messages are POSTed (signed like inbound). "
         "Unset: web replies are only returned in the HTTP response / transcript."
@@ -47,7 +50,11 @@ class ChannelSettings(BaseModel):
         "decrypts messages with encrypt_type=aes and encrypts the passive replies to them."
     )
     wechat_require_encryption: bool = Field(
-        default=False, description="Refuse plaintext POSTs (401) once the console is in safe mode."
+        default=False, description="Refuse plaintext POSTs (401). Implied whenever an EncodingAESKey is set."
+    )
+    wechat_timestamp_window_seconds: int = Field(
+        default=300, ge=1, description="A POST's signed timestamp may be this far from now; a (timestamp, nonce, "
+        "signature) seen before is accepted again only with the same body (WeChat's own retry)."
     )
     wechat_app_secret: SecretStr | None = Field(default=None, description="For access tokens of the customer-service API.")
     wechat_api_base_url: str = "https://api.weixin.qq.com"
@@ -71,7 +78,9 @@ class ChannelSettings(BaseModel):
 
     # -- SMS through Twilio
     twilio_auth_token: SecretStr | None = Field(default=None, description="Signs X-Twilio-Signature and the REST API.")
-    twilio_account_sid: str | None = None
+    twilio_account_sid: str | None = Field(
+        default=None, pattern=r"^AC[A-Za-z0-9]{1,64}$",
+        description="The Twilio account that sends replies (from settings only, never from a webhook).")
     twilio_api_base_url: str = "https://api.twilio.com"
 
     # -- Chatwoot Agent Bot
@@ -83,6 +92,10 @@ class ChannelSettings(BaseModel):
     )
     chatwoot_api_url: str | None = Field(default=None, description="Chatwoot base URL, e.g. https://app.chatwoot.com")
     chatwoot_api_token: SecretStr | None = Field(default=None, description="api_access_token of the agent bot.")
+    chatwoot_account_id: int | None = Field(
+        default=None, ge=1, description="The Chatwoot account the bot serves: replies go to this account only "
+        "(never one named by a webhook), and webhooks of another account are refused."
+    )
 
     # -- outbox delivery
     dispatcher_enabled: bool = Field(default=True, description="Run the outbox dispatcher loop inside the app.")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -154,24 +153,76 @@ def _head_key(texts: list[str], y: np.ndarray, vectors: np.ndarray, C: float, le
 def trained_head(vectors: np.ndarray, texts: list[str], y: np.ndarray, C: float, lexical: bool,
                  cache_dir: Path | None = None) -> Head:
     """Train a head, or load the one trained from exactly these examples before (the cache is the
-    gateway's own files under $SWITCHBOARD_HOME/cache; a 15k-example head takes a while to fit)."""
+    gateway's own files under $SWITCHBOARD_HOME/cache; a 15k-example head takes a while to fit).
+
+    The cache holds arrays only (``.npz`` loaded with ``allow_pickle=False``, the vocabulary as JSON
+    inside it) and the SHA-256 of that file next to it: loading never runs code from the file, and a
+    truncated or altered entry is rebuilt.
+    """
     path = None
     if cache_dir is not None:
-        path = Path(cache_dir) / f"{_head_key(texts, y, vectors, C, lexical)}.pkl"
-        if path.is_file():
-            try:
-                with path.open("rb") as fh:
-                    return pickle.load(fh)
-            except Exception:  # noqa: BLE001 - a stale or broken cache entry is simply rebuilt
-                log.warning("ignoring unreadable head cache %s", path)
+        path = Path(cache_dir) / f"{_head_key(texts, y, vectors, C, lexical)}.npz"
+        head = _load_head(path)
+        if head is not None:
+            return head
     head = Head(C, lexical).fit(vectors, texts, y)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{id(head)}.tmp")
-        with tmp.open("wb") as fh:
-            pickle.dump(head, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        tmp.replace(path)
+        _save_head(head, path)
     return head
+
+
+def _digest_path(path: Path) -> Path:
+    return path.with_suffix(".sha256")
+
+
+def _save_head(head: Head, path: Path) -> None:
+    arrays = {"mean": head.mean, "scale": head.scale, "coef": head.model.coef_, "intercept": head.model.intercept_,
+              "classes": np.asarray(head.classes_), "C": np.asarray([head.C]),
+              "lexical": np.asarray([head.lexical])}
+    if head.lexical:
+        vocab = {k: int(v) for k, v in head.tfidf.vocabulary_.items()}
+        arrays["idf"] = head.tfidf.idf_
+        arrays["vocabulary_json"] = np.frombuffer(json.dumps(vocab, ensure_ascii=False).encode(), dtype=np.uint8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.stem}.{id(head)}.tmp.npz")
+    np.savez(tmp, **arrays)
+    digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
+    tmp.replace(path)
+    _digest_path(path).write_text(digest + "\n", encoding="utf-8")
+
+
+def _load_head(path: Path) -> Head | None:
+    if not path.is_file() or not _digest_path(path).is_file():
+        return None
+    try:
+        data = path.read_bytes()
+        if hashlib.sha256(data).hexdigest() != _digest_path(path).read_text(encoding="utf-8").strip():
+            log.warning("head cache %s does not match its digest: rebuilt", path)
+            return None
+        import io
+
+        from sklearn.linear_model import LogisticRegression
+
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            head = Head(float(z["C"][0]), bool(z["lexical"][0]))
+            head.mean, head.scale = z["mean"], z["scale"]
+            model = LogisticRegression(C=head.C, max_iter=1000, tol=1e-4)
+            model.coef_, model.intercept_, model.classes_ = z["coef"], z["intercept"], z["classes"]
+            model.n_features_in_ = model.coef_.shape[1]
+            head.model, head.classes_ = model, model.classes_
+            if head.lexical:
+                from sklearn.feature_extraction.text import TfidfVectorizer
+
+                vocab = json.loads(bytes(z["vocabulary_json"]).decode())
+                tfidf = TfidfVectorizer(analyzer="char_wb", ngram_range=(1, 3), sublinear_tf=True,
+                                        lowercase=True, dtype=np.float32, vocabulary=vocab)
+                tfidf.vocabulary_ = vocab
+                tfidf.idf_ = z["idf"]
+                head.tfidf = tfidf
+        return head
+    except Exception:  # noqa: BLE001 - a stale or broken cache entry is simply rebuilt
+        log.warning("ignoring unreadable head cache %s", path)
+        return None
 
 
 # --- signals -----------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from router.cli import agents, db, index, models, outbox, privacy, rag, report, routing, serve
+from router.cli import agents, db, index, keys, models, outbox, privacy, rag, report, routing, serve
 
 app = typer.Typer(
     name="switchboard",
@@ -23,6 +23,7 @@ app.add_typer(agents.tokens_app, name="tokens")
 app.add_typer(outbox.app, name="outbox")
 app.add_typer(privacy.retention_app, name="retention")
 app.add_typer(privacy.customers_app, name="customers")
+app.add_typer(keys.app, name="keys")
 app.command("serve")(serve.serve)
 app.command("report")(report.report)
 

@@ -14,6 +14,8 @@ def serve(
     host: str = typer.Option(None, help="Bind address (default from SWITCHBOARD_HOST, 127.0.0.1)."),
     port: int = typer.Option(None, min=1, max=65535, help="Port (default from SWITCHBOARD_PORT, 8000)."),
     workers: int = typer.Option(None, min=1, help="Worker processes (default from SWITCHBOARD_WORKERS, 1)."),
+    dev_key: bool = typer.Option(False, "--dev-key", help="Development: create and print a local integration key "
+                                 "(web, app) once, kept in $SWITCHBOARD_HOME/dev-integration-key; loopback only."),
 ) -> None:
     """Serve the gateway; on Ctrl-C it drains requests, closes the pool and stops the embedded database it started.
 
@@ -24,13 +26,21 @@ def serve(
 
     from router.app.factory import create_app
     from router.cli._common import settings
+    from router.app.keys import LOOPBACK
     from router.ops.observability import configure_logging
 
+    if dev_key:
+        os.environ["SWITCHBOARD_DEV_KEY"] = "1"     # the workers read it too
     s = settings()
     given = {k: v for k, v in (("host", host), ("port", port)) if v}
     if given:   # the app's "ready" log line then names the address really bound
         s = s.model_copy(update=given)
     configure_logging(s.log_level, s.log_json)
+    if host:
+        os.environ["SWITCHBOARD_HOST"] = host
+    if s.dev_key and s.host not in LOOPBACK:
+        typer.secho(f"error: --dev-key (SWITCHBOARD_DEV_KEY) needs a loopback address, not {s.host}", fg="red", err=True)
+        raise typer.Exit(2)
     _check_files(s)
     n = workers or s.workers
     if n == 1:

@@ -13,10 +13,43 @@ STAGES = ("harness", "rules", "embedding", "retrieval", "rerank", "answer", "han
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
+OTHER = "other"
+TIERS = ("L1", "L2", "L3", "none")
+DECIDED_BY = ("harness", "rules", "embeddings", "state", "none")
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+class ClosedLabels:
+    """A metric whose label values come from closed sets: anything else is counted as ``other``.
+
+    Every distinct label value is a permanent series; values that clients choose (a channel name, an
+    intent) would let anyone grow /metrics without bound. ``None`` for a label means the set is open
+    (values the code itself chooses, e.g. a stage name).
+    """
+
+    def __init__(self, metric, *allowed):
+        self.metric = metric
+        self.allowed = list(allowed)   # per label: None (open), a set, or a predicate
+
+    def labels(self, *values):
+        closed = [v if allowed is None or (allowed(v) if callable(allowed) else v in allowed) else OTHER
+                  for v, allowed in zip(values, self.allowed, strict=True)]
+        return self.metric.labels(*closed)
+
+    def __getattr__(self, name):
+        return getattr(self.metric, name)
+
+
 class Metrics:
-    def __init__(self, registry: CollectorRegistry | None = None):
+    def __init__(self, registry: CollectorRegistry | None = None, *, channels=()):
+        """``channels``: the channel registry (the composition root passes it; unknown names count as other)."""
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        self.channels = set(channels)
+        self.intents: set[str] = {"none", "oos"}        # + the loaded intents file's (allow_intents)
+        self._classifier = None                          # its current config's intents count too (reloads)
+        self._intents_of: tuple[object, frozenset[str]] = (None, frozenset())
+        self.escalation_rules: set[str] | None = None    # the policy's rule names, when known
         self.http_requests = Counter(
             "switchboard_http_requests", "HTTP requests by route and status", ["method", "route", "status"], registry=r
         )
@@ -45,6 +78,30 @@ class Metrics:
                                    multiprocess_mode="mostrecent")
         self.outbox = Counter("switchboard_outbox", "Outbound deliveries by channel and result", ["channel", "result"], registry=r)
         self.csat = Counter("switchboard_csat_ratings", "CSAT ratings received, by score", ["score"], registry=r)
+
+        self.http_requests = ClosedLabels(self.http_requests, set(HTTP_METHODS), None, None)  # route: templates
+        self.messages = ClosedLabels(self.messages, self.channels)
+        self.duplicates = ClosedLabels(self.duplicates, self.channels)
+        self.decisions = ClosedLabels(self.decisions, set(TIERS), self._known_intent, set(DECIDED_BY))
+        self.outbox = ClosedLabels(self.outbox, self.channels, None)
+
+    def allow_intents(self, names) -> None:
+        """These intent names become label values."""
+        self.intents.update(names)
+
+    def allow_intents_of(self, classifier) -> None:
+        """The intents of ``classifier``'s loaded file, whatever it is reloaded to, become label values."""
+        self._classifier = classifier
+
+    def _known_intent(self, name: str) -> bool:
+        if name in self.intents:
+            return True
+        config = getattr(self._classifier, "config", None)
+        seen, names = self._intents_of
+        if config is not seen:
+            names = frozenset(i.name for i in getattr(config, "intents", ()))
+            self._intents_of = (config, names)
+        return name in names
 
     def refresh_from_database(self, pool) -> None:
         """Set the gauges whose truth is shared by every pod and lives in Postgres: queue depth and the

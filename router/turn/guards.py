@@ -186,7 +186,7 @@ class Harness:
                     SELECT received_at FROM messages m
                     WHERE m.conversation_id = c.id AND m.direction = 'in' AND m.id <> %(message)s
                       AND m.received_at > now() - make_interval(secs => %(window)s)
-                      AND NOT COALESCE((m.metadata ->> 'throttled')::boolean, false)
+                      AND NOT m.throttled
                     ORDER BY m.received_at DESC LIMIT %(n)s
                 ) m
                 WHERE c.channel = %(channel)s AND c.customer_id = %(customer)s

@@ -71,6 +71,18 @@ def record_only(ctx: TurnContext) -> TurnResult:
                       state=ctx.conversation["state"])
 
 
+def same_message(stored: dict[str, Any], conversation: dict[str, Any], msg: InboundMessage) -> bool:
+    """Whether a message id seen again is the same message (a retry), not another one under a taken id.
+
+    Same conversation, same text, same customer and the same integration key (where they were recorded):
+    a caller that reuses someone else's message id learns nothing but that the id is taken.
+    """
+    return (stored["conversation_id"] == conversation["id"] and stored["text"] == msg.text
+            and stored["customer_id"] in (None, msg.customer_id)
+            and (stored["integration_key_id"] is None and msg.integration_key_id is None
+                 or str(stored["integration_key_id"]) == str(msg.integration_key_id)))
+
+
 class Pipeline:
     ATTEMPTS = 5   # a turn that loses a deadlock is retried from scratch (it is one transaction)
 
@@ -128,33 +140,40 @@ class Pipeline:
         ).fetchone()
         message = conn.execute(
             """
-            INSERT INTO messages (conversation_id, channel, external_id, direction, sender, text, sent_at, metadata)
-            VALUES (%s, %s, %s, 'in', 'customer', %s, %s, %s)
+            INSERT INTO messages (conversation_id, channel, external_id, direction, sender, text, sent_at, metadata,
+                                  customer_id, integration_key_id)
+            VALUES (%s, %s, %s, 'in', 'customer', %s, %s, %s, %s, %s)
             ON CONFLICT (channel, external_id) DO NOTHING
             RETURNING id, conversation_id, text, sent_at
             """,
             (conversation["id"], msg.channel, msg.message_external_id, msg.text, msg.sent_at,
-             json.dumps(redact_obj(msg.metadata, keep=CHANNEL_METADATA_KEYS), ensure_ascii=False, default=str)),
+             json.dumps(redact_obj(msg.metadata, keep=CHANNEL_METADATA_KEYS), ensure_ascii=False, default=str),
+             msg.customer_id, msg.integration_key_id),
         ).fetchone()
         if message is None:
             stored = conn.execute(
                 """
-                SELECT m.id, m.conversation_id, m.text, m.sent_at, m.metadata, t.response
+                SELECT m.id, m.conversation_id, m.text, m.sent_at, m.throttled, m.customer_id, m.integration_key_id,
+                       t.response, t.response_text
                 FROM messages m LEFT JOIN turns t ON t.message_id = m.id
                 WHERE m.channel = %s AND m.external_id = %s
                 """,
                 (msg.channel, msg.message_external_id),
             ).fetchone()
-            if stored is not None and stored["response"] is None \
-                    and (stored["metadata"] or {}).get("throttled") and stored["conversation_id"] == conversation["id"]:
+            if stored is not None and not same_message(stored, conversation, msg):
+                # another message under a taken id: refused, and the rollback stores nothing (not even the
+                # conversation row the upsert above may have made)
+                raise Problem(409, "This message id is already used by another message.", title="Conflict")
+            if stored is not None and stored["response"] is None and stored["throttled"]:
                 # refused earlier (quota): this retry is routed now
                 message = {k: stored[k] for k in ("id", "conversation_id", "text", "sent_at")}
-                conn.execute("UPDATE messages SET metadata = metadata - 'throttled' WHERE id = %s",
-                             (message["id"],))
+                conn.execute("UPDATE messages SET throttled = false WHERE id = %s", (message["id"],))
             else:
                 self.metrics.duplicates.labels(channel_label(msg.channel)).inc()
                 if stored is None or stored["response"] is None:  # stored without a turn (e.g. by an agent tool)
                     raise LookupError("message exists but has no turn")
+                if stored["response_text"] is not None:   # the stored text keeps the first answer's key order
+                    return json.loads(stored["response_text"]), None, None
                 return stored["response"], None, None
 
         self.metrics.messages.labels(channel_label(msg.channel)).inc()
@@ -164,8 +183,7 @@ class Pipeline:
         ctx.timings.setdefault("decide", time.perf_counter() - t_decide)
         response = None
         if result.reject is not None:  # kept, flagged, no turn; raised once committed
-            conn.execute("""UPDATE messages SET metadata = metadata || '{"throttled": true}'::jsonb """
-                         "WHERE id = %s", (message["id"],))
+            conn.execute("UPDATE messages SET throttled = true WHERE id = %s", (message["id"],))
         else:
             response = self._store_turn(conn, conversation, message, ctx, result)
         return response, ctx, result
@@ -197,11 +215,13 @@ class Pipeline:
         response = out.model_dump(mode="json")
         conn.execute(
             """
-            INSERT INTO turns (id, conversation_id, message_id, session_no, state, decision, response, trace)
-            VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+            INSERT INTO turns (id, conversation_id, message_id, session_no, state, decision, response, response_text,
+                               trace)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
             """,
             (turn_id, conversation["id"], message["id"], conversation["session_no"], result.state,
              result.decision.model_dump_json(), json.dumps(response, ensure_ascii=False),
+             json.dumps(response, ensure_ascii=False),
              json.dumps(redact_obj(trace, keep=BUSINESS_KEYS), ensure_ascii=False, default=str)),
         )
         return response

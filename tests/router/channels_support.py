@@ -125,6 +125,7 @@ def channel_settings(settings, server_url: str, **overrides):
     update = {k: SecretStr(v) for k, v in SECRETS.items()}
     update.update({
         "wechat_app_id": "wx-app", "twilio_account_sid": "AC123", "chatwoot_api_url": server_url,
+        "chatwoot_account_id": 1,
         "web_api_base_url": f"{server_url}/web-callback", "wechat_api_base_url": server_url,
         "whatsapp_api_base_url": f"{server_url}/v21.0", "telegram_api_base_url": server_url,
         "twilio_api_base_url": server_url, "dispatcher_enabled": False,

@@ -38,8 +38,10 @@ json_values = st.recursive(
 def sign(channel: str, body: bytes, path: str) -> tuple[dict, dict]:
     """Headers and query parameters that make ``body`` authentic for ``channel``."""
     if channel == "web":
-        return {"X-Switchboard-Signature": "sha256=" + hmac.new(SECRETS["web_hmac_secret"].encode(), body,
-                                                               hashlib.sha256).hexdigest()}, {}
+        ts = str(int(time.time()))
+        return {"X-Switchboard-Timestamp": ts,
+                "X-Switchboard-Signature": "sha256=" + hmac.new(SECRETS["web_hmac_secret"].encode(),
+                                                               ts.encode() + b"." + body, hashlib.sha256).hexdigest()}, {}
     if channel == "whatsapp":
         return {"X-Hub-Signature-256": "sha256=" + hmac.new(SECRETS["whatsapp_app_secret"].encode(), body,
                                                            hashlib.sha256).hexdigest()}, {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import time
 
 import pytest
 from channels_support import SECRETS, RecordingServer, channel_app, channel_settings, count, post_concurrently, stored
@@ -18,8 +19,10 @@ MSG = {"conversation_id": "c-1", "customer_id": "u-1", "message_id": "m-1", "tex
 
 def signed(body: dict) -> tuple[bytes, dict]:
     raw = json.dumps(body).encode()
-    sig = hmac.new(SECRETS["web_hmac_secret"].encode(), raw, hashlib.sha256).hexdigest()
-    return raw, {"X-Switchboard-Signature": f"sha256={sig}", "Content-Type": "application/json"}
+    ts = str(int(time.time()))
+    sig = hmac.new(SECRETS["web_hmac_secret"].encode(), ts.encode() + b"." + raw, hashlib.sha256).hexdigest()
+    return raw, {"X-Switchboard-Timestamp": ts, "X-Switchboard-Signature": f"sha256={sig}",
+                 "Content-Type": "application/json"}
 
 
 @pytest.fixture
@@ -46,7 +49,7 @@ def test_signed_message_is_routed_like_v1_messages(app):
         conv = conn.execute("SELECT * FROM conversations").fetchone()
         msg = conn.execute("SELECT * FROM messages WHERE direction = 'in'").fetchone()
     assert (conv["channel"], conv["external_id"], conv["customer_id"]) == ("web", "c-1", "u-1")
-    assert msg["metadata"]["page"] == "/orders" and msg["sent_at"].year == 2026
+    assert msg["metadata"]["client"] == {"page": "/orders"} and msg["sent_at"].year == 2026
     r2 = client.post(URL, content=raw, headers=headers)
     assert r2.json() == body and r2.headers["idempotent-replayed"] == "true"
 
@@ -73,8 +76,10 @@ def test_unsigned_mode_when_no_secret(settings, recorder):
 ])
 def test_malformed_is_422(app, bad):
     client, services, _ = app
-    sig = hmac.new(SECRETS["web_hmac_secret"].encode(), bad, hashlib.sha256).hexdigest()
-    r = client.post(URL, content=bad, headers={"X-Switchboard-Signature": f"sha256={sig}"})
+    ts = str(int(time.time()))
+    sig = hmac.new(SECRETS["web_hmac_secret"].encode(), ts.encode() + b"." + bad, hashlib.sha256).hexdigest()
+    r = client.post(URL, content=bad, headers={"X-Switchboard-Signature": f"sha256={sig}",
+                                               "X-Switchboard-Timestamp": ts})
     assert r.status_code == 422, r.text
     assert r.headers["content-type"].startswith("application/problem+json")
     assert count(services, "SELECT count(*) AS n FROM messages") == 0
@@ -115,7 +120,10 @@ def test_reply_posted_to_the_signed_callback_after_a_failure(app, recorder):
     calls = recorder.sent("/web-callback")
     assert len(calls) == 2
     call = calls[-1]
-    expected = hmac.new(SECRETS["web_hmac_secret"].encode(), call.body, hashlib.sha256).hexdigest()
+    ts = call.headers["x-switchboard-timestamp"]
+    assert abs(int(ts) - time.time()) < 3600
+    expected = hmac.new(SECRETS["web_hmac_secret"].encode(), ts.encode() + b"." + call.body,
+                        hashlib.sha256).hexdigest()
     assert call.headers["x-switchboard-signature"] == f"sha256={expected}"
     assert call.headers["idempotency-key"].startswith("outbox-")
     payload = call.json()

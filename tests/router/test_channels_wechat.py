@@ -34,7 +34,8 @@ DOC_XML = """<xml>
 </xml>"""
 
 
-def query(token=SECRETS["wechat_token"], timestamp="1409304348", nonce="1516141345", **extra):
+def query(token=SECRETS["wechat_token"], timestamp=None, nonce="1516141345", **extra):
+    timestamp = timestamp or str(int(time.time()))     # signed timestamps older than the window are refused
     sig = hashlib.sha1("".join(sorted([token, timestamp, nonce])).encode()).hexdigest()
     return {"signature": sig, "timestamp": timestamp, "nonce": nonce, **extra}
 

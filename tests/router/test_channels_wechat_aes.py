@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import time
 
 import defusedxml.ElementTree as ET
 import pytest
@@ -66,7 +67,8 @@ def wx_decrypt(encrypt: str) -> tuple[str, str]:
     return plain[20:20 + length].decode(), plain[20 + length:].decode()
 
 
-def signed_query(encrypt: str, timestamp: str = "1700000000", nonce: str = "424242", **extra) -> dict:
+def signed_query(encrypt: str, timestamp: str | None = None, nonce: str = "424242", **extra) -> dict:
+    timestamp = timestamp or str(int(time.time()))
     return {"signature": sha1_sorted(TOKEN, timestamp, nonce), "timestamp": timestamp, "nonce": nonce,
             "encrypt_type": "aes", "msg_signature": sha1_sorted(TOKEN, timestamp, nonce, encrypt), **extra}
 
@@ -109,8 +111,15 @@ def open_reply(response) -> tuple[ET.Element, str]:
     return ET.fromstring(xml), app_id
 
 
-def test_wechat_sample_is_decrypted_and_answered_encrypted(app):
-    client, services, _ = app
+@pytest.fixture
+def sample_app(settings, recorder):
+    """The documentation's sample was signed in 2014: only this app accepts timestamps that old."""
+    with channel_app(aes_settings(settings, recorder.url, wechat_timestamp_window_seconds=10**10)) as parts:
+        yield parts
+
+
+def test_wechat_sample_is_decrypted_and_answered_encrypted(sample_app):
+    client, services, _ = sample_app
     r = client.post(URL, params=SAMPLE_QUERY, content=SAMPLE_XML.encode(), headers={"Content-Type": "text/xml"})
     assert r.status_code == 200, r.text
     inner, app_id = open_reply(r)
@@ -152,7 +161,8 @@ def test_bad_msg_signature_is_401_and_nothing_stored(app):
         (good, safe_mode_body(other)),                                   # signed for another ciphertext
         ({k: v for k, v in good.items() if k != "msg_signature"}, safe_mode_body(encrypt)),
         ({**good, "signature": "f" * 40}, safe_mode_body(encrypt)),      # the plain signature must hold too
-        (signed_query(encrypt, timestamp="1700000001") | {"timestamp": "1700000000"}, safe_mode_body(encrypt)),
+        (signed_query(encrypt, timestamp=str(int(time.time()) + 1)) | {"timestamp": str(int(time.time()))},
+         safe_mode_body(encrypt)),
     ):
         r = client.post(URL, params=params, content=body)
         assert r.status_code == 401, r.text
@@ -225,9 +235,16 @@ def test_reply_too_long_for_a_passive_reply_stays_in_the_outbox(settings, record
 
 def test_plaintext_refused_when_encryption_required_and_bad_key_disables(settings, recorder):
     plain = text_message("hello").encode()
-    q = {"signature": sha1_sorted(TOKEN, "1", "2"), "timestamp": "1", "nonce": "2"}
-    with channel_app(aes_settings(settings, recorder.url)) as (client, _, _):
-        assert client.post(URL, params=q, content=plain).status_code == 200     # compatible: plaintext still fine
+    now = str(int(time.time()))
+    q = {"signature": sha1_sorted(TOKEN, now, "2"), "timestamp": now, "nonce": "2"}
+    with channel_app(channel_settings(settings, recorder.url, wechat_token=SecretStr(TOKEN))) as (client, _, _):
+        # plaintext mode (no EncodingAESKey): the plain signature is enough
+        assert client.post(URL, params=q, content=plain).status_code == 200
+    with channel_app(aes_settings(settings, recorder.url)) as (client, services, _):
+        # an EncodingAESKey means safe mode: omitting encrypt_type does not downgrade to plaintext
+        before = stored(services)
+        assert client.post(URL, params=q, content=plain).status_code == 401
+        assert stored(services) == before
     with channel_app(aes_settings(settings, recorder.url, wechat_require_encryption=True)) as (client, services, _):
         before = stored(services)
         other = text_message("hello again", msg_id="7000000000000000002").encode()

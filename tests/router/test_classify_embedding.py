@@ -152,7 +152,8 @@ def test_batch_equals_single_and_head_cache_round_trips(fitted, minilm_encoder, 
     assert [c.intent for c in batch] == [c.intent for c in single]
     assert np.allclose([c.confidence for c in batch], [c.confidence for c in single], atol=1e-5)
     cached = IntentClassifier.from_config(config, minilm_encoder, cache_dir=tmp_path)
-    assert list(tmp_path.glob("*.pkl")), "the trained head was written to the cache"
+    assert list(tmp_path.glob("*.npz")) and list(tmp_path.glob("*.sha256")), "the trained head was written to the cache"
+    assert not list(tmp_path.glob("*.pkl"))
     again = IntentClassifier.from_config(config, minilm_encoder, cache_dir=tmp_path)
     for t in texts:
         assert again.classify(t).confidence == pytest.approx(cached.classify(t).confidence, abs=1e-6)

@@ -142,9 +142,9 @@ def test_quota_refuses_with_429_keeps_the_message_and_routes_its_retry_later(poo
     with pytest.raises(Problem):                      # hammering does not count against the window
         send(pipe, "查订单!!", message_id="over-2")
     with pool.connection() as conn:
-        row = conn.execute("SELECT m.metadata, t.id AS turn FROM messages m LEFT JOIN turns t ON t.message_id = m.id "
-                           "WHERE m.external_id = 'over-1'").fetchone()
-        assert row["metadata"]["throttled"] is True and row["turn"] is None
+        row = conn.execute("SELECT m.throttled, m.metadata, t.id AS turn FROM messages m "
+                           "LEFT JOIN turns t ON t.message_id = m.id WHERE m.external_id = 'over-1'").fetchone()
+        assert row["throttled"] is True and row["turn"] is None and "throttled" not in row["metadata"]
         # another customer is unaffected
     assert send(pipe, "where is my order", customer="u-2", conv="other")["decision"]["intent"] == "order_query"
     # time passes: the window slides
@@ -153,8 +153,8 @@ def test_quota_refuses_with_429_keeps_the_message_and_routes_its_retry_later(poo
     out = send(pipe, "查订单", message_id="over-1")       # the same message id, retried after Retry-After
     assert out["decision"]["intent"] == "order_query"
     with pool.connection() as conn:
-        row = conn.execute("SELECT m.metadata FROM messages m WHERE m.external_id = 'over-1'").fetchone()
-        assert "throttled" not in row["metadata"]
+        row = conn.execute("SELECT m.throttled FROM messages m WHERE m.external_id = 'over-1'").fetchone()
+        assert row["throttled"] is False
     assert send(pipe, "查订单", message_id="over-1") == out   # and now it is an ordinary idempotent replay
 
 

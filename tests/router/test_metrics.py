@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from keys_testkit import authorize
 from fastapi.testclient import TestClient
 from ops_testkit import agent_token, msg, wire_gateway
 from prometheus_client.parser import text_string_to_metric_families
@@ -36,6 +37,7 @@ def gateway(services, tmp_path):
     from router.app.factory import create_app
 
     with TestClient(create_app(services=services)) as client:
+        authorize(client, services.pool, channels=("web", "telegram"))
         yield client, services
 
 

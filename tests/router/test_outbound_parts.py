@@ -127,8 +127,9 @@ def _sms(client):
 
 def _wechat(client):
     import hashlib
+    import time
 
-    ts, nonce = "1409304348", "1516141345"
+    ts, nonce = str(int(time.time())), "1516141345"     # a signed timestamp within the replay window
     sig = hashlib.sha1("".join(sorted([SECRETS["wechat_token"], ts, nonce])).encode()).hexdigest()
     xml = ("<xml><ToUserName><![CDATA[gh_acct]]></ToUserName><FromUserName><![CDATA[oUser]]></FromUserName>"
            "<CreateTime>1348831860</CreateTime><MsgType><![CDATA[text]]></MsgType>"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from keys_testkit import issue_integration_key
 
 pytestmark = pytest.mark.slow
 
@@ -52,6 +53,7 @@ def test_two_workers_share_the_database_and_report_one_set_of_metrics(dsn, tmp_p
     proc = subprocess.Popen([sys.executable, "-m", "router.cli", "serve", "--workers", "2", "--port", str(port)],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
+    auth = {"Authorization": f"Bearer {issue_integration_key(dsn)}"}
     try:
         deadline = time.monotonic() + 180
         ready = 0
@@ -66,14 +68,14 @@ def test_two_workers_share_the_database_and_report_one_set_of_metrics(dsn, tmp_p
         n = 40
         first = {}
         for i in range(n):
-            r = httpx.post(f"{base}/v1/messages", timeout=30, json={
+            r = httpx.post(f"{base}/v1/messages", timeout=30, headers=auth, json={
                 "channel": "web", "conversation_id": f"c{i}", "customer_id": f"u{i}", "message_id": f"m{i}",
                 "text": "I want to talk to a human"})
             assert r.status_code == 200, r.text
             assert r.json()["decision"]["tier"] == "L3"
             first[i] = r.json()
         # a retry (whichever worker takes it) is answered from the stored turn
-        again = httpx.post(f"{base}/v1/messages", timeout=30, json={
+        again = httpx.post(f"{base}/v1/messages", timeout=30, headers=auth, json={
             "channel": "web", "conversation_id": "c0", "customer_id": "u0", "message_id": "m0",
             "text": "I want to talk to a human"})
         assert again.status_code == 200 and again.headers.get("idempotent-replayed") == "true"

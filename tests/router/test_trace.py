@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ops_testkit import agent_token, msg, wire_gateway
+from keys_testkit import authorize
 
 from router.ops.observability import JsonFormatter, _RequestIdFilter, redact, redact_obj, request_id_var
 
@@ -124,6 +125,7 @@ def gateway(services, tmp_path):
     from router.app.factory import create_app
 
     with TestClient(create_app(services=services)) as client:
+        authorize(client, services.pool)
         yield client, services
 
 

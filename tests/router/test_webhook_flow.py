@@ -8,6 +8,7 @@ import itertools
 import psycopg
 import pytest
 import yaml
+from keys_testkit import authorize
 from fastapi.testclient import TestClient
 
 from router.app.factory import create_app
@@ -30,6 +31,7 @@ def make_client(fresh_db, pg_server, template_dsn, e5_encoder, tmp_path):
         svc = routing_services(fresh_db(name), home, e5_encoder, kb_dir, **settings)
         client = TestClient(create_app(services=svc))
         client.__enter__()
+        authorize(client, svc.pool)
         opened.append((client, svc))
         return client, svc
 
@@ -65,7 +67,8 @@ def test_contract_of_an_l1_answer_in_english_and_chinese(client_svc):
                              ("c-zh", "电子发票怎么开？", "zh")]:
         body = post(client, text, conv=conv).json()
         assert set(body) == {"conversation_id", "external_conversation_id", "turn_id", "state", "decision", "reply",
-                             "ticket_id"}
+                             "ticket_id", "feedback_token"}
+        assert body["feedback_token"].startswith("sbf_")
         d = body["decision"]
         assert {"intent", "tier", "confidence", "channel", "explanation"} <= set(d)
         assert d["tier"] == "L1" and d["channel"] in ("rules", "embeddings") and 0 <= d["confidence"] <= 1

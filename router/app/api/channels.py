@@ -119,6 +119,15 @@ async def channel_webhook(channel: str, request: Request, services: ServicesDep)
     except Exception as exc:  # noqa: BLE001 - parsing touches no state: an unforeseen shape is a malformed body
         log.warning("malformed %s webhook (%s: %s)", channel, type(exc).__name__, exc)
         raise Problem(422, f"the payload is not a valid {channel} webhook ({type(exc).__name__})") from None
+    replay = adapter.replay_key(raw)
+    if replay is not None:
+        try:
+            fresh = await run_in_threadpool(remember_nonce, services.pool, adapter.name, replay, raw.body)
+        except Exception as exc:  # noqa: BLE001 - mapped to 503, anything else re-raised
+            raise _problem_for(exc) from None
+        if not fresh:
+            log.warning("rejected %s webhook: a signature seen before came with another body", channel)
+            raise Problem(401, "this signature was already used for another message (a replay?)")
     limit = services.settings.max_text_chars
     for pm in parsed.messages:
         if len(pm.message.text) > limit:
@@ -137,6 +146,40 @@ async def channel_webhook(channel: str, request: Request, services: ServicesDep)
     except Exception as exc:  # noqa: BLE001 - mapped to 409/503, anything else re-raised
         raise _problem_for(exc) from None
     return _response(adapter.acknowledge(outcomes, parsed))
+
+
+_NONCE = """
+WITH expired AS (
+    DELETE FROM ingress_nonces
+     WHERE ctid = ANY (ARRAY(SELECT ctid FROM ingress_nonces WHERE expires_at < now() LIMIT 20))
+), seen AS (
+    INSERT INTO ingress_nonces (channel, nonce, body_sha256, expires_at)
+    VALUES (%(channel)s, %(nonce)s, %(digest)s, now() + make_interval(secs => %(keep)s))
+    ON CONFLICT (channel, nonce) DO UPDATE SET expires_at = ingress_nonces.expires_at
+    RETURNING body_sha256
+)
+SELECT body_sha256 = %(digest)s AS same FROM seen
+"""
+
+
+def remember_nonce(pool, channel: str, replay: tuple[str, int], body: bytes) -> bool:
+    """Record a signed request's nonce; False when that nonce was seen with another body (a forged replay).
+
+    The same body again is the channel's own retry: accepted (the message id deduplicates it). Expired
+    nonces are swept a few at a time by the inserts themselves.
+    """
+    import hashlib
+
+    key, keep = replay
+    params = {"channel": channel, "nonce": key[:300], "digest": hashlib.sha256(body).hexdigest(), "keep": keep}
+    with pool.connection() as conn:
+        conn.autocommit = True
+        try:
+            row = conn.execute(_NONCE, params).fetchone()
+        finally:
+            if not conn.closed:
+                conn.autocommit = False
+    return bool(row and row["same"])
 
 
 def _record_receipts(pool, channel: str, parsed) -> None:

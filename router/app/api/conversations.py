@@ -5,13 +5,15 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
 from handoff.api import ProblemRoute, require_roles
 from router.turn import state as sm
+from router.app.api.auth import OptionalKeyDep, feedback_secret_of, unauthorized
 from router.app.api.deps import ServicesDep
+from router.app.keys import feedback_token_ok
 from router.problems import Problem
 from router.ops.trace import load_trace
 
@@ -126,17 +128,37 @@ def record_feedback(conn, conversation_id: str, body: FeedbackIn) -> tuple[dict[
     response_model=FeedbackOut,
     status_code=201,
     summary="Rate a conversation session (CSAT 1-5)",
-    description="One rating per session. Repeating the same rating answers 200 with `Idempotent-Replayed: true`; "
+    description="Needs an integration key that lists the conversation's channel, or the conversation's "
+    "`X-Conversation-Token` (the `feedback_token` of a message answer). One rating per session. Repeating the same rating answers 200 with `Idempotent-Replayed: true`; "
     "a different rating for an already rated session is 409. Rating a resolved session closes it.",
     responses={200: {"description": "The same rating was already stored"},
+               401: {"description": "No key or token, or a wrong one", **_PROBLEM},
+               403: {"description": "The key may not rate this conversation's channel", **_PROBLEM},
                404: {"description": "No such conversation", **_PROBLEM},
                409: {"description": "The session was already rated differently", **_PROBLEM},
                422: {"description": "Malformed, or the turn is not in this conversation", **_PROBLEM}},
 )
 async def post_feedback(conversation_id: uuid.UUID, body: FeedbackIn, services: ServicesDep,
-                        response: Response) -> dict[str, Any]:
+                        response: Response, key: OptionalKeyDep,
+                        conversation_token: Annotated[str | None, Header(
+                            alias="X-Conversation-Token", max_length=100, pattern=r"^sbf_[0-9a-f]{40}$",
+                            description="The feedback_token of a POST /v1/messages answer in this conversation.",
+                        )] = None,
+                        secret: bytes = Depends(feedback_secret_of)) -> dict[str, Any]:
+    if key is None and conversation_token is None:
+        raise unauthorized("Rating needs an integration key or the conversation's X-Conversation-Token.")
+    if key is None and not feedback_token_ok(secret, str(conversation_id), conversation_token):
+        raise unauthorized("The X-Conversation-Token is not this conversation's.")
+
     def store():
         with services.pool.connection() as conn:
+            if key is not None:
+                row = conn.execute("SELECT channel FROM conversations WHERE id = %s",
+                                   (str(conversation_id),)).fetchone()
+                if row is None:
+                    raise Problem(404, f"There is no conversation {conversation_id}.")
+                if not key.may_post(row["channel"]):
+                    raise Problem(403, f"This integration key may not rate conversations of {row['channel']}.")
             return record_feedback(conn, str(conversation_id), body)
 
     out, created = await run_in_threadpool(store)

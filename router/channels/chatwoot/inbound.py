@@ -105,6 +105,11 @@ class ChatwootAdapter(BaseAdapter):
         account = obj(data.get("account"), "account")
         account_id = text_of(account.get("id"), "account.id")
         conversation_id = text_of(conversation.get("id"), "conversation.id")
+        if not account_id.isdigit() or not conversation_id.isdigit():
+            raise MalformedPayload("account.id and conversation.id must be numbers")
+        configured = self.settings.chatwoot_account_id
+        if configured is not None and account_id != str(configured):
+            raise MalformedPayload("account.id is not the configured SWITCHBOARD_CHATWOOT_ACCOUNT_ID")
         message_id = text_of(data.get("id"), "id")
         sender = data.get("sender") if isinstance(data.get("sender"), dict) else {}
         contact_id = text_of(sender.get("id"), "sender.id", required=False)

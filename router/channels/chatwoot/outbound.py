@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import httpx
 
-from router.channels.delivery import Delivery, SendResult, json_of, need, post
+from router.channels.delivery import Delivery, DeliveryError, SendResult, json_of, need, post
 from router.channels.settings import secret
 
 
@@ -21,12 +21,18 @@ class ChatwootSender:
         self.client = client
 
     def configured(self) -> tuple[bool, str]:
-        if not self.settings.chatwoot_api_url or secret(self.settings.chatwoot_api_token) is None:
-            return False, "set SWITCHBOARD_CHATWOOT_API_URL and SWITCHBOARD_CHATWOOT_API_TOKEN"
+        if not self.settings.chatwoot_api_url or secret(self.settings.chatwoot_api_token) is None \
+                or not self.settings.chatwoot_account_id:
+            return False, ("set SWITCHBOARD_CHATWOOT_API_URL, SWITCHBOARD_CHATWOOT_API_TOKEN and "
+                           "SWITCHBOARD_CHATWOOT_ACCOUNT_ID")
         return True, "ok"
 
     def send(self, delivery: Delivery) -> SendResult:
-        account, conversation = need(delivery.address, "account_id", "conversation_id")
+        # the account from settings only, the conversation as a number: webhook fields never shape the URL
+        account = str(self.settings.chatwoot_account_id or "")
+        (conversation,) = need(delivery.address, "conversation_id")
+        if not account.isdigit() or not str(conversation).isdigit():
+            raise DeliveryError("chatwoot account and conversation ids must be numbers", retryable=False)
         base = f"{self.settings.chatwoot_api_url.rstrip('/')}/api/v1/accounts/{account}/conversations/{conversation}"
         headers = {"api_access_token": secret(self.settings.chatwoot_api_token)}
         if delivery.kind == "conversation_status":

@@ -6,11 +6,16 @@ a longer reply goes out as ordered messages, counted in UTF-16 code units to be 
 
 from __future__ import annotations
 
+import re
+
 import httpx
 
 from router.channels.delivery import Delivery, DeliveryError, SendResult, json_of, need, post, send_in_parts
 from router.channels.split import TextLimit
 from router.channels.settings import secret
+
+
+_SID = re.compile(r"^AC[A-Za-z0-9]{1,64}$")
 
 
 class SmsSender:
@@ -28,9 +33,14 @@ class SmsSender:
 
     def send(self, delivery: Delivery) -> SendResult:
         to, sender = need(delivery.address, "to", "from")
-        sid = self.settings.twilio_account_sid or delivery.address.get("account_sid")
+        # the account comes from settings only: a webhook's AccountSid would choose the URL path and the
+        # credentials' user name
+        sid = self.settings.twilio_account_sid
         if not sid:
             raise DeliveryError("no Twilio account SID: set SWITCHBOARD_TWILIO_ACCOUNT_SID", retryable=False)
+        if not _SID.match(sid):
+            raise DeliveryError("SWITCHBOARD_TWILIO_ACCOUNT_SID must be AC followed by letters and digits",
+                                retryable=False)
         url = f"{self.settings.twilio_api_base_url.rstrip('/')}/2010-04-01/Accounts/{sid}/Messages.json"
         auth = (sid, secret(self.settings.twilio_auth_token))
 

@@ -1,11 +1,16 @@
 """The ``web`` channel: the ``/v1/messages`` JSON shape, optionally signed with a shared secret.
 
 For a site's own backend (or chat widget server). With ``SWITCHBOARD_WEB_HMAC_SECRET`` set, every
-request needs ``X-Switchboard-Signature: sha256=<hex HMAC-SHA256 of the raw body>``; the same
-header signs the replies the dispatcher POSTs back to ``SWITCHBOARD_WEB_API_BASE_URL``.
+request needs ``X-Switchboard-Timestamp: <unix seconds>`` and ``X-Switchboard-Signature: sha256=<hex
+HMAC-SHA256 of "<timestamp>." + the raw body>``; a timestamp more than
+``SWITCHBOARD_WEB_SIGNATURE_WINDOW_SECONDS`` (300) away from now is refused, so a captured request
+cannot be replayed later (within the window a replay is a retry: deduplicated on the message id).
+The same headers sign the replies the dispatcher POSTs back to ``SWITCHBOARD_WEB_API_BASE_URL``.
 """
 
 from __future__ import annotations
+
+import time
 
 from pydantic import ValidationError
 
@@ -27,10 +32,17 @@ from router.channels.settings import secret
 from router.schemas import InboundMessage, MessageIn
 
 SIGNATURE_HEADER = "x-switchboard-signature"
+TIMESTAMP_HEADER = "x-switchboard-timestamp"
 
 
-def sign(secret_value: str, body: bytes) -> str:
-    return "sha256=" + hmac_hex(secret_value, body)
+def sign(secret_value: str, body: bytes, timestamp: str) -> str:
+    return "sha256=" + hmac_hex(secret_value, timestamp.encode() + b"." + body)
+
+
+def signed_headers(secret_value: str, body: bytes, now: float | None = None) -> dict[str, str]:
+    """The two headers that sign ``body`` now (for the dispatcher's callbacks and for clients)."""
+    ts = str(int(time.time() if now is None else now))
+    return {TIMESTAMP_HEADER: ts, SIGNATURE_HEADER: sign(secret_value, body, ts)}
 
 
 class WebAdapter(BaseAdapter):
@@ -40,7 +52,12 @@ class WebAdapter(BaseAdapter):
         key = secret(self.settings.web_hmac_secret)
         if key is None:
             return  # unsigned mode: the endpoint is meant to sit behind the site's own backend
-        if not same(request.headers.get(SIGNATURE_HEADER), sign(key, request.body)):
+        ts = request.headers.get(TIMESTAMP_HEADER) or ""
+        if not ts.isdigit() or len(ts) > 12:
+            raise SignatureError(f"missing or bad {TIMESTAMP_HEADER} header")
+        if abs(time.time() - int(ts)) > self.settings.web_signature_window_seconds:
+            raise SignatureError(f"{TIMESTAMP_HEADER} is outside the accepted window (a replay?)")
+        if not same(request.headers.get(SIGNATURE_HEADER), sign(key, request.body, ts)):
             raise SignatureError(f"missing or bad {SIGNATURE_HEADER} header")
 
     def parse(self, request: WebhookRequest) -> Parsed:

@@ -1,7 +1,7 @@
 """Replies and agent messages of the ``web`` channel, POSTed to the site's callback URL.
 
-Signed like inbound web webhooks (``X-Switchboard-Signature: sha256=<hex>`` when the shared secret
-is set) and carrying ``Idempotency-Key: outbox-<id>`` so the site can drop a repeated delivery.
+Signed like inbound web webhooks (``X-Switchboard-Timestamp`` and ``X-Switchboard-Signature`` when the
+shared secret is set) and carrying ``Idempotency-Key: outbox-<id>`` so the site can drop a repeated delivery.
 Without ``SWITCHBOARD_WEB_API_BASE_URL`` there is nowhere to push to: the reply was already in the
 webhook's HTTP response and stays in the transcript, so the row is recorded as skipped.
 """
@@ -14,7 +14,7 @@ import httpx
 
 from router.channels.delivery import Delivery, SendResult, json_of, post
 from router.channels.settings import secret
-from router.channels.web.inbound import SIGNATURE_HEADER, sign
+from router.channels.web.inbound import signed_headers
 
 
 class WebSender:
@@ -41,7 +41,7 @@ class WebSender:
         headers = {"Content-Type": "application/json", "Idempotency-Key": f"outbox-{delivery.outbox_id}"}
         key = secret(self.settings.web_hmac_secret)
         if key:
-            headers[SIGNATURE_HEADER] = sign(key, body)
+            headers.update(signed_headers(key, body))
         response = post(self.client, url, "web callback", content=body, headers=headers)
         return SendResult(provider_message_id=str(json_of(response).get("id") or "") or None,
                           http_status=response.status_code)

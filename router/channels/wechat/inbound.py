@@ -112,10 +112,21 @@ class WeChatAdapter(BaseAdapter):
         if not same(sig, signature(secret(self.settings.wechat_token), ts, nonce)):
             raise SignatureError("bad signature")
 
+    def _fresh(self, request: WebhookRequest) -> None:
+        """The signed timestamp is within the window: a leaked signature stops working minutes later."""
+        ts = request.query.get("timestamp") or ""
+        if not ts.isdigit() or len(ts) > 12:
+            raise SignatureError("missing or bad timestamp query parameter")
+        if abs(time.time() - int(ts)) > self.settings.wechat_timestamp_window_seconds:
+            raise SignatureError("the timestamp is outside the accepted window (a replay?)")
+
     def verify(self, request: WebhookRequest) -> None:
+        self._fresh(request)
         if not self._encrypted(request):
-            if self.settings.wechat_require_encryption:
-                raise SignatureError("plaintext message refused: SWITCHBOARD_WECHAT_REQUIRE_ENCRYPTION is set")
+            # with an EncodingAESKey the console is in safe (or compatible) mode and WeChat always sends
+            # encrypt_type=aes: a plaintext POST is a downgrade attempt (its signature covers no body)
+            if self.settings.wechat_require_encryption or self.crypto is not None or self._crypto_problem:
+                raise SignatureError("plaintext message refused: an EncodingAESKey is configured (safe mode)")
             self._check(request)
             return
         if self.crypto is None:
@@ -128,6 +139,13 @@ class WeChatAdapter(BaseAdapter):
             raise SignatureError("bad msg_signature")
         if q.get("signature"):      # WeChat sends the plain signature too: it must hold as well
             self._check(request)
+
+    def replay_key(self, request: WebhookRequest) -> tuple[str, int] | None:
+        """(nonce key, seconds to keep it): a signed (timestamp, nonce, signature) comes back only with the
+        same body. The plaintext signature covers no body; this stops a leaked one from carrying another."""
+        q = request.query
+        sig = q.get("msg_signature") or q.get("signature") or ""
+        return f"{q.get('timestamp')}:{q.get('nonce')}:{sig}", 2 * self.settings.wechat_timestamp_window_seconds
 
     def handshake(self, request: WebhookRequest) -> Ack:
         try:

@@ -1,0 +1,61 @@
+"""Who may call the direct API: an integration key (``Authorization: Bearer sbk_...``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from router.app.keys import IntegrationKey, authenticate_key, feedback_secret
+from router.problems import Problem
+
+CHALLENGE = {"WWW-Authenticate": 'Bearer realm="switchboard"'}
+_bearer = HTTPBearer(auto_error=False, scheme_name="IntegrationKey",
+                     description="An integration key (`switchboard keys issue NAME --channel web`).")
+
+
+def unauthorized(detail: str) -> Problem:
+    return Problem(401, detail, headers=CHALLENGE)
+
+
+async def optional_key(request: Request,
+                       creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> IntegrationKey | None:
+    """The presented key when valid; None when none was presented; 401 for a wrong or revoked one."""
+    if creds is None:
+        return None
+    pool = request.app.state.services.pool
+
+    def look():
+        with pool.connection() as conn:
+            return authenticate_key(conn, creds.credentials)
+
+    key = await run_in_threadpool(look)
+    if key is None:
+        raise unauthorized("The integration key is unknown or revoked.")
+    return key
+
+
+async def require_key(key: Annotated[IntegrationKey | None, Depends(optional_key)]) -> IntegrationKey:
+    if key is None:
+        raise unauthorized("This endpoint needs an integration key: Authorization: Bearer sbk_...")
+    return key
+
+
+KeyDep = Annotated[IntegrationKey, Depends(require_key)]
+OptionalKeyDep = Annotated[IntegrationKey | None, Depends(optional_key)]
+
+
+async def feedback_secret_of(request: Request) -> bytes:
+    """The feedback-token secret, read once per process from the database."""
+    services = request.app.state.services
+    cached = getattr(services, "_feedback_secret", None)
+    if cached is None:
+        def read():
+            with services.pool.connection() as conn:
+                return feedback_secret(conn)
+
+        cached = await run_in_threadpool(read)
+        services._feedback_secret = cached
+    return cached

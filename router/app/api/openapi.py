@@ -1,0 +1,48 @@
+"""OpenAPI links, so a stateful client (schemathesis) follows a claimed ticket into its actions and a
+message answer into its feedback, as a person would."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+TICKET_PREFIX = "/v1/handoff/tickets/{ticket_id}"
+
+
+def _links(spec: dict) -> None:
+    paths = spec.get("paths", {})
+    claim = paths.get("/v1/handoff/claim-next", {}).get("post")
+    if claim is not None:
+        links = {}
+        for path, ops in paths.items():
+            if not path.startswith(TICKET_PREFIX) or path.endswith("/events"):
+                continue
+            for method, op in ops.items():
+                name = (path[len(TICKET_PREFIX):].strip("/") or "get") + ("" if method in ("get", "post") else method)
+                links[name.replace("-", "_")] = {
+                    "operationId": op["operationId"],
+                    "parameters": {"ticket_id": "$response.body#/id"},
+                    "description": f"{method.upper()} {path} on the claimed ticket",
+                }
+        claim.setdefault("responses", {}).setdefault("200", {"description": "The claimed ticket"})["links"] = links
+    feedback = paths.get("/v1/conversations/{conversation_id}/feedback", {}).get("post")
+    message = paths.get("/v1/messages", {}).get("post")
+    if feedback is not None and message is not None:
+        message["responses"]["200"]["links"] = {"feedback": {
+            "operationId": feedback["operationId"],
+            "parameters": {"conversation_id": "$response.body#/conversation_id",
+                           "header.X-Conversation-Token": "$response.body#/feedback_token"},
+            "description": "Rate the conversation with the answer's feedback_token.",
+        }}
+
+
+def install_links(app: FastAPI) -> None:
+    build = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            spec = build()
+            _links(spec)
+            app.openapi_schema = spec
+        return app.openapi_schema
+
+    app.openapi = openapi
