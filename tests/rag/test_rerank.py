@@ -149,7 +149,7 @@ def test_cli_reports_bad_input_without_a_traceback(tmp_path):
 
     result = CliRunner().invoke(app, ["rag", "train-reranker", "--beir", str(tmp_path), "--out",
                                       str(tmp_path / "m"), "--json"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2          # bad input
     assert "not a BEIR directory" in json.loads(result.stdout)["error"]
     assert not (tmp_path / "m").exists()
 

@@ -15,6 +15,8 @@ from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "router"))
 
+from keys_testkit import authorize  # noqa: E402
+
 from ops_testkit import agent_token, msg, wire_gateway  # noqa: E402
 
 PHONE = "13812345678"
@@ -28,6 +30,7 @@ def gateway(services, tmp_path, dsn, monkeypatch):
     from router.app.factory import create_app
 
     with TestClient(create_app(services=services)) as client:
+        authorize(client, services.pool)
         yield client, services
 
 

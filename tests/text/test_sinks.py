@@ -16,6 +16,8 @@ from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "router"))
 
+from keys_testkit import authorize  # noqa: E402
+
 from channels_support import SECRETS, RecordingServer, channel_app, channel_settings  # noqa: E402
 from ops_testkit import agent_token, msg, wire_gateway  # noqa: E402
 
@@ -50,6 +52,7 @@ def gateway(services, tmp_path):
     from router.app.factory import create_app
 
     with TestClient(create_app(services=services)) as client:
+        authorize(client, services.pool)
         yield client, services
 
 
@@ -70,7 +73,7 @@ def test_turn_trace_replay_metadata_and_agent_view_are_masked(gateway):
     _no_personal(stored)
     assert stored["classification"]["entities"]["order_numbers"] == [ORDER]
     # message metadata is stored redacted
-    assert meta == {"from": "[phone]", "note": "[email]", "order": ORDER}
+    assert meta == {"client": {"from": "[phone]", "note": "[email]", "order": ORDER}}   # the client's own, namespaced
 
     sup = agent_token(services, "sup", "supervisor")
     replay = client.get(f"/v1/conversations/{cid}/trace", headers={"Authorization": f"Bearer {sup}"}).json()
@@ -176,7 +179,9 @@ def test_outbox_errors_and_outbox_status_are_masked(settings, dsn, tmp_path, mon
 def test_metrics_labels_never_carry_a_client_value(gateway):
     client, _ = gateway
     r = client.post("/v1/messages", json=msg("conv-m", "m-1", "where is my order", channel="p13812345678"))
-    assert r.status_code == 200, r.text
+    assert r.status_code == 422, r.text          # a channel outside the registry is refused at the door
+    ok = client.post("/v1/messages", json=msg("conv-m", "m-2", "where is my order 12345678"))
+    assert ok.status_code == 200, ok.text
     text = client.get("/metrics").text
-    assert "13812345678" not in text
-    assert 'switchboard_messages_total{channel="other"} 1.0' in text
+    assert "13812345678" not in text and "p1381" not in text
+    assert 'switchboard_messages_total{channel="web"} 1.0' in text
