@@ -66,9 +66,10 @@ def _extra_routers():
     from handoff.api import build_router as handoff_router
 
     from router.api import channels, conversations
+    from router.console.routes import router as console_router
 
     return [handoff_router(lambda request: getattr(request.app.state.services, "handoff", None)), channels.router,
-            conversations.router]
+            conversations.router, console_router]
 
 
 def main_app() -> FastAPI:
