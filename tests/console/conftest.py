@@ -151,7 +151,7 @@ def gateway(services, minilm_encoder, tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def console(page, gateway):
+def console(gateway, page):
     """A page on the console, with a sign-in helper."""
     page.set_default_timeout(15000)
 
