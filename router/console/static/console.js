@@ -551,7 +551,7 @@ function renderTicket() {
     lines.push({ sender: m.sender, text: m.text, at: m.at });
   }
   $("transcript").replaceChildren(...lines.map((m) => el("li", { class: m.sender },
-    el("span", { class: "who-line", text: `${m.sender} · ${fmtTime(m.at)}` }), m.text)));
+    el("span", { class: "who-line", text: m.at ? `${m.sender} · ${fmtTime(m.at)}` : m.sender }), m.text)));
 
   // outbox: delivery rows of the conversation since the ticket opened
   const ob = ((state.convo && state.convo.outbox) || []).map((o) => el("tr", { "data-outbox": o.id },
@@ -586,6 +586,7 @@ function citation(c) {
 
 function scalar(v) {
   if (v === null || v === undefined) return "";
+  if (typeof v === "object" && "value" in v) return [v.value, v.currency || v.unit].filter((x) => x !== undefined && x !== null).join(" ");
   return typeof v === "object" ? JSON.stringify(v) : String(v);
 }
 
