@@ -198,3 +198,34 @@ def test_the_page_runs_under_its_content_security_policy(console, gateway):
     console.sign_in(gateway.agent("jo"))
     expect(console.get_by_role("button", name="Claim next")).to_be_visible()
     assert violations == []
+
+
+def test_a_dropped_stream_reconnects_with_last_event_id(console, gateway):
+    """The first stream ends after one event (as a dropped connection does); the console reconnects to the
+    real stream with that event's id, and what happened while it was away still reaches the queue."""
+    first = gateway.open_assist(text="Where is my refund?", draft="Soon.")
+    with gateway.pool.connection() as conn:
+        seen = conn.execute("SELECT max(id) AS id FROM ticket_events").fetchone()["id"]
+    streams = []
+
+    def stream(route):
+        streams.append(route.request.headers.get("last-event-id"))
+        if len(streams) == 1:
+            body = (f"retry: 300\nevent: ready\ndata: {{}}\n\nid: {seen}\nevent: ticket\n"
+                    f'data: {{"id": {seen}, "ticket_id": "{first["id"]}", "action": "opened"}}\n\n')
+            route.fulfill(status=200, headers={"content-type": "text/event-stream"}, body=body)
+        else:
+            route.continue_()
+
+    console.route("**/v1/handoff/events*", stream)
+    token = gateway.agent("kai")
+    console.goto(f"{gateway.url}/console")
+    console.get_by_label("Agent token").fill(token)
+    with console.expect_request(lambda r: "/v1/handoff/events" in r.url and "last-event-id" in r.headers) as again:
+        console.get_by_role("button", name="Sign in").click()
+    assert streams[0] is None and again.value.headers.get("last-event-id") == str(seen)
+    later = gateway.open_assist(text="And my invoice?", draft="Attached.")
+    expect(console.locator(f"#queue-rows tr[data-ticket='{later['id']}']")).to_be_visible()
+    # and the reconnected stream is the live one: a new ticket shows without a reload
+    newest = gateway.customer_says("转人工")
+    expect(console.locator(f"#queue-rows tr[data-ticket='{newest['ticket_id']}']")).to_be_visible()
