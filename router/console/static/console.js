@@ -39,7 +39,9 @@ const T = {
     assist: "assist", handoff: "handoff", approval: "approval", urgent: "urgent", high: "high", normal: "normal",
     low: "low", ruleHit: "Rule hit", nearest: "Nearest examples", escalation: "Escalation", noDraft: "No draft text.",
     draftStatus: "Draft: {s}", amount: "Amount", created: "Opened", lease: "Lease until", customer: "Customer",
-    intent: "intent", tier: "tier", confidence: "confidence", by: "by", none: "–",
+    intent: "intent", tier: "tier", confidence: "confidence", by: "by", none: "–", amountTitle: "Amount",
+    d_pending: "pending", d_approved: "approved", d_edited: "edited and sent", d_rejected: "rejected",
+    s_customer: "customer", s_bot: "bot", s_agent: "agent", s_system: "system",
   },
   zh: {
     title: "坐席工作台", signOut: "退出登录", signInTitle: "登录", signIn: "登录", token: "坐席令牌",
@@ -71,7 +73,9 @@ const T = {
     assist: "辅助", handoff: "转人工", approval: "审批", urgent: "紧急", high: "高", normal: "普通", low: "低",
     ruleHit: "命中规则", nearest: "最相近的示例", escalation: "升级", noDraft: "草稿没有文本。",
     draftStatus: "草稿：{s}", amount: "金额", created: "创建时间", lease: "租约到期", customer: "客户",
-    intent: "意图", tier: "层级", confidence: "置信度", by: "来自", none: "–",
+    intent: "意图", tier: "层级", confidence: "置信度", by: "来自", none: "–", amountTitle: "金额",
+    d_pending: "待审核", d_approved: "已批准", d_edited: "已编辑并发送", d_rejected: "已驳回",
+    s_customer: "客户", s_bot: "机器人", s_agent: "坐席", s_system: "系统",
   },
 };
 
@@ -508,6 +512,7 @@ function renderTicket() {
   $("approval").hidden = !needsApproval;
   const allowed = mayApprove(tk);
   if (needsApproval) {
+    $("ap-title").textContent = tk.approval_level === "auto" ? t("amountTitle") : t("approvalTitle");
     $("ap-amount").textContent = `${t("amount")}: ${tk.amount} ${tk.currency || ""}`.trim();
     $("ap-level").textContent = tk.approval_level;
     $("ap-mine").textContent = state.me.approval_level;
@@ -519,7 +524,7 @@ function renderTicket() {
   const draft = tk.draft;
   $("draft-box").hidden = !draft;
   if (draft) {
-    $("draft-status").textContent = t("draftStatus", { s: tk.draft_status || "" });
+    $("draft-status").textContent = t("draftStatus", { s: tk.draft_status ? t(`d_${tk.draft_status}`) : "" });
     $("draft-text").textContent = draft.final_text || draft.text || t("noDraft");
     const cites = (draft.citations || []).map((c) => el("li", { text: citation(c) }));
     $("draft-cites").replaceChildren(...cites);
@@ -551,7 +556,7 @@ function renderTicket() {
     lines.push({ sender: m.sender, text: m.text, at: m.at });
   }
   $("transcript").replaceChildren(...lines.map((m) => el("li", { class: m.sender },
-    el("span", { class: "who-line", text: m.at ? `${m.sender} · ${fmtTime(m.at)}` : m.sender }), m.text)));
+    el("span", { class: "who-line", text: m.at ? `${t(`s_${m.sender}`)} · ${fmtTime(m.at)}` : t(`s_${m.sender}`) }), m.text)));
 
   // outbox: delivery rows of the conversation since the ticket opened
   const ob = ((state.convo && state.convo.outbox) || []).map((o) => el("tr", { "data-outbox": o.id },
