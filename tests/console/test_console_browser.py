@@ -165,7 +165,9 @@ def test_a_revoked_token_is_signed_out(console, gateway):
 
 
 def test_switch_to_chinese_keeps_stable_accessible_names_and_sign_out_clears_the_token(console, gateway):
-    console.sign_in(gateway.agent("hui"))
+    console.sign_in(gateway.agent("hui", teams=("general", "care")))
+    console.get_by_role("button", name="Claim next").click()             # nothing queued: said, with the teams
+    expect(console.get_by_role("alert", name="Notice")).to_contain_text("Nothing to claim in your teams (general, care)")
     console.get_by_role("button", name="Language").click()
     expect(console.locator("html")).to_have_attribute("lang", "zh-CN")
     claim_next = console.get_by_role("button", name="Claim next")

@@ -26,7 +26,7 @@ const T = {
     returnBot: "Return to bot", oSolved: "solved", oRefunded: "refunded", oDuplicate: "duplicate",
     oNoResponse: "no response", decisions: "Decisions and why", evidence: "Evidence", facts: "Customer facts",
     flow: "Flow and proposed tool call", auditLog: "Ticket log",
-    live: "Live", reconnecting: "Reconnecting…", nothingToClaim: "Nothing to claim in your teams right now.",
+    live: "Live", reconnecting: "Reconnecting…", nothingToClaim: "Nothing to claim in your teams ({teams}) right now.",
     signedOutRevoked: "You were signed out: the token is invalid, expired or revoked.",
     signedOut: "Signed out.", badToken: "That token was not accepted.",
     sent: "Sent: the message is queued for the customer's channel.", approved: "Approved and sent.",
@@ -60,7 +60,7 @@ const T = {
     closeTitle: "转交或结束", teamHint: "团队", transfer: "转交", resolve: "解决",
     returnBot: "交还机器人", oSolved: "已解决", oRefunded: "已退款", oDuplicate: "重复", oNoResponse: "客户未回应",
     decisions: "决策及依据", evidence: "检索证据", facts: "客户信息", flow: "流程状态与拟调用工具", auditLog: "工单日志",
-    live: "实时", reconnecting: "正在重连…", nothingToClaim: "您的团队目前没有可认领的工单。",
+    live: "实时", reconnecting: "正在重连…", nothingToClaim: "您的团队（{teams}）目前没有可认领的工单。",
     signedOutRevoked: "您已被登出：令牌无效、已过期或已被吊销。",
     signedOut: "已退出登录。", badToken: "令牌未被接受。",
     sent: "已发送：消息已排队发往客户渠道。", approved: "已批准并发送。",
@@ -309,7 +309,7 @@ function renderQueue() {
 async function claimNext() {
   try {
     const ticket = await api("/v1/handoff/claim-next", { method: "POST", body: {} });
-    if (!ticket) { notify(t("nothingToClaim")); return; }
+    if (!ticket) { notify(t("nothingToClaim", { teams: state.me.teams.join(", ") })); return; }
     notify(t("claimed"), "ok");
     await showTicket(ticket.id);
     scheduleRefresh();
