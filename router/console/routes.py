@@ -59,7 +59,8 @@ def _services_handoff(request: Request):
 
 router = APIRouter(tags=["console"], route_class=ProblemRoute)
 _service_dep, _ = make_auth(_services_handoff)
-_bearer = HTTPBearer(auto_error=False)
+_bearer = HTTPBearer(auto_error=False, scheme_name="AgentToken",
+                     description="An agent token from `switchboard tokens issue` (sent as `Bearer sbt_...`).")
 
 
 @router.get("/console", include_in_schema=False)

@@ -97,6 +97,8 @@ class Gateway:
                 reason=reason, priority="normal", amount=amount, currency=currency,
                 context={"transcript": [{"direction": "in", "sender": "customer", "text": text}],
                          "evidence": evidence,
+                         "flow": {"name": "refund", "step": "await_approval"},
+                         "proposed_tool_call": {"tool": "issue_refund", "arguments": {"order": "A-1"}},
                          "decisions": [{"turn_id": None, "state": "l2_assisting", "decision": {
                              "intent": "refund_request", "tier": "L2", "confidence": 0.91, "channel": "embeddings",
                              "explanation": {"method": "head", "score": 0.91, "threshold": 0.5, "nearest": [

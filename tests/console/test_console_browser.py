@@ -31,6 +31,8 @@ def test_sign_in_live_queue_claim_transcript_reply_and_resolve(console, gateway)
     expect(decisions).to_contain_text("Rule hit")
     expect(decisions).to_contain_text("human")
     assert gateway.ticket(turn["ticket_id"])["claimed_by"] is not None
+    expect(row).to_contain_text("claimed (you)")
+    expect(row.locator("td.sla")).to_have_text("–")       # picked up: the pick-up deadline no longer runs
 
     # the lease is renewed while the ticket is on screen (6 s lease here: a heartbeat every 2 s)
     before = gateway.ticket(turn["ticket_id"])["lease_expires_at"]
@@ -39,7 +41,7 @@ def test_sign_in_live_queue_claim_transcript_reply_and_resolve(console, gateway)
 
     # a reply leaves through the customer's channel: the outbox row shows on the ticket
     console.get_by_label("Reply", exact=True).fill("您好，我是 Ana，马上为您处理。")
-    console.get_by_role("button", name="Send").click()
+    console.get_by_role("button", name="Send").dblclick()     # both clicks carry one Idempotency-Key: sent once
     outbox = console.get_by_role("table", name="Outbox")
     expect(outbox.locator("tbody tr").filter(has_text="您好，我是 Ana")).to_have_count(1)
     expect(outbox.locator("tbody tr").filter(has_text="您好，我是 Ana")).to_contain_text("agent_message")
@@ -71,6 +73,8 @@ def test_claim_next_and_approve_an_l2_draft(console, gateway):
     expect(console.get_by_role("list", name="Evidence", exact=True)).to_contain_text("Card payments")
     expect(console.get_by_role("list", name="Decisions", exact=True)).to_contain_text("where is my refund")   # a nearest example
     expect(console.get_by_role("list", name="Decisions", exact=True)).to_contain_text("0.880")               # and its score
+    expect(console.get_by_label("Flow state")).to_contain_text("await_approval")           # the workflow's step
+    expect(console.get_by_label("Flow state")).to_contain_text("issue_refund")             # and its proposed call
 
     console.get_by_role("button", name="Approve").click()
     expect(view).to_have_attribute("data-status", "resolved")

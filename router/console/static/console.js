@@ -272,7 +272,7 @@ function slaCell(cell, dueIso) {
 }
 
 function tickClocks() {
-  for (const cell of document.querySelectorAll("#queue-rows td.sla")) slaCell(cell, cell.dataset.due);
+  for (const cell of document.querySelectorAll("#queue-rows td.sla[data-due]")) slaCell(cell, cell.dataset.due);
 }
 
 function shortId(id) { return id.slice(0, 8); }
@@ -282,8 +282,9 @@ function renderQueue() {
   for (const tk of state.tickets) {
     const kind = kindOf(tk);
     const mine = tk.claimed_by && state.me && tk.claimed_by === state.me.id;
-    const sla = el("td", { class: "sla", "data-due": tk.sla_due_at });
-    slaCell(sla, tk.sla_due_at);
+    // the SLA is the deadline for a person to pick the ticket up: once claimed it no longer runs
+    const sla = tk.status === "queued" ? el("td", { class: "sla", "data-due": tk.sla_due_at }) : el("td", { class: "sla muted", text: t("none") });
+    if (tk.status === "queued") slaCell(sla, tk.sla_due_at);
     const status = tk.status === "claimed" ? `${t("claimedSt")}${mine ? ` (${t("you")})` : ""}` : t(`${tk.status}`);
     const action = tk.status === "queued"
       ? el("button", { type: "button", class: "small", "aria-label": `Claim ticket ${shortId(tk.id)}`,
