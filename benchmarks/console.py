@@ -77,7 +77,7 @@ def drop_database(admin_uri: str, dsn: str) -> None:
 def handoff_service(pool):
     from handoff.config import HandoffConfig
     from handoff.service import HandoffService
-    from router.state import ConversationStatePort
+    from router.turn.state import ConversationStatePort
 
     return HandoffService(pool, ConversationStatePort(), HandoffConfig(sweep_interval_seconds=0))
 
@@ -119,10 +119,10 @@ def serve(dsn: str, port: int, home: Path) -> None:
     """The gateway app with the queue wired as in production (no models: the console needs none)."""
     import uvicorn
 
-    from router.app import create_app
-    from router.composition import wire_handoff
-    from router.services import build_services
-    from router.settings import Settings
+    from router.app.factory import create_app
+    from router.app.composition import wire_handoff
+    from router.app.composition import build_services
+    from router.app.settings import Settings
 
     settings = Settings(database_url=dsn, home=home, log_json=True, log_level="WARNING", db_pool_min=2,
                         db_pool_max=20, load_sample_kb=False, dispatcher_enabled=False)

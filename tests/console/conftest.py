@@ -38,7 +38,7 @@ def browser_type_launch_args(browser_type_launch_args):
 
 def _classifier(encoder, home: Path):
     from router.classify import IntentClassifier
-    from router.intents import BUNDLED_INTENTS, load_intents
+    from router.classify.intents import BUNDLED_INTENTS, load_intents
 
     key = str(encoder.path)
     if key not in _classifiers:   # fitting is the slow part: once per run
@@ -138,8 +138,8 @@ def serve(app) -> tuple[str, Any, threading.Thread, socket.socket]:
 def gateway(services, minilm_encoder, tmp_path, monkeypatch):
     """The gateway wired like production (rules + embeddings classifier, router, handoff, state port),
     with a short lease so the console's heartbeats show within a test."""
-    from router.app import create_app
-    from router.composition import wire_handoff, wire_router
+    from router.app.factory import create_app
+    from router.app.composition import wire_handoff, wire_router
 
     monkeypatch.setenv("SWITCHBOARD_HANDOFF_LEASE_SECONDS", "6")
     services.classifier = _classifier(minilm_encoder, tmp_path)

@@ -15,7 +15,7 @@ def _token(services, name="kim", teams=("general",)):
 
 def _wire(services):
     from handoff import HandoffService
-    from router.state import ConversationStatePort
+    from router.turn.state import ConversationStatePort
 
     services.handoff = HandoffService(services.pool, ConversationStatePort())
 
