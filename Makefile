@@ -11,7 +11,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export SWITCHBOARD_HOME ?= $(CURDIR)/var
 
-.PHONY: install models run test test-fast bench clean-venv help
+.PHONY: install models chromium run test test-fast bench clean-venv help
 
 help:
 	@echo "make run    - install, prepare models, start the database, serve on 127.0.0.1:8000"
@@ -38,10 +38,14 @@ models: install
 run: models
 	$(BIN)/switchboard serve --dev-key
 
-test: models
+# the console's browser tests drive Debian's chromium (Playwright cannot download its own browser here)
+chromium:
+	command -v chromium || (apt-get update && apt-get install -y chromium)
+
+test: models chromium
 	$(BIN)/python -m pytest
 
-test-fast: install
+test-fast: install chromium
 	$(BIN)/python -m pytest -m "not slow"
 
 bench: models

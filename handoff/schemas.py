@@ -33,6 +33,8 @@ class TicketSummary(BaseModel):
     channel: str
     customer_id: str
     reason: str
+    language: str | None = Field(default=None, description="The customer's language (zh, en, ...) from the "
+                                 "context package or the customer's latest message.")
     priority: Priority
     team: str
     skills: list[str] = []
@@ -146,6 +148,14 @@ class DepthRow(BaseModel):
     overdue: int
 
 
+class HandlingRow(BaseModel):
+    team: str
+    closed_24h: int
+    handle_seconds_avg: float | None = Field(description="First claim to close, on average.")
+    handle_seconds_p50: float | None
+    wait_seconds_avg: float | None = Field(description="Opened to first claim, on average.")
+
+
 class StatsOut(BaseModel):
     queued: int
     claimed: int
@@ -157,6 +167,8 @@ class StatsOut(BaseModel):
     overdue: int = Field(description="Queued tickets past their SLA right now.")
     breached_open: int = Field(description="Open tickets that breached their SLA at least once.")
     sla_breaches_24h: int
+    handling: list[HandlingRow] = Field(default_factory=list,
+                                        description="Per team, tickets closed in the last 24 hours.")
     teams: list[str] | None = Field(description="The teams counted (null: all).")
     at: datetime
 

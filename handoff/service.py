@@ -449,6 +449,19 @@ class HandoffService:
                 {"teams": teams},
             ).fetchone()
             now = conn.execute("SELECT now() AS now").fetchone()["now"]
+            handling = conn.execute(
+                f"""
+                SELECT team, count(*) AS closed_24h,
+                       avg(extract(epoch FROM closed_at - first_claimed_at))::float8 AS handle_seconds_avg,
+                       (percentile_cont(0.5) WITHIN GROUP (
+                           ORDER BY extract(epoch FROM closed_at - first_claimed_at)))::float8 AS handle_seconds_p50,
+                       avg(extract(epoch FROM first_claimed_at - created_at))::float8 AS wait_seconds_avg
+                FROM tickets
+                WHERE closed_at > now() - interval '24 hours' AND status IN ('resolved', 'returned_to_bot') {scope}
+                GROUP BY team ORDER BY team
+                """,
+                {"teams": teams},
+            ).fetchall()
         depth = [{k: r[k] for k in ("kind", "team", "priority", "queued", "claimed", "overdue")} for r in rows]
         by: dict[str, dict[str, int]] = {"kind": {}, "team": {}, "priority": {}}
         for r in (r for r in rows if r["queued"]):
@@ -464,6 +477,7 @@ class HandoffService:
             "overdue": sum(r["overdue"] for r in rows),
             "breached_open": sum(r["breached"] for r in rows),
             "sla_breaches_24h": recent["n"],
+            "handling": handling,
             "teams": teams,
             "at": now,
         }

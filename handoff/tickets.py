@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import uuid
 from typing import Any
@@ -28,6 +29,21 @@ log = logging.getLogger(__name__)
 
 CHANNEL = "handoff_events"
 _UUID_FIELDS = ("id", "claimed_by", "approved_by", "resolved_by")
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+
+
+def customer_language(context: dict[str, Any] | None) -> str | None:
+    """The customer's language as agent screens show it: the package's own ``language`` when the router
+    set one, else "zh" or "en" from the customer's latest message (CJK script or not); None without text."""
+    if not isinstance(context, dict):
+        return None
+    given = context.get("language") or (context.get("customer") or {}).get("language")
+    if isinstance(given, str) and given:
+        return given
+    for m in reversed(context.get("transcript") or []):
+        if isinstance(m, dict) and m.get("sender") == "customer" and m.get("text"):
+            return "zh" if _CJK.search(str(m["text"])) else "en"
+    return None
 
 
 def ticket_row(row: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -39,6 +55,8 @@ def ticket_row(row: dict[str, Any] | None) -> dict[str, Any] | None:
         if out.get(key) is not None:
             out[key] = str(out[key])
     out.pop("priority_rank", None)
+    if "context" in out:
+        out["language"] = customer_language(out["context"])
     out.pop("_notified", None)
     out.pop("_note", None)
     return out

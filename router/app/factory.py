@@ -87,9 +87,10 @@ def _extra_routers():
     from handoff.api import build_router as handoff_router
 
     from router.app.api import channels, conversations
+    from router.app.api.console import router as console_router
 
     return [handoff_router(lambda request: getattr(request.app.state.services, "handoff", None)), channels.router,
-            conversations.router]
+            conversations.router, console_router]
 
 
 def main_app() -> FastAPI:

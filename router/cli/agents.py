@@ -83,6 +83,14 @@ def agents_add(
     text = f"added {_agent_line(row)}"
     if row.get("token"):
         text += f"\ntoken (shown once): {row['token']}"
+    from handoff import HandoffConfig
+
+    default_team = HandoffConfig().default_team
+    if row["role"] == "agent" and default_team not in row["teams"]:
+        # the newcomer's trap: tickets open in the default team, so claim-next would answer 204
+        row["note"] = (f"tickets open in team {default_team!r} unless routed to another; this agent is not in it "
+                       f"(add --team {default_team} to work them)")
+        text += f"\nnote: {row['note']}"
     emit(row, as_json, text)
 
 

@@ -29,6 +29,15 @@ def _json(result) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def test_adding_an_agent_outside_the_default_team_says_where_tickets_open(cli):
+    added = _json(cli("agents", "add", "ana", "--team", "billing", "--json"))
+    assert "'general'" in added["note"]              # tickets open there by default: claim-next would be 204
+    plain = cli("agents", "add", "gil")
+    assert "teams=general" in plain.stdout and "note:" not in plain.stdout
+    assert "note: tickets open in team 'general'" in cli("agents", "add", "hal", "--team", "care").stdout
+    assert "note" not in _json(cli("agents", "add", "sue", "--role", "supervisor", "--team", "care", "--json"))
+
+
 def test_agents_and_tokens_lifecycle(cli, hs, pool, open_ticket):
     added = _json(cli("agents", "add", "ana", "--team", "billing", "--team", "care", "--skill", "zh", "--json"))
     assert added["role"] == "agent" and added["teams"] == ["billing", "care"] and added["approval_level"] == "auto"

@@ -1,0 +1,130 @@
+"""``/console``: the agent console's page and assets, and the one read the queue API does not have.
+
+The page is plain HTML, one vanilla JS module and one stylesheet shipped in the package (no
+build step, nothing fetched from a CDN). Every console response carries a strict
+Content-Security-Policy: scripts, styles and connections only from this origin, no inline
+script or style, no framing.
+
+The console talks to ``/v1/handoff`` with the agent's Bearer token. Its live queue reads the
+handoff event stream with ``fetch()`` (an ``EventSource`` cannot send an Authorization
+header) and reconnects with ``Last-Event-ID``. The conversation's messages after the ticket
+opened and their delivery rows live in the gateway's tables (messages, outbox), which the
+queue does not own, so ``GET /console/api/tickets/{id}/conversation`` reads them here, for
+agents who may see the ticket.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+from uuid import UUID
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from handoff.api import Caller, ProblemRoute, make_auth
+from handoff.errors import NotFound
+
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+       "font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "Permissions-Policy": "camera=(), microphone=(), geolocation=()",
+}
+ASSETS = {   # the only files served: name -> media type
+    "console.js": "text/javascript; charset=utf-8",
+    "console.css": "text/css; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
+}
+_STATIC = Path(__file__).resolve().parents[1] / "console" / "static"   # router/app/console/static
+
+
+def _asset(name: str) -> bytes:
+    return (_STATIC / name).read_bytes()
+
+
+def _headers(cache: str) -> dict[str, str]:
+    return {**SECURITY_HEADERS, "Cache-Control": cache}
+
+
+def _services_handoff(request: Request):
+    return getattr(request.app.state.services, "handoff", None)
+
+
+router = APIRouter(tags=["console"], route_class=ProblemRoute)
+_service_dep, _ = make_auth(_services_handoff)
+_bearer = HTTPBearer(auto_error=False, scheme_name="AgentToken",
+                     description="An agent token from `switchboard tokens issue` (sent as `Bearer sbt_...`).")
+
+
+@router.get("/console", include_in_schema=False)
+async def console_page() -> Response:
+    # no-store: a new release's page (and its asset version) is picked up at once
+    return Response(_asset("index.html"), media_type="text/html; charset=utf-8", headers=_headers("no-store"))
+
+
+@router.get("/console/static/{name}", include_in_schema=False)
+async def console_asset(name: str) -> Response:
+    media = ASSETS.get(name)
+    if media is None:
+        raise NotFound(f"no console asset {name!r}")
+    return Response(_asset(name), media_type=media, headers=_headers("no-cache"))
+
+
+async def _caller(svc: Annotated[Any, Depends(_service_dep)],
+                  creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Caller:
+    return Caller(svc, creds.credentials if creds else None)
+
+
+@router.get("/console/api/tickets/{ticket_id}/conversation",
+            summary="The ticket's conversation as it goes on: messages and their delivery (outbox)",
+            description="Messages of the ticket's conversation since the ticket opened (customer, bot and "
+                        "agent), and the outbox rows that carry the outgoing ones to the customer's channel, "
+                        "with their delivery status. For agents who may see the ticket.",
+            responses={401: {"description": "Missing or invalid token"}, 403: {"description": "Not your team"},
+                       404: {"description": "No such ticket"}})
+async def ticket_conversation(ticket_id: UUID, request: Request,
+                              call: Annotated[Caller, Depends(_caller)],
+                              limit: Annotated[int, Query(ge=1, le=500)] = 200) -> dict[str, Any]:
+    def read(agent):
+        ticket = call.svc.get_ticket(agent, ticket_id)
+        return conversation_log(request.app.state.services.pool, ticket, limit=limit)
+
+    return await call.run(read)
+
+
+def conversation_log(pool, ticket: dict[str, Any], *, limit: int = 200) -> dict[str, Any]:
+    """Messages since the ticket opened and the outbox rows of the conversation in that time, oldest first."""
+    try:
+        conversation = UUID(str(ticket["conversation_id"]))
+    except ValueError:   # a ticket opened outside the gateway: no conversation of ours
+        return {"ticket_id": ticket["id"], "conversation_id": ticket["conversation_id"], "messages": [],
+                "outbox": []}
+    with pool.connection() as conn:
+        messages = conn.execute(
+            """
+            SELECT id, direction, sender, text, received_at AS at FROM (
+                SELECT * FROM messages WHERE conversation_id = %(c)s AND received_at >= %(since)s
+                ORDER BY id DESC LIMIT %(n)s) m
+            ORDER BY id
+            """,
+            {"c": conversation, "since": ticket["created_at"], "n": limit},
+        ).fetchall()
+        outbox = conn.execute(
+            """
+            SELECT id, message_id, channel, kind, payload->>'text' AS text, status, attempts, last_error,
+                   created_at, delivered_at FROM (
+                SELECT * FROM outbox WHERE conversation_id = %(c)s AND created_at >= %(since)s
+                ORDER BY id DESC LIMIT %(n)s) o
+            ORDER BY id
+            """,
+            {"c": conversation, "since": ticket["created_at"], "n": limit},
+        ).fetchall()
+    return {"ticket_id": ticket["id"], "conversation_id": ticket["conversation_id"],
+            "messages": messages, "outbox": outbox}

@@ -1,0 +1,743 @@
+// The agent console: works the L2/L3 queue through /v1/handoff with the agent's Bearer token.
+// Plain DOM, no framework and no build step; every text goes in through textContent (never HTML).
+
+const TOKEN_KEY = "switchboard.console.token";
+const LANG_KEY = "switchboard.console.lang";
+const LEVELS = ["auto", "supervisor", "manager", "director"];
+const SESSION_CHECK_MS = 15000;     // a revoked token is noticed within this even when nothing else happens
+const MAX_QUEUE = 2000;             // tickets listed (pages of 500)
+
+const T = {
+  en: {
+    title: "Agent console", signOut: "Sign out", signInTitle: "Sign in", signIn: "Sign in", token: "Agent token",
+    signInHelp: "Paste your agent token (switchboard tokens issue NAME). It is kept in this tab only.",
+    supervisor: "Supervisor view", stQueued: "queued", stClaimed: "being worked", stOverdue: "past SLA now",
+    stBreaches: "SLA breaches (24 h)", stOldest: "oldest wait", closed24: "closed (24 h)",
+    handleAvg: "handling time (avg)", waitAvg: "wait before claim (avg)",
+    queue: "Queue", claimNext: "Claim next", refresh: "Refresh", priority: "Priority", kind: "Kind", sla: "SLA",
+    team: "Team", channel: "Channel", language: "Language", reason: "Reason", status: "Status", actions: "Actions",
+    queueEmpty: "No open tickets in your teams.", ticket: "Ticket", claim: "Claim", open: "Open",
+    back: "Back to queue", approvalTitle: "Approval needed", levelNeeded: "level needed", yourLevel: "your level",
+    draft: "The bot's draft", approve: "Approve", edit: "Edit", reject: "Reject", editSend: "Edit and send",
+    rejectReason: "Reason for rejecting", transcript: "Transcript", reply: "Reply to the customer",
+    replyHint: "Your message leaves through the customer's channel", send: "Send",
+    outbox: "Outbox (delivery to the customer's channel)", kindCol: "Kind", text: "Text", attempts: "Attempts",
+    closeTitle: "Hand over or close", teamHint: "team", transfer: "Transfer", resolve: "Resolve",
+    returnBot: "Return to bot", oSolved: "solved", oRefunded: "refunded", oDuplicate: "duplicate",
+    oNoResponse: "no response", decisions: "Decisions and why", evidence: "Evidence", facts: "Customer facts",
+    flow: "Flow and proposed tool call", auditLog: "Ticket log",
+    live: "Live", reconnecting: "Reconnecting…", nothingToClaim: "Nothing to claim in your teams ({teams}) right now.",
+    signedOutRevoked: "You were signed out: the token is invalid, expired or revoked.",
+    signedOut: "Signed out.", badToken: "That token was not accepted.",
+    sent: "Sent: the message is queued for the customer's channel.", approved: "Approved and sent.",
+    rejected: "Draft rejected. The ticket stays with you.", resolved: "Resolved.", returned: "Handed back to the bot.",
+    transferred: "Transferred.", claimed: "Claimed.", leaseLost: "You no longer hold this ticket.",
+    refuseLevel: "You may not approve this: it needs level {need}, yours is {mine}. Transfer it to someone who may.",
+    needReason: "Give a reason for rejecting.", needTeam: "Name a team.", emptyReply: "Write a message first.",
+    overdue: "overdue {t}", heldBy: "held by", you: "you", queued: "queued", claimedSt: "claimed",
+    resolvedSt: "resolved", returned_to_botSt: "returned to bot", cancelledSt: "cancelled",
+    assist: "assist", handoff: "handoff", approval: "approval", urgent: "urgent", high: "high", normal: "normal",
+    low: "low", ruleHit: "Rule hit", nearest: "Nearest examples", escalation: "Escalation", noDraft: "No draft text.",
+    draftStatus: "Draft: {s}", amount: "Amount", created: "Opened", lease: "Lease until", customer: "Customer",
+    intent: "intent", tier: "tier", confidence: "confidence", by: "by", none: "–", amountTitle: "Amount",
+    d_pending: "pending", d_approved: "approved", d_edited: "edited and sent", d_rejected: "rejected",
+    s_customer: "customer", s_bot: "bot", s_agent: "agent", s_system: "system",
+  },
+  zh: {
+    title: "坐席工作台", signOut: "退出登录", signInTitle: "登录", signIn: "登录", token: "坐席令牌",
+    signInHelp: "粘贴您的坐席令牌（switchboard tokens issue 名称）。令牌只保存在当前标签页。",
+    supervisor: "主管视图", stQueued: "排队中", stClaimed: "处理中", stOverdue: "当前超时",
+    stBreaches: "SLA 超时次数（24 小时）", stOldest: "最长等待", closed24: "已关闭（24 小时）",
+    handleAvg: "平均处理时长", waitAvg: "平均等待认领",
+    queue: "队列", claimNext: "认领下一个", refresh: "刷新", priority: "优先级", kind: "类型", sla: "SLA",
+    team: "团队", channel: "渠道", language: "语言", reason: "原因", status: "状态", actions: "操作",
+    queueEmpty: "您的团队暂无待处理工单。", ticket: "工单", claim: "认领", open: "查看",
+    back: "返回队列", approvalTitle: "需要审批", levelNeeded: "所需级别", yourLevel: "您的级别",
+    draft: "机器人草稿", approve: "批准", edit: "编辑", reject: "驳回", editSend: "编辑并发送",
+    rejectReason: "驳回原因", transcript: "对话记录", reply: "回复客户",
+    replyHint: "消息将通过客户所在渠道发出", send: "发送",
+    outbox: "发件箱（发往客户渠道）", kindCol: "类别", text: "内容", attempts: "尝试次数",
+    closeTitle: "转交或结束", teamHint: "团队", transfer: "转交", resolve: "解决",
+    returnBot: "交还机器人", oSolved: "已解决", oRefunded: "已退款", oDuplicate: "重复", oNoResponse: "客户未回应",
+    decisions: "决策及依据", evidence: "检索证据", facts: "客户信息", flow: "流程状态与拟调用工具", auditLog: "工单日志",
+    live: "实时", reconnecting: "正在重连…", nothingToClaim: "您的团队（{teams}）目前没有可认领的工单。",
+    signedOutRevoked: "您已被登出：令牌无效、已过期或已被吊销。",
+    signedOut: "已退出登录。", badToken: "令牌未被接受。",
+    sent: "已发送：消息已排队发往客户渠道。", approved: "已批准并发送。",
+    rejected: "草稿已驳回，工单仍由您处理。", resolved: "已解决。", returned: "已交还机器人。",
+    transferred: "已转交。", claimed: "已认领。", leaseLost: "您已不再持有此工单。",
+    refuseLevel: "您无权批准：需要 {need} 级别，您的级别是 {mine}。请转交给有权限的同事。",
+    needReason: "请填写驳回原因。", needTeam: "请填写团队。", emptyReply: "请先输入消息。",
+    overdue: "已超时 {t}", heldBy: "处理人", you: "您", queued: "排队中", claimedSt: "已认领",
+    resolvedSt: "已解决", returned_to_botSt: "已交还机器人", cancelledSt: "已取消",
+    assist: "辅助", handoff: "转人工", approval: "审批", urgent: "紧急", high: "高", normal: "普通", low: "低",
+    ruleHit: "命中规则", nearest: "最相近的示例", escalation: "升级", noDraft: "草稿没有文本。",
+    draftStatus: "草稿：{s}", amount: "金额", created: "创建时间", lease: "租约到期", customer: "客户",
+    intent: "意图", tier: "层级", confidence: "置信度", by: "来自", none: "–", amountTitle: "金额",
+    d_pending: "待审核", d_approved: "已批准", d_edited: "已编辑并发送", d_rejected: "已驳回",
+    s_customer: "客户", s_bot: "机器人", s_agent: "坐席", s_system: "系统",
+  },
+};
+
+const $ = (id) => document.getElementById(id);
+const state = {
+  token: sessionStorage.getItem(TOKEN_KEY),
+  lang: localStorage.getItem(LANG_KEY) || ((navigator.language || "").startsWith("zh") ? "zh" : "en"),
+  me: null,
+  tickets: [],
+  current: null,        // the ticket on screen
+  lastEventId: null,
+  stream: null,         // AbortController of the event stream
+  timers: [],
+  heartbeat: null,
+  refreshPending: null,
+  replyKey: null,       // Idempotency-Key of the reply being composed (kept across retries)
+  draftKey: null,
+};
+
+function t(key, vars) {
+  let s = (T[state.lang] && T[state.lang][key]) ?? T.en[key] ?? key;
+  for (const [k, v] of Object.entries(vars || {})) s = s.replace(`{${k}}`, v);
+  return s;
+}
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k === "text") node.textContent = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children) if (c !== null && c !== undefined) node.append(c);
+  return node;
+}
+
+function notify(message, kind = "info") {
+  const box = $("notice");
+  box.textContent = message;
+  box.className = `notice ${kind}`;
+  box.hidden = !message;
+}
+
+function applyLanguage() {
+  document.documentElement.lang = state.lang === "zh" ? "zh-CN" : "en";
+  for (const node of document.querySelectorAll("[data-i18n]")) node.textContent = t(node.dataset.i18n);
+  for (const node of document.querySelectorAll("[data-i18n-placeholder]")) node.placeholder = t(node.dataset.i18nPlaceholder);
+  $("lang").textContent = state.lang === "zh" ? "English" : "中文";
+  document.title = `switchboard · ${t("title")}`;
+  if (state.me) {
+    renderQueue();
+    if (state.current) renderTicket();
+  }
+}
+
+// -- the API ------------------------------------------------------------------------------------
+
+class ApiError extends Error {
+  constructor(status, problem) {
+    super((problem && (problem.detail || problem.title)) || `HTTP ${status}`);
+    this.status = status;
+    this.problem = problem || {};
+  }
+}
+
+async function api(path, { method = "GET", body, key } = {}) {
+  const headers = { Authorization: `Bearer ${state.token}`, Accept: "application/json" };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  if (key) headers["Idempotency-Key"] = key;
+  const resp = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+                                   cache: "no-store", credentials: "omit" });
+  if (resp.status === 401) {
+    signOut(t("signedOutRevoked"));
+    throw new ApiError(401, await resp.json().catch(() => null));
+  }
+  if (resp.status === 204) return null;
+  const data = await resp.json().catch(() => null);
+  if (!resp.ok) throw new ApiError(resp.status, data);
+  return data;
+}
+
+function newKey() {
+  return (crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random().toString(36).slice(2)}`);
+}
+
+// -- sign in and out ----------------------------------------------------------------------------
+
+async function signIn(token) {
+  state.token = token;
+  try {
+    state.me = await api("/v1/handoff/me");
+  } catch (err) {
+    state.token = null;
+    state.me = null;
+    sessionStorage.removeItem(TOKEN_KEY);
+    if (err.status !== 401) notify(err.message, "error");
+    else notify(t("badToken"), "error");
+    return;
+  }
+  sessionStorage.setItem(TOKEN_KEY, token);
+  notify("");
+  $("signin").hidden = true;
+  $("desk").hidden = false;
+  $("sign-out").hidden = false;
+  $("who").hidden = false;
+  $("who").textContent = `${state.me.display_name || state.me.name} · ${state.me.role} · ${state.me.teams.join(", ")}`;
+  $("supervisor").hidden = !["supervisor", "admin"].includes(state.me.role);
+  await loadQueue();
+  openStream();
+  state.timers.push(setInterval(tickClocks, 1000));
+  state.timers.push(setInterval(checkSession, SESSION_CHECK_MS));
+  if (!$("supervisor").hidden) {
+    loadStats();
+    state.timers.push(setInterval(loadStats, 10000));
+  }
+}
+
+function signOut(message) {
+  const wasSignedIn = !!state.me;
+  sessionStorage.removeItem(TOKEN_KEY);
+  state.token = null;
+  state.me = null;
+  state.current = null;
+  state.tickets = [];
+  state.lastEventId = null;
+  if (state.stream) state.stream.abort();
+  state.stream = null;
+  for (const id of state.timers) clearInterval(id);
+  state.timers = [];
+  stopHeartbeat();
+  $("desk").hidden = true;
+  $("ticket").hidden = true;
+  $("signin").hidden = false;
+  $("sign-out").hidden = true;
+  $("who").hidden = true;
+  $("live").hidden = true;
+  $("token").value = "";
+  $("queue-rows").replaceChildren();
+  if (message && (wasSignedIn || message !== t("signedOutRevoked"))) notify(message, "error");
+}
+
+async function checkSession() {
+  if (!state.token) return;
+  try { await api("/v1/handoff/me"); } catch { /* a 401 signs out in api() */ }
+}
+
+// -- the queue ----------------------------------------------------------------------------------
+
+async function loadQueue() {
+  performance.mark("queue-fetch-start");
+  const items = [];
+  let cursor = null;
+  do {
+    const q = new URLSearchParams({ limit: "500" });
+    if (cursor) q.set("cursor", cursor);
+    const page = await api(`/v1/handoff/tickets?${q}`);
+    items.push(...page.items);
+    cursor = page.next_cursor;
+  } while (cursor && items.length < MAX_QUEUE);
+  performance.mark("queue-fetched");
+  state.tickets = items;
+  renderQueue();
+  performance.mark("queue-rendered");
+  performance.measure("queue-load", "queue-fetch-start", "queue-rendered");
+  performance.measure("queue-render", "queue-fetched", "queue-rendered");
+  document.body.dataset.queueLoads = String(Number(document.body.dataset.queueLoads || 0) + 1);
+}
+
+function scheduleRefresh() {
+  if (state.refreshPending) return;
+  state.refreshPending = setTimeout(async () => {
+    state.refreshPending = null;
+    if (!state.token) return;
+    try { await loadQueue(); } catch { /* shown on the next action */ }
+  }, 100);
+}
+
+function kindOf(ticket) {
+  return ticket.approval_level && ticket.approval_level !== "auto" && ticket.amount !== null ? "approval" : ticket.kind;
+}
+
+function fmtDuration(seconds) {
+  const s = Math.max(0, Math.round(Math.abs(seconds)));
+  const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), r = s % 60;
+  return h ? `${h}:${String(m).padStart(2, "0")}:${String(r).padStart(2, "0")}` : `${m}:${String(r).padStart(2, "0")}`;
+}
+
+function slaCell(cell, dueIso) {
+  const left = (Date.parse(dueIso) - Date.now()) / 1000;
+  cell.textContent = left >= 0 ? fmtDuration(left) : t("overdue", { t: fmtDuration(left) });
+  cell.className = `sla ${left < 0 ? "sla-late" : left < 120 ? "sla-soon" : "sla-ok"}`;
+}
+
+function tickClocks() {
+  for (const cell of document.querySelectorAll("#queue-rows td.sla[data-due]")) slaCell(cell, cell.dataset.due);
+}
+
+function shortId(id) { return id.slice(0, 8); }
+
+function renderQueue() {
+  const rows = document.createDocumentFragment();
+  for (const tk of state.tickets) {
+    const kind = kindOf(tk);
+    const mine = tk.claimed_by && state.me && tk.claimed_by === state.me.id;
+    // the SLA is the deadline for a person to pick the ticket up: once claimed it no longer runs
+    const sla = tk.status === "queued" ? el("td", { class: "sla", "data-due": tk.sla_due_at }) : el("td", { class: "sla muted", text: t("none") });
+    if (tk.status === "queued") slaCell(sla, tk.sla_due_at);
+    const status = tk.status === "claimed" ? `${t("claimedSt")}${mine ? ` (${t("you")})` : ""}` : t(`${tk.status}`);
+    const action = tk.status === "queued"
+      ? el("button", { type: "button", class: "small", "aria-label": `Claim ticket ${shortId(tk.id)}`,
+                       "data-ticket": tk.id, "data-action": "claim", text: t("claim") })
+      : el("button", { type: "button", class: "small ghost", "aria-label": `Open ticket ${shortId(tk.id)}`,
+                       "data-ticket": tk.id, "data-action": "open", text: t("open") });
+    rows.append(el("tr", { "data-ticket": tk.id, class: mine ? "mine" : null },
+      el("td", {}, el("span", { class: `pill p-${tk.priority}`, text: t(tk.priority) })),
+      el("td", {}, el("span", { class: `pill k-${kind}`, text: t(kind), "data-kind": kind })),
+      sla,
+      el("td", { text: tk.team }),
+      el("td", { text: tk.channel }),
+      el("td", { text: tk.language || t("none") }),
+      el("td", { class: "reason", text: tk.reason }),
+      el("td", { text: status }),
+      el("td", {}, action)));
+  }
+  $("queue-rows").replaceChildren(rows);
+  $("queue-count").textContent = `(${state.tickets.length})`;
+  $("queue-empty").hidden = state.tickets.length > 0;
+}
+
+async function claimNext() {
+  try {
+    const ticket = await api("/v1/handoff/claim-next", { method: "POST", body: {} });
+    if (!ticket) { notify(t("nothingToClaim", { teams: state.me.teams.join(", ") })); return; }
+    notify(t("claimed"), "ok");
+    await showTicket(ticket.id);
+    scheduleRefresh();
+  } catch (err) { if (err.status !== 401) notify(err.message, "error"); }
+}
+
+async function claim(id) {
+  try {
+    await api(`/v1/handoff/tickets/${id}/claim`, { method: "POST" });
+    notify(t("claimed"), "ok");
+    await showTicket(id);
+    scheduleRefresh();
+  } catch (err) { if (err.status !== 401) notify(err.message, "error"); }
+}
+
+// -- the live stream (fetch, so the Bearer token goes in a header; EventSource cannot send one) ------
+
+function setLive(on) {
+  const live = $("live");
+  live.hidden = false;
+  live.textContent = on ? t("live") : t("reconnecting");
+  live.className = `live ${on ? "on" : "off"}`;
+  live.dataset.state = on ? "live" : "reconnecting";
+}
+
+function openStream() {
+  const ctl = new AbortController();
+  state.stream = ctl;
+  let retryMs = 3000;
+  const run = async () => {
+    while (!ctl.signal.aborted) {
+      try {
+        const headers = { Authorization: `Bearer ${state.token}`, Accept: "text/event-stream" };
+        if (state.lastEventId) headers["Last-Event-ID"] = state.lastEventId;
+        const resp = await fetch("/v1/handoff/events", { headers, signal: ctl.signal, cache: "no-store" });
+        if (resp.status === 401) { signOut(t("signedOutRevoked")); return; }
+        if (!resp.ok || !resp.body) throw new Error(`HTTP ${resp.status}`);
+        const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buffer = "";
+        let ev = { event: "message", id: null, data: [] };
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buffer += value;
+          let nl;
+          while ((nl = buffer.indexOf("\n")) >= 0) {
+            const line = buffer.slice(0, nl).replace(/\r$/, "");
+            buffer = buffer.slice(nl + 1);
+            if (line === "") {
+              if (ev.data.length || ev.event !== "message") {
+                const stop = onStreamEvent(ev.event, ev.id, ev.data.join("\n"));
+                if (stop) { ctl.abort(); return; }
+              }
+              ev = { event: "message", id: null, data: [] };
+            } else if (line.startsWith(":")) {
+              continue;
+            } else {
+              const i = line.indexOf(":");
+              const field = i < 0 ? line : line.slice(0, i);
+              const val = i < 0 ? "" : line.slice(i + 1).replace(/^ /, "");
+              if (field === "event") ev.event = val;
+              else if (field === "data") ev.data.push(val);
+              else if (field === "id") ev.id = val;
+              else if (field === "retry" && /^\d+$/.test(val)) retryMs = Number(val);
+            }
+          }
+        }
+      } catch (err) {
+        if (ctl.signal.aborted) return;
+      }
+      if (ctl.signal.aborted) return;
+      setLive(false);
+      await new Promise((r) => setTimeout(r, retryMs));
+      if (!ctl.signal.aborted) scheduleRefresh();   // whatever the replay misses, the list is current
+    }
+  };
+  run();
+}
+
+function onStreamEvent(event, id, data) {
+  let payload = null;
+  try { payload = data ? JSON.parse(data) : null; } catch { payload = null; }
+  if (id) state.lastEventId = id;
+  if (event === "ready") { setLive(true); return false; }
+  if (event === "end") { signOut(t("signedOutRevoked")); return true; }
+  if (event === "resync") { scheduleRefresh(); return false; }
+  if (event === "ticket" && payload) {
+    scheduleRefresh();
+    if (state.current && state.current.id === payload.ticket_id) refreshTicket();
+  }
+  return false;
+}
+
+// -- the ticket ---------------------------------------------------------------------------------
+
+async function showTicket(id) {
+  const [ticket, events, convo] = await Promise.all([
+    api(`/v1/handoff/tickets/${id}`),
+    api(`/v1/handoff/tickets/${id}/events?limit=500`),
+    api(`/console/api/tickets/${id}/conversation`),
+  ]);
+  if (!state.current || state.current.id !== id) {
+    state.replyKey = null;
+    state.draftKey = null;
+    $("reply-text").value = "";
+    $("reject-reason").value = "";
+    $("edit-box").hidden = true;
+  }
+  state.current = ticket;
+  state.events = events.items;
+  state.convo = convo;
+  renderTicket();
+  $("ticket").hidden = false;
+  syncHeartbeat();
+}
+
+async function refreshTicket() {
+  if (!state.current) return;
+  try { await showTicket(state.current.id); } catch (err) { if (err.status !== 401) notify(err.message, "error"); }
+}
+
+function closeTicket() {
+  state.current = null;
+  stopHeartbeat();
+  $("ticket").hidden = true;
+}
+
+function holdsCurrent() {
+  return state.current && state.me && state.current.status === "claimed" && state.current.claimed_by === state.me.id;
+}
+
+function stopHeartbeat() {
+  if (state.heartbeat) clearTimeout(state.heartbeat);
+  state.heartbeat = null;
+}
+
+function syncHeartbeat() {
+  stopHeartbeat();
+  if (!holdsCurrent()) return;
+  const expires = Date.parse(state.current.lease_expires_at);
+  const wait = Math.max(2000, Math.min(30000, (expires - Date.now()) / 3));
+  state.heartbeat = setTimeout(beat, wait);
+}
+
+async function beat() {
+  if (!holdsCurrent()) return;
+  try {
+    const hb = await api(`/v1/handoff/tickets/${state.current.id}/heartbeat`, { method: "POST" });
+    state.current.lease_expires_at = hb.lease_expires_at;
+    document.body.dataset.heartbeats = String(Number(document.body.dataset.heartbeats || 0) + 1);
+    renderMeta();
+    syncHeartbeat();
+  } catch (err) {
+    if (err.status === 409) { notify(t("leaseLost"), "error"); refreshTicket(); }
+    else if (err.status !== 401) syncHeartbeat();
+  }
+}
+
+function mayApprove(ticket) {
+  if (!ticket.approval_level) return true;
+  return LEVELS.indexOf(state.me.approval_level) >= LEVELS.indexOf(ticket.approval_level);
+}
+
+function dd(list, label, value) {
+  if (value === null || value === undefined || value === "") return;
+  list.append(el("dt", { text: label }), el("dd", { text: String(value) }));
+}
+
+function fmtTime(iso) { return iso ? new Date(iso).toLocaleString(state.lang === "zh" ? "zh-CN" : "en-GB") : ""; }
+
+function renderMeta() {
+  const tk = state.current;
+  const meta = $("t-meta");
+  meta.replaceChildren();
+  dd(meta, t("kind"), t(kindOf(tk)));
+  dd(meta, t("status"), tk.status === "claimed" ? `${t("claimedSt")} · ${t("heldBy")} ${tk.claimed_by === state.me.id ? t("you") : tk.claimed_by}` : t(`${tk.status}${tk.status === "queued" ? "" : "St"}`));
+  dd(meta, t("priority"), t(tk.priority));
+  dd(meta, t("team"), tk.team);
+  dd(meta, t("channel"), tk.channel);
+  dd(meta, t("language"), tk.language);
+  dd(meta, t("reason"), tk.reason);
+  dd(meta, t("customer"), tk.customer_id);
+  dd(meta, t("created"), fmtTime(tk.created_at));
+  dd(meta, t("sla"), fmtTime(tk.sla_due_at));
+  if (holdsCurrent()) dd(meta, t("lease"), fmtTime(tk.lease_expires_at));
+}
+
+function renderTicket() {
+  const tk = state.current;
+  const ctx = tk.context || {};
+  const held = holdsCurrent();
+  $("t-id").textContent = shortId(tk.id);
+  $("ticket").dataset.ticket = tk.id;
+  $("ticket").dataset.status = tk.status;
+  $("claim-this").hidden = tk.status !== "queued";
+  renderMeta();
+
+  // approval: amount, currency, the level needed and the agent's own
+  const needsApproval = tk.amount !== null && tk.approval_level;
+  $("approval").hidden = !needsApproval;
+  const allowed = mayApprove(tk);
+  if (needsApproval) {
+    $("ap-title").textContent = tk.approval_level === "auto" ? t("amountTitle") : t("approvalTitle");
+    $("ap-amount").textContent = `${t("amount")}: ${tk.amount} ${tk.currency || ""}`.trim();
+    $("ap-level").textContent = tk.approval_level;
+    $("ap-mine").textContent = state.me.approval_level;
+    $("ap-refuse").hidden = allowed;
+    $("ap-refuse").textContent = allowed ? "" : t("refuseLevel", { need: tk.approval_level, mine: state.me.approval_level });
+  }
+
+  // the draft
+  const draft = tk.draft;
+  $("draft-box").hidden = !draft;
+  if (draft) {
+    $("draft-status").textContent = t("draftStatus", { s: tk.draft_status ? t(`d_${tk.draft_status}`) : "" });
+    $("draft-text").textContent = draft.final_text || draft.text || t("noDraft");
+    const cites = (draft.citations || []).map((c) => el("li", { text: citation(c) }));
+    $("draft-cites").replaceChildren(...cites);
+    $("draft-action").textContent = draft.proposed_action || draft.action || "";
+    const pending = tk.draft_status === "pending" && held;
+    for (const id of ["approve", "edit-send"]) {
+      const b = $(id);
+      b.disabled = !pending || !allowed;
+      if (!allowed) b.setAttribute("aria-describedby", "ap-refuse"); else b.removeAttribute("aria-describedby");
+    }
+    $("approve").disabled = $("approve").disabled || !draft.text;
+    $("edit-toggle").disabled = !pending || !allowed;
+    $("reject").disabled = !pending;
+    $("reject-reason").disabled = !pending;
+    if (!$("edit-text").value) $("edit-text").value = draft.text || "";
+  }
+
+  // transcript: the package's (up to the escalation), then what was said since
+  const lines = [];
+  const seen = new Set();
+  for (const m of ctx.transcript || []) {
+    lines.push({ sender: m.sender, text: m.text, at: m.at });
+    seen.add(`${m.sender}|${m.text}|${m.at}`);
+  }
+  const since = (state.convo && state.convo.messages) || [];
+  const firstAt = lines.length ? Date.parse(lines[lines.length - 1].at) : 0;
+  for (const m of since) {
+    if (Date.parse(m.at) <= firstAt && lines.some((l) => l.sender === m.sender && l.text === m.text)) continue;
+    lines.push({ sender: m.sender, text: m.text, at: m.at });
+  }
+  $("transcript").replaceChildren(...lines.map((m) => el("li", { class: m.sender },
+    el("span", { class: "who-line", text: m.at ? `${t(`s_${m.sender}`)} · ${fmtTime(m.at)}` : t(`s_${m.sender}`) }), m.text)));
+
+  // outbox: delivery rows of the conversation since the ticket opened
+  const ob = ((state.convo && state.convo.outbox) || []).map((o) => el("tr", { "data-outbox": o.id },
+    el("td", { text: String(o.id) }), el("td", { text: o.kind }), el("td", { text: o.text || "" }),
+    el("td", { text: o.status }), el("td", { text: String(o.attempts) })));
+  $("outbox-rows").replaceChildren(...ob);
+
+  renderDecisions(ctx.decisions || []);
+  renderEvidence(ctx.evidence || []);
+  renderFacts(ctx.customer || ctx.customer_facts || {});
+  const flow = {};
+  for (const k of ["flow", "workflow", "flow_state", "tool_call", "proposed_tool_call"]) if (ctx[k]) flow[k] = ctx[k];
+  if (draft && draft.tool_call) flow.tool_call = draft.tool_call;
+  $("flow-box").hidden = Object.keys(flow).length === 0;
+  $("flow").textContent = JSON.stringify(flow, null, 2);
+
+  $("events").replaceChildren(...(state.events || []).map((e) => el("li", {
+    text: `${fmtTime(e.at)} · ${e.action} · ${e.agent || e.actor}${e.payload && e.payload.reason ? ` · ${e.payload.reason}` : ""}${e.payload && e.payload.text ? ` · ${e.payload.text}` : ""}` })));
+
+  const open = tk.status === "queued" || tk.status === "claimed";
+  $("send").disabled = !held;
+  $("reply-text").disabled = !held;
+  $("transfer").disabled = !(held || (open && ["supervisor", "admin"].includes(state.me.role)));
+  $("resolve").disabled = !(held || (open && ["supervisor", "admin"].includes(state.me.role)));
+  $("return-bot").disabled = $("resolve").disabled;
+}
+
+function citation(c) {
+  const parts = [c.title, c.section].filter(Boolean).join(" › ");
+  return `${parts || c.doc_id || c.chunk_id}${c.source ? ` — ${c.source}` : ""}${c.score !== undefined ? ` (${Number(c.score).toFixed(3)})` : ""}`;
+}
+
+function scalar(v) {
+  if (v === null || v === undefined) return "";
+  if (typeof v === "object" && "value" in v) return [v.value, v.currency || v.unit].filter((x) => x !== undefined && x !== null).join(" ");
+  return typeof v === "object" ? JSON.stringify(v) : String(v);
+}
+
+function renderDecisions(decisions) {
+  const items = decisions.map((d) => {
+    const dec = d.decision || {};
+    const ex = dec.explanation || {};
+    const head = [dec.tier, dec.intent && `${t("intent")}: ${dec.intent}`, dec.channel && `${t("by")} ${dec.channel}`,
+                  dec.confidence !== null && dec.confidence !== undefined && `${t("confidence")} ${Number(dec.confidence).toFixed(3)}`]
+      .filter(Boolean).join(" · ");
+    const li = el("li", { class: "decision" }, el("strong", { text: head || d.state || "" }));
+    if (ex.rule && typeof ex.rule === "object") {
+      const r = ex.rule;
+      li.append(el("div", { class: "rule", text: `${t("ruleHit")}: ${[r.name || r.id || r.intent, r.pattern && `/${r.pattern}/`, r.matched && `“${r.matched}”`].filter(Boolean).join(" ")}` }));
+    } else if (typeof ex.rule === "string") {
+      li.append(el("div", { class: "rule", text: `${t("ruleHit")}: ${ex.rule}${ex.matched ? ` “${scalar(ex.matched)}”` : ""}` }));
+    }
+    if (Array.isArray(ex.nearest) && ex.nearest.length) {
+      const table = el("table", { "aria-label": "Nearest examples" });
+      for (const n of ex.nearest) {
+        table.append(el("tr", {}, el("td", { class: "score", text: Number(n.score).toFixed(3) }),
+                        el("td", { text: n.intent }), el("td", { text: n.example })));
+      }
+      li.append(el("div", { text: `${t("nearest")} (${ex.method || ""}, ${t("confidence")} ${scalar(ex.score)} / threshold ${scalar(ex.threshold)})` }), table);
+    }
+    if (dec.escalation) {
+      li.append(el("div", { class: "escalation", text: `${t("escalation")}: ${dec.escalation.rule} — ${dec.escalation.reason} (${dec.escalation.priority})` }));
+    }
+    const rest = Object.entries(ex).filter(([k]) => !["rule", "nearest", "channel", "signals"].includes(k));
+    if (rest.length && !ex.nearest) li.append(el("div", { class: "muted", text: rest.map(([k, v]) => `${k}: ${scalar(v)}`).join(" · ") }));
+    return li;
+  });
+  $("decisions").replaceChildren(...items);
+}
+
+function renderEvidence(evidence) {
+  $("evidence").replaceChildren(...evidence.map((h) => el("li", {},
+    el("span", { class: "cite", text: citation({ ...h, score: h.score }) }),
+    el("span", { class: "snippet", text: (h.text || "").slice(0, 280) }))));
+}
+
+function renderFacts(facts) {
+  const list = $("facts");
+  list.replaceChildren();
+  for (const [k, v] of Object.entries(facts)) {
+    if (v === null || v === undefined || v === false || (Array.isArray(v) && !v.length)) continue;
+    dd(list, k, Array.isArray(v) ? v.map(scalar).join(", ") : scalar(v));
+  }
+}
+
+async function act(fn, okMessage) {
+  try {
+    await fn();
+    if (okMessage) notify(okMessage, "ok");
+    await refreshTicket();
+    scheduleRefresh();
+  } catch (err) {
+    if (err.status !== 401) notify(err.message, "error");
+    if (err.status === 409) refreshTicket();
+  }
+}
+
+function wire() {
+  $("signin-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const token = $("token").value.trim();
+    if (token) signIn(token);
+  });
+  $("sign-out").addEventListener("click", () => { signOut(); notify(t("signedOut")); });
+  $("lang").addEventListener("click", () => {
+    state.lang = state.lang === "zh" ? "en" : "zh";
+    localStorage.setItem(LANG_KEY, state.lang);
+    applyLanguage();
+  });
+  $("claim-next").addEventListener("click", claimNext);
+  $("refresh").addEventListener("click", () => loadQueue().catch((err) => err.status !== 401 && notify(err.message, "error")));
+  $("queue-rows").addEventListener("click", (e) => {
+    const b = e.target.closest("button[data-ticket]");
+    if (!b) return;
+    if (b.dataset.action === "claim") claim(b.dataset.ticket);
+    else showTicket(b.dataset.ticket).catch((err) => err.status !== 401 && notify(err.message, "error"));
+  });
+  $("claim-this").addEventListener("click", () => state.current && claim(state.current.id));
+  $("close-ticket").addEventListener("click", closeTicket);
+  const path = (action) => `/v1/handoff/tickets/${state.current.id}/${action}`;
+  $("approve").addEventListener("click", () => {
+    if (!mayApprove(state.current)) { notify(t("refuseLevel", { need: state.current.approval_level, mine: state.me.approval_level }), "error"); return; }
+    state.draftKey = state.draftKey || newKey();
+    act(() => api(path("approve"), { method: "POST", key: state.draftKey }), t("approved"));
+  });
+  $("edit-toggle").addEventListener("click", () => { $("edit-box").hidden = !$("edit-box").hidden; });
+  $("edit-send").addEventListener("click", () => {
+    if (!mayApprove(state.current)) { notify(t("refuseLevel", { need: state.current.approval_level, mine: state.me.approval_level }), "error"); return; }
+    const text = $("edit-text").value.trim();
+    if (!text) { notify(t("emptyReply"), "error"); return; }
+    state.draftKey = state.draftKey || newKey();
+    act(() => api(path("edit-and-send"), { method: "POST", body: { text }, key: state.draftKey }), t("approved"));
+  });
+  $("reject").addEventListener("click", () => {
+    const reason = $("reject-reason").value.trim();
+    if (!reason) { notify(t("needReason"), "error"); $("reject-reason").focus(); return; }
+    act(() => api(path("reject"), { method: "POST", body: { reason } }), t("rejected"));
+  });
+  $("reply-text").addEventListener("input", () => { state.replyKey = null; });
+  $("send").addEventListener("click", async () => {
+    const text = $("reply-text").value.trim();
+    if (!text) { notify(t("emptyReply"), "error"); return; }
+    state.replyKey = state.replyKey || newKey();     // a retry of the same text repeats the key: sent once
+    const key = state.replyKey;
+    await act(async () => {
+      await api(path("messages"), { method: "POST", body: { text }, key });
+      if (state.replyKey === key) { $("reply-text").value = ""; state.replyKey = null; }
+    }, t("sent"));
+  });
+  $("transfer").addEventListener("click", () => {
+    const team = $("transfer-team").value.trim();
+    if (!team) { notify(t("needTeam"), "error"); return; }
+    act(() => api(path("transfer"), { method: "POST", body: { team } }), t("transferred"));
+  });
+  $("resolve").addEventListener("click", () =>
+    act(() => api(path("resolve"), { method: "POST", body: { outcome: $("outcome").value } }), t("resolved")));
+  $("return-bot").addEventListener("click", () =>
+    act(() => api(path("return-to-bot"), { method: "POST", body: {} }), t("returned")));
+}
+
+async function loadStats() {
+  try {
+    const s = await api("/v1/handoff/stats");
+    $("st-queued").textContent = String(s.queued);
+    $("st-claimed").textContent = String(s.claimed);
+    $("st-overdue").textContent = String(s.overdue);
+    $("st-breaches").textContent = String(s.sla_breaches_24h);
+    $("st-oldest").textContent = s.oldest_wait_seconds === null ? t("none") : fmtDuration(s.oldest_wait_seconds);
+    const teams = new Map();
+    const row = (team) => teams.get(team) || teams.set(team, { queued: 0, claimed: 0, overdue: 0 }).get(team);
+    for (const d of s.depth) { const r = row(d.team); r.queued += d.queued; r.claimed += d.claimed; r.overdue += d.overdue; }
+    for (const h of s.handling || []) Object.assign(row(h.team), h);
+    const fmt = (v) => (v === null || v === undefined ? t("none") : fmtDuration(v));
+    $("team-table").tBodies[0].replaceChildren(...[...teams.entries()].sort().map(([team, r]) => el("tr", { "data-team": team },
+      el("td", { text: team }), el("td", { text: String(r.queued) }), el("td", { text: String(r.claimed) }),
+      el("td", { text: String(r.overdue) }), el("td", { text: String(r.closed_24h || 0) }),
+      el("td", { text: fmt(r.handle_seconds_avg) }), el("td", { text: fmt(r.wait_seconds_avg) }))));
+  } catch { /* a 401 signs out in api(); the figures refresh on the next round */ }
+}
+
+wire();
+applyLanguage();
+if (state.token) signIn(state.token);

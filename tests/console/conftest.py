@@ -1,0 +1,168 @@
+"""The console's browser tests: the real gateway (classifier rules, router, handoff, state port) served by
+uvicorn on a loopback port, driven by Playwright through Debian's chromium.
+
+Playwright cannot download its own browser here, so the launch points at the system chromium; when it
+is missing the tests fail with a message saying how to install it (``make test`` installs it first).
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+_classifiers: dict[str, Any] = {}
+
+
+def chromium_path() -> str:
+    path = shutil.which("chromium") or CHROMIUM
+    if not Path(path).exists():
+        pytest.fail("chromium is missing: the console's browser tests need Debian's chromium "
+                    "(`apt-get install -y chromium`; `make test` installs it when missing)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args):
+    return {**browser_type_launch_args, "executable_path": chromium_path(), "args": CHROMIUM_ARGS}
+
+
+def _classifier(encoder, home: Path):
+    from router.classify import IntentClassifier
+    from router.classify.intents import BUNDLED_INTENTS, load_intents
+
+    key = str(encoder.path)
+    if key not in _classifiers:   # fitting is the slow part: once per run
+        _classifiers[key] = IntentClassifier.from_config(load_intents(BUNDLED_INTENTS), encoder,
+                                                         cache_dir=home / "cache" / "heads")
+    return _classifiers[key]
+
+
+class Gateway:
+    """A live gateway: base URL, services, and helpers that act as the customer or the operator would."""
+
+    def __init__(self, url: str, services):
+        self.url = url
+        self.services = services
+        self.pool = services.pool
+        self.handoff = services.handoff
+
+    def agent(self, name: str, *, role: str = "agent", teams=("general",), approval_level: str | None = None) -> str:
+        from handoff import agents as store
+
+        with self.pool.connection() as conn:
+            store.add_agent(conn, name, role=role, teams=teams, approval_level=approval_level, actor="test")
+            token, _ = store.issue_token(conn, name, label="console-test", actor="test")
+        return token
+
+    def revoke(self, token: str) -> None:
+        from handoff import agents as store
+
+        with self.pool.connection() as conn:
+            store.revoke_token(conn, token, actor="test")
+
+    def customer_says(self, text: str, *, conversation: str | None = None, customer: str = "cust-1") -> dict:
+        import httpx
+
+        body = {"channel": "web", "conversation_id": conversation or f"c-{uuid.uuid4().hex[:8]}",
+                "customer_id": customer, "message_id": f"m-{uuid.uuid4().hex}", "text": text}
+        r = httpx.post(f"{self.url}/v1/messages", json=body, timeout=30)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def open_assist(self, *, text: str, draft: str, amount: float | None = None, currency: str | None = None,
+                    reason: str = "intent refund_request needs a reviewed answer") -> dict:
+        """An L2 ticket as the router opens one: a conversation waiting in l2_assisting, a draft with evidence."""
+        with self.pool.connection() as conn, conn.transaction():
+            conv = conn.execute(
+                "INSERT INTO conversations (channel, external_id, customer_id, state) "
+                "VALUES ('web', %s, 'cust-2', 'l2_assisting') RETURNING id",
+                (f"c-{uuid.uuid4().hex[:8]}",)).fetchone()
+            conn.execute("INSERT INTO messages (conversation_id, channel, external_id, direction, sender, text) "
+                         "VALUES (%s, 'web', %s, 'in', 'customer', %s)", (conv["id"], f"m-{uuid.uuid4().hex}", text))
+            evidence = [{"chunk_id": "refund-timelines-en#0", "doc_id": "refund-timelines-en", "score": 0.82,
+                         "title": "Refund timelines", "section": "Card payments", "source": "refund-timelines-en.md",
+                         "text": "Refunds to a card arrive within 5-7 working days."}]
+            ticket = self.handoff.open_ticket(
+                conn, kind="assist", conversation_id=str(conv["id"]), channel="web", customer_id="cust-2",
+                reason=reason, priority="normal", amount=amount, currency=currency,
+                context={"transcript": [{"direction": "in", "sender": "customer", "text": text}],
+                         "evidence": evidence,
+                         "flow": {"name": "refund", "step": "await_approval"},
+                         "proposed_tool_call": {"tool": "issue_refund", "arguments": {"order": "A-1"}},
+                         "decisions": [{"turn_id": None, "state": "l2_assisting", "decision": {
+                             "intent": "refund_request", "tier": "L2", "confidence": 0.91, "channel": "embeddings",
+                             "explanation": {"method": "head", "score": 0.91, "threshold": 0.5, "nearest": [
+                                 {"intent": "refund_request", "example": "where is my refund", "score": 0.88}]}}}]},
+                draft={"text": draft, "citations": [{"doc_id": "refund-timelines-en", "title": "Refund timelines",
+                                                     "score": 0.82}],
+                       "proposed_action": "reply to refund_request with the draft"})
+        return ticket
+
+    def outbox(self) -> list[dict]:
+        with self.pool.connection() as conn:
+            return conn.execute("SELECT kind, payload->>'text' AS text, status FROM outbox ORDER BY id").fetchall()
+
+    def ticket(self, ticket_id) -> dict:
+        with self.pool.connection() as conn:
+            return conn.execute("SELECT * FROM tickets WHERE id = %s", (str(ticket_id),)).fetchone()
+
+
+def serve(app) -> tuple[str, Any, threading.Thread, socket.socket]:
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    host, port = sock.getsockname()
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="on", timeout_graceful_shutdown=1))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        assert thread.is_alive(), "uvicorn stopped while starting"
+        time.sleep(0.02)
+    return f"http://{host}:{port}", server, thread, sock
+
+
+@pytest.fixture
+def gateway(services, minilm_encoder, tmp_path, monkeypatch):
+    """The gateway wired like production (rules + embeddings classifier, router, handoff, state port),
+    with a short lease so the console's heartbeats show within a test."""
+    from router.app.factory import create_app
+    from router.app.composition import wire_handoff, wire_router
+
+    monkeypatch.setenv("SWITCHBOARD_HANDOFF_LEASE_SECONDS", "6")
+    services.classifier = _classifier(minilm_encoder, tmp_path)
+    wire_handoff(services)
+    wire_router(services)
+    url, server, thread, sock = serve(create_app(services=services))
+    yield Gateway(url, services)
+    server.should_exit = True
+    thread.join(10)
+    sock.close()
+
+
+@pytest.fixture
+def console(gateway, page):
+    """A page on the console, with a sign-in helper."""
+    page.set_default_timeout(15000)
+
+    def sign_in(token: str):
+        page.goto(f"{gateway.url}/console")
+        page.get_by_label("Agent token").fill(token)
+        page.get_by_role("button", name="Sign in").click()
+        page.get_by_role("button", name="Sign out").wait_for()
+        page.locator("#live[data-state=live]").wait_for()
+
+    page.sign_in = sign_in
+    return page
