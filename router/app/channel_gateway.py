@@ -69,17 +69,6 @@ def resolve_customer(conn: psycopg.Connection, channel: str, route: Route, conve
     return row["customer_id"]
 
 
-def link_identity(conn: psycopg.Connection, channel: str, channel_user_id: str, customer_id: str) -> None:
-    """Attach a channel identity to a known customer (e.g. after the customer logged in on the web)."""
-    conn.execute(
-        """
-        INSERT INTO channel_identities (channel, channel_user_id, customer_id) VALUES (%s, %s, %s)
-        ON CONFLICT (channel, channel_user_id) DO UPDATE SET customer_id = EXCLUDED.customer_id
-        """,
-        (channel, channel_user_id, customer_id),
-    )
-
-
 def _lock_turn(conn: psycopg.Connection, turn_id: str) -> dict[str, Any] | None:
     return conn.execute(
         "SELECT id, conversation_id, created_at FROM turns WHERE id = %s FOR UPDATE", (turn_id,)

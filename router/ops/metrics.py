@@ -47,19 +47,13 @@ class Metrics:
         """Set the gauges whose truth is shared by every pod and lives in Postgres: queue depth and the
         last knowledge rebuild (it runs in its own process, e.g. the nightly CronJob). Called per scrape;
         a database problem leaves the last values and never fails the scrape."""
+        from handoff.queries import queue_depth     # imported here: the metrics module stays light to import
+        from rag.generations import last_rebuild
+
         try:
             with pool.connection(timeout=2.0) as conn:
-                depth = conn.execute(
-                    "SELECT kind, priority, count(*) AS n FROM tickets WHERE status = 'queued' GROUP BY kind, priority"
-                ).fetchall()
-                last = conn.execute(
-                    """
-                    SELECT chunks, EXTRACT(EPOCH FROM finished_at - created_at)::float8 AS seconds
-                    FROM kb_generations
-                    WHERE purpose = 'serve' AND finished_at IS NOT NULL AND status <> 'failed'
-                    ORDER BY finished_at DESC LIMIT 1
-                    """
-                ).fetchone()
+                depth = queue_depth(conn)
+                last = last_rebuild(conn)
         except Exception as exc:  # noqa: BLE001 - a scrape must not fail because of the database
             log.warning("metrics: database gauges not refreshed: %s", type(exc).__name__)
             return

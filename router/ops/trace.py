@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 
+from handoff.queries import conversation_ticket_events
 from router.ops.observability import redact, redact_obj
 
 # stage order of a turn as the router runs it; anything else recorded is appended after these
@@ -56,22 +57,6 @@ def _retrieval(trace: dict[str, Any], chunks: dict[str, dict[str, Any]]) -> dict
             "candidates": candidates}
 
 
-def _chunk_meta(conn: psycopg.Connection, chunk_ids: set[str]) -> dict[str, dict[str, Any]]:
-    """Titles of the cited chunks (from any generation that still has them)."""
-    if not chunk_ids:
-        return {}
-    rows = conn.execute(
-        """
-        SELECT DISTINCT ON (c.chunk_id) c.chunk_id, c.doc_id, c.title, c.section, c.lang
-        FROM kb_chunks c LEFT JOIN kb_generations g ON g.id = c.generation
-        WHERE c.chunk_id = ANY(%s)
-        ORDER BY c.chunk_id, (g.status = 'active') DESC NULLS LAST, g.created_at DESC NULLS LAST
-        """,
-        (sorted(chunk_ids),),
-    ).fetchall()
-    return {r["chunk_id"]: r for r in rows}
-
-
 def load_trace(conn: psycopg.Connection, conversation_id: str) -> dict[str, Any] | None:
     """The replay of one conversation (``None`` when there is no such conversation)."""
     conv = conn.execute(
@@ -108,14 +93,7 @@ def load_trace(conn: psycopg.Connection, conversation_id: str) -> dict[str, Any]
         "FROM conversation_transitions WHERE conversation_id = %s ORDER BY id",
         (conversation_id,),
     ).fetchall()
-    ticket_events = conn.execute(
-        """
-        SELECT e.id, e.ticket_id, t.kind, e.action, e.actor, e.payload, e.at
-        FROM ticket_events e JOIN tickets t ON t.id = e.ticket_id
-        WHERE t.conversation_id = %s ORDER BY e.at, e.id
-        """,
-        (str(conversation_id),),
-    ).fetchall()
+    ticket_events = conversation_ticket_events(conn, conversation_id)
     feedback = conn.execute(
         "SELECT session_no, turn_id, csat, comment, created_at FROM feedback WHERE conversation_id = %s "
         "ORDER BY session_no",
@@ -123,7 +101,9 @@ def load_trace(conn: psycopg.Connection, conversation_id: str) -> dict[str, Any]
     ).fetchall()
 
     chunk_ids = {p.get("chunk_id") for t in turns for p in ((t["trace"] or {}).get("rag") or {}).get("passages") or []}
-    chunks = _chunk_meta(conn, {c for c in chunk_ids if c})
+    from rag.generations import chunk_metadata   # here: rag's index code is heavy to import
+
+    chunks = chunk_metadata(conn, {c for c in chunk_ids if c})
 
     # everything that happened after a turn and before the next inbound message belongs to it
     turn_of_message = {t["message_id"]: i for i, t in enumerate(turns)}

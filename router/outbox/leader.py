@@ -79,16 +79,6 @@ class DispatcherLoop:
             conn.execute("SELECT pg_advisory_unlock(%s)", (self.lock_key,))
             self.is_leader = False
 
-    def run_for(self, seconds: float) -> Counter:
-        """Run in the calling thread for a while (tests, `outbox run --seconds`)."""
-        timer = threading.Timer(seconds, self._stop.set)
-        timer.start()
-        try:
-            self.run()
-        finally:
-            timer.cancel()
-        return self.totals
-
     def __repr__(self) -> str:
         return f"DispatcherLoop(leader={self.is_leader}, totals={dict(self.totals)})"
 

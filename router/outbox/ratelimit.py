@@ -37,11 +37,6 @@ class TokenBucket:
             self._tokens -= n
             return True
 
-    def seconds_until(self, n: int = 1) -> float:
-        with self._lock:
-            self._refill()
-            return max(0.0, (n - self._tokens) / self.rate)
-
 
 class ChannelLimits:
     """One bucket per channel; channels not configured get ``default_rate``."""

@@ -150,7 +150,7 @@ def load_policy(path: str | Path | None = None) -> Policy:
 
 
 @dataclass
-class Verdict:
+class EscalationVerdict:
     """The policy's answer for one turn: the escalation (or None), every rule's check, counter updates."""
 
     rule: str | None = None
@@ -215,7 +215,7 @@ class EscalationPolicy:
     # -- the rules --
 
     def evaluate(self, *, text: str, classification: Any, counters: dict[str, Any],
-                 target_state: str | None) -> Verdict:
+                 target_state: str | None) -> EscalationVerdict:
         """Check every rule for one routed message; ``counters`` are this session's (see router.turn.state).
 
         ``target_state`` is where the conversation would go without an escalation (None: it stays
@@ -274,7 +274,7 @@ class EscalationPolicy:
         if loop:
             fired.append(("loop_guard", f"state {target_state} entered {entries} times this session"))
 
-        verdict = Verdict(checks=checks, counters={
+        verdict = EscalationVerdict(checks=checks, counters={
             "dissatisfied_streak": streak, "low_confidence_streak": low_streak, "repeat_count": repeats,
             "last_question": text,
         })

@@ -37,6 +37,7 @@ from typing import Any
 
 import psycopg
 
+from handoff.ports import CustomerUnreachable
 from router.outbox.store import enqueue_outbound
 
 log = logging.getLogger(__name__)
@@ -308,13 +309,13 @@ class ConversationStatePort:
         """Transcript + outbox row in the ticket change's transaction; refused for do-not-contact customers."""
         conv = self._conversation(conn, ticket)
         if conv is None:
-            raise LookupError(f"conversation {ticket.get('conversation_id')} does not exist")
+            raise CustomerUnreachable(f"conversation {ticket.get('conversation_id')} does not exist")
         flags = conn.execute(
             "SELECT do_not_contact FROM customer_flags WHERE channel = %s AND customer_id = %s",
             (conv["channel"], conv["customer_id"]),
         ).fetchone()
         if flags and flags["do_not_contact"]:
-            raise PermissionError("the customer asked not to be contacted (STOP); nothing was sent")
+            raise CustomerUnreachable("the customer asked not to be contacted (STOP); nothing was sent")
         return enqueue_outbound(conn, conversation_id=conv["id"], channel=conv["channel"], text=text,
                                 sender=sender, kind="agent_message",
                                 payload={"ticket_id": str(ticket.get("id")), "agent_id": agent_id})
