@@ -29,6 +29,10 @@ class Metrics:
         )
         self.escalations = Counter("switchboard_escalations", "Escalations by rule", ["rule"], registry=r)
         self.l1_resolved = Counter("switchboard_l1_auto_resolved", "L1 turns answered from the KB", registry=r)
+        # closed label sets: outcome in router.decide.OUTCOMES, lang in router.language.LANGUAGES
+        self.deflection = Counter("switchboard_turn_outcomes", "Routed turns by outcome (resolved by the bot, "
+                                  "clarified, ticketed, held by a person, none), channel and reply language",
+                                  ["outcome", "channel", "lang"], registry=r)
         self.stage_seconds = Histogram(
             "switchboard_stage_seconds", "Latency per pipeline stage", ["stage"], buckets=_LATENCY_BUCKETS, registry=r
         )

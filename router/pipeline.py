@@ -55,6 +55,7 @@ class TurnResult:
     ticket_id: str | None = None
     trace: dict[str, Any] | None = None   # stages, candidates, transitions: stored redacted with the turn
     reject: Problem | None = None         # refuse the message (e.g. 429): stored flagged, no turn, raised after commit
+    lang: str | None = None               # the reply language the decider chose (router.language)
 
 
 Decider = Callable[[TurnContext], TurnResult]
@@ -188,6 +189,7 @@ class Pipeline:
             decision=result.decision,
             reply=result.reply,
             ticket_id=result.ticket_id,
+            lang=result.lang,
         )
         response = out.model_dump(mode="json")
         conn.execute(

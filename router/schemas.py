@@ -80,6 +80,8 @@ class Citation(BaseModel):
 class Reply(BaseModel):
     text: str
     citations: list[Citation] = Field(default_factory=list)
+    suggestions: list[str] = Field(default_factory=list, description="Quick replies the customer may tap.")
+    lang: str | None = Field(default=None, description="The reply's language (en | zh).")
 
 
 class Escalation(BaseModel):
@@ -105,3 +107,4 @@ class TurnOut(BaseModel):
     decision: Decision
     reply: Reply | None = None
     ticket_id: str | None = None
+    lang: str | None = Field(default=None, description="The language the gateway answers this customer in.")
