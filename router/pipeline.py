@@ -190,6 +190,7 @@ class Pipeline:
             reply=result.reply,
             ticket_id=result.ticket_id,
             lang=result.lang,
+            outcome=(result.trace or {}).get("outcome"),
         )
         response = out.model_dump(mode="json")
         conn.execute(

@@ -108,3 +108,6 @@ class TurnOut(BaseModel):
     reply: Reply | None = None
     ticket_id: str | None = None
     lang: str | None = Field(default=None, description="The language the gateway answers this customer in.")
+    outcome: str | None = Field(default=None, description="What the turn did: resolved (answered by the bot), "
+                                "clarified (asked back), ticketed (opened a ticket), held (added to the ticket "
+                                "of a person), none.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from router.cli import agents, db, index, models, outbox, rag, report, routing, serve
+from router.cli import agents, conversations, db, index, models, outbox, rag, report, routing, serve
 
 app = typer.Typer(
     name="switchboard",
@@ -21,6 +21,7 @@ app.add_typer(index.app, name="index")
 app.add_typer(agents.agents_app, name="agents")
 app.add_typer(agents.tokens_app, name="tokens")
 app.add_typer(outbox.app, name="outbox")
+app.add_typer(conversations.app, name="eval")
 app.command("serve")(serve.serve)
 app.command("report")(report.report)
 
