@@ -184,9 +184,25 @@ def answer_rates(rows: Sequence[dict[str, Any]], threshold: float) -> dict[str, 
     }
 
 
+def _signals(kb: Any, query: str, ans: Any) -> dict[str, Any]:
+    """What the confidence is made of, per query (for calibrating it): cosines of the two best
+    documents, keyword coverage of the best passage, and where BM25 ranked it."""
+    hits = ans.passages or []
+    if not hits:
+        return {}
+    top = hits[0]
+    doc = top.chunk.doc_id if top.chunk else None
+    second = next((h for h in hits[1:] if h.chunk and h.chunk.doc_id != doc), None)
+    rw = kb.rewriter.rewrite(query)
+    return {"cos1": top.scores.get("dense"), "cos2": second.scores.get("dense") if second else None,
+            "coverage": round(kb.coverage(rw.keywords, top), 4), "bm25": top.scores.get("bm25"),
+            "lang": rw.lang}
+
+
 def evaluate_answers(kb: Any, folder: str | Path, *, split: str = "test", seed: int = 13, share: float = 0.5,
                      threshold: float | None = None, query_ids: Sequence[str] | None = None,
-                     progress: bool = False, keep: bool = False) -> dict[str, Any]:
+                     sample: int | None = None, progress: bool = False, keep: bool = False,
+                     with_rows: bool = False) -> dict[str, Any]:
     """Answerability on a BEIR set: index the corpus without the documents of a seeded half of the queries,
     answer every query as L1 would (``kb.answer``) and score the answer or abstention.
 
@@ -198,6 +214,11 @@ def evaluate_answers(kb: Any, folder: str | Path, *, split: str = "test", seed: 
     if query_ids is not None:
         keep_ids = set(query_ids)
         data = BeirData(data.corpus, data.queries, {q: r for q, r in data.qrels.items() if q in keep_ids})
+    if sample is not None and sample < len(data.qrels):   # a seeded subset of the queries (large sets)
+        import random
+
+        picked = set(random.Random(seed).sample(sorted(data.qrels), sample))
+        data = BeirData(data.corpus, data.queries, {q: r for q, r in data.qrels.items() if q in picked})
     gone, removed = split_unanswerable(data, seed, share)
     docs = [beir_document(d, source=str(Path(folder).name)) for d in data.corpus if str(d["_id"]) not in removed]
     build = kb.generations.build(docs, source=str(folder), purpose="eval")
@@ -217,7 +238,8 @@ def evaluate_answers(kb: Any, folder: str | Path, *, split: str = "test", seed: 
             latencies.append(time.perf_counter() - t)
             cited = next((c.get("doc_id") for c in ans.citations if c.get("doc_id")), None)
             rows.append({"query_id": qid, "unanswerable": qid in gone, "confidence": float(ans.confidence),
-                         "cited": cited, "relevant_cited": cited in data.qrels[qid]})
+                         "cited": cited, "relevant_cited": cited in data.qrels[qid],
+                         **({"signals": _signals(kb, data.queries[qid], ans)} if with_rows else {})})
     finally:
         if not keep:
             kb.generations.drop(generation)
@@ -231,6 +253,7 @@ def evaluate_answers(kb: Any, folder: str | Path, *, split: str = "test", seed: 
         "sweep": [answer_rates(rows, t) for t in sorted({*SWEEP, default})],
         "latency_ms_p50": round(float(np.percentile(lat, 50)), 2) if len(lat) else None,
         "latency_ms_p95": round(float(np.percentile(lat, 95)), 2) if len(lat) else None,
+        **({"rows": rows} if with_rows else {}),
     }
 
 

@@ -29,6 +29,9 @@ def eval_cmd(
     dense_weight: float = typer.Option(None, "--dense-weight", help="Fusion weight of dense search."),
     bm25_weight: float = typer.Option(None, "--bm25-weight", help="Fusion weight of BM25."),
     seed: int = typer.Option(13, "--seed", help="--mode answer: seed of the unanswerable half."),
+    sample: int = typer.Option(None, "--sample", min=1, help="--mode answer: a seeded sample of N queries."),
+    rows: Path = typer.Option(None, "--rows", help="--mode answer: write each query's outcome and confidence "
+                              "signals to this JSONL file (for calibrating the confidence)."),
     threshold: float = typer.Option(None, "--threshold", min=0.0, max=1.0,
                                     help="--mode answer: the answer threshold to report at "
                                     "(default: SWITCHBOARD_RAG_ANSWER_THRESHOLD)."),
@@ -43,7 +46,7 @@ def eval_cmd(
     from rag.eval import EvalError, evaluate_beir, markdown_table
 
     if mode == "answer":
-        _answer_eval(beir, reranker, split, keep, seed, threshold, as_json)
+        _answer_eval(beir, reranker, split, keep, seed, threshold, as_json, sample, rows)
         return
     modes = list(MODES) if mode == "all" else [mode]
     if any(m not in MODES for m in modes):
@@ -112,7 +115,7 @@ def eval_cmd(
 
 
 def _answer_eval(beir: Path, reranker: Path | None, split: str, keep: bool, seed: int, threshold: float | None,
-                 as_json: bool) -> None:
+                 as_json: bool, sample: int | None = None, rows: Path | None = None) -> None:
     from rag.eval import EvalError, answer_table, evaluate_answers
 
     from router.cli.index import knowledge_base
@@ -130,11 +133,17 @@ def _answer_eval(beir: Path, reranker: Path | None, split: str, keep: bool, seed
         with knowledge_base(source=beir, progress=not as_json) as kb:
             kb.reranker = rr
             report = evaluate_answers(kb, beir, split=split, seed=seed, threshold=threshold, keep=keep,
-                                      progress=not as_json)
+                                      progress=not as_json, sample=sample, with_rows=rows is not None)
             report["encoder"] = kb.generations.encoder_name
     except (EvalError, FileNotFoundError) as exc:
         fail(str(exc), as_json)
     report["reranker"] = str(model_dir) if model_dir else None
+    if rows is not None:
+        import json
+
+        with open(rows, "w", encoding="utf-8") as fh:
+            for r in report.pop("rows"):
+                fh.write(json.dumps(r, ensure_ascii=False) + "\n")
     text = (f"{report['dataset']}: {report['n_queries']} queries, {report['n_unanswerable']} made unanswerable "
             f"(seed {seed}, {report['n_docs_removed']} documents removed); reranker "
             f"{report['reranker'] or 'none'}\n"
