@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from router.observability import request_id_var
+from router.ops.observability import request_id_var
 
 log = logging.getLogger(__name__)
 PROBLEM_JSON = "application/problem+json"

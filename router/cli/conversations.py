@@ -24,7 +24,7 @@ def conversations_cmd(
 ) -> None:
     """Each case is a fresh conversation; reports the pass rate per expectation and deflection
     (conversations resolved by the bot, clarified, ticketed)."""
-    from router.conversation_eval import CaseError, load_cases
+    from router.ops.conversation_eval import CaseError, load_cases
 
     try:
         cases = load_cases(file)
@@ -59,7 +59,7 @@ def conversations_cmd(
 def _run_live(url: str, headers: list[str], cases, progress, as_json: bool):
     import httpx
 
-    from router.conversation_eval import run_cases
+    from router.ops.conversation_eval import run_cases
 
     hdrs = {}
     for h in headers:
@@ -77,9 +77,9 @@ def _run_live(url: str, headers: list[str], cases, progress, as_json: bool):
 
 
 def _run_in_process(cases, progress):
-    from router.conversation_eval import run_cases
+    from router.ops.conversation_eval import run_cases
     from router.schemas import InboundMessage, MessageIn
-    from router.services import build_services
+    from router.app.services import build_services
 
     s = settings().model_copy(update={"dispatcher_enabled": False})
     services = build_services(s, load_models=True)

@@ -74,7 +74,7 @@ def eval_cmd(
         if model_dir is not None:
             from rag.rerank import heldout_query_ids
 
-            from router.composition import make_reranker
+            from router.app.composition import make_reranker
 
             rr = make_reranker(s, model_dir)   # scored as the gateway would (bf16 where it uses it)
             held = heldout_query_ids(model_dir)
@@ -127,7 +127,7 @@ def _answer_eval(beir: Path, reranker: Path | None, split: str, keep: bool, seed
     try:
         rr = None
         if model_dir is not None:
-            from router.composition import make_reranker
+            from router.app.composition import make_reranker
 
             rr = make_reranker(s, model_dir)
         with knowledge_base(source=beir, progress=not as_json) as kb:

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 from test_everyday_decide import gateway, say  # noqa: F401 - the fixture
 
-from router.report import build_report, render_text
+from router.ops.report import build_report, render_text
 
 
 def _sample(text: str, **labels) -> float:

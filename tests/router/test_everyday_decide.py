@@ -9,10 +9,10 @@ import itertools
 import pytest
 
 from router.classify import IntentClassifier
-from router.decide import Router
-from router.escalation import load_policy
+from router.turn.decider import Decider
+from router.turn.escalation import load_policy
 from router.intents import parse_intents
-from router.pipeline import Pipeline
+from router.turn.pipeline import Pipeline
 from router.schemas import InboundMessage
 
 INTENTS = r"""
@@ -45,8 +45,8 @@ _ids = itertools.count()
 
 @pytest.fixture
 def gateway(settings):
-    from router.composition import wire_handoff
-    from router.services import build_services
+    from router.app.composition import wire_handoff
+    from router.app.services import build_services
 
     svc = build_services(settings, load_models=False)
     svc.classifier = IntentClassifier.from_config(parse_intents(INTENTS), None)
@@ -54,7 +54,7 @@ def gateway(settings):
 
     def make(**policy_changes):
         policy = load_policy().model_copy(update=policy_changes)
-        return Pipeline(svc.pool, svc.metrics, Router(policy=policy, classifier=svc.classifier, handoff=svc.handoff,
+        return Pipeline(svc.pool, svc.metrics, Decider(policy=policy, classifier=svc.classifier, handoff=svc.handoff,
                                                       metrics=svc.metrics))
     yield svc, make
     svc.close()
@@ -208,4 +208,4 @@ def test_a_policy_without_a_template_an_intent_needs_is_refused():
     bare = load_policy()
     bare = bare.model_copy(update={"replies": type(bare.replies)()})
     with pytest.raises(ValueError, match="replies.greeting"):
-        Router(policy=bare, classifier=IntentClassifier.from_config(parse_intents(INTENTS), None))
+        Decider(policy=bare, classifier=IntentClassifier.from_config(parse_intents(INTENTS), None))

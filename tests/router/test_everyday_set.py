@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from routing_kit import kb_template, routing_services
 
-from router.conversation_eval import load_cases, run_cases
+from router.ops.conversation_eval import load_cases, run_cases
 from router.schemas import InboundMessage
 
 pytestmark = pytest.mark.slow

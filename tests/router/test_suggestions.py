@@ -8,8 +8,8 @@ import json
 import pytest
 from channels_support import WHATSAPP_SENT, RecordingServer, channel_app, channel_settings, count
 
-from router.dispatch.leader import wait_until
-from router.outbox import enqueue_outbound
+from router.outbox.leader import wait_until
+from router.outbox.store import enqueue_outbound
 
 SUGGESTIONS = ["Where is my order?", "Returns and refunds", "Talk to a person", "A fourth, too long for a button"]
 
