@@ -79,7 +79,7 @@ def _run_live(url: str, headers: list[str], cases, progress, as_json: bool):
 def _run_in_process(cases, progress):
     from router.ops.conversation_eval import run_cases
     from router.schemas import InboundMessage, MessageIn
-    from router.app.services import build_services
+    from router.app.composition import build_services
 
     s = settings().model_copy(update={"dispatcher_enabled": False})
     services = build_services(s, load_models=True)

@@ -11,7 +11,7 @@ import pytest
 from router.classify import IntentClassifier
 from router.turn.decider import Decider
 from router.turn.escalation import load_policy
-from router.intents import parse_intents
+from router.classify.intents import parse_intents
 from router.turn.pipeline import Pipeline
 from router.schemas import InboundMessage
 
@@ -46,7 +46,7 @@ _ids = itertools.count()
 @pytest.fixture
 def gateway(settings):
     from router.app.composition import wire_handoff
-    from router.app.services import build_services
+    from router.app.composition import build_services
 
     svc = build_services(settings, load_models=False)
     svc.classifier = IntentClassifier.from_config(parse_intents(INTENTS), None)
@@ -195,7 +195,7 @@ def test_fixed_replies_are_never_two_languages_in_one_message(gateway):
 
 
 def test_every_reply_template_a_bundled_intent_names_exists_in_the_bundled_policy():
-    from router.intents import load_intents
+    from router.classify.intents import load_intents
 
     policy = load_policy()
     named = {i.served_by[1] for i in load_intents().intents if i.served_by and i.served_by[0] == "reply"}
