@@ -135,6 +135,141 @@ def evaluate_beir(kb: Any, folder: str | Path, modes: Sequence[str], *, split: s
     return {"dataset": Path(folder).name, "n_docs": len(docs), "build": build, "results": results}
 
 
+# -- answerability -------------------------------------------------------------------------------------------
+
+ANSWER_METRICS = ("answered_correct_rate", "wrong_answer_rate", "unanswerable_abstain_rate")
+SWEEP = tuple(round(0.05 * i, 2) for i in range(1, 20))
+
+
+def split_unanswerable(data: BeirData, seed: int = 13, share: float = 0.5) -> tuple[set[str], set[str]]:
+    """(unanswerable query ids, removed document ids): a seeded ``share`` of the judged queries lose
+    every relevant document from the indexed corpus.
+
+    Queries are taken in a seeded order and their relevant documents removed until ``share`` of the
+    queries have none left; a query that shares all its documents with removed ones is unanswerable
+    too (so the split is about, not exactly, ``share``), one that keeps some stays answerable.
+    """
+    import random
+
+    qids = sorted(data.qrels)
+    random.Random(seed).shuffle(qids)
+    removed: set[str] = set()
+    target = round(len(qids) * share)
+
+    def unanswerable() -> set[str]:
+        return {q for q in qids if not (set(data.qrels[q]) - removed)}
+
+    gone: set[str] = set()
+    for q in qids:
+        if len(gone) >= target:
+            break
+        if q in gone:
+            continue
+        removed |= set(data.qrels[q])
+        gone = unanswerable()
+    return gone, removed
+
+
+def answer_rates(rows: Sequence[dict[str, Any]], threshold: float) -> dict[str, Any]:
+    """The three rates at ``threshold`` from per-query rows {unanswerable, confidence, relevant_cited}."""
+    n = len(rows)
+    answerable = [r for r in rows if not r["unanswerable"]]
+    unanswerable = [r for r in rows if r["unanswerable"]]
+    answered = [r for r in rows if r["confidence"] >= threshold and r["cited"] is not None]
+    correct = sum(1 for r in answered if not r["unanswerable"] and r["relevant_cited"])
+    wrong = sum(1 for r in answered if not r["relevant_cited"])
+    abstained = sum(1 for r in unanswerable if not (r["confidence"] >= threshold and r["cited"] is not None))
+    return {
+        "threshold": threshold,
+        "answered_correct_rate": round(correct / len(answerable), 4) if answerable else None,
+        "wrong_answer_rate": round(wrong / n, 4) if n else None,
+        "unanswerable_abstain_rate": round(abstained / len(unanswerable), 4) if unanswerable else None,
+        "answered_rate": round(len(answered) / n, 4) if n else None,
+    }
+
+
+def _signals(kb: Any, query: str, ans: Any) -> dict[str, Any]:
+    """What the confidence is made of, per query (for calibrating it): cosines of the two best
+    documents, keyword coverage of the best passage, and where BM25 ranked it."""
+    hits = ans.passages or []
+    if not hits:
+        return {}
+    top = hits[0]
+    doc = top.chunk.doc_id if top.chunk else None
+    second = next((h for h in hits[1:] if h.chunk and h.chunk.doc_id != doc), None)
+    rw = kb.rewriter.rewrite(query)
+    return {"cos1": top.scores.get("dense"), "cos2": second.scores.get("dense") if second else None,
+            "coverage": round(kb.coverage(rw.keywords, top), 4), "bm25": top.scores.get("bm25"),
+            "lang": rw.lang}
+
+
+def evaluate_answers(kb: Any, folder: str | Path, *, split: str = "test", seed: int = 13, share: float = 0.5,
+                     threshold: float | None = None, query_ids: Sequence[str] | None = None,
+                     sample: int | None = None, progress: bool = False, keep: bool = False,
+                     with_rows: bool = False) -> dict[str, Any]:
+    """Answerability on a BEIR set: index the corpus without the documents of a seeded half of the queries,
+    answer every query as L1 would (``kb.answer``) and score the answer or abstention.
+
+    An answer is correct when it cites a document judged relevant (in the full qrels); an answer to an
+    unanswerable query is always wrong. The rates are given at ``threshold`` (default: the knowledge
+    base's answer threshold) and over a sweep of thresholds (the confidence is computed once).
+    """
+    data = load_beir(folder, split)
+    if query_ids is not None:
+        keep_ids = set(query_ids)
+        data = BeirData(data.corpus, data.queries, {q: r for q, r in data.qrels.items() if q in keep_ids})
+    if sample is not None and sample < len(data.qrels):   # a seeded subset of the queries (large sets)
+        import random
+
+        picked = set(random.Random(seed).sample(sorted(data.qrels), sample))
+        data = BeirData(data.corpus, data.queries, {q: r for q, r in data.qrels.items() if q in picked})
+    gone, removed = split_unanswerable(data, seed, share)
+    docs = [beir_document(d, source=str(Path(folder).name)) for d in data.corpus if str(d["_id"]) not in removed]
+    build = kb.generations.build(docs, source=str(folder), purpose="eval")
+    generation = build["generation"]
+    rows: list[dict[str, Any]] = []
+    latencies: list[float] = []
+    try:
+        qids = sorted(data.qrels)
+        iterator: Any = qids
+        if progress:
+            from tqdm.auto import tqdm
+
+            iterator = tqdm(qids, desc="eval answer", unit="query", leave=False)
+        for qid in iterator:
+            t = time.perf_counter()
+            ans = kb.answer(data.queries[qid], generation=generation)
+            latencies.append(time.perf_counter() - t)
+            cited = next((c.get("doc_id") for c in ans.citations if c.get("doc_id")), None)
+            rows.append({"query_id": qid, "unanswerable": qid in gone, "confidence": float(ans.confidence),
+                         "cited": cited, "relevant_cited": cited in data.qrels[qid],
+                         **({"signals": _signals(kb, data.queries[qid], ans)} if with_rows else {})})
+    finally:
+        if not keep:
+            kb.generations.drop(generation)
+    default = kb.config.answer_threshold if threshold is None else threshold
+    lat = np.asarray(latencies) * 1000.0
+    return {
+        "mode": "answer", "dataset": Path(folder).name, "seed": seed, "n_queries": len(rows),
+        "n_unanswerable": len(gone), "n_answerable": len(rows) - len(gone), "n_docs_indexed": len(docs),
+        "n_docs_removed": len(removed), "build": build,
+        **answer_rates(rows, default),
+        "sweep": [answer_rates(rows, t) for t in sorted({*SWEEP, default})],
+        "latency_ms_p50": round(float(np.percentile(lat, 50)), 2) if len(lat) else None,
+        "latency_ms_p95": round(float(np.percentile(lat, 95)), 2) if len(lat) else None,
+        **({"rows": rows} if with_rows else {}),
+    }
+
+
+def answer_table(report: dict[str, Any]) -> str:
+    cols = ["threshold", *ANSWER_METRICS, "answered_rate"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in report["sweep"]:
+        mark = " *" if r["threshold"] == report["threshold"] else ""
+        lines.append("| " + " | ".join(str(r.get(c, "")) + (mark if c == "threshold" else "") for c in cols) + " |")
+    return "\n".join(lines)
+
+
 def markdown_table(results: dict[str, dict[str, Any]]) -> str:
     cols = ["mode", *METRICS, "n_queries", "latency_ms_p50", "latency_ms_p95"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]

@@ -236,7 +236,7 @@ class KnowledgeBase:
         z = cfg.confidence_slope * (cos - center) + cfg.coverage_weight * (self.coverage(rw.keywords, top) - 0.5)
         return float(1.0 / (1.0 + math.exp(-max(min(z, 50.0), -50.0))))
 
-    def answer(self, query: str) -> Answer:
+    def answer(self, query: str, *, generation: str | None = None) -> Answer:
         """A grounded extractive answer with citations, or (below the threshold) none and the evidence."""
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
@@ -246,7 +246,8 @@ class KnowledgeBase:
             return Answer(answered=False, query=query, reason="empty query", rewritten_query=rw.lexical)
         mode = "rerank" if self.reranker is not None else "hybrid"
         try:
-            hits = self.retrieve(query, max(cfg.answer_passages, 10), mode, rewritten=rw, timings=timings)
+            hits = self.retrieve(query, max(cfg.answer_passages, 10), mode, rewritten=rw, timings=timings,
+                                 generation=generation)
         except KnowledgeBaseEmpty:
             return Answer(answered=False, query=query, reason="knowledge base is empty", rewritten_query=rw.lexical)
         except Exception as exc:  # noqa: BLE001 - a broken index must send the customer to a human, not fail the turn

@@ -98,6 +98,8 @@ class Citation(BaseModel):
 class Reply(BaseModel):
     text: str
     citations: list[Citation] = Field(default_factory=list)
+    suggestions: list[str] = Field(default_factory=list, description="Quick replies the customer may tap.")
+    lang: str | None = Field(default=None, description="The reply's language (en | zh).")
 
 
 class Escalation(BaseModel):
@@ -123,3 +125,7 @@ class TurnOut(BaseModel):
     decision: Decision
     reply: Reply | None = None
     ticket_id: str | None = None
+    lang: str | None = Field(default=None, description="The language the gateway answers this customer in.")
+    outcome: str | None = Field(default=None, description="What the turn did: resolved (answered by the bot), "
+                                "clarified (asked back), ticketed (opened a ticket), held (added to the ticket "
+                                "of a person), none.")

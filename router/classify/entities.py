@@ -63,6 +63,9 @@ _ORDER = re.compile(
     re.IGNORECASE,
 )
 _HASH_ID = re.compile(r"[#＃](?P<id>(?=[A-Za-z0-9-]*\d)[A-Za-z0-9][A-Za-z0-9-]{5,31})(?![A-Za-z0-9])")
+# a bare id of a short letter prefix and a long run of digits (NW20261015083142): the answer to
+# "what is your order number?" usually comes without the words "order number"
+_BARE_ID = re.compile(r"(?<![A-Za-z0-9])(?P<id>[A-Za-z]{2,4}\d{8,24})(?![A-Za-z0-9])")
 
 
 def _cn_number(text: str) -> float | None:
@@ -136,7 +139,7 @@ def extract_amounts(text: str) -> list[dict[str, Any]]:
 def extract_order_numbers(text: str) -> list[str]:
     t = normalise(text)
     out: list[str] = []
-    for pattern in (_ORDER, _HASH_ID):
+    for pattern in (_ORDER, _HASH_ID, _BARE_ID):
         for m in pattern.finditer(t):
             oid = m.group("id").upper()
             if oid not in out:

@@ -21,6 +21,13 @@ Schema (``version: 1``)::
           - {type: regex, pattern: "退款|refund", priority: 10}
           - {type: keywords, any: [money back, 退钱], priority: 5}
         examples: [I want my money back, 我要退款]
+      - name: greeting
+        tier: L1
+        serve: reply greeting # answered from the policy's reply template, no knowledge base, no ticket
+      - name: order_query
+        tier: L1
+        serve: workflow order_status   # the customer's own data: a workflow (or the bot asks for the
+                                       # order number / hands over), never a knowledge-base passage
 
 Rules with a higher ``priority`` are tried first; ties keep file order.
 """
@@ -108,6 +115,24 @@ class Intent(BaseModel):
     threshold: float | None = Field(default=None, ge=-1.0, le=1.0)
     rules: list[Rule] = Field(default_factory=list)
     examples: list[str] = Field(default_factory=list)
+    serve: str | None = Field(default=None, description="how the bot serves it: `reply <template>` (a fixed "
+                              "reply from the policy, e.g. small talk) or `workflow <name>` (questions about the "
+                              "customer's own data); absent = by tier (L1 from the knowledge base)")
+
+    @field_validator("serve")
+    @classmethod
+    def _serve(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"(?:reply|workflow)\s+[A-Za-z0-9_.-]{1,100}", v.strip()):
+            raise ValueError(f"serve is `reply <template>` or `workflow <name>` (got {v!r})")
+        return " ".join(v.split()) if v is not None else None
+
+    @property
+    def served_by(self) -> tuple[str, str] | None:
+        """(``reply`` | ``workflow``, name), or None when the tier decides."""
+        if not self.serve:
+            return None
+        kind, name = self.serve.split(" ", 1)
+        return kind, name
 
     @field_validator("name")
     @classmethod
@@ -164,7 +189,7 @@ class IntentConfig(BaseModel):
     def to_yaml(self) -> str:
         data = self.model_dump(mode="json", exclude_none=True)
         for intent in data["intents"]:
-            for key in ("rules", "examples"):
+            for key in ("rules", "examples", "serve"):
                 if not intent.get(key):
                     intent.pop(key, None)
             if not intent.get("description"):
@@ -288,7 +313,7 @@ def _known_keys(data: Any, loc: tuple) -> set:
         else:
             break
     return keys | {"intents", "rules", "examples", "name", "tier", "pattern", "any", "priority", "type",
-                   "threshold", "description", "unknown_tier", "version", "scoring", "oos_examples"}
+                   "threshold", "description", "unknown_tier", "version", "scoring", "oos_examples", "serve"}
 
 
 def _allowed_for(loc: tuple) -> list[str]:

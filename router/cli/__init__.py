@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from router.cli import agents, db, index, keys, models, outbox, privacy, rag, report, routing, serve
+from router.cli import agents, conversations, db, index, keys, models, outbox, privacy, rag, report, routing, serve
 
 app = typer.Typer(
     name="switchboard",
@@ -24,6 +24,7 @@ app.add_typer(outbox.app, name="outbox")
 app.add_typer(privacy.retention_app, name="retention")
 app.add_typer(privacy.customers_app, name="customers")
 app.add_typer(keys.app, name="keys")
+app.add_typer(conversations.app, name="eval")
 app.command("serve")(serve.serve)
 app.command("report")(report.report)
 

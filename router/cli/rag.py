@@ -18,7 +18,8 @@ MODES = ("bm25", "dense", "hybrid", "rerank")
 def eval_cmd(
     beir: Path = typer.Option(..., "--beir", help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/test.tsv."),
     mode: str = typer.Option("hybrid", "--mode", help="bm25 | dense | hybrid | rerank, or 'all' for the "
-                             "per-mode table (rerank included when a reranker is given)."),
+                             "per-mode table (rerank included when a reranker is given), or 'answer': "
+                             "answerability of L1 (a seeded half of the queries lose their documents)."),
     reranker: Path = typer.Option(None, "--reranker", help="Cross-encoder folder (default: SWITCHBOARD_RERANKER_MODEL)."),
     queries: str = typer.Option("auto", "--queries", help="auto (a reranker's held-out queries when it lists them, "
                                 "else all) | all | heldout."),
@@ -27,11 +28,26 @@ def eval_cmd(
     fusion: str = typer.Option(None, "--fusion", help="rrf | convex (default: SWITCHBOARD_RAG_FUSION)."),
     dense_weight: float = typer.Option(None, "--dense-weight", help="Fusion weight of dense search."),
     bm25_weight: float = typer.Option(None, "--bm25-weight", help="Fusion weight of BM25."),
+    seed: int = typer.Option(13, "--seed", help="--mode answer: seed of the unanswerable half."),
+    sample: int = typer.Option(None, "--sample", min=1, help="--mode answer: a seeded sample of N queries."),
+    rows: Path = typer.Option(None, "--rows", help="--mode answer: write each query's outcome and confidence "
+                              "signals to this JSONL file (for calibrating the confidence)."),
+    threshold: float = typer.Option(None, "--threshold", min=0.0, max=1.0,
+                                    help="--mode answer: the answer threshold to report at "
+                                    "(default: SWITCHBOARD_RAG_ANSWER_THRESHOLD)."),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Index a BEIR corpus in a throw-away generation and report nDCG@10, recall@10/100, MRR@10 and latency."""
+    """Index a BEIR corpus in a throw-away generation and report nDCG@10, recall@10/100, MRR@10 and latency.
+
+    With ``--mode answer``: answered_correct_rate (answerable queries answered citing a relevant document),
+    wrong_answer_rate (answers citing none, over all queries) and unanswerable_abstain_rate, at the
+    threshold and over a sweep.
+    """
     from rag.eval import EvalError, evaluate_beir, markdown_table
 
+    if mode == "answer":
+        _answer_eval(beir, reranker, split, keep, seed, threshold, as_json, sample, rows)
+        return
     modes = list(MODES) if mode == "all" else [mode]
     if any(m not in MODES for m in modes):
         fail(f"--mode must be one of {', '.join(MODES)} or all, not {mode!r}", as_json, code=2)
@@ -107,6 +123,45 @@ def eval_cmd(
             f"{report['queries']}; encoder {report['encoder']}; fusion {report['fusion']}; "
             f"reranker {report['reranker'] or 'none configured'}\n" + markdown_table(results))
     emit(out, as_json, text)
+
+
+def _answer_eval(beir: Path, reranker: Path | None, split: str, keep: bool, seed: int, threshold: float | None,
+                 as_json: bool, sample: int | None = None, rows: Path | None = None) -> None:
+    from rag.eval import EvalError, answer_table, evaluate_answers
+
+    from router.cli.index import knowledge_base
+
+    if not beir.is_dir():
+        fail(f"{beir}: not a folder", as_json, code=2)
+    s = settings()
+    model_dir = reranker or (Path(s.reranker_model) if s.reranker_model else None)
+    try:
+        rr = None
+        if model_dir is not None:
+            from router.app.composition import make_reranker
+
+            rr = make_reranker(s, model_dir)
+        with knowledge_base(source=beir, progress=not as_json) as kb:
+            kb.reranker = rr
+            report = evaluate_answers(kb, beir, split=split, seed=seed, threshold=threshold, keep=keep,
+                                      progress=not as_json, sample=sample, with_rows=rows is not None)
+            report["encoder"] = kb.generations.encoder_name
+    except (EvalError, FileNotFoundError) as exc:
+        fail(str(exc), as_json)
+    report["reranker"] = str(model_dir) if model_dir else None
+    if rows is not None:
+        import json
+
+        with open(rows, "w", encoding="utf-8") as fh:
+            for r in report.pop("rows"):
+                fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+    text = (f"{report['dataset']}: {report['n_queries']} queries, {report['n_unanswerable']} made unanswerable "
+            f"(seed {seed}, {report['n_docs_removed']} documents removed); reranker "
+            f"{report['reranker'] or 'none'}\n"
+            f"at threshold {report['threshold']}: answered correctly {report['answered_correct_rate']} of "
+            f"answerable, wrong answers {report['wrong_answer_rate']} of all, abstained on "
+            f"{report['unanswerable_abstain_rate']} of unanswerable\n" + answer_table(report))
+    emit(report, as_json, text)
 
 
 @app.command("train-reranker")

@@ -40,6 +40,12 @@ class ClosedLabels:
         return getattr(self.metric, name)
 
 
+# what a turn did for the customer, and the languages replies are in: closed label sets shared by the
+# decider (router.turn), /metrics and the report
+TURN_OUTCOMES = ("resolved", "clarified", "ticketed", "held", "none")
+REPLY_LANGUAGES = ("en", "zh")
+
+
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None, *, channels=()):
         """``channels``: the channel registry (the composition root passes it; unknown names count as other)."""
@@ -62,6 +68,10 @@ class Metrics:
         )
         self.escalations = Counter("switchboard_escalations", "Escalations by rule", ["rule"], registry=r)
         self.l1_resolved = Counter("switchboard_l1_auto_resolved", "L1 turns answered from the KB", registry=r)
+        # closed label sets: TURN_OUTCOMES and REPLY_LANGUAGES (below)
+        self.deflection = Counter("switchboard_turn_outcomes", "Routed turns by outcome (resolved by the bot, "
+                                  "clarified, ticketed, held by a person, none), channel and reply language",
+                                  ["outcome", "channel", "lang"], registry=r)
         self.stage_seconds = Histogram(
             "switchboard_stage_seconds", "Latency per pipeline stage", ["stage"], buckets=_LATENCY_BUCKETS, registry=r
         )

@@ -13,7 +13,12 @@ events, feedback), so the figures are the same whichever pod or job asks. Defini
 - **average handling time**: from a ticket's first claim to its resolution (from ticket events),
   for tickets resolved in the window; wait = opened to first claim;
 - **CSAT**: ratings given in the window (1-5); satisfied = 4 or 5;
-- **L1 answers without a citation** must be 0: every automatic answer cites the knowledge base.
+- **L1 answers without a citation** must be 0: every automatic answer cites the knowledge base
+  (fixed replies of intents served by a template or a workflow, e.g. a greeting or "what is your
+  order number?", are not knowledge-base answers and are not counted);
+- **deflection**: routed turns by what they did for the customer (the turn's ``outcome``:
+  resolved by the bot, clarified, ticketed = opened a ticket, held = added to a person's ticket,
+  none), by channel and by reply language.
 """
 
 from __future__ import annotations
@@ -181,9 +186,19 @@ def build_report(conn: psycopg.Connection, since: datetime, until: datetime | No
         FROM turns
         WHERE created_at >= %(since)s AND created_at < %(until)s
           AND decision ->> 'tier' = 'L1' AND jsonb_typeof(response -> 'reply') = 'object'
+          AND NOT COALESCE(decision -> 'explanation' ? 'served', false)
         """, p).fetchone()
 
     refusals = index_refusals(conn, since, until)
+
+    deflection = _deflection(conn.execute(
+        """
+        SELECT c.channel, COALESCE(t.response ->> 'outcome', 'none') AS outcome,
+               COALESCE(t.response ->> 'lang', 'unknown') AS lang, count(*) AS n
+        FROM turns t JOIN conversations c ON c.id = t.conversation_id
+        WHERE t.created_at >= %(since)s AND t.created_at < %(until)s
+        GROUP BY 1, 2, 3
+        """, p).fetchall())
 
     routed = tot["routed"]
     all_h = handling.get("all") or {}
@@ -221,10 +236,31 @@ def build_report(conn: psycopg.Connection, since: datetime, until: datetime | No
                        "examples_without_citation": l1["examples"] or []},
         "knowledge_base": {"refused_updates": refusals["in_window"], "refused_updates_total": refusals["total"],
                            "latest_refusal": refusals["latest"]},
+        "deflection": deflection,
         "daily": daily,
     }
     report["checks"] = {"l1_answers_cited": l1["uncited"] == 0, "knowledge_updates_applied": refusals["in_window"] == 0}
     return report
+
+
+def _deflection(rows) -> dict[str, Any]:
+    from router.ops.metrics import REPLY_LANGUAGES as LANGUAGES
+    from router.ops.metrics import TURN_OUTCOMES as OUTCOMES
+
+    def empty() -> dict[str, int]:
+        return {o: 0 for o in OUTCOMES}
+
+    total, by_channel, by_lang = empty(), {}, {lang: empty() for lang in (*LANGUAGES, "unknown")}
+    for r in rows:
+        outcome = r["outcome"] if r["outcome"] in OUTCOMES else "none"
+        lang = r["lang"] if r["lang"] in LANGUAGES else "unknown"
+        total[outcome] += r["n"]
+        by_channel.setdefault(r["channel"], empty())[outcome] += r["n"]
+        by_lang[lang][outcome] += r["n"]
+    turns = sum(total.values())
+    return {"turns": turns, "outcomes": total,
+            "rates": {o: _rate(n, turns) for o, n in total.items()},
+            "by_channel": dict(sorted(by_channel.items())), "by_lang": by_lang}
 
 
 # ----------------------------------------------------------------------------------------- charts
@@ -339,6 +375,7 @@ def render_text(report: dict[str, Any]) -> str:
         f"({pct(c['satisfied_rate'])} satisfied)",
         f"  L1 answers          {report['l1_answers']['total']}, without a citation: "
         f"{report['l1_answers']['without_citation']}" + ("" if report["checks"]["l1_answers_cited"] else "  << MUST BE 0"),
+        "  deflection (turns)  " + ", ".join(f"{k} {n}" for k, n in report["deflection"]["outcomes"].items()),
         "  escalations by rule " + (", ".join(f"{k} {n}" for k, n in report["escalations_by_rule"].items()) or "none"),
     ]
     kb = report.get("knowledge_base") or {}

@@ -9,6 +9,15 @@ state change, its history, the ticket, the outbox row and the turn all commit to
 - For L2/L3 the bot sends one acknowledgement when the ticket opens, and nothing else while a
   human holds the conversation: later messages are added to the ticket.
 - A message after ``closed`` starts a new session; a short thank-you after an answer closes it.
+- Small talk (intents with ``serve: reply <template>``) is answered from the policy's reply
+  templates: no knowledge base, no ticket, the conversation's state and counters untouched.
+- Questions about the customer's own data (``serve: workflow <name>``) never get a knowledge-base
+  passage: until a workflow is wired the bot asks for the missing order number, or a person
+  takes it (an L2 assist ticket without a draft).
+- Out of scope (no intent) with ``unknown: clarify_then_escalate``: the first of a run gets a
+  clarifying reply with suggestions; the next one reaches a person through the low-confidence
+  rule (or the unknown tier).
+- Every reply is in the customer's language (router.turn.language); the turn says which (``lang``).
 """
 
 from __future__ import annotations
@@ -18,6 +27,8 @@ import time
 from contextlib import contextmanager
 from typing import Any
 
+from router.ops.metrics import TURN_OUTCOMES
+from router.turn import language
 from router.turn import state as sm
 from router.turn.escalation import EscalationPolicy, Policy
 from router.turn.guards import Harness, Verdict
@@ -32,6 +43,7 @@ TIER_STATE = {"L1": "l1_resolving", "L2": "l2_assisting", "L3": "l3_queuing"}
 TRANSCRIPT_LIMIT = 50     # messages of the conversation in a ticket's context package
 TRAIL_LIMIT = 20          # earlier decisions in the context package
 EVIDENCE_LIMIT = 5
+OUTCOMES = TURN_OUTCOMES   # what a turn did for the customer (the deflection metric and report)
 
 
 def _hit_dict(hit) -> dict[str, Any]:
@@ -57,14 +69,22 @@ class Decider:
     queues_replies = True
 
     def __init__(self, *, policy: Policy, classifier: Any, rag: Any = None, handoff: Any = None,
-                 encoder: Any = None, metrics: Any = None):
+                 encoder: Any = None, metrics: Any = None, workflows: Any = None):
         self.policy = policy
+        # ``serve: workflow <name>`` intents run here once wired (name -> workflow); None: not wired
         self.harness = Harness(policy.harness)
         self.escalation = EscalationPolicy(policy.escalation, policy.feedback, encoder)
         self.classifier = classifier
         self.rag = rag
         self.handoff = handoff
         self.metrics = metrics
+        self.workflows = workflows
+        config = getattr(classifier, "config", None)
+        missing = sorted({i.served_by[1] for i in (config.intents if config is not None else [])
+                          if i.served_by and i.served_by[0] == "reply"} - policy.replies.names())
+        if missing:
+            raise ValueError("intents are served by reply templates the policy lacks: "
+                             + ", ".join(f"replies.{m}" for m in missing))
 
     def __call__(self, ctx: TurnContext) -> TurnResult:
         return _Turn(self, ctx).run()
@@ -85,6 +105,13 @@ class _Turn:
         self.flags: dict[str, Any] = {}
         self.rag_error: str | None = None
         self._notes: list[str] | None = None
+        self.outcome: str | None = None
+        known = (self.conv.get("metadata") or {}).get("lang")
+        self.lang = language.choose(self.text, known, router.policy.default_language)
+        self.trace["lang"] = self.lang
+        if self.lang != known:   # remembered for the next short message ("ok", "👍")
+            self.conn.execute("UPDATE conversations SET metadata = COALESCE(metadata, '{}'::jsonb) "
+                              "|| jsonb_build_object('lang', %s::text) WHERE id = %s", (self.lang, self.conv["id"]))
 
     # -- helpers --
 
@@ -112,21 +139,38 @@ class _Turn:
                           ticket_id=ticket_id)
         self.transitions.append({"from": t["from"], "to": t["to"], "reason": reason, "id": t["id"]})
 
-    def send(self, text: str, *, kind: str = "reply", citations: list[dict] | None = None) -> dict[str, Any] | None:
-        """Queue ``text`` to the customer (transcript + outbox, this transaction); the webhook's reply."""
+    def say(self, key: str) -> str:
+        """The policy's reply template ``key`` in this turn's language."""
+        return self.r.policy.reply(key, self.lang)
+
+    def send(self, text: str, *, kind: str = "reply", citations: list[dict] | None = None,
+             suggestions: list[str] | None = None) -> dict[str, Any] | None:
+        """Queue ``text`` to the customer (transcript + outbox, this transaction); the webhook's reply.
+
+        ``suggestions`` are quick replies: the channel senders render them (buttons, keyboards, JSON)."""
         if self.flags.get("do_not_contact"):
             self.trace["suppressed_reply"] = kind
             return None
-        payload = {"citations": citations} if citations else None
+        payload: dict[str, Any] = {"lang": self.lang}
+        if citations:
+            payload["citations"] = citations
+        if suggestions:
+            payload["suggestions"] = suggestions
         enqueue_outbound(self.conn, conversation_id=self.conv["id"], channel=self.conv["channel"], text=text,
                          sender="bot", kind=kind, payload=payload)
-        return {"text": text, "citations": citations or []}
+        return {"text": text, "citations": citations or [], "suggestions": suggestions or [], "lang": self.lang}
 
     def result(self, decision: Decision, *, reply=None, ticket_id=None) -> TurnResult:
         if decision.escalation is not None and self.r.metrics is not None:
             self.r.metrics.escalations.labels(decision.escalation.rule).inc()
+        outcome = self.outcome or ("ticketed" if (self.trace.get("ticket") or {}).get("id") else
+                                   "held" if ticket_id is not None else "resolved" if reply else "none")
+        self.trace["outcome"] = outcome
+        if self.r.metrics is not None:
+            self.r.metrics.deflection.labels(outcome, self.conv["channel"], self.lang).inc()
         return TurnResult(decision=decision, state=self.conv["state"], reply=reply,
-                          ticket_id=str(ticket_id) if ticket_id is not None else None, trace=self.trace)
+                          ticket_id=str(ticket_id) if ticket_id is not None else None, trace=self.trace,
+                          lang=self.lang)
 
     def active_ticket(self) -> dict[str, Any] | None:
         if self.r.handoff is None:
@@ -144,7 +188,7 @@ class _Turn:
         with self.stage("harness"):
             verdict = self.r.harness.screen(self.conn, channel=self.conv["channel"],
                                             customer_id=self.conv["customer_id"], text=self.text,
-                                            message_id=self.message_id)
+                                            message_id=self.message_id, lang=self.lang)
         self.flags = verdict.flags
         self.trace["harness"] = {"action": verdict.action, "rule": verdict.rule, **verdict.detail}
         if verdict.action == "throttle":   # refused: nothing about the conversation changes
@@ -207,7 +251,7 @@ class _Turn:
         esc = Escalation(rule="sensitive", reason="the customer is flagged sensitive", priority="high")
         decision = Decision(tier="L3", channel="harness", explanation=explanation, escalation=esc)
         ticket_id = self.open_l3(decision, reason=esc.reason, priority="high", via_classifying=True)
-        reply = self.send(self.r.policy.replies.ack_l3, kind="ack")
+        reply = self.send(self.say("ack_l3"), kind="ack")
         return self.result(decision, reply=reply, ticket_id=ticket_id)
 
     def while_held(self, ticket: dict[str, Any]) -> TurnResult:
@@ -227,7 +271,7 @@ class _Turn:
                 decision = self.decision_of(classification, "L3", esc)
                 ticket_id = self.open_l3(decision, reason=esc.reason, priority=esc.priority,
                                          classification=classification)
-                reply = self.send(self.r.policy.replies.ack_l3, kind="ack")
+                reply = self.send(self.say("ack_l3"), kind="ack")
                 return self.result(decision, reply=reply, ticket_id=ticket_id)
             self.to_ticket(ticket)
             return self.result(self.decision_of(classification, "L2", None), ticket_id=ticket["id"])
@@ -242,7 +286,7 @@ class _Turn:
         self.move("closed", "positive_feedback")
         sm.save_counters(self.conn, self.conv["id"], feedback="positive", last_question=None, repeat_count=0,
                          dissatisfied_streak=0, low_confidence_streak=0, state_entries={})
-        reply = self.send(self.r.policy.replies.closing, kind="reply")
+        reply = self.send(self.say("closing"), kind="reply")
         return self.result(Decision(channel="state", explanation={"feedback": "positive"}), reply=reply)
 
     def classify(self):
@@ -265,18 +309,29 @@ class _Turn:
     def route(self) -> TurnResult:
         if self.conv["state"] == "feedback_pending" and self.r.escalation.is_dissatisfied(self.text):
             sm.save_counters(self.conn, self.conv["id"], feedback="negative")
-        self.move("classifying", "message")
         c = self.classify()
+        served = self.served_by(c)
         counters = sm.load_counters(self.conn, self.conv)
         planned = c.tier if c.tier in TIER_STATE else "L2"
+        smalltalk = served is not None and served[0] == "reply"
         verdict = self.r.escalation.evaluate(text=self.text, classification=c, counters=counters,
-                                             target_state=TIER_STATE[planned])
+                                             target_state=None if smalltalk else TIER_STATE[planned])
+        # "are you a real person?" matched by a small-talk rule asks who is talking, not for a person
+        asks_who = verdict.rule == "human_request" and c.decided_by == "rules"
+        if smalltalk and (not verdict.escalate or asks_who) and not verdict.checks["dissatisfied"]["signal"]:
+            return self.small_talk(c, served[1], verdict)
         self.save_verdict(verdict)
+        if not verdict.escalate and c.intent is None and self.r.policy.unknown == "clarify_then_escalate" \
+                and verdict.counters["low_confidence_streak"] <= 1:
+            return self.clarify(c)
+        if not verdict.escalate and served is not None and served[0] == "workflow":
+            return self.serve_workflow(c, served[1])
+        self.move("classifying", "message")
         if verdict.escalate:
             esc = Escalation(rule=verdict.rule, reason=verdict.reason, priority=verdict.priority)
             decision = self.decision_of(c, "L3", esc)
             ticket_id = self.open_l3(decision, reason=esc.reason, priority=esc.priority, classification=c)
-            return self.result(decision, reply=self.send(self.r.policy.replies.ack_l3, kind="ack"),
+            return self.result(decision, reply=self.send(self.say("ack_l3"), kind="ack"),
                                ticket_id=ticket_id)
         if planned == "L1":
             return self.answer_l1(c)
@@ -286,7 +341,47 @@ class _Turn:
         decision = self.decision_of(c, "L3", None)
         ticket_id = self.open_l3(decision, reason=f"intent {c.intent or 'unknown'} is handled by a person",
                                  priority=priority, classification=c)
-        return self.result(decision, reply=self.send(self.r.policy.replies.ack_l3, kind="ack"), ticket_id=ticket_id)
+        return self.result(decision, reply=self.send(self.say("ack_l3"), kind="ack"), ticket_id=ticket_id)
+
+    # -- served without the knowledge base --
+
+    def served_by(self, c) -> tuple[str, str] | None:
+        intent = self.r.classifier.config.intent(c.intent) if c.intent else None
+        return intent.served_by if intent is not None else None
+
+    def small_talk(self, c, template: str, verdict) -> TurnResult:
+        """A greeting, thanks, "are you a bot": the template reply; state, counters and any flow untouched."""
+        self.trace["escalation"] = {"rule": None, "checks": verdict.checks}
+        self.trace["served"] = {"reply": template}
+        reply = self.send(self.say(template), kind="reply")
+        return self.result(self.decision_of(c, "L1", None, served=f"reply {template}"), reply=reply)
+
+    def clarify(self, c) -> TurnResult:
+        """The first message of a run that matches nothing: say what the bot can do, offer suggestions."""
+        self.outcome = "clarified"
+        self.trace["served"] = {"reply": "clarify"}
+        reply = self.send(self.say("clarify"), kind="reply", suggestions=self.r.policy.suggestions_for(self.lang))
+        return self.result(self.decision_of(c, None, None, clarify=True), reply=reply)
+
+    def serve_workflow(self, c, name: str) -> TurnResult:
+        """The customer's own data (order, delivery, refund status): never a knowledge-base passage.
+
+        The workflow engine is wired by the composition root (``Decider(workflows=...)``); until then the
+        bot asks for a missing order number, and with one a person takes it (assist ticket, no draft).
+        """
+        wired = self.r.workflows is not None and name in self.r.workflows
+        self.trace["served"] = {"workflow": name, "wired": wired}
+        orders = (c.entities or {}).get("order_numbers") or []
+        if not orders:
+            self.outcome = "clarified"
+            reply = self.send(self.say("ask_order_number"), kind="reply")
+            return self.result(self.decision_of(c, "L1", None, served=f"workflow {name}", missing=["order_number"]),
+                               reply=reply)
+        self.move("classifying", "message")
+        decision = self.decision_of(c, "L2", None, served=f"workflow {name}",
+                                    workflow={"name": name, "wired": wired})
+        return self.assist_l2(c, decision, via="workflow", reason=f"workflow {name} is not wired: a person looks "
+                              f"up order {orders[0]}", retrieve=False)
 
     def retrieve(self):
         if self.r.rag is None:
@@ -321,8 +416,9 @@ class _Turn:
         decision = self.decision_of(c, "L2", None, l1_fallback={"from": "L1", "reason": why})
         return self.assist_l2(c, decision, via="l1_resolving", answer=answer, reason=f"L1 could not answer: {why}")
 
-    def assist_l2(self, c, decision: Decision, *, via: str, answer=None, reason: str | None = None) -> TurnResult:
-        if answer is None and via == "classifying":
+    def assist_l2(self, c, decision: Decision, *, via: str, answer=None, reason: str | None = None,
+                  retrieve: bool = True) -> TurnResult:
+        if answer is None and via == "classifying" and retrieve:
             answer = self.retrieve()
         self.move("l2_assisting", reason or f"intent {c.intent or 'unknown'}")
         evidence = [_hit_dict(h) for h in (answer.passages if answer else [])[:EVIDENCE_LIMIT]]
@@ -338,7 +434,7 @@ class _Turn:
                                      "a reviewed answer", priority="normal", classification=c, evidence=evidence,
                                      draft=draft)
         self.tag_transition(ticket_id)
-        return self.result(decision, reply=self.send(self.r.policy.replies.ack_l2, kind="ack"), ticket_id=ticket_id)
+        return self.result(decision, reply=self.send(self.say("ack_l2"), kind="ack"), ticket_id=ticket_id)
 
     def tag_transition(self, ticket_id) -> None:
         """Record the ticket on the transition that opened it (history and trace)."""
@@ -355,7 +451,8 @@ class _Turn:
             self.move("classifying", "harness")
         self.move("l3_queuing", reason)
         evidence = []
-        if classification is not None and classification.intent is not None and classification.tier in ("L1", "L2"):
+        if classification is not None and classification.intent is not None and classification.tier in ("L1", "L2") \
+                and self.served_by(classification) is None:
             answer = self.retrieve()   # what the knowledge base says helps the agent too
             evidence = [_hit_dict(h) for h in (answer.passages if answer else [])[:EVIDENCE_LIMIT]]
         ticket_id = self.open_ticket("handoff", decision, reason=reason, priority=priority,

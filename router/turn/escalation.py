@@ -21,13 +21,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from router.turn.guards import HarnessConfig, Lexicon, _phrases, normalise, squash
+from router.turn.language import LocalText, local
 
 SAMPLE_POLICY = Path(__file__).resolve().parents[1] / "samples" / "escalation.yaml"
 
@@ -71,11 +72,44 @@ class FeedbackConfig(BaseModel):
     max_chars: int = Field(40, ge=1, description="Longer messages are questions, not a closing thank-you.")
 
 
+
+UNKNOWN_MODES = ("clarify_then_escalate", "escalate")
+
+
 class Replies(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    ack_l2: str = "Let me check this with a colleague; we will get back to you shortly. 我们正在为您核实，稍后回复您。"
-    ack_l3: str = "A member of our team will take over this conversation shortly. 正在为您转接人工客服，请稍候。"
-    closing: str = "You're welcome. 不客气，祝您生活愉快！"
+    """The fixed replies, each one text or one per language; extra keys are reply templates that
+    intents name with ``serve: reply <name>`` (greeting, thanks, ...)."""
+
+    model_config = ConfigDict(extra="allow")
+    ack_l2: LocalText = {"en": "Let me check this with a colleague; we will get back to you shortly.",
+                         "zh": "我们正在为您核实，稍后回复您。"}
+    ack_l3: LocalText = {"en": "A member of our team will take over this conversation shortly.",
+                         "zh": "正在为您转接人工客服，请稍候。"}
+    closing: LocalText = {"en": "You're welcome, glad we could help.", "zh": "不客气，很高兴能帮到您！"}
+    clarify: LocalText = {"en": "Sorry, I did not quite get that. I can help with orders, delivery, returns and "
+                                "refunds, payments, invoices and your account. What would you like to do?",
+                          "zh": "抱歉，我没太明白。我可以帮您查询订单和物流、办理退货退款、解答支付、发票和账户问题。请问您需要什么帮助？"}
+    ask_order_number: LocalText = {"en": "I can look into that. What is your order number? (It starts with NW, "
+                                         "e.g. NW20261015083142.)",
+                                   "zh": "好的，我来帮您查询。请提供您的订单号（以 NW 开头，例如 NW20261015083142）。"}
+
+    def model_post_init(self, __context) -> None:
+        for key, value in (self.model_extra or {}).items():
+            ok = isinstance(value, str) or (isinstance(value, dict) and value
+                                            and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()))
+            if not ok:
+                raise ValueError(f"replies.{key}: a reply template is a text or a mapping language -> text")
+
+    def names(self) -> set[str]:
+        return set(type(self).model_fields) | set(self.model_extra or {})
+
+    def text(self, key: str, lang: str | None, default: str = "en") -> str:
+        value = getattr(self, key, None)
+        if value is None:
+            value = (self.model_extra or {}).get(key)
+        if value is None:
+            raise KeyError(f"no reply template {key!r}")
+        return local(value, lang, default)
 
 
 class Policy(BaseModel):
@@ -83,6 +117,14 @@ class Policy(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     version: int = 1
+    default_language: Literal["en", "zh"] = Field("en", description="Reply language when a message does not tell "
+                                                 "and the conversation has none yet.")
+    unknown: Literal["clarify_then_escalate", "escalate"] = Field(
+        "escalate", description="A message that matches no intent: clarify_then_escalate = the first one of a "
+        "run gets `replies.clarify` with `suggestions` (no ticket), later ones go to a person per the escalation "
+        "rules / unknown tier; escalate = straight to the unknown tier (L2).")
+    suggestions: dict[str, list[str]] = Field(default_factory=dict, description="Quick replies sent with the "
+                                              "clarifying reply, per language.")
     harness: HarnessConfig = Field(default_factory=HarnessConfig)
     escalation: EscalationConfig = Field(default_factory=EscalationConfig)
     feedback: FeedbackConfig = Field(default_factory=FeedbackConfig)
@@ -96,6 +138,13 @@ class Policy(BaseModel):
         unknown = set(self.escalation.priorities) - set(RULES)
         if unknown:
             raise ValueError(f"escalation.priorities names unknown rules {sorted(unknown)}; rules: {', '.join(RULES)}")
+
+    def reply(self, key: str, lang: str | None) -> str:
+        return self.replies.text(key, lang, self.default_language)
+
+    def suggestions_for(self, lang: str | None) -> list[str]:
+        s = self.suggestions
+        return list(s.get(lang or self.default_language) or s.get(self.default_language) or [])
 
 
 class PolicyError(ValueError):
@@ -190,6 +239,10 @@ class EscalationPolicy:
         return (len(norm) <= self._positive_max and bool(self._positive.find(norm, normalised=True))
                 and not self._dissatisfied.find(norm, normalised=True)
                 and not self._question.find(norm, normalised=True) and "?" not in norm)
+
+    def asks_for_person(self, text: str) -> str | None:
+        """The human-request phrase in ``text`` (zh/en), if any."""
+        return self._human.find(text)
 
     def is_dissatisfied(self, text: str, intent: str | None = None) -> str | None:
         hit = self._dissatisfied.find(text)

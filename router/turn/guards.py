@@ -27,6 +27,7 @@ from typing import Any, Literal
 import psycopg
 from pydantic import BaseModel, ConfigDict, Field
 
+from router.turn.language import LocalText, local
 from text.normalise import normalise as _normalise
 
 # -- text helpers shared with the escalation policy --------------------------------------------
@@ -90,17 +91,18 @@ class HarnessConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     stop_words: list[str] = Field(default_factory=lambda: ["stop", "unsubscribe", "stop all", "退订", "td", "取消订阅"])
     start_words: list[str] = Field(default_factory=lambda: ["start", "subscribe", "unstop", "订阅", "恢复订阅"])
-    start_reply: str = "You are subscribed again. 您已恢复接收消息。"
+    start_reply: LocalText = {"en": "You are subscribed again.", "zh": "您已恢复接收消息。"}
     crisis: dict[str, list[str]] = Field(default_factory=lambda: {
         "zh": ["自杀", "不想活了", "想死", "轻生"], "en": ["suicide", "kill myself", "want to die"]})
     hotline: str = "<local crisis hotline>"
-    crisis_reply: str = ("We are worried about you and a person from our team will contact you right away. "
-                         "If you are in danger, please call {hotline} or your local emergency number now. "
-                         "我们很关心您，工作人员会马上联系您。如有危险，请立即拨打 {hotline} 或当地紧急电话。")
+    crisis_reply: LocalText = {
+        "en": "We are worried about you and a person from our team will contact you right away. "
+              "If you are in danger, please call {hotline} or your local emergency number now.",
+        "zh": "我们很关心您，工作人员会马上联系您。如有危险，请立即拨打 {hotline} 或当地紧急电话。"}
     quota: QuotaConfig = Field(default_factory=QuotaConfig)
     sensitive_action: Literal["l3", "script"] = "l3"
-    sensitive_script: str = ("Thank you for your message. A specialist from our team will follow up with you. "
-                             "感谢您的留言，我们的专员会与您联系。")
+    sensitive_script: LocalText = {"en": "Thank you for your message. A specialist from our team will follow up "
+                                         "with you.", "zh": "感谢您的留言，我们的专员会与您联系。"}
 
 
 # -- customer flags ------------------------------------------------------------------------------
@@ -169,8 +171,8 @@ class Harness:
         self._start = {squash(w) for w in self.config.start_words}
         self._crisis = Lexicon(_phrases(self.config.crisis))
 
-    def crisis_reply(self) -> str:
-        return self.config.crisis_reply.format(hotline=self.config.hotline)
+    def crisis_reply(self, lang: str | None = None) -> str:
+        return local(self.config.crisis_reply, lang).format(hotline=self.config.hotline)
 
     _READS = """
         SELECT f.do_not_contact, f.dnc_since, f.sensitive, f.note, q.recent, q.oldest_left_s
@@ -214,8 +216,10 @@ class Harness:
         return flags, retry
 
     def screen(self, conn: psycopg.Connection, *, channel: str, customer_id: str, text: str,
-               message_id: int) -> Verdict:
-        """Run the checks in order; the first that fires decides. Writes the STOP/START flag change."""
+               message_id: int, lang: str | None = None) -> Verdict:
+        """Run the checks in order; the first that fires decides. Writes the STOP/START flag change.
+
+        ``lang`` is the reply language (see router.turn.language) of the texts a check sends."""
         flags, retry = self._reads(conn, channel, customer_id, message_id)
         command = squash(text)
         if command in self._stop:
@@ -223,12 +227,12 @@ class Harness:
             return Verdict("stop", "stop", {"command": command}, flags={**flags, "do_not_contact": True})
         if command in self._start and flags["do_not_contact"]:   # from anyone else "start" is just text
             set_do_not_contact(conn, channel, customer_id, False)
-            return Verdict("start", "start", {"command": command}, reply=self.config.start_reply,
+            return Verdict("start", "start", {"command": command}, reply=local(self.config.start_reply, lang),
                            flags={**flags, "do_not_contact": False})
         hit = self._crisis.find(text)
         if hit:
             return Verdict("crisis", "crisis", {"matched": hit},
-                           reply=None if flags["do_not_contact"] else self.crisis_reply(), flags=flags)
+                           reply=None if flags["do_not_contact"] else self.crisis_reply(lang), flags=flags)
         if flags["do_not_contact"]:
             return Verdict("do_not_contact", "do_not_contact", {"since": str(flags["dnc_since"])}, flags=flags)
         if retry is not None:
@@ -238,5 +242,5 @@ class Harness:
         if flags["sensitive"]:
             action = self.config.sensitive_action
             return Verdict("sensitive", "sensitive", {"action": action},
-                           reply=self.config.sensitive_script if action == "script" else None, flags=flags)
+                           reply=local(self.config.sensitive_script, lang) if action == "script" else None, flags=flags)
         return Verdict("pass", flags=flags)

@@ -60,6 +60,7 @@ class TurnResult:
     ticket_id: str | None = None
     trace: dict[str, Any] | None = None   # stages, candidates, transitions: stored redacted with the turn
     reject: Problem | None = None         # refuse the message (e.g. 429): stored flagged, no turn, raised after commit
+    lang: str | None = None               # the reply language the decider chose (router.turn.language)
 
 
 Decider = Callable[[TurnContext], TurnResult]
@@ -211,6 +212,8 @@ class Pipeline:
             decision=result.decision,
             reply=result.reply,
             ticket_id=result.ticket_id,
+            lang=result.lang,
+            outcome=(result.trace or {}).get("outcome"),
         )
         response = out.model_dump(mode="json")
         conn.execute(

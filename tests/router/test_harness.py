@@ -102,7 +102,11 @@ def test_crisis_goes_to_l3_urgent_with_the_safe_reply(pool, rules_classifier, te
     assert d["tier"] == "L3" and d["channel"] == "harness"
     assert d["escalation"] == {"rule": "crisis", "reason": f"crisis words ({matched})", "priority": "urgent"}
     hotline = load_policy().harness.hotline
-    assert hotline in out["reply"]["text"] and "请立即拨打" in out["reply"]["text"]
+    assert hotline in out["reply"]["text"]
+    # in the customer's language only
+    zh = any("\u4e00" <= ch <= "\u9fff" for ch in text)
+    assert ("请立即拨打" in out["reply"]["text"]) == zh and ("please call" in out["reply"]["text"]) == (not zh)
+    assert out["lang"] == out["reply"]["lang"] == ("zh" if zh else "en")
     assert out["state"] == "l3_queuing"
     assert d["intent"] is None   # no model ran
     with pool.connection() as conn:
@@ -171,7 +175,7 @@ def test_sensitive_customer_goes_to_l3_or_gets_the_script(pool, rules_classifier
     scripted = p.model_copy(update={"harness": p.harness.model_copy(update={"sensitive_action": "script"})})
     pipe = make_pipeline(pool, rules_classifier, scripted)
     out = send(pipe, "我的订单到哪了", customer="vip-1", conv="v-2")
-    assert out["reply"]["text"] == p.harness.sensitive_script and out["decision"]["tier"] is None
+    assert out["reply"]["text"] == p.harness.sensitive_script["zh"] and out["decision"]["tier"] is None
     assert out["state"] == "idle"
 
 

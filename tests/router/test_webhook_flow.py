@@ -67,8 +67,9 @@ def test_contract_of_an_l1_answer_in_english_and_chinese(client_svc):
                              ("c-zh", "电子发票怎么开？", "zh")]:
         body = post(client, text, conv=conv).json()
         assert set(body) == {"conversation_id", "external_conversation_id", "turn_id", "state", "decision", "reply",
-                             "ticket_id", "feedback_token"}
+                             "ticket_id", "feedback_token", "lang", "outcome"}
         assert body["feedback_token"].startswith("sbf_")
+        assert body["lang"] == body["reply"]["lang"] == lang and body["outcome"] == "resolved"
         d = body["decision"]
         assert {"intent", "tier", "confidence", "channel", "explanation"} <= set(d)
         assert d["tier"] == "L1" and d["channel"] in ("rules", "embeddings") and 0 <= d["confidence"] <= 1

@@ -1,0 +1,91 @@
+"""``switchboard eval conversations``: run multi-turn conversation scripts against a gateway."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from router.cli._common import JsonOpt, emit, fail, settings
+
+app = typer.Typer(help="Evaluate the gateway on conversation scripts.", no_args_is_help=True)
+
+
+@app.command("conversations")
+def conversations_cmd(
+    file: Path = typer.Argument(..., help="JSONL: one case a line, {id, channel, turns: [{text, expect}]} "
+                                "(format in the README, 'Conversation eval')."),
+    url: str = typer.Option(None, "--url", help="A running gateway (POST {url}/v1/messages); default: an "
+                            "in-process gateway on the configured database and models."),
+    header: list[str] = typer.Option(None, "--header", help="Extra HTTP header for --url, 'Name: value' "
+                                     "(repeatable)."),
+    failures: bool = typer.Option(False, "--failures", help="List every failed expectation in the text output."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Each case is a fresh conversation; reports the pass rate per expectation and deflection
+    (conversations resolved by the bot, clarified, ticketed)."""
+    from router.ops.conversation_eval import CaseError, load_cases
+
+    try:
+        cases = load_cases(file)
+    except (CaseError, OSError) as exc:
+        fail(str(exc), as_json, code=2)
+    progress = None
+    if not as_json:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(cases), desc="cases", unit="case", leave=False)
+        progress = lambda n: bar.update(1)   # noqa: E731
+    if url:
+        report = _run_live(url, header or [], cases, progress, as_json)
+    else:
+        report = _run_in_process(cases, progress)
+    report["gateway"] = url or "in-process"
+    lines = [f"{report['cases_passed']}/{report['cases']} cases passed ({report['gateway']})", "",
+             "| expectation | passed | failed | not evaluated | pass rate |", "|---|---|---|---|---|"]
+    for key, v in report["expectations"].items():
+        lines.append(f"| {key} | {v['passed']} | {v['failed']} | {v['not_evaluated']} | {v['pass_rate']} |")
+    d = report["deflection"]
+    lines += ["", f"deflection: resolved {d['resolved_rate']}, clarified {d['clarified_rate']}, ticketed "
+                  f"{d['ticketed_rate']} of {report['cases']} conversations; turns {d['turn_outcomes']}"]
+    if failures:
+        for r in report["results"]:
+            for f in r["failures"]:
+                lines.append(f"  {r['id']} turn {f['turn']} {f['text']!r}: {f['expect']} want {f['want']!r} "
+                             f"got {f['got']!r}")
+    emit(report, as_json, "\n".join(lines))
+
+
+def _run_live(url: str, headers: list[str], cases, progress, as_json: bool):
+    import httpx
+
+    from router.ops.conversation_eval import run_cases
+
+    hdrs = {}
+    for h in headers:
+        name, sep, value = h.partition(":")
+        if not sep or not name.strip():
+            fail(f"--header takes 'Name: value', not {h!r}", as_json, code=2)
+        hdrs[name.strip()] = value.strip()
+    with httpx.Client(base_url=url.rstrip("/"), headers=hdrs, timeout=60) as client:
+        def send(message):
+            r = client.post("/v1/messages", json=message)
+            if r.status_code >= 400:
+                return {"error": r.status_code, "outcome": "none"}
+            return r.json()
+        return run_cases(cases, send, on_case=progress)
+
+
+def _run_in_process(cases, progress):
+    from router.ops.conversation_eval import run_cases
+    from router.schemas import InboundMessage, MessageIn
+    from router.app.composition import build_services
+
+    s = settings().model_copy(update={"dispatcher_enabled": False})
+    services = build_services(s, load_models=True)
+    try:
+        def send(message):
+            return services.pipeline.handle(InboundMessage.from_api(MessageIn(**message)))[0]
+        return run_cases(cases, send, on_case=progress)
+    finally:
+        services.close()

@@ -1,0 +1,149 @@
+"""Conversation scripts for deployers: multi-turn cases with expectations, run against a gateway.
+
+One JSON object a line (see the README, "Conversation eval")::
+
+    {"id": "greeting-then-order", "channel": "web",
+     "turns": [{"text": "hello", "expect": {"tier": "L1", "ticket": false, "lang": "en", "intent": "greeting"}},
+               {"text": "where is my order?", "expect": {"ticket": false, "reply_contains": "order number"}}]}
+
+Expectations of a turn (each optional): ``tier`` (L1 | L2 | L3 | null), ``ticket`` (a ticket holds the
+conversation after the turn), ``lang`` (the reply's language), ``citations`` (true / false: the reply
+cites the knowledge base; or a list of doc ids that must all be cited), ``intent``, ``state``,
+``outcome`` (resolved | clarified | ticketed | held | none), ``reply`` (a reply was sent),
+``reply_contains`` and ``escalation`` (the rule). ``flow``, ``slots`` and ``tools`` are hooks for
+the workflow and tool layers: a gateway response that carries them (``flow``/``slots``/``tools``
+keys) is compared, otherwise they are reported as not evaluated.
+
+The run reports the pass rate per expectation, cases passed, and deflection: per turn (the
+gateway's outcome) and per case (resolved by the bot, clarified only, or ticketed).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+CHECKS = ("tier", "ticket", "lang", "citations", "intent", "state", "outcome", "reply", "reply_contains",
+          "escalation")
+HOOKS = ("flow", "slots", "tools")
+
+
+class CaseError(ValueError):
+    """A script line that is not a valid case (names the line)."""
+
+
+def load_cases(path: str | Path) -> list[dict[str, Any]]:
+    cases = []
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            case = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise CaseError(f"{path}:{n}: not JSON: {exc}") from None
+        turns = case.get("turns") if isinstance(case, dict) else None
+        if not isinstance(turns, list) or not turns or not all(
+                isinstance(t, dict) and isinstance(t.get("text"), str) and t["text"].strip() for t in turns):
+            raise CaseError(f"{path}:{n}: a case needs `turns`, a non-empty list of {{text, expect}}")
+        for t in turns:
+            unknown = set(t.get("expect") or {}) - set(CHECKS) - set(HOOKS)
+            if unknown:
+                raise CaseError(f"{path}:{n}: unknown expectations {sorted(unknown)} "
+                                f"(known: {', '.join(CHECKS + HOOKS)})")
+        case.setdefault("id", f"line-{n}")
+        cases.append(case)
+    if not cases:
+        raise CaseError(f"{path}: no cases")
+    return cases
+
+
+def _observed(response: dict[str, Any]) -> dict[str, Any]:
+    reply = response.get("reply") or None
+    decision = response.get("decision") or {}
+    return {
+        "tier": decision.get("tier"), "ticket": bool(response.get("ticket_id")),
+        "lang": (reply or {}).get("lang") or response.get("lang"),
+        "citations": [c.get("doc_id") for c in (reply or {}).get("citations") or []],
+        "intent": decision.get("intent"), "state": response.get("state"), "outcome": response.get("outcome"),
+        "reply": reply is not None, "text": (reply or {}).get("text") or "",
+        "escalation": (decision.get("escalation") or {}).get("rule"),
+    }
+
+
+def check(expect: dict[str, Any], response: dict[str, Any]) -> dict[str, bool | None]:
+    """Each expectation -> passed (True/False) or None for a hook the response does not carry."""
+    seen = _observed(response)
+    out: dict[str, bool | None] = {}
+    for key, want in expect.items():
+        if key in HOOKS:
+            out[key] = (response[key] == want) if key in response else None
+        elif key == "citations":
+            out[key] = (bool(seen["citations"]) == want) if isinstance(want, bool) else \
+                set(want) <= set(seen["citations"])
+        elif key == "reply_contains":
+            out[key] = str(want).lower() in seen["text"].lower()
+        else:
+            out[key] = seen[key] == want
+    return out
+
+
+def case_outcome(outcomes: list[str]) -> str:
+    """A conversation's deflection: ticketed if any turn opened or joined a ticket, else resolved if the
+    bot answered something, else clarified (only clarifying replies), else none."""
+    if any(o in ("ticketed", "held") for o in outcomes):
+        return "ticketed"
+    if "resolved" in outcomes:
+        return "resolved"
+    if "clarified" in outcomes:
+        return "clarified"
+    return "none"
+
+
+def run_cases(cases: Iterable[dict[str, Any]], send: Callable[[dict[str, Any]], dict[str, Any]], *,
+              run_id: str | None = None, on_case: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Run every case as a fresh conversation through ``send`` (one message dict -> the turn's JSON)."""
+    run_id = run_id or uuid.uuid4().hex[:8]
+    per_key: dict[str, dict[str, int]] = {}
+    turn_outcomes: dict[str, int] = {}
+    conv_outcomes: dict[str, int] = {}
+    results = []
+    for i, case in enumerate(cases):
+        conv = f"eval-{run_id}-{i}"
+        channel = case.get("channel", "web")
+        outcomes, failures = [], []
+        for j, turn in enumerate(case["turns"]):
+            response = send({"channel": channel, "conversation_id": conv, "customer_id": case.get("customer_id", conv),
+                             "message_id": f"{conv}-{j}", "text": turn["text"]})
+            outcome = response.get("outcome") or "none"
+            outcomes.append(outcome)
+            turn_outcomes[outcome] = turn_outcomes.get(outcome, 0) + 1
+            for key, ok in check(turn.get("expect") or {}, response).items():
+                bucket = per_key.setdefault(key, {"passed": 0, "failed": 0, "not_evaluated": 0})
+                bucket["passed" if ok else "not_evaluated" if ok is None else "failed"] += 1
+                if ok is False:
+                    failures.append({"turn": j, "text": turn["text"], "expect": key,
+                                     "want": turn["expect"][key], "got": _observed(response).get(key)})
+        conv_outcome = case_outcome(outcomes)
+        conv_outcomes[conv_outcome] = conv_outcomes.get(conv_outcome, 0) + 1
+        results.append({"id": case["id"], "passed": not failures, "outcome": conv_outcome, "failures": failures})
+        if on_case:
+            on_case(i + 1)
+    n_turns = sum(turn_outcomes.values())
+    n_cases = len(results)
+    return {
+        "cases": n_cases, "cases_passed": sum(r["passed"] for r in results),
+        "case_pass_rate": round(sum(r["passed"] for r in results) / n_cases, 4) if n_cases else None,
+        "expectations": {k: {**v, "pass_rate": round(v["passed"] / (v["passed"] + v["failed"]), 4)
+                             if v["passed"] + v["failed"] else None} for k, v in sorted(per_key.items())},
+        "deflection": {
+            "turns": n_turns, "turn_outcomes": turn_outcomes,
+            "conversations": conv_outcomes,
+            "resolved_rate": round(conv_outcomes.get("resolved", 0) / n_cases, 4) if n_cases else None,
+            "clarified_rate": round(conv_outcomes.get("clarified", 0) / n_cases, 4) if n_cases else None,
+            "ticketed_rate": round(conv_outcomes.get("ticketed", 0) / n_cases, 4) if n_cases else None,
+        },
+        "results": results,
+    }
