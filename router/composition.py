@@ -121,11 +121,13 @@ def make_reranker(settings, model_dir=None):
 def wire_rag(services: Services) -> None:
     """The knowledge base for L1; indexes the sample (or configured) KB on first start when empty."""
     from router.db import open_pool
+    from router.services import pool_options
 
     s = services.settings
     # Retrieval runs inside a turn whose transaction already holds a connection of the main pool;
     # its own pool means a burst of turns can never starve itself waiting for a second connection.
-    rag_pool = open_pool(services.dsn, min_size=1, max_size=s.db_pool_max, name="switchboard-rag")
+    rag_pool = open_pool(services.dsn, min_size=1, max_size=s.db_pool_max, name="switchboard-rag",
+                         **pool_options(s))
     services.closers.append(rag_pool.close)
     kb = make_knowledge_base(s, rag_pool, services.encoder, reranker=make_reranker(s))
     services.rag = kb

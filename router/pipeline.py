@@ -9,7 +9,10 @@ and nothing new is stored.
 A decider may refuse a message (the rate quota: HTTP 429). The message is then kept, flagged
 ``throttled``, with no turn: nothing is lost, and a retry of the same message id after the wait
 is routed normally. A deadlock with a concurrent ticket change is retried from the start (the
-whole turn is one transaction, so a retry is clean).
+whole turn is one transaction, so a retry is clean), and so, once, is a turn whose connection died
+under it (a database restart, a killed backend): the retry takes a fresh connection and, if the
+first attempt did commit, finds its stored turn. ``switchboard_messages_total`` counts committed
+messages; every failed attempt counts in ``switchboard_turn_failures_total`` by cause.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 
+from router.db.errors import DatabaseUnavailable
 from router.observability import redact_obj
 from router.problems import Problem
 from router.schemas import Decision, InboundMessage, TurnOut
@@ -79,14 +83,27 @@ class Pipeline:
 
         Raises the decider's :class:`Problem` when it refuses the message (after committing it, flagged).
         """
+        reconnected = False
         for attempt in range(self.ATTEMPTS):
             try:
                 return self._handle(msg)
             except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
                 # an agent action locked the ticket, then the conversation; this turn did the reverse
+                self.metrics.turn_failures.labels("deadlock").inc()
                 if attempt == self.ATTEMPTS - 1:
                     raise
                 time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
+            except DatabaseUnavailable as exc:
+                self.metrics.turn_failures.labels(exc.cause).inc()
+                if reconnected or not exc.retryable:
+                    raise
+                reconnected = True   # once: the connection died under the turn; a fresh one may work at once
+                log.info("turn lost its database connection (%s); retrying once", exc.cause)
+            except Problem:
+                raise
+            except Exception:
+                self.metrics.turn_failures.labels("error").inc()
+                raise
         raise AssertionError("unreachable")
 
     def _handle(self, msg: InboundMessage) -> tuple[dict[str, Any], bool]:
@@ -96,6 +113,7 @@ class Pipeline:
                 response, ctx, result = self._turn(conn, msg)
                 if ctx is None:
                     return response, True
+            self.metrics.messages.labels(msg.channel).inc()   # committed
             for hook in ctx.after_commit:
                 try:
                     hook(conn)
@@ -152,7 +170,6 @@ class Pipeline:
                     raise LookupError("message exists but has no turn")
                 return stored["response"], None, None
 
-        self.metrics.messages.labels(msg.channel).inc()
         ctx = TurnContext(conn=conn, conversation=conversation, message=message, inbound=msg, timings={})
         t_decide = time.perf_counter()
         result = self.decider(ctx)

@@ -60,6 +60,12 @@ def resolve_dsn(settings: Settings) -> tuple[str, EmbeddedPostgres | None, bool]
     return dsn, embedded, not was_running
 
 
+def pool_options(settings: Settings) -> dict[str, float]:
+    """The fail-fast and reconnect settings every serving pool shares."""
+    return {"acquire_timeout": settings.db_acquire_timeout, "reconnect_max_delay": settings.db_reconnect_max_delay,
+            "max_lifetime": settings.db_max_lifetime}
+
+
 @dataclass
 class Services:
     settings: Settings
@@ -96,7 +102,7 @@ def build_services(settings: Settings, *, load_models: bool = True) -> Services:
     applied = migrate(dsn)
     if applied:
         log.info("applied migrations", extra={"fields": {"migrations": [f"{m.version:04d}_{m.name}" for m in applied]}})
-    pool = open_pool(dsn, min_size=settings.db_pool_min, max_size=settings.db_pool_max)
+    pool = open_pool(dsn, min_size=settings.db_pool_min, max_size=settings.db_pool_max, **pool_options(settings))
     services = Services(settings=settings, dsn=dsn, pool=pool, metrics=Metrics(), embedded=embedded,
                         owns_embedded=started)
     if load_models:

@@ -12,13 +12,12 @@ import asyncio
 import logging
 import time
 
-import psycopg
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from psycopg_pool import PoolTimeout
 
 from router.api.deps import ServicesDep
+from router.db.errors import classify
 from router.ingress import ADAPTERS
 from router.ingress.base import Ack, ChannelAdapter, Outcome, WebhookError, WebhookRequest
 from router.problems import Problem
@@ -74,9 +73,9 @@ def _response(ack: Ack) -> Response:
 def _problem_for(exc: Exception) -> Problem:
     if isinstance(exc, LookupError):
         return Problem(409, "this message id is already stored but has no turn", title="Conflict")
-    if isinstance(exc, psycopg.OperationalError | PoolTimeout):
-        log.warning("database unavailable during a channel webhook: %s", type(exc).__name__)
-        return Problem(503, "the database is unavailable; retry later", title="Service Unavailable")
+    mapped = classify(exc)
+    if mapped is not None:   # answered 503 with Retry-After by the app's handler: the channel retries
+        raise mapped from None
     raise exc
 
 
