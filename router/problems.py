@@ -79,7 +79,7 @@ def install_problem_handlers(app: FastAPI) -> None:
 
 def database_unavailable_response(path: str, exc: DatabaseUnavailable, retry_after: str) -> JSONResponse:
     """503 with Retry-After: the client (or channel) retries the same message id later; nothing was stored."""
-    log.warning("database unavailable on %s (%s)", path, exc.cause)
+    log.warning("database unavailable on %s (%s)", path, exc.cause, extra={"request_id": request_id_var.get()})
     return problem_response(503, "The database is unavailable; retry later with the same message id.",
                             title="Service Unavailable", instance=path, headers={"Retry-After": retry_after})
 
@@ -89,6 +89,6 @@ def unexpected_response(path: str, exc: BaseException, retry_after: str) -> JSON
     mapped = classify(exc)
     if mapped is not None:
         return database_unavailable_response(path, mapped, retry_after)
-    log.error("unhandled error on %s", path, exc_info=exc)
+    log.error("unhandled error on %s", path, exc_info=exc, extra={"request_id": request_id_var.get()})
     return problem_response(500, "An unexpected error occurred; it has been logged with this request id.",
                             instance=path)
