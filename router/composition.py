@@ -177,6 +177,24 @@ def wire_dispatcher(services: Services) -> None:
     services.closers.append(stop)
 
 
+def wire_inbound(services: Services) -> None:
+    """The inbound worker: finishes messages a channel was acknowledged before their turn committed."""
+    from router.ingress.inbound import InboundWorker
+
+    def process(channel: str, parsed) -> None:
+        from router.api.channels import gateway
+
+        gw = gateway(services)
+        adapter = gw.adapter(channel)
+        if adapter is None:
+            raise LookupError(f"no adapter for the held message's channel {channel!r}")
+        gw.process(adapter, parsed)
+
+    worker = InboundWorker(services.pool, process, poll_seconds=services.settings.inbound_poll_seconds).start()
+    services.closers.append(worker.stop)
+    services.inbound = worker
+
+
 def wire_components(services: Services) -> None:
     wire_encoder(services)
     wire_classifier(services)
@@ -184,3 +202,4 @@ def wire_components(services: Services) -> None:
     wire_rag(services)
     wire_router(services)  # keep last: it composes the parts wired above
     wire_dispatcher(services)
+    wire_inbound(services)

@@ -79,6 +79,7 @@ class Services:
     pipeline: Any = None              # router.pipeline.Pipeline
     channels: Any = None              # router.ingress.gateway.ChannelGateway (built on first webhook)
     dispatcher: Any = None            # router.dispatch.DispatcherLoop (outbox delivery)
+    inbound: Any = None               # router.ingress.inbound.InboundWorker (held messages)
     embedded: EmbeddedPostgres | None = None
     owns_embedded: bool = False       # this process started the embedded server: stop it on exit
     readiness: dict[str, ReadinessCheck] = field(default_factory=dict)

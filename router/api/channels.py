@@ -20,6 +20,7 @@ from router.api.deps import ServicesDep
 from router.db.errors import classify
 from router.ingress import ADAPTERS
 from router.ingress.base import Ack, ChannelAdapter, Outcome, WebhookError, WebhookRequest
+from router.ingress.inbound import hold
 from router.problems import Problem
 
 log = logging.getLogger(__name__)
@@ -156,6 +157,14 @@ async def _with_passive_reply(gw, adapter: ChannelAdapter, parsed, t0: float) ->
     try:
         outcome: Outcome = await asyncio.wait_for(asyncio.shield(future), timeout=budget)
     except TimeoutError:
+        # "success" means WeChat never sends this message again: hold it durably first (a failed
+        # hold is a 503, so the channel retries); the inbound worker finishes it if the turn fails
+        try:
+            await run_in_threadpool(hold, gw.pool, adapter.name, parsed.messages[0],
+                                    retry_after=gw.settings.inbound_retry_seconds)
+        except Exception as exc:  # noqa: BLE001 - mapped to 503, anything else re-raised
+            future.add_done_callback(_log_late_failure)
+            raise _problem_for(exc) from None
         future.add_done_callback(_log_late_failure)
         log.info("%s reply not ready within %.1fs: it will go through the outbox", adapter.name, budget)
         return _response(adapter.acknowledge([], parsed))
@@ -177,4 +186,5 @@ async def _with_passive_reply(gw, adapter: ChannelAdapter, parsed, t0: float) ->
 
 def _log_late_failure(future) -> None:
     if not future.cancelled() and future.exception() is not None:
-        log.error("a late channel turn failed: %r", future.exception())
+        log.warning("a late channel turn failed (%s); its message is held in the inbound queue",
+                    type(future.exception()).__name__)
