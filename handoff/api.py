@@ -13,7 +13,6 @@ import asyncio
 import hashlib
 import re
 from collections.abc import AsyncIterable, Callable
-from contextlib import asynccontextmanager
 from http import HTTPStatus
 from typing import Annotated, Any
 from uuid import UUID
@@ -197,21 +196,38 @@ class StreamSlots:
     def __init__(self):
         self._open: dict[str, int] = {}
 
-    @asynccontextmanager
-    async def hold(self, token: str, limit: int):
+    def take(self, token: str, limit: int) -> "_Slot":
         key = hashlib.sha256(token.encode()).hexdigest()
         if self._open.get(key, 0) >= limit:
             raise TooManyRequests(f"this token already holds {limit} open event streams; close one first",
                                   limit=limit)
         self._open[key] = self._open.get(key, 0) + 1
-        try:
-            yield
-        finally:
-            left = self._open[key] - 1
-            if left:
-                self._open[key] = left
-            else:
-                del self._open[key]
+        return _Slot(self, key)
+
+    def _give_back(self, key: str) -> None:
+        left = self._open.get(key, 0) - 1
+        if left > 0:
+            self._open[key] = left
+        else:
+            self._open.pop(key, None)
+
+
+class _Slot:
+    """One stream's place; released by the stream's ``finally`` (or, for a stream that never started,
+    when its generator is collected)."""
+
+    __slots__ = ("_slots", "_key")
+
+    def __init__(self, slots: StreamSlots, key: str):
+        self._slots, self._key = slots, key
+
+    def release(self) -> None:
+        if self._key is not None:
+            self._slots._give_back(self._key)
+            self._key = None
+
+    def __del__(self):
+        self.release()
 
 
 def _replayed(response: Response, result: dict[str, Any]) -> dict[str, Any]:
@@ -367,10 +383,9 @@ def build_router(get_service: Callable[[Request], HandoffService | None]) -> API
     slots = StreamSlots()
 
     async def stream_slot(svc: Svc, agent: Me,
-                          creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]):
-        # released when the response has finished streaming (the request's exit stack unwinds)
-        async with slots.hold(creds.credentials, svc.config.max_streams_per_token):
-            yield
+                          creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> _Slot:
+        # a dependency with yield would be torn down before the stream runs: the stream releases it
+        return slots.take(creds.credentials, svc.config.max_streams_per_token)
 
     @router.get("/events", response_class=EventSourceResponse, summary="Live queue changes (Server-Sent Events)",
                 description="One `ready` event once listening, then a `ticket` event per change (data: event id, "
@@ -385,11 +400,12 @@ def build_router(get_service: Callable[[Request], HandoffService | None]) -> API
         svc: Svc, agent: Me,
         creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
         after: Annotated[int | None, Depends(_resume_from)],
-        _slot: Annotated[None, Depends(stream_slot)],
+        slot: Annotated[_Slot, Depends(stream_slot)],
     ) -> AsyncIterable[ServerSentEvent]:
         try:
             sub = await svc.hub.subscribe()
         except (TimeoutError, OSError):
+            slot.release()
             yield ServerSentEvent(event="error", retry=5000, data={"detail": "the event listener is not connected"})
             return
         token = creds.credentials if creds else None
@@ -426,5 +442,6 @@ def build_router(get_service: Callable[[Request], HandoffService | None]) -> API
                 yield ServerSentEvent(event="ticket", id=str(ev["id"]), data=ev)
         finally:
             sub.close()
+            slot.release()
 
     return router

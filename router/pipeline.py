@@ -84,9 +84,14 @@ class Pipeline:
         Raises the decider's :class:`Problem` when it refuses the message (after committing it, flagged).
         """
         reconnected = False
+        # the retry after a lost connection waits for a fresh one only until about one acquire bound after
+        # the message arrived (at least a moment): a 503 still comes within the fail-fast bound
+        t0 = time.monotonic()
+        bound = getattr(self.pool, "timeout", None) or 1.5
+        acquire: float | None = None
         for attempt in range(self.ATTEMPTS):
             try:
-                return self._handle(msg)
+                return self._handle(msg, acquire)
             except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
                 # an agent action locked the ticket, then the conversation; this turn did the reverse
                 self.metrics.turn_failures.labels("deadlock").inc()
@@ -98,6 +103,7 @@ class Pipeline:
                 if reconnected or not exc.retryable:
                     raise
                 reconnected = True   # once: the connection died under the turn; a fresh one may work at once
+                acquire = max(0.3, t0 + bound + 0.25 - time.monotonic())
                 log.info("turn lost its database connection (%s); retrying once", exc.cause)
             except Problem:
                 raise
@@ -106,9 +112,9 @@ class Pipeline:
                 raise
         raise AssertionError("unreachable")
 
-    def _handle(self, msg: InboundMessage) -> tuple[dict[str, Any], bool]:
+    def _handle(self, msg: InboundMessage, acquire: float | None = None) -> tuple[dict[str, Any], bool]:
         t0 = time.perf_counter()
-        with self.pool.connection() as conn:
+        with self.pool.connection(acquire) as conn:
             with conn.transaction():
                 response, ctx, result = self._turn(conn, msg)
                 if ctx is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+from contextlib import ExitStack, contextmanager
 
 import httpx
 import psycopg
@@ -57,38 +58,43 @@ def test_streams_of_a_revoked_token_or_a_disabled_agent_end(live, pool, make_age
         sb.close()
 
 
+@contextmanager
+def _stream(url: str, token: str):
+    """An event stream read in this thread up to its ``ready`` event; leaving the block closes its socket."""
+    with httpx.Client(timeout=httpx.Timeout(30.0, read=60.0)) as c, \
+            c.stream("GET", url, headers=bearer(token)) as r:
+        lines = r.iter_lines()   # kept referenced: a collected line iterator closes the connection
+        if r.status_code == 200:
+            for line in lines:
+                if line.startswith("event:") and line[6:].strip() == "ready":
+                    break
+        yield r
+
+
 def test_a_token_may_hold_only_a_few_streams(live, make_agent):  # noqa: F811
     url, service = live
     service.config = make_config(max_streams_per_token=2)
+    events = f"{url}/v1/handoff/events"
     _, ana = make_agent("ana")
-    streams = [Stream(f"{url}/v1/handoff/events", ana) for _ in range(2)]
-    try:
-        for s in streams:
-            assert s.next()[2] == 200 and s.next()[0] == "ready"
-        r = httpx.get(f"{url}/v1/handoff/events", headers=bearer(ana), timeout=10)
-        assert r.status_code == 429 and r.headers["content-type"].startswith("application/problem+json")
-        assert r.json()["limit"] == 2
-        _, bob = make_agent("bob")   # another token is not affected
-        other = Stream(f"{url}/v1/handoff/events", bob)
-        try:
-            assert other.next()[2] == 200
-        finally:
-            other.close()
-        streams.pop().close()       # a closed stream frees its slot (once the server sees the disconnect)
+    _, bob = make_agent("bob")
+    with ExitStack() as held:
+        first = held.enter_context(_stream(events, ana))
+        with _stream(events, ana) as second:
+            assert first.status_code == 200 and second.status_code == 200
+            r = httpx.get(events, headers=bearer(ana), timeout=10)
+            assert r.status_code == 429 and r.headers["content-type"].startswith("application/problem+json")
+            assert r.json()["limit"] == 2
+            with _stream(events, bob) as other:   # another token is not affected
+                assert other.status_code == 200
+        # the second stream is closed: its slot is free once the server has seen the disconnect
         freed = False
         deadline = time.monotonic() + 30
         while not freed and time.monotonic() < deadline:
-            again = Stream(f"{url}/v1/handoff/events", ana)
-            if again.next()[2] == 200:
-                freed = True
-                streams.append(again)
-            else:
-                again.close()
+            with _stream(events, ana) as again:
+                freed = again.status_code == 200
+            if not freed:
                 time.sleep(0.25)
         assert freed
-    finally:
-        for s in streams:
-            s.close()
 
 
 def test_a_notification_lost_after_commit_is_republished_on_a_fresh_connection(live, hs, pool, dsn, conversation,
