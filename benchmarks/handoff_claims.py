@@ -79,7 +79,7 @@ def seed(dsn: str, n_tickets: int, n_agents: int, quiet: bool) -> list[tuple[str
     from handoff.config import HandoffConfig
     from handoff.service import HandoffService
     from router.db import open_pool
-    from router.state import ConversationStatePort
+    from router.turn.state import ConversationStatePort
 
     creds = []
     with open_pool(dsn, min_size=1, max_size=2) as pool:
@@ -182,7 +182,7 @@ def summarise(latencies: list[float], wall: float, n: int) -> dict:
 
 def _port(name: str):
     from handoff.ports import NullConversationPort
-    from router.state import ConversationStatePort
+    from router.turn.state import ConversationStatePort
 
     return ConversationStatePort() if name == "state" else NullConversationPort()
 
@@ -275,10 +275,9 @@ def serve(dsn: str, port: int, pool_size: int, home: Path) -> None:
     """The gateway app with the queue wired as in production (no models: claims do not need them)."""
     import uvicorn
 
-    from router.app import create_app
-    from router.composition import wire_handoff
-    from router.services import build_services
-    from router.settings import Settings
+    from router.app.factory import create_app
+    from router.app.composition import build_services, wire_handoff
+    from router.app.settings import Settings
 
     settings = Settings(database_url=dsn, home=home, log_json=True,
                         log_level="WARNING", db_pool_min=4, db_pool_max=pool_size, load_sample_kb=False)
@@ -409,7 +408,7 @@ def main() -> None:
     results: dict = {
         "benchmark": "handoff_claims", "tickets": args.tickets, "claimers": args.claimers,
         "cpus": os.cpu_count(), "load_avg_before": os.getloadavg(), "python": platform.python_version(),
-        "port": {"state": "router.state.ConversationStatePort (a claim moves the conversation to l3_connected)",
+        "port": {"state": "router.turn.state.ConversationStatePort (a claim moves the conversation to l3_connected)",
                  "null": "handoff.ports.NullConversationPort (queue only)"}[args.port],
         "targets": {"service_claims_per_s": 2000, "http_claims_per_s": 500, "double_claims": 0, "lost_tickets": 0},
     }

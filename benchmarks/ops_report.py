@@ -104,7 +104,7 @@ def seed(dsn: str, n: int, quiet: bool) -> dict[str, float]:
 
 def long_conversation(dsn: str, turns: int) -> str:
     """One conversation with ``turns`` turns, each with an outbound reply and its outbox row."""
-    from router.outbox import enqueue_outbound
+    from router.outbox.store import enqueue_outbound
 
     with psycopg.connect(dsn, row_factory=dict_row) as conn, conn.transaction():
         conv = conn.execute("INSERT INTO conversations (channel, external_id, customer_id) "
@@ -148,9 +148,9 @@ def main() -> None:
     args = ap.parse_args()
 
     from router.db import EmbeddedPostgres, migrate, open_pool
-    from router.metrics import Metrics
-    from router.report import build_report
-    from router.trace import load_trace
+    from router.ops.metrics import Metrics
+    from router.ops.report import build_report
+    from router.ops.trace import load_trace
 
     root = Path(tempfile.mkdtemp(prefix="sb-bench-ops-"))
     server = EmbeddedPostgres(root / "pg")

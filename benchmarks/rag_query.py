@@ -61,7 +61,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "rag_query.json"))
     args = ap.parse_args()
 
-    from router.services import limit_threads
+    from router.app.services import limit_threads
 
     limit_threads(args.threads)    # as the gateway: encoder threads, BLAS one
     from rag.encoder_backends import bf16_supported, load_encoder
@@ -87,7 +87,7 @@ def main() -> None:
         if args.reranker:
             from rag.rerank import CrossEncoderReranker
 
-            reranker = CrossEncoderReranker(args.reranker, threads=args.threads,   # as router.composition
+            reranker = CrossEncoderReranker(args.reranker, threads=args.threads,   # as router.app.composition
                                             bf16=args.backend in ("auto", "torch-bf16") and bf16_supported())
         if args.beir:
             data = load_beir(args.beir)

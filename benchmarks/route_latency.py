@@ -68,9 +68,9 @@ def main() -> int:
 
     from rag.encoder_backends import load_encoder
     from router.classify import IntentClassifier
-    from router.intents import load_intents
-    from router.services import limit_threads
-    from router.settings import get_settings
+    from router.classify.intents import load_intents
+    from router.app.services import limit_threads
+    from router.app.settings import get_settings
 
     s = get_settings()
     threads = args.threads or s.torch_threads

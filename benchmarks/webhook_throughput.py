@@ -152,9 +152,9 @@ def serve_bare(port: int) -> None:
     """(internal) The app without models or router: the pipeline stores messages and turns only."""
     import uvicorn
 
-    from router.app import create_app
-    from router.services import build_services
-    from router.settings import get_settings
+    from router.app.factory import create_app
+    from router.app.composition import build_services
+    from router.app.settings import get_settings
 
     settings = get_settings()
     services = build_services(settings, load_models=False)

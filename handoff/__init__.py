@@ -7,10 +7,11 @@ and conversation state changes go out through :class:`handoff.ports.Conversation
 from handoff.config import HandoffConfig
 from handoff.errors import Conflict, Forbidden, HandoffError, Invalid, NotFound, TooLarge, Unauthorized
 from handoff.models import Agent
-from handoff.ports import ConversationPort, NullConversationPort
+from handoff.ports import ConversationPort, CustomerUnreachable, DeliveryUnavailable, NullConversationPort, PortError
 from handoff.service import HandoffService
 
 __all__ = [
-    "Agent", "Conflict", "ConversationPort", "Forbidden", "HandoffConfig", "HandoffError", "HandoffService",
-    "Invalid", "NotFound", "NullConversationPort", "TooLarge", "Unauthorized",
+    "Agent", "Conflict", "ConversationPort", "CustomerUnreachable", "DeliveryUnavailable", "Forbidden",
+    "HandoffConfig", "HandoffError", "HandoffService", "Invalid", "NotFound", "NullConversationPort", "PortError",
+    "TooLarge", "Unauthorized",
 ]

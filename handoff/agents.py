@@ -19,6 +19,7 @@ import psycopg
 
 from handoff.errors import Conflict, Invalid, NotFound
 from handoff.models import APPROVAL_LEVELS, DEFAULT_APPROVAL, ROLES, Agent
+from handoff.ports import ConversationPort
 
 TOKEN_PREFIX = "sbt_"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -110,7 +111,7 @@ def list_agents(conn: psycopg.Connection, *, include_disabled: bool = False) -> 
 
 
 def disable_agent(conn: psycopg.Connection, name_or_id: str, *, actor: str = "system",
-                  port: Any = None) -> dict[str, Any]:
+                  port: ConversationPort | None = None) -> dict[str, Any]:
     """Disable an agent: their tokens stop working and the tickets they hold go back to the queue.
 
     ``port`` (a ConversationPort) hears ``on_ticket_requeued`` for each of them, in this
@@ -125,9 +126,8 @@ def disable_agent(conn: psycopg.Connection, name_or_id: str, *, actor: str = "sy
     from handoff.tickets import requeue_held_by
 
     requeued = requeue_held_by(conn, agent["id"], actor=actor, action="agent_disabled")
-    hook = getattr(port, "on_ticket_requeued", None)
-    for ticket in requeued if hook is not None else ():
-        hook(conn, ticket)
+    for ticket in requeued if port is not None else ():
+        port.on_ticket_requeued(conn, ticket)
     _admin_event(conn, actor, "agent_disabled", agent["id"], {"name": agent["name"], "requeued": len(requeued)})
     out = _agent_out(row)
     out["requeued"] = [str(t["id"]) for t in requeued]

@@ -4,24 +4,50 @@ handoff knows nothing of routing: it receives a context package as data when a t
 opened, and it tells the conversation side about ticket changes through this port. The
 composition root (router) passes an implementation in; every call runs inside the
 transaction of the ticket change that caused it, so a ticket and its conversation never
-disagree.
+disagree. Every method is required (a port with nothing to do returns None), and a port
+raises only the errors declared here, which handoff maps to the API's answers.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import psycopg
 
 
+class PortError(Exception):
+    """Base of the errors a port may raise."""
+
+
+class CustomerUnreachable(PortError):
+    """This customer cannot be written to: unknown conversation, or do-not-contact (STOP). Answered 409."""
+
+
+class DeliveryUnavailable(PortError):
+    """Nothing can deliver to customers now (e.g. no conversation side configured). Answered 503."""
+
+
+@runtime_checkable
 class ConversationPort(Protocol):
+    def before_ticket_change(self, conn: psycopg.Connection, conversation_id: Any) -> None:
+        """Called before an agent action locks the ticket: lock what the conversation side locks first.
+
+        The router locks a conversation and then its ticket; an action that locked the ticket and
+        then (through this port) the conversation could deadlock with it, so every writer takes
+        the two in the same order.
+        """
+
+    def claim_sql(self) -> str | None:
+        """on_ticket_claimed as SQL, or None to have it called instead.
+
+        Data-modifying CTEs (each starting with ", name AS (") that do in SQL what on_ticket_claimed
+        does, reading the claimed ticket from the CTE ``claimed`` (the ticket's columns). claim-next
+        then runs as one statement in its own transaction (one round trip instead of four) and does
+        not call on_ticket_claimed. Must not contain "%" or braces.
+        """
+
     def on_ticket_claimed(self, conn: psycopg.Connection, ticket: dict[str, Any]) -> None:
         """An agent took the ticket (L3: the conversation becomes l3_connected)."""
-
-    # Optional: ``claim_sql(self) -> str | None``. Data-modifying CTEs (each starting with ", name AS (")
-    # that do in SQL what on_ticket_claimed does, reading the claimed ticket from the CTE ``claimed``
-    # (the ticket's columns). claim-next then runs as one statement in its own transaction (one
-    # round trip instead of four) and does not call on_ticket_claimed. Must not contain "%" or braces.
 
     def on_ticket_resolved(self, conn: psycopg.Connection, ticket: dict[str, Any]) -> None:
         """The ticket was resolved (conversation -> feedback_pending; it must not bounce back by itself)."""
@@ -33,22 +59,26 @@ class ConversationPort(Protocol):
         """The ticket was cancelled."""
 
     def on_ticket_requeued(self, conn: psycopg.Connection, ticket: dict[str, Any]) -> None:
-        """A claimed ticket went back to the queue (released, lease expired, transferred to a team).
-
-        Optional: handoff skips it when the port does not define it.
-        """
+        """A claimed ticket went back to the queue (released, lease expired, transferred, agent disabled)."""
 
     def send_to_customer(self, conn: psycopg.Connection, ticket: dict[str, Any], *, text: str,
                          sender: str, agent_id: str | None) -> dict[str, Any]:
         """Store ``text`` in the transcript and queue it for delivery on the conversation's channel.
 
-        ``sender`` is "agent" (agent message, approved or edited L2 draft). Returns ids of what was stored.
+        ``sender`` is "agent" (agent message, approved or edited L2 draft). Returns ids of what was
+        stored. Raises :class:`CustomerUnreachable` or :class:`DeliveryUnavailable`.
         """
 
 
 class NullConversationPort:
     """For running handoff on its own (no conversation side): state changes are ignored and
     customer messages are refused, never silently dropped."""
+
+    def before_ticket_change(self, conn, conversation_id):
+        return None
+
+    def claim_sql(self):
+        return None
 
     def on_ticket_claimed(self, conn, ticket):
         return None
@@ -66,4 +96,4 @@ class NullConversationPort:
         return None
 
     def send_to_customer(self, conn, ticket, *, text, sender, agent_id):
-        raise RuntimeError("no conversation port configured: cannot deliver a message to the customer")
+        raise DeliveryUnavailable("no conversation port configured: cannot deliver a message to the customer")

@@ -37,7 +37,7 @@ from handoff.config import HandoffConfig
 from handoff.errors import Conflict, Forbidden, Invalid, NotFound, TooLarge, Unavailable
 from handoff.events import EventHub
 from handoff.models import KINDS, OPEN_STATUSES, PRIORITIES, STATUSES, Agent, level_rank, priority_rank
-from handoff.ports import ConversationPort, NullConversationPort
+from handoff.ports import ConversationPort, CustomerUnreachable, DeliveryUnavailable, NullConversationPort
 
 log = logging.getLogger(__name__)
 
@@ -148,11 +148,6 @@ class HandoffService:
     def _count(self, ticket: dict[str, Any], event: str) -> None:
         self._metric("ticket_event", 1.0, kind=ticket["kind"], event=event)
 
-    def _port(self, method: str, conn: psycopg.Connection, ticket: dict[str, Any]) -> None:
-        fn = getattr(self.port, method, None)
-        if fn is not None:
-            fn(conn, ticket)
-
     def _lease(self) -> float:
         return float(self.config.lease_seconds)
 
@@ -201,17 +196,14 @@ class HandoffService:
         """Lock the ticket for an agent action, after its conversation.
 
         The router locks a conversation and then touches its ticket; an action that locked the
-        ticket first and then (through the port) the conversation could deadlock with it. A port
-        with ``before_ticket_change(conn, conversation_id)`` gets to lock the conversation first,
-        so every writer takes the two in the same order.
+        ticket first and then (through the port) the conversation could deadlock with it. The
+        port's ``before_ticket_change(conn, conversation_id)`` locks the conversation first, so
+        every writer takes the two in the same order.
         """
-        before = getattr(self.port, "before_ticket_change", None)
-        if before is not None:
-            row = conn.execute("SELECT conversation_id FROM tickets WHERE id = %s",
-                               (T.parse_id(ticket_id),)).fetchone()
-            if row is None:
-                raise NotFound(f"no ticket {ticket_id}")
-            before(conn, row["conversation_id"])
+        row = conn.execute("SELECT conversation_id FROM tickets WHERE id = %s", (T.parse_id(ticket_id),)).fetchone()
+        if row is None:
+            raise NotFound(f"no ticket {ticket_id}")
+        self.port.before_ticket_change(conn, row["conversation_id"])
         return T.lock_ticket(conn, ticket_id)
 
     @staticmethod
@@ -369,7 +361,7 @@ class HandoffService:
                                outcome="cancelled", closed_at=_Sql("now()"),
                                resolved_by=actor.id if isinstance(actor, Agent) else None)
         T.record_event(conn, updated, actor, "cancelled", {"reason": reason})
-        self._port("on_ticket_cancelled", conn, updated)
+        self.port.on_ticket_cancelled(conn, updated)
         self._count(updated, "cancelled")
         return updated
 
@@ -558,7 +550,7 @@ class HandoffService:
         if not agent.sees_all_teams:
             filters.append("AND skills <@ %(skills)s::text[]")
             params["skills"] = list(agent.skills)
-        port_sql = self._port_claim_sql()
+        port_sql = self.port.claim_sql()
         sql = self._CLAIM_NEXT.format(filters=" ".join(filters), port=port_sql or "")
         if port_sql is not None:
             # the whole claim (pick, claim, audit, the conversation's move) is one statement, in
@@ -576,14 +568,9 @@ class HandoffService:
                     return None
                 notes.append(row["_note"])
                 ticket = T.ticket_row(row)
-                self._port("on_ticket_claimed", conn, ticket)
+                self.port.on_ticket_claimed(conn, ticket)
         self._count(ticket, "claimed")
         return ticket
-
-    def _port_claim_sql(self) -> str | None:
-        """The port's part of a claim as SQL (see ConversationPort.claim_sql), or None."""
-        fn = getattr(self.port, "claim_sql", None)
-        return fn() if fn is not None else None
 
     @_retrying
     def claim(self, agent: Agent, ticket_id) -> dict[str, Any]:
@@ -603,7 +590,7 @@ class HandoffService:
                                    claimed_at=_Sql("now()"), lease_expires_at=self._lease_expr(),
                                    first_claimed_at=_Sql("coalesce(first_claimed_at, now())"))
             self._event(conn, notes, updated, agent, "claimed", {"via": "claim"})
-            self._port("on_ticket_claimed", conn, updated)
+            self.port.on_ticket_claimed(conn, updated)
         self._count(updated, "claimed")
         return updated
 
@@ -634,7 +621,7 @@ class HandoffService:
         moved = ticket["team"] if ticket["team"] != updated["team"] else None
         self._event(conn, notes, updated, agent, action, payload, from_team=moved)
         if was_claimed:
-            self._port("on_ticket_requeued", conn, updated)
+            self.port.on_ticket_requeued(conn, updated)
         return updated
 
     @_retrying
@@ -685,7 +672,7 @@ class HandoffService:
                 self._event(conn, notes, updated, agent, "transferred", payload,
                             from_team=ticket["team"] if ticket["team"] != new_team else None)
                 if ticket["status"] == "queued":
-                    self._port("on_ticket_claimed", conn, updated)
+                    self.port.on_ticket_claimed(conn, updated)
         self._count(updated, "transferred")
         return updated
 
@@ -723,9 +710,9 @@ class HandoffService:
     def _send(self, conn, agent: Agent, ticket: dict[str, Any], text: str) -> dict[str, Any]:
         try:
             delivery = self.port.send_to_customer(conn, ticket, text=text, sender="agent", agent_id=agent.id)
-        except (PermissionError, LookupError) as exc:
+        except CustomerUnreachable as exc:
             raise Conflict(f"the message cannot be delivered: {exc}") from None
-        except RuntimeError as exc:
+        except DeliveryUnavailable as exc:
             raise Unavailable(f"the message cannot be delivered: {exc}") from None
         return {k: (str(v) if v is not None and not isinstance(v, int | float | str) else v)
                 for k, v in (delivery or {}).items()}
@@ -788,7 +775,7 @@ class HandoffService:
                 payload.update(original=original, edited=text)
             ev = self._event(conn, notes, updated, agent, action, payload, idempotency_key=key)
             if updated["status"] == "resolved":
-                self._port("on_ticket_resolved", conn, updated)
+                self.port.on_ticket_resolved(conn, updated)
         self._count(updated, action)
         return {"ticket": updated, "event_id": ev["id"], "action": action, "delivery": delivery, "replayed": False}
 
@@ -839,7 +826,7 @@ class HandoffService:
                                    lease_expires_at=None, resolved_by=agent.id, closed_at=_Sql("now()"))
             self._event(conn, notes, updated, agent, "resolved",
                         {"outcome": outcome, "note": note, "held_by": ticket["claimed_by"]})
-            self._port("on_ticket_resolved", conn, updated)
+            self.port.on_ticket_resolved(conn, updated)
         self._count(updated, "resolved")
         return updated
 
@@ -854,7 +841,7 @@ class HandoffService:
                                    closed_at=_Sql("now()"))
             self._event(conn, notes, updated, agent, "returned_to_bot",
                         {"note": note, "held_by": ticket["claimed_by"]})
-            self._port("on_returned_to_bot", conn, updated)
+            self.port.on_returned_to_bot(conn, updated)
         self._count(updated, "returned_to_bot")
         return updated
 
@@ -930,7 +917,7 @@ class HandoffService:
         tickets = [T.ticket_row({k: v for k, v in r.items() if k not in ("previous_agent", "lapsed_at")})
                    for r in rows]
         for ticket in tickets:
-            self._port("on_ticket_requeued", conn, ticket)
+            self.port.on_ticket_requeued(conn, ticket)
         return tickets
 
     def _sweep_sla(self, conn: psycopg.Connection, notes: list[str], batch: int) -> list[dict[str, Any]]:

@@ -122,11 +122,6 @@ def join_units(parts: list[tuple[str, bool]]) -> str:
     return out
 
 
-def join_sentences(parts: list[str]) -> str:
-    """Sentences back into text (a space between Latin sentences, nothing between CJK ones)."""
-    return join_units([(p, False) for p in parts if p])
-
-
 def pack(units_in: list[tuple[str, bool]], target_chars: int, overlap_chars: int, max_chars: int) -> list[str]:
     """Greedy packing of sentences into pieces of about ``target_chars``, repeating the last
     sentences (up to ``overlap_chars``) at the start of the next piece."""

@@ -358,3 +358,35 @@ class Generations:
             raise GenerationError(f"generation {generation} is {('active' if generation == ptr['active'] else 'previous')}")
         self._drop(generation)
         self._set(generation, status="retired")
+
+
+# -- read functions for the gateway's operations views (metrics, trace) --------------------------
+
+
+def last_rebuild(conn: psycopg.Connection) -> dict[str, Any] | None:
+    """The latest finished serving rebuild: ``{chunks, seconds}``, or None before the first one."""
+    return conn.execute(
+        """
+        SELECT chunks, EXTRACT(EPOCH FROM finished_at - created_at)::float8 AS seconds
+        FROM kb_generations
+        WHERE purpose = 'serve' AND finished_at IS NOT NULL AND status <> 'failed'
+        ORDER BY finished_at DESC LIMIT 1
+        """
+    ).fetchone()
+
+
+def chunk_metadata(conn: psycopg.Connection, chunk_ids: set[str]) -> dict[str, dict[str, Any]]:
+    """Title, section, document and language of chunks by id, from any generation that still has them
+    (the active one first), so a trace can name what an old answer cited."""
+    if not chunk_ids:
+        return {}
+    rows = conn.execute(
+        """
+        SELECT DISTINCT ON (c.chunk_id) c.chunk_id, c.doc_id, c.title, c.section, c.lang
+        FROM kb_chunks c LEFT JOIN kb_generations g ON g.id = c.generation
+        WHERE c.chunk_id = ANY(%s)
+        ORDER BY c.chunk_id, (g.status = 'active') DESC NULLS LAST, g.created_at DESC NULLS LAST
+        """,
+        (sorted(chunk_ids),),
+    ).fetchall()
+    return {r["chunk_id"]: r for r in rows}

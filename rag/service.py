@@ -24,7 +24,7 @@ from rag.dense import DenseStore
 from rag.fusion import fuse
 from rag.generations import Generations
 from rag.lexical.base import LexicalIndex
-from rag.rewrite import Glossary, QueryRewriter, RewrittenQuery, get_tokenizer, load_glossary
+from rag.rewrite import Glossary, QueryRewriter, RewrittenQuery, get_tokenizer
 from rag.types import Answer, Hit
 
 log = logging.getLogger(__name__)
@@ -283,10 +283,3 @@ class KnowledgeBase:
         timings["total"] = time.perf_counter() - t0
         return Answer(answered=True, query=query, text=text, citations=[citation(best)], confidence=confidence,
                       passages=passages, timings=timings, rewritten_query=rw.lexical, reason=reason)
-
-
-def knowledge_base_from(pool: ConnectionPool, encoder: Any, lexical: LexicalIndex, *, knowledge_dir: Path | None = None,
-                        **kwargs: Any) -> KnowledgeBase:
-    """A KnowledgeBase whose glossary comes from the knowledge folder (or the bundled sample's)."""
-    folder = Path(knowledge_dir) if knowledge_dir else SAMPLE_KB
-    return KnowledgeBase(pool, encoder, lexical, glossary=load_glossary(folder), sample_dir=folder, **kwargs)

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from router.db.errors import DatabaseUnavailable, classify
-from router.observability import request_id_var
+from router.ops.observability import request_id_var
 
 log = logging.getLogger(__name__)
 PROBLEM_JSON = "application/problem+json"

@@ -130,7 +130,7 @@ def e5_encoder(e5_path):
 
 @pytest.fixture
 def settings(dsn, tmp_path, minilm_path):
-    from router.settings import Settings
+    from router.app.settings import Settings
 
     return Settings(home=tmp_path / "home", database_url=dsn, embedding_model=str(minilm_path),
                     load_sample_kb=False, log_json=False)
@@ -139,7 +139,7 @@ def settings(dsn, tmp_path, minilm_path):
 @pytest.fixture
 def services(settings, minilm_encoder):
     """Services wired like production, with the small encoder; the database is this test's own."""
-    from router.services import build_services
+    from router.app.composition import build_services
 
     svc = build_services(settings, load_models=False)
     svc.encoder = minilm_encoder
@@ -151,7 +151,7 @@ def services(settings, minilm_encoder):
 def client(services):
     from fastapi.testclient import TestClient
 
-    from router.app import create_app
+    from router.app.factory import create_app
 
     with TestClient(create_app(services=services)) as c:
         yield c

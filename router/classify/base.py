@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from router.classify.entities import extract_entities
-from router.intents import IntentConfig
+from router.classify.intents import IntentConfig
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class IntentClassifier:
 
     def reload_file(self, path: str | Path, *, cache_dir: str | Path | None = None) -> bool:
         """Reload from an intents file; a broken file is logged and the running config kept."""
-        from router.intents import IntentConfigError, load_intents
+        from router.classify.intents import IntentConfigError, load_intents
 
         try:
             config = load_intents(path)

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from router.intents import IntentConfig
+from router.classify.intents import IntentConfig
 
 log = logging.getLogger(__name__)
 

@@ -13,13 +13,13 @@ import json
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from router.intents import UNKNOWN
+from router.classify.intents import UNKNOWN
 
 # --- data --------------------------------------------------------------------------------------------------
 
@@ -139,13 +139,3 @@ def confusion_pairs(gold: Sequence[str], pred: Sequence[str | None], top: int = 
     c = Counter((g, UNKNOWN if p is None else p) for g, p in zip(gold, pred, strict=True)
                 if g != (UNKNOWN if p is None else p))
     return [{"gold": g, "predicted": p, "count": n} for (g, p), n in c.most_common(top)]
-
-
-@dataclass
-class EvalResult:
-    summary: dict[str, Any]
-    gold: list[str]
-    pred: list[str | None]
-    scores: list[float]
-    texts: list[str]
-    decided_by: list[str] = field(default_factory=list)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from router.classify.embedding import HEAD_KNN, SIGNALS, Head, Scoring, apply_rejector, compute_signals, features
-from router.intents import UNKNOWN
+from router.classify.intents import UNKNOWN
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +213,7 @@ def config_from_rows(rows: list[Any], *, tier: str = "L1", base: Any = None) -> 
     With ``base`` (an IntentConfig), its intents keep their tier, rules and description and gain the
     rows' examples; intents only in the rows get ``tier``.
     """
-    from router.intents import Intent, IntentConfig
+    from router.classify.intents import Intent, IntentConfig
 
     by_intent: dict[str, list[str]] = {}
     oos: list[str] = []

@@ -12,7 +12,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from router.intents import IntentConfig
+from router.classify.intents import IntentConfig
 
 _ASCII_WORD = re.compile(r"[A-Za-z0-9]")
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from router.settings import Settings, get_settings
+from router.app.settings import Settings, get_settings
 
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object instead of text.")
 
@@ -38,7 +38,7 @@ def fail(message: str, as_json: bool = False, code: int = 1) -> None:
 def database(settings_: Settings, *, migrate_first: bool = True) -> str:
     """The DSN to use from a CLI command (starts the embedded server if that is the configuration)."""
     from router.db import migrate
-    from router.services import resolve_dsn
+    from router.app.services import resolve_dsn
 
     dsn, _, _ = resolve_dsn(settings_)
     if migrate_first:

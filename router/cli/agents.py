@@ -105,7 +105,7 @@ def agents_disable(
 ) -> None:
     """Disable an agent: their tokens stop working and the tickets they hold go back to the queue."""
     from handoff import agents
-    from router.state import ConversationStatePort
+    from router.turn.state import ConversationStatePort
 
     row = _run(as_json, lambda conn: agents.disable_agent(conn, name, actor=_actor(), port=ConversationStatePort()))
     emit(row, as_json, f"disabled {row['name']}; {len(row['requeued'])} ticket(s) back in the queue")

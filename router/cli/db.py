@@ -66,7 +66,7 @@ def status(as_json: bool = JsonOpt) -> None:
 def migrate(as_json: bool = JsonOpt) -> None:
     """Apply pending migrations (safe to run from several processes at once)."""
     from router.db import migrate as run_migrate
-    from router.services import resolve_dsn
+    from router.app.services import resolve_dsn
 
     s = settings()
     try:

@@ -18,8 +18,7 @@ SourceOpt = typer.Option(None, "--source", help="Knowledge folder or file (defau
 @contextmanager
 def knowledge_base(*, source: Path | None = None, progress: bool = True, with_encoder: bool = True):
     """Services + a KnowledgeBase for one command; closes (and stops a database it started) afterwards."""
-    from router.composition import make_knowledge_base, wire_encoder
-    from router.services import build_services
+    from router.app.composition import build_services, make_knowledge_base, wire_encoder
 
     s = settings()
     services = build_services(s, load_models=False)

@@ -30,7 +30,7 @@ def run(
     from tqdm import tqdm
 
     from router.db import open_pool
-    from router.dispatch import LEADER_LOCK_KEY, DispatcherLoop, build_dispatcher, outbox_status
+    from router.outbox import LEADER_LOCK_KEY, DispatcherLoop, build_dispatcher, outbox_status
 
     s = settings()
     try:
@@ -89,7 +89,7 @@ def status(as_json: bool = JsonOpt) -> None:
     import psycopg
     from psycopg.rows import dict_row
 
-    from router.dispatch import outbox_status
+    from router.outbox import outbox_status
 
     s = settings()
     try:
@@ -123,7 +123,7 @@ def retry(
     import psycopg
     from psycopg.rows import dict_row
 
-    from router.dispatch import requeue_dead
+    from router.outbox import requeue_dead
 
     if not ids and not all_dead:
         fail("name the dead letters with --id, or pass --all", as_json, code=2)

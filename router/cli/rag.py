@@ -58,7 +58,7 @@ def eval_cmd(
         if model_dir is not None:
             from rag.rerank import heldout_query_ids
 
-            from router.composition import make_reranker
+            from router.app.composition import make_reranker
 
             rr = make_reranker(s, model_dir)   # scored as the gateway would (bf16 where it uses it)
             held = heldout_query_ids(model_dir)

@@ -23,7 +23,7 @@ def report(
     from psycopg.rows import dict_row
 
     from router.cli._common import database, settings
-    from router.report import build_report, parse_since, render_text, write_charts
+    from router.ops.report import build_report, parse_since, render_text, write_charts
 
     now = datetime.now(timezone.utc)
     try:

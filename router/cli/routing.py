@@ -23,7 +23,7 @@ BackendOpt = typer.Option(None, "--backend", help="Encoder backend: torch, torch
 
 def _setup(encoder_name: str | None, backend: str | None = None):
     """Settings, the thread limits of the gateway (encoder threads from settings, BLAS one), the encoder."""
-    from router.services import limit_threads
+    from router.app.services import limit_threads
 
     s = settings()
     limit_threads(s.torch_threads)
@@ -209,7 +209,7 @@ def fit(
 ) -> None:
     """Fit thresholds from TRAIN (cross-validation) and write them, with the examples, into an intents file."""
     from router.classify.evaluate import DatasetError, read_jsonl
-    from router.intents import TIERS, IntentConfigError, load_intents, save_intents
+    from router.classify.intents import TIERS, IntentConfigError, load_intents, save_intents
 
     if tier not in TIERS:
         fail(f"--tier must be one of {', '.join(TIERS)}", as_json, code=2)
@@ -245,7 +245,7 @@ def classify(
 ) -> None:
     """Classify one message and show the decision with its explanation."""
     from router.classify import IntentClassifier
-    from router.intents import IntentConfigError, load_intents
+    from router.classify.intents import IntentConfigError, load_intents
 
     try:
         config = load_intents(intents or settings().intents_file)

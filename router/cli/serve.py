@@ -22,9 +22,9 @@ def serve(
     """
     import uvicorn
 
-    from router.app import create_app
+    from router.app.factory import create_app
     from router.cli._common import settings
-    from router.observability import configure_logging
+    from router.ops.observability import configure_logging
 
     s = settings()
     configure_logging(s.log_level, s.log_json)
@@ -50,7 +50,7 @@ def _serve_workers(s, host: str, port: int, workers: int) -> None:
     import uvicorn
 
     from router.db import migrate
-    from router.services import resolve_dsn
+    from router.app.services import resolve_dsn
 
     dsn, embedded, started = resolve_dsn(s)
     migrate(dsn)  # once, before the workers race to it
@@ -60,7 +60,7 @@ def _serve_workers(s, host: str, port: int, workers: int) -> None:
         stale.unlink()
     os.environ.update(worker_environment(s, dsn, workers, metrics_dir))
     try:
-        uvicorn.run("router.app:main_app", factory=True, host=host, port=port, workers=workers, log_config=None,
+        uvicorn.run("router.app.factory:main_app", factory=True, host=host, port=port, workers=workers, log_config=None,
                     timeout_graceful_shutdown=10)
     finally:
         if not given:

@@ -80,7 +80,7 @@ def api(services, port):
     """The real gateway app (middleware, problem handlers) with the queue wired on this test's database."""
     from fastapi.testclient import TestClient
 
-    from router.app import create_app
+    from router.app.factory import create_app
 
     services.handoff = HandoffService(services.pool, port, make_config())
     with TestClient(create_app(services=services)) as client:

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from handoff.config import HandoffConfig
+from handoff.ports import CustomerUnreachable
 
 PORT_TABLE = """
 CREATE TABLE IF NOT EXISTS test_port_calls (
@@ -38,6 +39,9 @@ class TablePort:
     def before_ticket_change(self, conn, conversation_id):
         conn.execute("SELECT 1 FROM conversations WHERE id::text = %s FOR UPDATE", (str(conversation_id),))
 
+    def claim_sql(self):
+        return None   # claim-next calls on_ticket_claimed in its transaction
+
     def on_ticket_claimed(self, conn, ticket):
         self._log("on_ticket_claimed", conn, ticket)
 
@@ -54,12 +58,12 @@ class TablePort:
         self._log("on_ticket_requeued", conn, ticket)
 
     def send_to_customer(self, conn, ticket, *, text, sender, agent_id):
-        from router.outbox import enqueue_outbound
+        from router.outbox.store import enqueue_outbound
 
         conv = conn.execute("SELECT id, channel FROM conversations WHERE id::text = %s",
                             (str(ticket["conversation_id"]),)).fetchone()
         if conv is None:
-            raise LookupError(f"conversation {ticket['conversation_id']} does not exist")
+            raise CustomerUnreachable(f"conversation {ticket['conversation_id']} does not exist")
         return enqueue_outbound(conn, conversation_id=conv["id"], channel=conv["channel"], text=text, sender=sender,
                                 kind="agent_message", payload={"ticket_id": str(ticket["id"]), "agent_id": agent_id})
 

@@ -249,8 +249,8 @@ def test_wired_like_production_counts_in_metrics(services, make_agent, conversat
     """wire_handoff: the gateway's conversation port, the sweeper loop, and Prometheus series that move."""
     from fastapi.testclient import TestClient
 
-    from router.app import create_app
-    from router.composition import wire_handoff
+    from router.app.factory import create_app
+    from router.app.composition import wire_handoff
 
     monkeypatch.setenv("SWITCHBOARD_HANDOFF_SWEEP_INTERVAL_SECONDS", "0")   # sweeps driven by the test
     wire_handoff(services)

@@ -20,7 +20,7 @@ def live(services, port):
     """The gateway app served by uvicorn in a thread; yields its base URL."""
     import uvicorn
 
-    from router.app import create_app
+    from router.app.factory import create_app
 
     services.handoff = HandoffService(services.pool, port, make_config())
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -136,5 +136,5 @@ def test_entrypoint_runs_a_real_command(commands):
 
 def test_dockerignore_parser_follows_docker_rules():
     assert _dockerignore_excludes("var/models")
-    assert not _dockerignore_excludes("router/app.py")
+    assert not _dockerignore_excludes("router/app/factory.py")
     assert _dockerignore_excludes("router/__pycache__")

@@ -47,8 +47,8 @@ def _matches(selector: dict, labels: dict) -> bool:
 
 def served_paths(home: Path) -> set[str]:
     """Paths the gateway serves, from its OpenAPI document (health, metrics and API routes are all in it)."""
-    from router.app import create_app
-    from router.settings import Settings
+    from router.app.factory import create_app
+    from router.app.settings import Settings
 
     return set(create_app(Settings(home=home, log_json=False)).openapi()["paths"])
 
@@ -285,7 +285,7 @@ def test_every_reference_resolves(rendered):
 
 
 def _known_settings() -> set[str]:
-    from router.settings import Settings
+    from router.app.settings import Settings
 
     names = {f"SWITCHBOARD_{f.upper()}" for f in Settings.model_fields}
     try:
@@ -320,7 +320,7 @@ def test_settings_configmap_is_accepted_by_the_gateway(rendered, monkeypatch):
     cm = next(o for o in objs if o["metadata"]["name"].startswith("switchboard-settings"))
     for k, v in cm["data"].items():
         monkeypatch.setenv(k, v)
-    from router.settings import Settings
+    from router.app.settings import Settings
 
     s = Settings(_env_file=None)
     assert s.host == "0.0.0.0" and str(s.intents_file).startswith("/etc/switchboard/")
@@ -330,12 +330,12 @@ def test_policy_files_in_the_configmap_load(rendered, tmp_path):
     _, objs = rendered
     cm = next(o for o in objs if o["metadata"]["name"].startswith("switchboard-policy"))
     assert {"intents.yaml", "escalation.yaml"} <= set(cm["data"])
-    from router.intents import load_intents
+    from router.classify.intents import load_intents
 
     (tmp_path / "intents.yaml").write_text(cm["data"]["intents.yaml"], encoding="utf-8")
     config = load_intents(tmp_path / "intents.yaml")
     assert len(config.intents) >= 5
-    from router.escalation import load_policy
+    from router.turn.escalation import load_policy
 
     (tmp_path / "escalation.yaml").write_text(cm["data"]["escalation.yaml"], encoding="utf-8")
     assert load_policy(tmp_path / "escalation.yaml").escalation.refund_amount_over > 0

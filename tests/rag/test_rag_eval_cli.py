@@ -112,7 +112,7 @@ def test_index_rebuild_status_sync_rollback(cli, tmp_path):
 
 
 def test_wire_rag_indexes_an_empty_knowledge_base_and_reports_readiness(services, tmp_path):
-    from router.composition import wire_rag
+    from router.app.composition import wire_rag
 
     src = tmp_path / "kb"
     src.mkdir()

@@ -20,8 +20,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from pydantic import SecretStr
 
-from router.outbox import enqueue_outbound
-from router.pipeline import Pipeline, TurnResult
+from router.outbox.store import enqueue_outbound
+from router.turn.pipeline import Pipeline, TurnResult
 from router.schemas import Decision, Escalation
 
 SECRETS = {
@@ -168,9 +168,9 @@ def channel_app(settings, decider=answering_decider):
     """Services on this test's database with the given decider, and a TestClient of the app."""
     from fastapi.testclient import TestClient
 
-    from router.app import create_app
-    from router.dispatch import build_dispatcher
-    from router.services import build_services
+    from router.app.factory import create_app
+    from router.outbox import build_dispatcher
+    from router.app.composition import build_services
 
     services = build_services(settings, load_models=False)
     services.pipeline = Pipeline(services.pool, services.metrics, decider=decider)

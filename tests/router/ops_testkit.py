@@ -93,7 +93,7 @@ def write_kb(folder: Path) -> Path:
 def wire_gateway(services, tmp_path: Path):
     """Attach classifier, knowledge base, handoff and the router decider to ``services``, as the
     composition root does, with the knowledge base of :data:`KB_DOCS` (indexed on first start)."""
-    from router.composition import wire_handoff, wire_rag, wire_router
+    from router.app.composition import wire_handoff, wire_rag, wire_router
 
     services.settings = services.settings.model_copy(update={
         "knowledge_dir": write_kb(tmp_path / "kb"),
@@ -116,7 +116,7 @@ def shared_classifier(encoder):
     """The classifier of :data:`INTENTS` for ``encoder``, built (and its threshold fitted) once per test run:
     it is read-only while routing, so the tests can share it."""
     from router.classify import IntentClassifier
-    from router.intents import load_intents
+    from router.classify.intents import load_intents
 
     key = str(getattr(encoder, "path", id(encoder)))
     if key not in _CLASSIFIERS:

@@ -35,7 +35,7 @@ def _with_db(uri: str, db: str) -> str:
 
 
 def _settings(home: Path, dsn: str, encoder, kb_dir: Path, **overrides):
-    from router.settings import Settings
+    from router.app.settings import Settings
 
     return Settings(home=home, database_url=dsn, embedding_model=str(encoder.path), knowledge_dir=kb_dir,
                     load_sample_kb=False, log_json=False, dispatcher_enabled=False, **overrides)
@@ -44,7 +44,7 @@ def _settings(home: Path, dsn: str, encoder, kb_dir: Path, **overrides):
 def classifier_for(encoder, home: Path) -> Any:
     """The bundled intents on ``encoder``, built as wire_classifier builds it, once per encoder (fitting is slow)."""
     from router.classify import IntentClassifier
-    from router.intents import BUNDLED_INTENTS, load_intents
+    from router.classify.intents import BUNDLED_INTENTS, load_intents
 
     key = str(encoder.path)
     if key not in _classifiers:
@@ -58,7 +58,7 @@ def kb_template(pg_uri: str, template_db: str, encoder) -> tuple[str, Path, Path
 
     The home holds the tantivy index of that generation; tests only read it.
     """
-    from router.composition import make_knowledge_base
+    from router.app.composition import make_knowledge_base
     from router.db import open_pool
 
     key = (pg_uri, str(encoder.path))
@@ -92,8 +92,7 @@ def routing_services(dsn: str, home: Path, encoder, kb_dir: Path, **settings_ove
     Only the encoder and the classifier (fitted once per run) are handed in; the rest is the
     composition root's own wiring. The outbox dispatcher stays off: tests read the outbox rows.
     """
-    from router.composition import wire_handoff, wire_rag, wire_router
-    from router.services import build_services
+    from router.app.composition import build_services, wire_handoff, wire_rag, wire_router
 
     svc = build_services(_settings(home, dsn, encoder, kb_dir, **settings_overrides), load_models=False)
     svc.encoder = encoder

@@ -12,7 +12,7 @@ import time
 import pytest
 from channels_support import SECRETS, RecordingServer, channel_app, channel_settings, count, post_concurrently, stored
 
-from router.dispatch.leader import wait_until
+from router.outbox.leader import wait_until
 
 URL = "/v1/channels/chatwoot/webhook"
 
@@ -183,10 +183,9 @@ def test_with_the_real_router_a_human_request_opens_the_conversation(settings, r
     from fastapi.testclient import TestClient
     from routing_kit import classifier_for   # the bundled intents, fitted once per test run
 
-    from router.app import create_app
-    from router.composition import wire_handoff, wire_router
-    from router.dispatch import build_dispatcher
-    from router.services import build_services
+    from router.app.factory import create_app
+    from router.app.composition import build_services, wire_handoff, wire_router
+    from router.outbox import build_dispatcher
 
     s = channel_settings(settings, recorder.url)
     services = build_services(s, load_models=False)

@@ -15,7 +15,7 @@ import pytest
 from channels_support import SECRETS, RecordingServer, channel_app, channel_settings
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from router.ingress.sms import twilio_signature
+from router.channels.sms.inbound import twilio_signature
 from test_channels_chatwoot import DOC_EVENT
 from test_channels_sms import DOC_PARAMS, PUBLIC
 from test_channels_telegram import DOC_UPDATE

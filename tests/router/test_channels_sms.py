@@ -7,8 +7,8 @@ from urllib.parse import urlencode
 import pytest
 from channels_support import SECRETS, RecordingServer, channel_app, channel_settings, count, post_concurrently, stored
 
-from router.dispatch.leader import wait_until
-from router.ingress.sms import twilio_signature
+from router.outbox.leader import wait_until
+from router.channels.sms.inbound import twilio_signature
 
 URL = "/v1/channels/sms/webhook"
 PUBLIC = "https://cs.example.com"

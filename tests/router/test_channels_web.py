@@ -9,7 +9,7 @@ import json
 import pytest
 from channels_support import SECRETS, RecordingServer, channel_app, channel_settings, count, post_concurrently, stored
 
-from router.dispatch.leader import wait_until
+from router.outbox.leader import wait_until
 
 URL = "/v1/channels/web/webhook"
 MSG = {"conversation_id": "c-1", "customer_id": "u-1", "message_id": "m-1", "text": "where is my order?",

@@ -19,7 +19,7 @@ from channels_support import (
     stored,
 )
 
-from router.dispatch.leader import wait_until
+from router.outbox.leader import wait_until
 
 URL = "/v1/channels/wechat/webhook"
 

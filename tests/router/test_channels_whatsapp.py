@@ -140,7 +140,7 @@ def test_reply_delivered_with_retry_then_dead_letter(app, recorder):
     client.post(URL, content=body, headers=headers)
     recorder.fail_next = 1
     assert dispatcher.drain()["retry"] == 1
-    from router.dispatch.leader import wait_until
+    from router.outbox.leader import wait_until
 
     assert wait_until(lambda: dispatcher.drain().get("delivered") == 1, timeout=5)
     call = recorder.sent("/106540352242922/messages")[-1]

@@ -11,7 +11,7 @@ import pytest
 from router.classify import IntentClassifier
 from router.classify.evaluate import read_jsonl
 from router.classify.fit import config_from_rows, fit_scoring, needs_fit, refit_config
-from router.intents import load_intents, parse_intents
+from router.classify.intents import load_intents, parse_intents
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "intents_small"
 
@@ -168,7 +168,7 @@ def test_reload_swaps_the_config(fitted, minilm_encoder):
 
 
 def test_wire_classifier_builds_from_the_bundled_sample(services):
-    from router.composition import wire_classifier
+    from router.app.composition import wire_classifier
 
     wire_classifier(services)
     clf = services.classifier

@@ -8,7 +8,7 @@ import pytest
 
 from router.classify import IntentClassifier
 from router.classify.rules import RuleMatcher
-from router.intents import load_intents, parse_intents
+from router.classify.intents import load_intents, parse_intents
 
 RULES = parse_intents(textwrap.dedent("""\
     version: 1

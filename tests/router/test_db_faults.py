@@ -118,7 +118,7 @@ def test_a_turn_that_loses_its_connection_twice_answers_503_and_stores_nothing(c
 
 
 def test_an_unhandled_error_keeps_its_request_id_and_is_logged_once(services, caplog):
-    from router.app import create_app
+    from router.app.factory import create_app
 
     app = create_app(services=services)
 
@@ -159,9 +159,9 @@ def private_pg():
 
 @pytest.fixture
 def private_client(private_pg, tmp_path, minilm_path, minilm_encoder):
-    from router.app import create_app
-    from router.services import build_services
-    from router.settings import Settings
+    from router.app.factory import create_app
+    from router.app.composition import build_services
+    from router.app.settings import Settings
 
     server, uri = private_pg
     if not server.status().running:

@@ -9,7 +9,7 @@ import threading
 import psycopg
 import pytest
 
-from router import state as sm
+from router.turn import state as sm
 from router.schemas import InboundMessage
 from routing_kit import kb_template, make_agent, routing_services, rows
 

@@ -11,11 +11,11 @@ import pytest
 from channels_support import SECRETS, RecordingServer, channel_app, channel_settings, count
 from typer.testing import CliRunner
 
-from router.dispatch import DispatcherLoop, backoff_seconds, build_dispatcher, requeue_dead
-from router.dispatch.leader import wait_until
-from router.dispatch.ratelimit import TokenBucket
-from router.outbox import enqueue_outbound
-from router.pipeline import TurnResult
+from router.outbox import DispatcherLoop, backoff_seconds, build_dispatcher, requeue_dead
+from router.outbox.leader import wait_until
+from router.outbox.ratelimit import TokenBucket
+from router.outbox.store import enqueue_outbound
+from router.turn.pipeline import TurnResult
 from router.schemas import Decision
 
 SEND = "/bot123456:ABC-DEF/sendMessage"
@@ -196,7 +196,7 @@ def test_one_leader_at_a_time_and_failover(app):
 
 
 def test_the_apps_background_loop_delivers(settings, recorder):
-    from router.composition import wire_dispatcher
+    from router.app.composition import wire_dispatcher
 
     s = channel_settings(settings, recorder.url, dispatcher_enabled=True, outbox_poll_seconds=0.05)
     update = {"update_id": 9, "message": {"message_id": 1, "date": 1700000000, "text": "ping",

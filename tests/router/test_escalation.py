@@ -7,8 +7,8 @@ import pytest
 from router.classify import IntentClassifier
 from router.classify.base import Classification
 from router.classify.entities import extract_entities
-from router.escalation import RULES, EscalationConfig, EscalationPolicy, load_policy
-from router.intents import BUNDLED_INTENTS, load_intents
+from router.turn.escalation import RULES, EscalationConfig, EscalationPolicy, load_policy
+from router.classify.intents import BUNDLED_INTENTS, load_intents
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,11 @@ import textwrap
 import pytest
 
 from router.classify import IntentClassifier
-from router.escalation import Policy, PolicyError, load_policy
-from router.harness import Harness, customer_flags, normalise, set_sensitive, squash
-from router.intents import BUNDLED_INTENTS, load_intents
-from router.metrics import Metrics
-from router.pipeline import Pipeline
+from router.turn.escalation import Policy, PolicyError, load_policy
+from router.turn.guards import Harness, customer_flags, normalise, set_sensitive, squash
+from router.classify.intents import BUNDLED_INTENTS, load_intents
+from router.ops.metrics import Metrics
+from router.turn.pipeline import Pipeline
 from router.problems import Problem
 from router.schemas import InboundMessage
 
@@ -23,9 +23,9 @@ def rules_classifier():
 
 
 def make_pipeline(pool, classifier, policy: Policy | None = None):
-    from router.decide import Router
+    from router.turn.decider import Decider
 
-    return Pipeline(pool, Metrics(), Router(policy=policy or load_policy(), classifier=classifier))
+    return Pipeline(pool, Metrics(), Decider(policy=policy or load_policy(), classifier=classifier))
 
 
 _n = iter(range(1_000_000))

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from router.intents import BUNDLED_INTENTS, IntentConfigError, load_intents, parse_intents, save_intents
+from router.classify.intents import BUNDLED_INTENTS, IntentConfigError, load_intents, parse_intents, save_intents
 
 GOOD = textwrap.dedent("""\
     version: 1

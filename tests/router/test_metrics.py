@@ -33,7 +33,7 @@ def total(samples, name: str, **labels) -> float:
 @pytest.fixture
 def gateway(services, tmp_path):
     wire_gateway(services, tmp_path)
-    from router.app import create_app
+    from router.app.factory import create_app
 
     with TestClient(create_app(services=services)) as client:
         yield client, services

@@ -14,10 +14,10 @@ import pytest
 from channels_support import SECRETS, RecordingServer, channel_app, channel_settings, reply_decider
 from hypothesis import given, settings as hsettings, strategies as st
 
-from router.dispatch import requeue_dead
-from router.dispatch.leader import wait_until
-from router.dispatch.split import TextLimit, split_text
-from router.ingress.sms import twilio_signature
+from router.outbox import requeue_dead
+from router.outbox.leader import wait_until
+from router.channels.split import TextLimit, split_text
+from router.channels.sms.inbound import twilio_signature
 
 PUBLIC = "https://cs.example.com"
 

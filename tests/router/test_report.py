@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from router.report import build_report, parse_since, write_charts
+from router.ops.report import build_report, parse_since, write_charts
 
 NOW = datetime.now(timezone.utc).replace(microsecond=0)
 CITED = {"text": "See the article.", "citations": [{"doc_id": "returns-en", "chunk_id": "returns-en#0"}]}

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from router.cli import app
-from router.intents import load_intents
+from router.classify.intents import load_intents
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "intents_small"
 REQUIRED = {"in_scope_accuracy", "oos_recall", "oos_precision", "macro_f1", "n", "latency_ms_p50", "latency_ms_p95",

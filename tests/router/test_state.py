@@ -6,8 +6,9 @@ import itertools
 
 import pytest
 
-from router import state as sm
-from router.harness import set_do_not_contact
+from handoff.ports import CustomerUnreachable
+from router.turn import state as sm
+from router.turn.guards import set_do_not_contact
 
 
 def _conversation(conn, external="c-1", state="idle"):
@@ -168,7 +169,7 @@ def test_port_send_to_customer_uses_outbox_and_respects_stop(pool):
         assert row["payload"]["ticket_id"] == "t-9" and row["payload"]["agent_id"] == "a-1"
 
         set_do_not_contact(conn, "web", "u-1", True)
-        with pytest.raises(PermissionError):
+        with pytest.raises(CustomerUnreachable):   # the port's declared error: handoff answers 409
             port.send_to_customer(conn, ticket, text="Are you there?", sender="agent", agent_id="a-1")
         assert conn.execute("SELECT count(*) AS n FROM outbox").fetchone()["n"] == 1
 
@@ -215,7 +216,8 @@ def test_claim_in_one_statement_moves_the_conversation_as_the_port_call_does(poo
     from handoff.service import HandoffService
 
     class CallPort(sm.ConversationStatePort):   # the same port without its SQL: claims call on_ticket_claimed
-        claim_sql = None
+        def claim_sql(self):
+            return None
 
     def scenario(port, tag):
         svc = HandoffService(pool, port)
@@ -259,7 +261,7 @@ def test_claim_in_one_statement_moves_the_conversation_as_the_port_call_does(poo
                 out.append((state, hist, entries))
         return out
 
-    assert sm.ConversationStatePort().claim_sql() and CallPort.claim_sql is None
+    assert sm.ConversationStatePort().claim_sql() and CallPort().claim_sql() is None
     one_statement, port_calls = scenario(sm.ConversationStatePort(), "sql"), scenario(CallPort(), "call")
     assert one_statement == port_calls
     states = [s for s, _, _ in one_statement]

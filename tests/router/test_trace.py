@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ops_testkit import agent_token, msg, wire_gateway
 
-from router.observability import JsonFormatter, _RequestIdFilter, redact, redact_obj, request_id_var
+from router.ops.observability import JsonFormatter, _RequestIdFilter, redact, redact_obj, request_id_var
 
 PROBLEM = "application/problem+json"
 PII = {
@@ -121,7 +121,7 @@ def test_logs_are_json_with_request_id_and_no_pii():
 @pytest.fixture
 def gateway(services, tmp_path):
     wire_gateway(services, tmp_path)
-    from router.app import create_app
+    from router.app.factory import create_app
 
     with TestClient(create_app(services=services)) as client:
         yield client, services

@@ -10,9 +10,9 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-from router.app import create_app
-from router.escalation import SAMPLE_POLICY
-from router.harness import set_sensitive
+from router.app.factory import create_app
+from router.turn.escalation import SAMPLE_POLICY
+from router.turn.guards import set_sensitive
 from routing_kit import kb_template, make_agent, routing_services, rows
 
 pytestmark = pytest.mark.slow

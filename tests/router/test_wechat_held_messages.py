@@ -14,7 +14,7 @@ import pytest
 from channels_support import RecordingServer, channel_app, channel_settings, count
 from test_channels_wechat import DOC_XML, URL, query
 
-from router.dispatch.leader import wait_until
+from router.outbox.leader import wait_until
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def _waiting_pid(admin, exclude) -> int | None:
 
 
 def test_a_message_acknowledged_before_its_turn_failed_is_finished_by_the_inbound_worker(settings, recorder, dsn):
-    from router.composition import wire_inbound
+    from router.app.composition import wire_inbound
 
     s = channel_settings(settings, recorder.url, wechat_passive_reply_seconds=0.2, inbound_retry_seconds=0,
                          inbound_poll_seconds=0.1)

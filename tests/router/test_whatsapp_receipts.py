@@ -17,8 +17,8 @@ from channels_support import (
     whatsapp_signed,
 )
 
-from router.dispatch import outbox_status
-from router.trace import load_trace
+from router.outbox import outbox_status
+from router.ops.trace import load_trace
 
 URL = "/v1/channels/whatsapp/webhook"
 

@@ -1,0 +1,148 @@
+"""``/v1/conversations/{id}``: the turn-by-turn trace (supervisors) and CSAT feedback (customers)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, ConfigDict, Field
+
+from handoff.api import ProblemRoute, require_roles
+from router.turn import state as sm
+from router.app.api.deps import ServicesDep
+from router.problems import Problem
+from router.ops.trace import load_trace
+
+router = APIRouter(prefix="/v1/conversations", tags=["conversations"], route_class=ProblemRoute)
+
+_PROBLEM = {"content": {"application/problem+json": {}}}
+
+
+def _handoff(request: Request):
+    """Agent tokens and roles live in the handoff service; without it nobody can be authorised."""
+    svc = getattr(request.app.state.services, "handoff", None)
+    if svc is None:
+        raise Problem(503, "Traces need agent tokens, and the handoff service is not configured.")
+    return svc
+
+
+TraceReader = Annotated[Any, Depends(require_roles(_handoff, "admin", "supervisor"))]
+
+
+@router.get(
+    "/{conversation_id}/trace",
+    summary="Replay a conversation turn by turn",
+    description="Each turn with its stages and timings, the classification and escalation verdicts, the "
+    "decision explanation, the retrieval candidates with scores, the state transitions, the reply and what was "
+    "delivered, and ticket events in between. Personal data is masked. Needs an admin or supervisor token.",
+    responses={401: {"description": "No or invalid token", **_PROBLEM},
+               403: {"description": "Not an admin or supervisor", **_PROBLEM},
+               404: {"description": "No such conversation", **_PROBLEM}},
+)
+async def get_trace(conversation_id: uuid.UUID, services: ServicesDep, who: TraceReader) -> dict[str, Any]:
+    def load():
+        with services.pool.connection() as conn:
+            return load_trace(conn, str(conversation_id))
+
+    replay = await run_in_threadpool(load)
+    if replay is None:
+        raise Problem(404, f"There is no conversation {conversation_id}.")
+    return replay
+
+
+class FeedbackIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    csat: int = Field(ge=1, le=5, description="Customer satisfaction, 1 (very unhappy) to 5 (very happy).")
+    comment: str | None = Field(default=None, max_length=2000)
+    turn_id: uuid.UUID | None = Field(default=None, description="The answer being rated; its session is rated.")
+    source: str = Field(default="api", pattern=r"^[a-z][a-z0-9_-]{0,31}$",
+                        description="Where the rating came from (widget, survey, channel name).")
+
+
+class FeedbackOut(BaseModel):
+    conversation_id: str
+    session_no: int
+    csat: int
+    comment: str | None
+    turn_id: str | None
+    state: str = Field(description="The conversation's state after the rating (a resolved session is closed).")
+    created_at: str
+
+
+def record_feedback(conn, conversation_id: str, body: FeedbackIn) -> tuple[dict[str, Any], bool]:
+    """Store one session's rating in one transaction; returns (row, created).
+
+    The session is the one of ``turn_id`` when given, else the conversation's current one. A resolved
+    session (answer given, ticket resolved) is closed by the rating, as the state machine prescribes.
+    """
+    with conn.transaction():
+        conv = sm.lock_conversation(conn, conversation_id)
+        if conv is None:
+            raise Problem(404, f"There is no conversation {conversation_id}.")
+        session_no = conv["session_no"]
+        if body.turn_id is not None:
+            turn = conn.execute("SELECT session_no FROM turns WHERE id = %s AND conversation_id = %s",
+                                (str(body.turn_id), conversation_id)).fetchone()
+            if turn is None:
+                raise Problem(422, f"Turn {body.turn_id} is not a turn of conversation {conversation_id}.")
+            session_no = turn["session_no"]
+        row = conn.execute(
+            """
+            INSERT INTO feedback (conversation_id, session_no, turn_id, csat, comment, source)
+            VALUES (%s, %s, %s, %s, %s, %s)
+            ON CONFLICT (conversation_id, session_no) DO NOTHING
+            RETURNING conversation_id, session_no, turn_id, csat, comment, created_at
+            """,
+            (conversation_id, session_no, str(body.turn_id) if body.turn_id else None, body.csat, body.comment,
+             body.source),
+        ).fetchone()
+        created = row is not None
+        if not created:
+            row = conn.execute(
+                "SELECT conversation_id, session_no, turn_id, csat, comment, created_at FROM feedback "
+                "WHERE conversation_id = %s AND session_no = %s",
+                (conversation_id, session_no),
+            ).fetchone()
+            same = (row["csat"], row["comment"], str(row["turn_id"]) if row["turn_id"] else None) == \
+                (body.csat, body.comment, str(body.turn_id) if body.turn_id else None)
+            if not same:
+                raise Problem(409, f"Session {session_no} of this conversation was already rated {row['csat']}.",
+                              title="Conflict", existing={"csat": row["csat"], "comment": row["comment"]})
+        elif session_no == conv["session_no"] and conv["state"] in sm.RESOLVED:
+            if conv["state"] != "feedback_pending":
+                sm.transition(conn, conv, "feedback_pending", reason="csat_feedback")
+            sm.transition(conn, conv, "closed", reason="csat_feedback")
+    out = {"conversation_id": str(row["conversation_id"]), "session_no": row["session_no"], "csat": row["csat"],
+           "comment": row["comment"], "turn_id": str(row["turn_id"]) if row["turn_id"] else None,
+           "state": conv["state"], "created_at": row["created_at"].isoformat()}
+    return out, created
+
+
+@router.post(
+    "/{conversation_id}/feedback",
+    response_model=FeedbackOut,
+    status_code=201,
+    summary="Rate a conversation session (CSAT 1-5)",
+    description="One rating per session. Repeating the same rating answers 200 with `Idempotent-Replayed: true`; "
+    "a different rating for an already rated session is 409. Rating a resolved session closes it.",
+    responses={200: {"description": "The same rating was already stored"},
+               404: {"description": "No such conversation", **_PROBLEM},
+               409: {"description": "The session was already rated differently", **_PROBLEM},
+               422: {"description": "Malformed, or the turn is not in this conversation", **_PROBLEM}},
+)
+async def post_feedback(conversation_id: uuid.UUID, body: FeedbackIn, services: ServicesDep,
+                        response: Response) -> dict[str, Any]:
+    def store():
+        with services.pool.connection() as conn:
+            return record_feedback(conn, str(conversation_id), body)
+
+    out, created = await run_in_threadpool(store)
+    if created:
+        services.metrics.csat.labels(str(out["csat"])).inc()
+    else:
+        response.status_code = 200
+        response.headers["Idempotent-Replayed"] = "true"
+    return out

@@ -1,0 +1,220 @@
+"""The composition root: builds :class:`router.app.services.Services` and wires the components onto it.
+
+Kept apart from ``services.py`` so each capability (encoder, classifier, retrieval,
+handoff) adds its own small wiring function here without touching the plumbing.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from router.app.services import Services, limit_threads, pool_options, resolve_dsn
+from router.app.settings import Settings
+from router.db import migrate, open_pool
+from router.ops.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+def wire_encoder(services: Services) -> None:
+    from rag.encoder_backends import QueryCache, load_encoder
+
+    s = services.settings
+    # one message is encoded by the classifier, the repeated-question check and retrieval: cache it
+    services.encoder = QueryCache(load_encoder(s.embedding_model, s.models_dir, backend=s.embedding_backend,
+                                               threads=s.torch_threads, query_backend=s.embedding_query_backend))
+
+
+def wire_classifier(services: Services) -> None:
+    """The intent classifier from settings.intents_file (or the bundled sample) and the shared encoder."""
+    from router.classify import IntentClassifier
+    from router.classify.intents import BUNDLED_INTENTS, load_intents
+
+    path = services.settings.intents_file or BUNDLED_INTENTS
+    if services.settings.intents_file is None and not BUNDLED_INTENTS.is_file():
+        log.warning("no intents file configured and no bundled sample: the classifier is not wired")
+        return
+    config = load_intents(path)
+    services.classifier = IntentClassifier.from_config(config, services.encoder,
+                                                       cache_dir=services.settings.home / "cache" / "heads")
+    services.classifier.reload_on_sighup(path, cache_dir=services.settings.home / "cache" / "heads")
+    clf = services.classifier
+    services.readiness["classifier"] = lambda: (True, f"{len(clf.config.intents)} intents from {path}")
+
+
+def wire_handoff(services: Services) -> None:
+    """The L2/L3 queue (policy from SWITCHBOARD_HANDOFF_*), its conversation-state port and the sweeper loop."""
+    from handoff import HandoffConfig, HandoffService
+    from handoff.sweeper import SweeperLoop
+    from router.turn.state import ConversationStatePort
+
+    metrics = services.metrics
+
+    def count(name: str, labels: dict[str, str], value: float) -> None:
+        if name == "ticket_event":
+            metrics.tickets.labels(labels["kind"], labels["event"]).inc(value)
+            if labels["event"] == "sla_breached":
+                metrics.sla_breaches.labels(labels["kind"]).inc(value)
+        elif name == "queue_depth":
+            metrics.queue_depth.labels(labels["kind"], labels["priority"]).set(value)
+
+    config = HandoffConfig()
+    services.handoff = HandoffService(services.pool, ConversationStatePort(), config, metrics_hook=count)
+    sweeper = SweeperLoop(services.handoff, config.sweep_interval_seconds).start()
+    services.closers.append(sweeper.stop)
+
+
+def make_knowledge_base(settings, pool, encoder, *, knowledge_dir=None, reranker=None, progress: bool = False):
+    """A rag.service.KnowledgeBase configured from settings (used by wire_rag and the CLI).
+
+    The glossary of the knowledge folder feeds query rewriting and the jieba dictionary, and the
+    same tokenizer cuts indexed text and queries. tantivy under $SWITCHBOARD_HOME/index unless an
+    Elasticsearch URL is set.
+    """
+    from rag.rewrite import get_tokenizer, load_glossary
+    from rag.service import SAMPLE_KB, KnowledgeBase, RetrievalConfig
+
+    folder = knowledge_dir or settings.knowledge_dir or SAMPLE_KB
+    glossary = load_glossary(folder)
+    tokenizer = get_tokenizer(glossary.words())
+    es_url = settings.elasticsearch_dsn()
+    if es_url:
+        from rag.lexical.elasticsearch import ElasticsearchIndex
+
+        kwargs = {}
+        if getattr(settings, "elasticsearch_analyzer", None):
+            kwargs["analyzer"] = settings.elasticsearch_analyzer
+        lexical = ElasticsearchIndex(es_url, **kwargs)
+    else:
+        from rag.lexical.tantivy import TantivyIndex
+
+        lexical = TantivyIndex(settings.index_dir / "tantivy", tokenizer=tokenizer)
+    generator = None
+    if settings.rag_generator_url:
+        from rag.answer import OpenAIChatGenerator
+
+        key = settings.rag_generator_api_key.get_secret_value() if settings.rag_generator_api_key else None
+        generator = OpenAIChatGenerator(settings.rag_generator_url, settings.rag_generator_model or "default",
+                                        api_key=key)
+    config = RetrievalConfig(
+        candidates=settings.rag_candidates, fusion=settings.rag_fusion,
+        weights=(settings.rag_bm25_weight, settings.rag_dense_weight), rrf_k=settings.rag_rrf_k,
+        ef_search=settings.rag_ef_search, answer_threshold=settings.rag_answer_threshold,
+        confidence_center=dict(settings.rag_confidence_center), confidence_slope=settings.rag_confidence_slope,
+        coverage_weight=settings.rag_coverage_weight,
+        chunk_chars=settings.rag_chunk_chars, chunk_overlap=settings.rag_chunk_overlap,
+    )
+    return KnowledgeBase(pool, encoder, lexical, config=config, glossary=glossary, reranker=reranker,
+                         generator=generator, sample_dir=folder, progress=progress)
+
+
+def make_reranker(settings, model_dir=None):
+    """The cross-encoder reranker in ``model_dir`` (default: settings.reranker_model), or None when unset."""
+    model_dir = model_dir or settings.reranker_model
+    if not model_dir:
+        return None
+    from rag.encoder_backends import bf16_supported
+    from rag.rerank import CrossEncoderReranker
+
+    # the encoder's arithmetic choice holds for the reranker: bf16 scores as fp32 does, at ~1.8x
+    bf16 = settings.embedding_backend in ("auto", "torch-bf16") and bf16_supported()
+    return CrossEncoderReranker(model_dir, threads=settings.torch_threads, bf16=bf16)
+
+
+def wire_rag(services: Services) -> None:
+    """The knowledge base for L1; indexes the sample (or configured) KB on first start when empty."""
+    s = services.settings
+    # Retrieval runs inside a turn whose transaction already holds a connection of the main pool;
+    # its own pool means a burst of turns can never starve itself waiting for a second connection.
+    rag_pool = open_pool(services.dsn, min_size=1, max_size=s.db_pool_max, name="switchboard-rag",
+                         **pool_options(s))
+    services.closers.append(rag_pool.close)
+    kb = make_knowledge_base(s, rag_pool, services.encoder, reranker=make_reranker(s))
+    services.rag = kb
+    services.readiness["indexes"] = kb.ready
+    closer = getattr(kb.lexical, "close", None)
+    if closer is not None:
+        services.closers.append(closer)
+    if s.load_sample_kb and kb.is_empty():
+        summary = kb.load_sample_if_empty()
+        if summary:
+            log.info("indexed the knowledge base", extra={"fields": {
+                k: summary.get(k) for k in ("generation", "docs", "chunks", "seconds")}})
+
+
+def wire_router(services: Services) -> None:
+    """The routing pipeline: harness, classifier, escalation, state machine, then rag / handoff by tier."""
+    from router.turn.decider import Decider
+    from router.turn.escalation import load_policy
+    from router.turn.pipeline import Pipeline
+
+    if services.classifier is None:
+        log.error("no classifier is wired: messages are stored but not routed")
+        return
+    policy = load_policy(services.settings.policy_file)
+    decider = Decider(policy=policy, classifier=services.classifier, rag=services.rag, handoff=services.handoff,
+                      encoder=services.encoder, metrics=services.metrics)
+    services.pipeline = Pipeline(services.pool, services.metrics, decider)
+
+
+def wire_dispatcher(services: Services) -> None:
+    """The outbox dispatcher as a leader-elected background loop (off with SWITCHBOARD_DISPATCHER_ENABLED=false)."""
+    from router.outbox import DispatcherLoop, build_dispatcher
+
+    s = services.settings
+    if not s.dispatcher_enabled:
+        return
+    dispatcher = build_dispatcher(s, services.pool, services.metrics)
+    loop = DispatcherLoop(services.dsn, dispatcher, poll_seconds=s.outbox_poll_seconds)
+    services.dispatcher = loop
+    services.readiness["dispatcher"] = lambda: (True, "leader" if loop.is_leader else "standby")
+    loop.start()
+
+    def stop() -> None:
+        loop.stop()
+        dispatcher.close()
+
+    services.closers.append(stop)
+
+
+def wire_inbound(services: Services) -> None:
+    """The inbound worker: finishes messages a channel was acknowledged before their turn committed."""
+    from router.channels.inbound_queue import InboundWorker
+
+    def process(channel: str, parsed) -> None:
+        from router.app.api.channels import gateway
+
+        gw = gateway(services)
+        adapter = gw.adapter(channel)
+        if adapter is None:
+            raise LookupError(f"no adapter for the held message's channel {channel!r}")
+        gw.process(adapter, parsed)
+
+    worker = InboundWorker(services.pool, process, poll_seconds=services.settings.inbound_poll_seconds).start()
+    services.closers.append(worker.stop)
+    services.inbound = worker
+
+
+def wire_components(services: Services) -> None:
+    wire_encoder(services)
+    wire_classifier(services)
+    wire_handoff(services)
+    wire_rag(services)
+    wire_router(services)  # keep last: it composes the parts wired above
+    wire_dispatcher(services)
+    wire_inbound(services)
+
+
+def build_services(settings: Settings, *, load_models: bool = True) -> Services:
+    """Start (or reach) the database, migrate, open the pool and load what the app needs."""
+    limit_threads(settings.torch_threads)
+    dsn, embedded, started = resolve_dsn(settings)
+    applied = migrate(dsn)
+    if applied:
+        log.info("applied migrations", extra={"fields": {"migrations": [f"{m.version:04d}_{m.name}" for m in applied]}})
+    pool = open_pool(dsn, min_size=settings.db_pool_min, max_size=settings.db_pool_max, **pool_options(settings))
+    services = Services(settings=settings, dsn=dsn, pool=pool, metrics=Metrics(), embedded=embedded,
+                        owns_embedded=started)
+    if load_models:
+        wire_components(services)
+    return services

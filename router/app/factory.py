@@ -1,0 +1,86 @@
+"""The FastAPI app factory: the HTTP face of the composition root."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.concurrency import run_in_threadpool
+
+from router.app.api import health, messages
+from router.app.middleware import (
+    BodySizeLimitMiddleware,
+    RequestIdMiddleware,
+    RequestMetricsMiddleware,
+    UnhandledErrorMiddleware,
+)
+from router.ops.observability import configure_logging
+from router.turn.pipeline import Pipeline
+from router.problems import install_problem_handlers
+from router.app.composition import build_services
+from router.app.services import Services
+from router.app.settings import Settings, get_settings
+
+log = logging.getLogger(__name__)
+
+
+def _finish_wiring(services: Services) -> None:
+    if services.pipeline is None:
+        services.pipeline = Pipeline(services.pool, services.metrics)
+
+
+def create_app(settings: Settings | None = None, *, services: Services | None = None) -> FastAPI:
+    """Build the app. Given ``services`` (tests, embedding), it uses them and does not close them;
+    otherwise it builds them at start-up and closes them at shutdown."""
+    settings = settings or (services.settings if services else get_settings())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        owned = services is None
+        svc = services or await run_in_threadpool(build_services, settings)
+        _finish_wiring(svc)
+        app.state.services = svc
+        log.info("switchboard ready", extra={"fields": {"host": settings.host, "port": settings.port}})
+        try:
+            yield
+        finally:
+            if owned:
+                await run_in_threadpool(svc.close)
+
+    app = FastAPI(
+        title="switchboard",
+        version="0.1.0",
+        summary="Three-tier routing gateway for customer service.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    install_problem_handlers(app)
+
+    app.add_middleware(UnhandledErrorMiddleware, retry_after=settings.db_retry_after)
+    app.add_middleware(RequestMetricsMiddleware)
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestIdMiddleware)  # outermost: every response, even a 413, carries the id
+
+    app.include_router(health.router)
+    app.include_router(messages.router)
+    for extra in _extra_routers():
+        app.include_router(extra)
+    return app
+
+
+def _extra_routers():
+    """Routers contributed by the other capabilities (channels, handoff, conversations)."""
+    from handoff.api import build_router as handoff_router
+
+    from router.app.api import channels, conversations
+
+    return [handoff_router(lambda request: getattr(request.app.state.services, "handoff", None)), channels.router,
+            conversations.router]
+
+
+def main_app() -> FastAPI:
+    """Entry for ``uvicorn router.app.factory:main_app --factory``."""
+    settings = get_settings()
+    configure_logging(settings.log_level, settings.log_json)
+    return create_app(settings)

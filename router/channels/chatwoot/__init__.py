@@ -1,0 +1,1 @@
+"""Chatwoot: signed webhooks in, the conversation messages API out."""

@@ -1,0 +1,45 @@
+"""The channels: every channel's webhook flattened into one internal message, and one sender each.
+
+``ADAPTERS`` names the channels; ``build_adapters(settings)`` makes one inbound adapter of each and
+``build_senders(settings, client)`` one outbound sender of each. Adding a channel is one folder
+``router/channels/<name>/`` (``inbound.py`` following :class:`router.channels.base.ChannelAdapter`,
+``outbound.py`` following :class:`router.channels.delivery.Sender`) and one line in each function here.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+from router.channels.base import ChannelAdapter
+from router.channels.delivery import Sender
+
+
+def _adapter_classes() -> dict[str, type]:
+    from router.channels.chatwoot.inbound import ChatwootAdapter
+    from router.channels.sms.inbound import SmsAdapter
+    from router.channels.telegram.inbound import TelegramAdapter
+    from router.channels.web.inbound import WebAdapter
+    from router.channels.wechat.inbound import WeChatAdapter
+    from router.channels.whatsapp.inbound import WhatsAppAdapter
+
+    return {cls.name: cls for cls in (WebAdapter, WeChatAdapter, WhatsAppAdapter, TelegramAdapter, SmsAdapter,
+                                      ChatwootAdapter)}
+
+
+ADAPTERS = ("web", "wechat", "whatsapp", "telegram", "sms", "chatwoot")
+
+
+def build_adapters(settings) -> dict[str, ChannelAdapter]:
+    return {name: cls(settings) for name, cls in _adapter_classes().items()}
+
+
+def build_senders(settings, client: httpx.Client) -> dict[str, Sender]:
+    from router.channels.chatwoot.outbound import ChatwootSender
+    from router.channels.sms.outbound import SmsSender
+    from router.channels.telegram.outbound import TelegramSender
+    from router.channels.web.outbound import WebSender
+    from router.channels.wechat.outbound import WeChatSender
+    from router.channels.whatsapp.outbound import WhatsAppSender
+
+    senders = (WebSender, WeChatSender, WhatsAppSender, TelegramSender, SmsSender, ChatwootSender)
+    return {cls.channel: cls(settings, client) for cls in senders}

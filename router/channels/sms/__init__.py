@@ -1,0 +1,1 @@
+"""SMS through Twilio: signed form posts in, the Messages API out."""

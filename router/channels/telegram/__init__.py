@@ -1,0 +1,1 @@
+"""Telegram Bot API: secret-token webhooks in, sendMessage out."""

@@ -1,0 +1,1 @@
+"""WhatsApp Cloud API: signed webhooks in, Graph API messages and delivery receipts."""

@@ -1,0 +1,323 @@
+"""The intents file: which intents exist, their tier, rules, examples and thresholds.
+
+Loaded once and validated with pydantic; every error names the file, the line and the field
+(positions come from the YAML node marks), because an operator editing a 300-line file needs
+to know *where* it is wrong, not just that it is.
+
+Schema (``version: 1``)::
+
+    version: 1
+    threshold: 0.5            # global threshold on the embedding channel's score; null = fit at load
+    unknown_tier: L2          # tier for out-of-scope messages
+    scoring: {...}            # optional: fitted parameters of the embedding channel and the encoder they
+                              # were fitted with (written by `switchboard router fit`)
+    oos_examples: [...]       # optional: messages known to be out of scope (used as a rejection class)
+    intents:
+      - name: refund
+        tier: L2
+        description: ...
+        threshold: 0.6        # optional per-intent threshold
+        rules:
+          - {type: regex, pattern: "退款|refund", priority: 10}
+          - {type: keywords, any: [money back, 退钱], priority: 5}
+        examples: [I want my money back, 我要退款]
+
+Rules with a higher ``priority`` are tried first; ties keep file order.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+Tier = Literal["L1", "L2", "L3"]
+TIERS = ("L1", "L2", "L3")
+UNKNOWN = "oos"  # the label that means "out of scope" in evaluation files
+
+BUNDLED_INTENTS = Path(__file__).resolve().parents[1] / "samples" / "intents.yaml"
+
+
+class IntentConfigError(ValueError):
+    """A problem in an intents file, pinned to a line and a field."""
+
+    def __init__(self, message: str, *, file: str | None = None, line: int | None = None, field: str | None = None,
+                 errors: list[dict] | None = None):
+        self.message = message
+        self.file = file
+        self.line = line
+        self.field = field
+        self.errors = errors or [{"file": file, "line": line, "field": field, "message": message}]
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        lines = []
+        for e in self.errors:
+            where = e.get("file") or "<intents>"
+            if e.get("line"):
+                where += f":{e['line']}"
+            fld = f" {e['field']}:" if e.get("field") else ""
+            lines.append(f"{where}:{fld} {e['message']}")
+        return "\n".join(lines)
+
+
+class Rule(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["regex", "keywords"]
+    pattern: str | None = Field(default=None, description="regex rules: a Python regular expression (case-insensitive)")
+    any: list[str] | None = Field(default=None, description="keyword rules: hit when any keyword occurs")
+    priority: int = Field(default=0, description="higher is tried first")
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as exc:
+                raise ValueError(f"invalid regular expression {v!r}: {exc}") from None
+        return v
+
+    @model_validator(mode="after")
+    def _shape(self) -> Rule:
+        if self.type == "regex":
+            if not self.pattern:
+                raise ValueError("a regex rule needs `pattern`")
+            if self.any:
+                raise ValueError("a regex rule takes `pattern`, not `any`")
+        else:
+            if not self.any:
+                raise ValueError("a keywords rule needs a non-empty `any` list")
+            if self.pattern:
+                raise ValueError("a keywords rule takes `any`, not `pattern`")
+            if any(not str(k).strip() for k in self.any):
+                raise ValueError("keywords must not be empty")
+        return self
+
+
+class Intent(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    tier: Tier
+    description: str = ""
+    threshold: float | None = Field(default=None, ge=-1.0, le=1.0)
+    rules: list[Rule] = Field(default_factory=list)
+    examples: list[str] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not v or v != v.strip() or len(v) > 100 or any(ord(c) < 32 for c in v):
+            raise ValueError(f"intent names are 1-100 printable characters without surrounding spaces (got {v!r})")
+        if v == UNKNOWN:
+            raise ValueError(f"{UNKNOWN!r} is reserved for out-of-scope; put such messages under `oos_examples`")
+        return v
+
+    @field_validator("examples")
+    @classmethod
+    def _examples(cls, v: list[str]) -> list[str]:
+        if any(not isinstance(e, str) or not e.strip() for e in v):
+            raise ValueError("examples must be non-empty strings")
+        return v
+
+
+class IntentConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: Literal[1] = 1
+    threshold: float | None = Field(default=None, ge=-1.0, le=1.0,
+                                    description="null = fitted from the examples when the classifier is built")
+    unknown_tier: Tier = "L2"
+    scoring: dict[str, Any] | None = None
+    oos_examples: list[str] = Field(default_factory=list)
+    intents: list[Intent]
+
+    @model_validator(mode="after")
+    def _unique(self) -> IntentConfig:
+        seen: set[str] = set()
+        for i, intent in enumerate(self.intents):
+            if intent.name in seen:
+                raise _AtPath(("intents", i, "name"), f"duplicate intent name {intent.name!r}")
+            seen.add(intent.name)
+        if not self.intents:
+            raise ValueError("at least one intent is needed")
+        return self
+
+    def intent(self, name: str) -> Intent | None:
+        return next((i for i in self.intents if i.name == name), None)
+
+    @property
+    def names(self) -> list[str]:
+        return [i.name for i in self.intents]
+
+    def tier_of(self, name: str | None) -> str:
+        if name is None:
+            return self.unknown_tier
+        it = self.intent(name)
+        return it.tier if it else self.unknown_tier
+
+    def to_yaml(self) -> str:
+        data = self.model_dump(mode="json", exclude_none=True)
+        for intent in data["intents"]:
+            for key in ("rules", "examples"):
+                if not intent.get(key):
+                    intent.pop(key, None)
+            if not intent.get("description"):
+                intent.pop("description", None)
+        if not data.get("oos_examples"):
+            data.pop("oos_examples", None)
+        return yaml.safe_dump(data, allow_unicode=True, sort_keys=False, width=120)
+
+
+class _AtPath(ValueError):
+    """Raised by model validators that know the exact path of the offending field."""
+
+    def __init__(self, path: tuple, message: str):
+        super().__init__(message)
+        self.path = path
+
+
+# --- YAML with positions -----------------------------------------------------------------------------------
+
+
+def _construct(node: yaml.Node, path: tuple, marks: dict[tuple, int], file: str | None) -> Any:
+    """Build plain Python data from a composed node tree, remembering the 1-based line of every path."""
+    marks[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        out: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = yaml.SafeLoader.construct_object(_SCALAR_LOADER, key_node) if isinstance(
+                key_node, yaml.ScalarNode) else None
+            if not isinstance(key, (str, int)):
+                raise IntentConfigError("mapping keys must be plain strings", file=file,
+                                        line=key_node.start_mark.line + 1, field=_dotted(path) or None)
+            if key in out:
+                raise IntentConfigError(f"duplicate key {key!r}", file=file, line=key_node.start_mark.line + 1,
+                                        field=_dotted(path + (key,)))
+            marks[path + (key,)] = key_node.start_mark.line + 1
+            out[key] = _construct(value_node, path + (key,), marks, file)
+            marks[path + (key,)] = key_node.start_mark.line + 1
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_construct(item, path + (i,), marks, file) for i, item in enumerate(node.value)]
+    return yaml.SafeLoader.construct_object(_SCALAR_LOADER, node)
+
+
+_SCALAR_LOADER = yaml.SafeLoader("")
+
+
+def _dotted(path: tuple) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def _line_for(path: tuple, marks: dict[tuple, int]) -> int | None:
+    p = tuple(path)
+    while p:
+        if p in marks:
+            return marks[p]
+        p = p[:-1]
+    return marks.get(())
+
+
+def _named(path: tuple, data: Any) -> str:
+    """A field path with the intent's name, e.g. ``intents[3](refund).rules[0].pattern``."""
+    text = _dotted(path)
+    if len(path) >= 2 and path[0] == "intents" and isinstance(path[1], int):
+        try:
+            name = data["intents"][path[1]].get("name")
+        except (KeyError, IndexError, TypeError, AttributeError):
+            name = None
+        if name:
+            text = text.replace(f"intents[{path[1]}]", f"intents[{path[1]}]({name})", 1)
+    return text
+
+
+def parse_intents(text: str, *, file: str | None = None) -> IntentConfig:
+    """Parse and validate intents YAML text; raise IntentConfigError naming line and field."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        raise IntentConfigError(f"not valid YAML: {exc.problem or exc}", file=file,
+                                line=(mark.line + 1) if mark else None) from None
+    if root is None:
+        raise IntentConfigError("the file is empty", file=file, line=1)
+    marks: dict[tuple, int] = {}
+    data = _construct(root, (), marks, file)
+    if not isinstance(data, dict):
+        raise IntentConfigError("the top level must be a mapping (version, threshold, intents, ...)", file=file,
+                                line=marks.get(()))
+    try:
+        return IntentConfig.model_validate(data)
+    except ValidationError as exc:
+        errors = []
+        for err in exc.errors():
+            loc = tuple(err["loc"])
+            message = err["msg"].removeprefix("Value error, ")
+            ctx_err = (err.get("ctx") or {}).get("error")
+            if isinstance(ctx_err, _AtPath):
+                loc, message = ctx_err.path, str(ctx_err)
+            # pydantic tags union/literal branches onto the loc; keep the data path only
+            loc = tuple(p for p in loc if isinstance(p, int) or p in _known_keys(data, loc))
+            if err["type"] == "extra_forbidden":
+                message = f"unknown field (allowed: {', '.join(_allowed_for(loc))})"
+            errors.append({"file": file, "line": _line_for(loc, marks), "field": _named(loc, data),
+                           "message": message})
+        first = errors[0]
+        raise IntentConfigError(first["message"], file=file, line=first["line"], field=first["field"],
+                                errors=errors) from None
+
+
+def _known_keys(data: Any, loc: tuple) -> set:
+    keys: set = set()
+    node = data
+    for p in loc:
+        if isinstance(node, dict):
+            keys.update(k for k in node.keys() if isinstance(k, str))
+            node = node.get(p)
+        elif isinstance(node, list) and isinstance(p, int) and 0 <= p < len(node):
+            node = node[p]
+        else:
+            break
+    return keys | {"intents", "rules", "examples", "name", "tier", "pattern", "any", "priority", "type",
+                   "threshold", "description", "unknown_tier", "version", "scoring", "oos_examples"}
+
+
+def _allowed_for(loc: tuple) -> list[str]:
+    depth = [p for p in loc if isinstance(p, str)]
+    model = IntentConfig
+    if "rules" in depth:
+        model = Rule
+    elif "intents" in depth and len(depth) > 1:
+        model = Intent
+    return list(model.model_fields)
+
+
+def load_intents(path: str | Path | None = None) -> IntentConfig:
+    """Load an intents file (the bundled sample when ``path`` is None)."""
+    p = Path(path) if path is not None else BUNDLED_INTENTS
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise IntentConfigError("file not found", file=str(p)) from None
+    except UnicodeDecodeError as exc:
+        raise IntentConfigError(f"not UTF-8 text: {exc}", file=str(p)) from None
+    return parse_intents(text, file=str(p))
+
+
+def save_intents(config: IntentConfig, path: str | Path) -> Path:
+    """Write a config atomically (temp file + rename) so a reader never sees half a file."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp")
+    tmp.write_text(config.to_yaml(), encoding="utf-8")
+    tmp.replace(p)
+    return p

@@ -1,0 +1,1 @@
+"""Operations: structured logging and redaction, per-turn traces, Prometheus metrics, the report."""

@@ -1,0 +1,417 @@
+"""The router's decider: harness -> classifier -> escalation -> state -> the tier's action.
+
+Plugged into :class:`router.turn.pipeline.Pipeline`, it runs inside the turn's transaction, so the
+state change, its history, the ticket, the outbox row and the turn all commit together.
+
+- L1: the knowledge base answers with citations (reply + outbox); no confident answer -> L2.
+- L2: an assist ticket with a draft built from the best evidence; a human approves it.
+- L3 (by intent or by an escalation rule): a handoff ticket with reason and priority.
+- For L2/L3 the bot sends one acknowledgement when the ticket opens, and nothing else while a
+  human holds the conversation: later messages are added to the ticket.
+- A message after ``closed`` starts a new session; a short thank-you after an answer closes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import contextmanager
+from typing import Any
+
+from router.turn import state as sm
+from router.turn.escalation import EscalationPolicy, Policy
+from router.turn.guards import Harness, Verdict
+from router.outbox.store import enqueue_outbound
+from router.turn.pipeline import TurnContext, TurnResult
+from router.problems import Problem
+from router.schemas import Decision, Escalation
+
+log = logging.getLogger(__name__)
+
+TIER_STATE = {"L1": "l1_resolving", "L2": "l2_assisting", "L3": "l3_queuing"}
+TRANSCRIPT_LIMIT = 50     # messages of the conversation in a ticket's context package
+TRAIL_LIMIT = 20          # earlier decisions in the context package
+EVIDENCE_LIMIT = 5
+
+
+def _hit_dict(hit) -> dict[str, Any]:
+    chunk = getattr(hit, "chunk", None)
+    d = {"chunk_id": hit.chunk_id, "score": round(float(hit.score), 4), "rank": hit.rank,
+         "scores": {k: round(float(v), 4) for k, v in (hit.scores or {}).items()}}
+    if chunk is not None:
+        d.update({"doc_id": chunk.doc_id, "title": chunk.title, "section": chunk.section, "lang": chunk.lang,
+                  "source": chunk.source, "text": chunk.text})
+    return d
+
+
+def _citations(citations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    keys = ("doc_id", "chunk_id", "title", "section", "source", "score")
+    return [{k: c.get(k) for k in keys if c.get(k) is not None} for c in citations if c.get("doc_id")]
+
+
+class Decider:
+    """The :data:`router.turn.pipeline.Decider` of the gateway (one instance per process, thread-safe)."""
+
+    # Every reply a turn returns was queued (transcript + outbox) in the turn's own transaction, so
+    # the channel gateway need not look for it afterwards.
+    queues_replies = True
+
+    def __init__(self, *, policy: Policy, classifier: Any, rag: Any = None, handoff: Any = None,
+                 encoder: Any = None, metrics: Any = None):
+        self.policy = policy
+        self.harness = Harness(policy.harness)
+        self.escalation = EscalationPolicy(policy.escalation, policy.feedback, encoder)
+        self.classifier = classifier
+        self.rag = rag
+        self.handoff = handoff
+        self.metrics = metrics
+
+    def __call__(self, ctx: TurnContext) -> TurnResult:
+        return _Turn(self, ctx).run()
+
+
+class _Turn:
+    """One message's trip through the router; collects the trace as it goes."""
+
+    def __init__(self, router: Decider, ctx: TurnContext):
+        self.r = router
+        self.ctx = ctx
+        self.conn = ctx.conn
+        self.conv = ctx.conversation
+        self.text = ctx.inbound.text
+        self.message_id = ctx.message["id"]
+        self.transitions: list[dict[str, Any]] = []
+        self.trace: dict[str, Any] = {"transitions": self.transitions}
+        self.flags: dict[str, Any] = {}
+        self.rag_error: str | None = None
+        self._notes: list[str] | None = None
+
+    # -- helpers --
+
+    def queue_notes(self) -> list[str]:
+        """Where the handoff queue's notifications of this turn collect; sent once the turn has committed."""
+        if self._notes is None:
+            self._notes = notes = []
+            handoff = self.r.handoff
+            self.ctx.after_commit.append(lambda conn: handoff.publish(conn, notes))
+        return self._notes
+
+    @contextmanager
+    def stage(self, name: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            dt = time.perf_counter() - t0
+            self.ctx.timings[name] = self.ctx.timings.get(name, 0.0) + dt
+            if self.r.metrics is not None and name in ("harness", "retrieval", "handoff"):
+                self.r.metrics.stage_seconds.labels(name).observe(dt)
+
+    def move(self, to_state: str, reason: str, ticket_id=None) -> None:
+        t = sm.transition(self.conn, self.conv, to_state, reason=reason, message_id=self.message_id,
+                          ticket_id=ticket_id)
+        self.transitions.append({"from": t["from"], "to": t["to"], "reason": reason, "id": t["id"]})
+
+    def send(self, text: str, *, kind: str = "reply", citations: list[dict] | None = None) -> dict[str, Any] | None:
+        """Queue ``text`` to the customer (transcript + outbox, this transaction); the webhook's reply."""
+        if self.flags.get("do_not_contact"):
+            self.trace["suppressed_reply"] = kind
+            return None
+        payload = {"citations": citations} if citations else None
+        enqueue_outbound(self.conn, conversation_id=self.conv["id"], channel=self.conv["channel"], text=text,
+                         sender="bot", kind=kind, payload=payload)
+        return {"text": text, "citations": citations or []}
+
+    def result(self, decision: Decision, *, reply=None, ticket_id=None) -> TurnResult:
+        if decision.escalation is not None and self.r.metrics is not None:
+            self.r.metrics.escalations.labels(decision.escalation.rule).inc()
+        return TurnResult(decision=decision, state=self.conv["state"], reply=reply,
+                          ticket_id=str(ticket_id) if ticket_id is not None else None, trace=self.trace)
+
+    def active_ticket(self) -> dict[str, Any] | None:
+        if self.r.handoff is None:
+            return None
+        return self.r.handoff.active_ticket(self.conn, self.conv["id"])
+
+    def to_ticket(self, ticket: dict[str, Any]) -> None:
+        with self.stage("handoff"):
+            self.r.handoff.add_customer_message(self.conn, ticket["id"], self.text, notes=self.queue_notes())
+        self.trace["added_to_ticket"] = str(ticket["id"])
+
+    # -- the turn --
+
+    def run(self) -> TurnResult:
+        with self.stage("harness"):
+            verdict = self.r.harness.screen(self.conn, channel=self.conv["channel"],
+                                            customer_id=self.conv["customer_id"], text=self.text,
+                                            message_id=self.message_id)
+        self.flags = verdict.flags
+        self.trace["harness"] = {"action": verdict.action, "rule": verdict.rule, **verdict.detail}
+        if verdict.action == "throttle":   # refused: nothing about the conversation changes
+            return self.harness_outcome(verdict)
+        if self.conv["state"] == "closed":
+            t = sm.start_new_session(self.conn, self.conv, message_id=self.message_id)
+            self.transitions.append({"from": t["from"], "to": t["to"], "reason": "new_session"})
+        if not verdict.passed:
+            return self.harness_outcome(verdict)
+
+        state = self.conv["state"]
+        if state in sm.HUMAN_HOLDS or state == "l2_assisting":
+            ticket = self.active_ticket()
+            if ticket is not None:
+                return self.while_held(ticket)
+            # the ticket is gone without the port telling us (e.g. deleted): the bot takes over again
+            self.move("idle", "no_active_ticket")
+            sm.reset_counters(self.conn, self.conv)
+
+        if self.conv["state"] in sm.RESOLVED and self.r.escalation.is_positive_feedback(self.text):
+            return self.close_with_feedback()
+        return self.route()
+
+    def harness_outcome(self, v: Verdict) -> TurnResult:
+        if v.action == "throttle":
+            problem = Problem(429, f"Too many messages: at most {v.detail['max_messages']} per "
+                                   f"{v.detail['window_seconds']} s. The message was kept; retry it after "
+                                   f"{v.retry_after} s.", title="Too Many Requests",
+                              headers={"Retry-After": str(v.retry_after)}, retry_after=v.retry_after)
+            return TurnResult(decision=Decision(channel="harness", explanation={"rule": "quota", **v.detail}),
+                              state=self.conv["state"], reject=problem)
+        explanation = {"rule": v.rule, **v.detail}
+        held = self.active_ticket() if self.conv["state"] in sm.HUMAN_HOLDS | {"l2_assisting"} else None
+        if v.action in ("stop", "start", "do_not_contact"):
+            if held is not None:
+                self.to_ticket(held)
+            reply = self.send(v.reply, kind="status") if v.reply else None
+            return self.result(Decision(channel="harness", explanation=explanation), reply=reply,
+                               ticket_id=held["id"] if held else None)
+        if v.action == "crisis":
+            esc = Escalation(rule="crisis", reason=f"crisis words ({v.detail['matched']})", priority="urgent")
+            decision = Decision(tier="L3", channel="harness", explanation=explanation, escalation=esc)
+            if held is not None and self.conv["state"] in sm.HUMAN_HOLDS:
+                # a person holds it: the message goes to the ticket, whose priority rises to urgent; the
+                # safe reply still goes out while the customer waits in the queue (nobody is talking yet)
+                self.to_ticket(held)
+                ticket_id = self.open_ticket("handoff", decision, reason=esc.reason, priority="urgent")
+                waiting = self.conv["state"] == "l3_queuing" and v.reply
+                return self.result(decision, reply=self.send(v.reply) if waiting else None, ticket_id=ticket_id)
+            ticket_id = self.open_l3(decision, reason=esc.reason, priority="urgent", via_classifying=True)
+            reply = self.send(v.reply, kind="reply") if v.reply else None
+            return self.result(decision, reply=reply, ticket_id=ticket_id)
+        # sensitive customer
+        if held is not None and self.conv["state"] in sm.HUMAN_HOLDS:
+            self.to_ticket(held)
+            return self.result(Decision(tier="L3", channel="harness", explanation=explanation), ticket_id=held["id"])
+        if v.reply:   # the standard script, no routing
+            return self.result(Decision(channel="harness", explanation=explanation),
+                               reply=self.send(v.reply, kind="reply"))
+        esc = Escalation(rule="sensitive", reason="the customer is flagged sensitive", priority="high")
+        decision = Decision(tier="L3", channel="harness", explanation=explanation, escalation=esc)
+        ticket_id = self.open_l3(decision, reason=esc.reason, priority="high", via_classifying=True)
+        reply = self.send(self.r.policy.replies.ack_l3, kind="ack")
+        return self.result(decision, reply=reply, ticket_id=ticket_id)
+
+    def while_held(self, ticket: dict[str, Any]) -> TurnResult:
+        """A human holds the conversation (or reviews a draft): the message goes to the ticket.
+
+        In l2_assisting the escalation rules still run, so "转人工" or a big refund reaches a person.
+        """
+        state = self.conv["state"]
+        if state == "l2_assisting":
+            classification = self.classify()
+            counters = sm.load_counters(self.conn, self.conv)
+            verdict = self.r.escalation.evaluate(text=self.text, classification=classification, counters=counters,
+                                                 target_state=None)
+            self.save_verdict(verdict)
+            if verdict.escalate:
+                esc = Escalation(rule=verdict.rule, reason=verdict.reason, priority=verdict.priority)
+                decision = self.decision_of(classification, "L3", esc)
+                ticket_id = self.open_l3(decision, reason=esc.reason, priority=esc.priority,
+                                         classification=classification)
+                reply = self.send(self.r.policy.replies.ack_l3, kind="ack")
+                return self.result(decision, reply=reply, ticket_id=ticket_id)
+            self.to_ticket(ticket)
+            return self.result(self.decision_of(classification, "L2", None), ticket_id=ticket["id"])
+        self.to_ticket(ticket)
+        return self.result(Decision(tier="L3", channel="state",
+                                    explanation={"state": state, "note": "a person holds the conversation"}),
+                           ticket_id=ticket["id"])
+
+    def close_with_feedback(self) -> TurnResult:
+        if self.conv["state"] != "feedback_pending":
+            self.move("feedback_pending", "customer_confirmed")
+        self.move("closed", "positive_feedback")
+        sm.save_counters(self.conn, self.conv["id"], feedback="positive", last_question=None, repeat_count=0,
+                         dissatisfied_streak=0, low_confidence_streak=0, state_entries={})
+        reply = self.send(self.r.policy.replies.closing, kind="reply")
+        return self.result(Decision(channel="state", explanation={"feedback": "positive"}), reply=reply)
+
+    def classify(self):
+        with self.stage("classify"):
+            c = self.r.classifier.classify(self.text)
+        if c.decided_by == "embeddings" and self.r.metrics is not None:   # the rules path: see Pipeline
+            self.r.metrics.stage_seconds.labels("embedding").observe(self.ctx.timings["classify"])
+        self.trace["classification"] = {"intent": c.intent, "tier": c.tier, "confidence": round(c.confidence, 4),
+                                        "decided_by": c.decided_by, "entities": c.entities}
+        return c
+
+    def save_verdict(self, verdict) -> None:
+        self.trace["escalation"] = {"rule": verdict.rule, "checks": verdict.checks}
+        sm.save_counters(self.conn, self.conv["id"], **verdict.counters)
+
+    def decision_of(self, c, tier: str, esc: Escalation | None, **extra) -> Decision:
+        return Decision(intent=c.intent, tier=tier, confidence=round(float(c.confidence), 4), channel=c.decided_by,
+                        explanation={**c.explanation, **extra}, escalation=esc)
+
+    def route(self) -> TurnResult:
+        if self.conv["state"] == "feedback_pending" and self.r.escalation.is_dissatisfied(self.text):
+            sm.save_counters(self.conn, self.conv["id"], feedback="negative")
+        self.move("classifying", "message")
+        c = self.classify()
+        counters = sm.load_counters(self.conn, self.conv)
+        planned = c.tier if c.tier in TIER_STATE else "L2"
+        verdict = self.r.escalation.evaluate(text=self.text, classification=c, counters=counters,
+                                             target_state=TIER_STATE[planned])
+        self.save_verdict(verdict)
+        if verdict.escalate:
+            esc = Escalation(rule=verdict.rule, reason=verdict.reason, priority=verdict.priority)
+            decision = self.decision_of(c, "L3", esc)
+            ticket_id = self.open_l3(decision, reason=esc.reason, priority=esc.priority, classification=c)
+            return self.result(decision, reply=self.send(self.r.policy.replies.ack_l3, kind="ack"),
+                               ticket_id=ticket_id)
+        if planned == "L1":
+            return self.answer_l1(c)
+        if planned == "L2":
+            return self.assist_l2(c, self.decision_of(c, "L2", None), via="classifying")
+        priority = self.r.escalation.config.intent_priorities.get(c.intent or "", "normal")
+        decision = self.decision_of(c, "L3", None)
+        ticket_id = self.open_l3(decision, reason=f"intent {c.intent or 'unknown'} is handled by a person",
+                                 priority=priority, classification=c)
+        return self.result(decision, reply=self.send(self.r.policy.replies.ack_l3, kind="ack"), ticket_id=ticket_id)
+
+    def retrieve(self):
+        if self.r.rag is None:
+            return None
+        with self.stage("retrieval"):
+            try:
+                answer = self.r.rag.answer(self.text)
+            except Exception as exc:  # noqa: BLE001 - a broken index must not lose the message: a person takes it
+                log.exception("knowledge base failed; routing to L2 without evidence")
+                self.trace["rag"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                self.rag_error = f"knowledge base failed ({type(exc).__name__})"
+                return None
+        self.trace["rag"] = {"answered": answer.answered, "confidence": round(float(answer.confidence), 4),
+                             "reason": answer.reason,
+                             "passages": [{"chunk_id": h.chunk_id, "score": round(float(h.score), 4)}
+                                          for h in answer.passages[:EVIDENCE_LIMIT]],
+                             "timings_ms": {k: round(v * 1000, 2) for k, v in (answer.timings or {}).items()}}
+        return answer
+
+    def answer_l1(self, c) -> TurnResult:
+        self.move("l1_resolving", f"intent {c.intent}")
+        answer = self.retrieve()
+        if answer is not None and answer.answered and answer.text:
+            citations = _citations(answer.citations)
+            reply = self.send(answer.text, kind="reply", citations=citations)
+            self.move("l1_resolved", "answered_from_kb")
+            if self.r.metrics is not None:
+                self.r.metrics.l1_resolved.inc()
+            decision = self.decision_of(c, "L1", None, answer={"confidence": round(float(answer.confidence), 4)})
+            return self.result(decision, reply=reply)
+        why = (self.rag_error or "no knowledge base") if answer is None else (answer.reason or "no confident answer")
+        decision = self.decision_of(c, "L2", None, l1_fallback={"from": "L1", "reason": why})
+        return self.assist_l2(c, decision, via="l1_resolving", answer=answer, reason=f"L1 could not answer: {why}")
+
+    def assist_l2(self, c, decision: Decision, *, via: str, answer=None, reason: str | None = None) -> TurnResult:
+        if answer is None and via == "classifying":
+            answer = self.retrieve()
+        self.move("l2_assisting", reason or f"intent {c.intent or 'unknown'}")
+        evidence = [_hit_dict(h) for h in (answer.passages if answer else [])[:EVIDENCE_LIMIT]]
+        draft = {
+            "text": (answer.text if answer and answer.text else (evidence[0]["text"] if evidence and
+                                                                  "text" in evidence[0] else None)),
+            "citations": _citations(answer.citations) if answer else [],
+            "passages": evidence[:3],
+            "intent": c.intent,
+            "proposed_action": f"reply to {c.intent or 'the question'} with the draft",
+        }
+        ticket_id = self.open_ticket("assist", decision, reason=reason or f"intent {c.intent or 'unknown'} needs "
+                                     "a reviewed answer", priority="normal", classification=c, evidence=evidence,
+                                     draft=draft)
+        self.tag_transition(ticket_id)
+        return self.result(decision, reply=self.send(self.r.policy.replies.ack_l2, kind="ack"), ticket_id=ticket_id)
+
+    def tag_transition(self, ticket_id) -> None:
+        """Record the ticket on the transition that opened it (history and trace)."""
+        if self.transitions and ticket_id is not None:
+            last = self.transitions[-1]
+            last["ticket_id"] = str(ticket_id)
+            self.conn.execute("UPDATE conversation_transitions SET ticket_id = %s WHERE id = %s",
+                              (str(ticket_id), last["id"]))
+
+    def open_l3(self, decision: Decision, *, reason: str, priority: str, classification=None,
+                via_classifying: bool = False) -> str | None:
+        state = self.conv["state"]
+        if via_classifying and state in sm.ROUTABLE:
+            self.move("classifying", "harness")
+        self.move("l3_queuing", reason)
+        evidence = []
+        if classification is not None and classification.intent is not None and classification.tier in ("L1", "L2"):
+            answer = self.retrieve()   # what the knowledge base says helps the agent too
+            evidence = [_hit_dict(h) for h in (answer.passages if answer else [])[:EVIDENCE_LIMIT]]
+        ticket_id = self.open_ticket("handoff", decision, reason=reason, priority=priority,
+                                     classification=classification, evidence=evidence)
+        self.tag_transition(ticket_id)
+        return ticket_id
+
+    def open_ticket(self, kind: str, decision: Decision, *, reason: str, priority: str, classification=None,
+                    evidence=None, draft=None) -> str | None:
+        if self.r.handoff is None:
+            log.warning("no handoff service: %s ticket not opened (%s)", kind, reason)
+            self.trace["ticket"] = {"kind": kind, "opened": False, "reason": reason}
+            return None
+        entities = (classification.entities if classification is not None else None) or {}
+        amounts = entities.get("amounts") or []
+        biggest = max(amounts, key=lambda a: a.get("value") or 0) if amounts else None
+        context = self.context_package(decision, entities, evidence or [])
+        with self.stage("handoff"):
+            ticket = self.r.handoff.open_ticket(
+                self.conn, kind=kind, conversation_id=str(self.conv["id"]), channel=self.conv["channel"],
+                customer_id=self.conv["customer_id"], reason=reason, priority=priority, context=context,
+                draft=draft, amount=biggest.get("value") if biggest else None,
+                currency=biggest.get("currency") if biggest else None, notes=self.queue_notes())
+        self.trace["ticket"] = {"kind": kind, "id": str(ticket["id"]), "priority": priority, "reason": reason}
+        return ticket["id"]
+
+    def context_package(self, decision: Decision, entities: dict[str, Any], evidence: list[dict]) -> dict[str, Any]:
+        """What the agent sees: transcript, the trail of decisions, evidence, known facts (never invented)."""
+        rows = self.conn.execute(   # the recent transcript and decision trail in one round trip
+            """
+            SELECT 'm' AS part, id AS ord, NULL::uuid AS turn_id, direction, sender, text, NULL AS state,
+                   NULL::jsonb AS decision, received_at AS at
+              FROM (SELECT * FROM messages WHERE conversation_id = %(c)s ORDER BY id DESC LIMIT %(nm)s) m
+            UNION ALL
+            SELECT 't', NULL, id, NULL, NULL, NULL, state, decision, created_at
+              FROM (SELECT * FROM turns WHERE conversation_id = %(c)s ORDER BY created_at DESC LIMIT %(nt)s) t
+            """,
+            {"c": self.conv["id"], "nm": TRANSCRIPT_LIMIT, "nt": TRAIL_LIMIT}).fetchall()
+        transcript = sorted((r for r in rows if r["part"] == "m"), key=lambda r: r["ord"])
+        trail = sorted((r for r in rows if r["part"] == "t"), key=lambda r: r["at"])
+        return {
+            "conversation": {"id": str(self.conv["id"]), "channel": self.conv["channel"],
+                             "external_id": self.conv["external_id"], "session_no": self.conv["session_no"]},
+            "customer": {"customer_id": self.conv["customer_id"],
+                         "do_not_contact": bool(self.flags.get("do_not_contact")),
+                         "sensitive": bool(self.flags.get("sensitive")),
+                         "order_numbers": entities.get("order_numbers") or [],
+                         "amounts": entities.get("amounts") or []},
+            "transcript": [{"direction": m["direction"], "sender": m["sender"], "text": m["text"],
+                            "at": m["at"].isoformat()} for m in transcript],
+            "decisions": [{"turn_id": str(t["turn_id"]), "state": t["state"], "decision": t["decision"],
+                           "at": t["at"].isoformat()} for t in trail]
+                         + [{"turn_id": None, "state": self.conv["state"],
+                             "decision": decision.model_dump(mode="json")}],
+            "evidence": evidence,
+            "escalation": decision.escalation.model_dump() if decision.escalation else None,
+            "harness": self.trace.get("harness"),
+            "transitions": list(self.transitions),
+        }

@@ -1,0 +1,285 @@
+"""The escalation policy: deterministic rules that send a conversation to a human (L3).
+
+Each rule has a name, and the one that fires is written into ``decision.escalation.rule`` with
+a reason and a priority, so an agent (and the replay tool) sees exactly why a person was called.
+Rules, checked in this order (the first that fires wins; every rule's verdict is in the trace):
+
+``account_security``   the intent is an account-security one (urgent)
+``human_request``      the customer asks for a person (zh/en phrases or the human_agent intent)
+``refund_amount``      a refund request whose amount is over the configured limit (default 500)
+``dissatisfied``       N consecutive dissatisfied turns (zh/en lexicon or a complaint intent)
+``repeated_question``  the same question asked N times in a row without resolution (normalised
+                       text equality, or embedding cosine at or above a threshold)
+``low_confidence``     N consecutive turns the classifier could not place (UNKNOWN / low score)
+``loop_guard``         the conversation is about to re-enter the same state once too often
+
+The policy is configured in YAML (bundled: ``router/samples/escalation.yaml``) together with the
+harness and the fixed replies; the file is validated on load and errors name the line and field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from router.turn.guards import HarnessConfig, Lexicon, _phrases, normalise, squash
+
+SAMPLE_POLICY = Path(__file__).resolve().parents[1] / "samples" / "escalation.yaml"
+
+RULES = ("account_security", "human_request", "refund_amount", "dissatisfied", "repeated_question",
+         "low_confidence", "loop_guard")
+PRIORITIES = ("low", "normal", "high", "urgent")
+
+
+class EscalationConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    human_phrases: dict[str, list[str]] = Field(default_factory=lambda: {
+        "zh": ["转人工", "人工客服"], "en": ["human agent", "real person"]})
+    human_intents: list[str] = Field(default_factory=lambda: ["human_agent"])
+    dissatisfied_phrases: dict[str, list[str]] = Field(default_factory=lambda: {
+        "zh": ["没用", "不满意"], "en": ["useless", "not helpful"]})
+    dissatisfied_intents: list[str] = Field(default_factory=lambda: ["complaint"])
+    dissatisfied_turns: int = Field(2, ge=1)
+    repeat_times: int = Field(2, ge=2, description="Asks of the same question in a row (current included).")
+    repeat_similarity: float | None = Field(0.95, ge=0, le=1, description="Cosine for 'same question'; null = text only.")
+    refund_amount_over: float = Field(500, ge=0)
+    refund_intents: list[str] = Field(default_factory=lambda: ["refund_request"])
+    refund_phrases: dict[str, list[str]] = Field(default_factory=lambda: {"zh": ["退款"], "en": ["refund"]})
+    security_intents: list[str] = Field(default_factory=lambda: ["account_security"])
+    low_confidence_below: float = Field(0.0, ge=0, le=1, description="Besides UNKNOWN, a score under this is low.")
+    low_confidence_turns: int = Field(2, ge=1)
+    loop_guard_reentries: int = Field(3, ge=1, description="Entries of one state per session before the guard fires.")
+    loop_guard_states: list[str] = Field(default_factory=lambda: ["l1_resolving", "l2_assisting"])
+    priorities: dict[str, str] = Field(default_factory=dict)
+    intent_priorities: dict[str, str] = Field(default_factory=dict,
+                                              description="Priority of an L3 ticket opened because of its intent.")
+
+    def priority(self, rule: str) -> str:
+        return self.priorities.get(rule, "normal")
+
+
+class FeedbackConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    positive: dict[str, list[str]] = Field(default_factory=lambda: {"zh": ["谢谢", "解决了"], "en": ["thanks", "thank you"]})
+    question_cues: dict[str, list[str]] = Field(default_factory=lambda: {
+        "zh": ["吗", "呢", "么", "但是"], "en": ["how", "what", "where", "why", "but"]})
+    max_chars: int = Field(40, ge=1, description="Longer messages are questions, not a closing thank-you.")
+
+
+class Replies(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ack_l2: str = "Let me check this with a colleague; we will get back to you shortly. 我们正在为您核实，稍后回复您。"
+    ack_l3: str = "A member of our team will take over this conversation shortly. 正在为您转接人工客服，请稍候。"
+    closing: str = "You're welcome. 不客气，祝您生活愉快！"
+
+
+class Policy(BaseModel):
+    """The whole routing policy file: harness checks, escalation rules, feedback words, fixed replies."""
+
+    model_config = ConfigDict(extra="forbid")
+    version: int = 1
+    harness: HarnessConfig = Field(default_factory=HarnessConfig)
+    escalation: EscalationConfig = Field(default_factory=EscalationConfig)
+    feedback: FeedbackConfig = Field(default_factory=FeedbackConfig)
+    replies: Replies = Field(default_factory=Replies)
+
+    def model_post_init(self, __context) -> None:
+        bad = {k: v for k, v in {**self.escalation.priorities, **self.escalation.intent_priorities}.items()
+               if v not in PRIORITIES}
+        if bad:
+            raise ValueError(f"unknown priorities {bad}; use one of {', '.join(PRIORITIES)}")
+        unknown = set(self.escalation.priorities) - set(RULES)
+        if unknown:
+            raise ValueError(f"escalation.priorities names unknown rules {sorted(unknown)}; rules: {', '.join(RULES)}")
+
+
+class PolicyError(ValueError):
+    """The policy file is invalid; the message names the file, line and field."""
+
+
+def _line_of(root, loc: tuple) -> int | None:
+    """The 1-based line of the YAML node at ``loc`` (or its nearest existing parent)."""
+    node, line = root, None
+    for key in loc:
+        if node is None:
+            break
+        line = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            node = next((v for k, v in node.value if k.value == str(key)), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+        else:
+            node = None
+    if node is not None:
+        line = node.start_mark.line + 1
+    return line
+
+
+def load_policy(path: str | Path | None = None) -> Policy:
+    """Load and validate a policy file (None: the bundled sample)."""
+    path = Path(path) if path else SAMPLE_POLICY
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PolicyError(f"{path}: cannot read the policy file: {exc}") from exc
+    try:
+        data = yaml.safe_load(text) or {}
+        root = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        raise PolicyError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise PolicyError(f"{path}: the policy must be a mapping")
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = tuple(err.get("loc", ()))
+            where = ".".join(str(p) for p in loc) or "(top level)"
+            line = _line_of(root, loc) if root is not None else None
+            lines.append(f"{path}:{line or '?'}: {where}: {err['msg']}")
+        raise PolicyError("invalid policy file\n" + "\n".join(lines)) from exc
+
+
+# -- evaluation ----------------------------------------------------------------------------------
+
+
+@dataclass
+class EscalationVerdict:
+    """The policy's answer for one turn: the escalation (or None), every rule's check, counter updates."""
+
+    rule: str | None = None
+    reason: str | None = None
+    priority: str = "normal"
+    checks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    counters: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def escalate(self) -> bool:
+        return self.rule is not None
+
+
+def _refund_amount(entities: dict[str, Any] | None) -> dict[str, Any] | None:
+    amounts = [a for a in (entities or {}).get("amounts", []) if isinstance(a.get("value"), int | float)]
+    return max(amounts, key=lambda a: a["value"]) if amounts else None
+
+
+class EscalationPolicy:
+    def __init__(self, config: EscalationConfig | None = None, feedback: FeedbackConfig | None = None,
+                 encoder: Any = None):
+        self.config = config or EscalationConfig()
+        self.encoder = encoder
+        self._human = Lexicon(_phrases(self.config.human_phrases))
+        self._dissatisfied = Lexicon(_phrases(self.config.dissatisfied_phrases))
+        self._refund = Lexicon(_phrases(self.config.refund_phrases))
+        fb = feedback or FeedbackConfig()
+        self._positive = Lexicon(_phrases(fb.positive))
+        self._positive_max = fb.max_chars
+        self._question = Lexicon(_phrases(fb.question_cues))
+
+    # -- signals used outside the rules --
+
+    def is_positive_feedback(self, text: str) -> bool:
+        """A short thank-you / "that solved it" that closes the session rather than asks something."""
+        norm = normalise(text)
+        return (len(norm) <= self._positive_max and bool(self._positive.find(norm, normalised=True))
+                and not self._dissatisfied.find(norm, normalised=True)
+                and not self._question.find(norm, normalised=True) and "?" not in norm)
+
+    def is_dissatisfied(self, text: str, intent: str | None = None) -> str | None:
+        hit = self._dissatisfied.find(text)
+        if hit:
+            return hit
+        if intent and intent in self.config.dissatisfied_intents:
+            return f"intent:{intent}"
+        return None
+
+    def same_question(self, previous: str | None, current: str) -> dict[str, Any]:
+        """Is ``current`` the same question as ``previous``? By squashed text, else by cosine."""
+        if not previous:
+            return {"same": False, "by": None}
+        if squash(previous) == squash(current):
+            return {"same": True, "by": "text"}
+        if self.encoder is None or self.config.repeat_similarity is None:
+            return {"same": False, "by": "text"}
+        vecs = np.asarray(self.encoder.encode_queries([previous, current]), dtype=np.float32)
+        cosine = float(vecs[0] @ vecs[1])
+        return {"same": cosine >= self.config.repeat_similarity, "by": "embedding", "cosine": round(cosine, 4),
+                "threshold": self.config.repeat_similarity}
+
+    # -- the rules --
+
+    def evaluate(self, *, text: str, classification: Any, counters: dict[str, Any],
+                 target_state: str | None) -> EscalationVerdict:
+        """Check every rule for one routed message; ``counters`` are this session's (see router.turn.state).
+
+        ``target_state`` is where the conversation would go without an escalation (None: it stays
+        where it is, so the loop guard has nothing to count).
+        """
+        cfg = self.config
+        intent = getattr(classification, "intent", None)
+        confidence = float(getattr(classification, "confidence", 0.0) or 0.0)
+        entities = getattr(classification, "entities", None) or {}
+        checks: dict[str, dict[str, Any]] = {}
+        fired: list[tuple[str, str]] = []
+
+        checks["account_security"] = {"fired": intent in cfg.security_intents, "intent": intent}
+        if checks["account_security"]["fired"]:
+            fired.append(("account_security", f"account-security intent {intent}"))
+
+        phrase = self._human.find(text)
+        by_intent = intent in cfg.human_intents
+        checks["human_request"] = {"fired": bool(phrase or by_intent), "phrase": phrase, "intent": by_intent}
+        if phrase or by_intent:
+            fired.append(("human_request", f"the customer asked for a person ({phrase or 'intent ' + str(intent)})"))
+
+        amount = _refund_amount(entities)
+        refund_talk = intent in cfg.refund_intents or bool(self._refund.find(text))
+        over = bool(amount and refund_talk and amount["value"] > cfg.refund_amount_over)
+        checks["refund_amount"] = {"fired": over, "amount": amount, "refund": refund_talk,
+                                   "limit": cfg.refund_amount_over}
+        if over:
+            fired.append(("refund_amount", f"refund of {amount.get('text') or amount['value']} "
+                                           f"is over {cfg.refund_amount_over:g}"))
+
+        unhappy = self.is_dissatisfied(text, intent)
+        streak = counters.get("dissatisfied_streak", 0) + 1 if unhappy else 0
+        checks["dissatisfied"] = {"fired": streak >= cfg.dissatisfied_turns, "signal": unhappy, "streak": streak,
+                                  "turns": cfg.dissatisfied_turns}
+        if checks["dissatisfied"]["fired"]:
+            fired.append(("dissatisfied", f"{streak} dissatisfied turns in a row"))
+
+        same = self.same_question(counters.get("last_question"), text)
+        repeats = counters.get("repeat_count", 0) + 1 if same["same"] else 1
+        checks["repeated_question"] = {"fired": repeats >= cfg.repeat_times, "times": repeats, **same}
+        if checks["repeated_question"]["fired"]:
+            fired.append(("repeated_question", f"the same question asked {repeats} times without resolution"))
+
+        low = intent is None or confidence < cfg.low_confidence_below
+        low_streak = counters.get("low_confidence_streak", 0) + 1 if low else 0
+        checks["low_confidence"] = {"fired": low_streak >= cfg.low_confidence_turns, "streak": low_streak,
+                                    "confidence": round(confidence, 4), "unknown": intent is None}
+        if checks["low_confidence"]["fired"]:
+            fired.append(("low_confidence", f"{low_streak} turns in a row the intent was unclear"))
+
+        entries = int((counters.get("state_entries") or {}).get(target_state, 0)) if target_state else 0
+        loop = target_state in cfg.loop_guard_states and entries >= cfg.loop_guard_reentries
+        checks["loop_guard"] = {"fired": loop, "state": target_state, "entries": entries,
+                                "limit": cfg.loop_guard_reentries}
+        if loop:
+            fired.append(("loop_guard", f"state {target_state} entered {entries} times this session"))
+
+        verdict = EscalationVerdict(checks=checks, counters={
+            "dissatisfied_streak": streak, "low_confidence_streak": low_streak, "repeat_count": repeats,
+            "last_question": text,
+        })
+        if fired:
+            order = {r: i for i, r in enumerate(RULES)}
+            rule, reason = min(fired, key=lambda f: order[f[0]])
+            verdict.rule, verdict.reason, verdict.priority = rule, reason, cfg.priority(rule)
+        return verdict

@@ -1,0 +1,225 @@
+"""One inbound message, end to end, in one transaction.
+
+The conversation row is locked first (messages of one conversation are routed one at a
+time, so the state machine never races itself), then the message is inserted with
+``ON CONFLICT DO NOTHING`` on (channel, external message id): a retried or concurrent
+duplicate delivery finds the first one's turn and gets exactly the same response back,
+and nothing new is stored.
+
+A decider may refuse a message (the rate quota: HTTP 429). The message is then kept, flagged
+``throttled``, with no turn: nothing is lost, and a retry of the same message id after the wait
+is routed normally. A deadlock with a concurrent ticket change is retried from the start (the
+whole turn is one transaction, so a retry is clean), and so, once, is a turn whose connection died
+under it (a database restart, a killed backend): the retry takes a fresh connection and, if the
+first attempt did commit, finds its stored turn. ``switchboard_messages_total`` counts committed
+messages; every failed attempt counts in ``switchboard_turn_failures_total`` by cause.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from router.db.errors import DatabaseUnavailable
+from router.ops.observability import redact_obj
+from router.problems import Problem
+from router.schemas import Decision, InboundMessage, TurnOut
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TurnContext:
+    """What a decider gets: the open transaction and the rows it may read or update."""
+
+    conn: psycopg.Connection
+    conversation: dict[str, Any]
+    message: dict[str, Any]
+    inbound: InboundMessage
+    timings: dict[str, float]
+    # run with the connection once the turn has committed (e.g. NOTIFY the queue screens: a
+    # NOTIFY inside the turn would serialise every turn's commit behind Postgres's notify lock)
+    after_commit: list[Callable[[psycopg.Connection], None]] = field(default_factory=list)
+
+
+@dataclass
+class TurnResult:
+    decision: Decision
+    state: str
+    reply: dict[str, Any] | None = None
+    ticket_id: str | None = None
+    trace: dict[str, Any] | None = None   # stages, candidates, transitions: stored redacted with the turn
+    reject: Problem | None = None         # refuse the message (e.g. 429): stored flagged, no turn, raised after commit
+
+
+Decider = Callable[[TurnContext], TurnResult]
+
+
+def record_only(ctx: TurnContext) -> TurnResult:
+    """The decider used when no router is wired: the message is stored, nothing is decided."""
+    return TurnResult(decision=Decision(channel="none", explanation={"note": "no router configured"}),
+                      state=ctx.conversation["state"])
+
+
+class Pipeline:
+    ATTEMPTS = 5   # a turn that loses a deadlock is retried from scratch (it is one transaction)
+
+    def __init__(self, pool, metrics, decider: Decider = record_only):
+        self.pool = pool
+        self.metrics = metrics
+        self.decider = decider
+
+    def handle(self, msg: InboundMessage) -> tuple[dict[str, Any], bool]:
+        """Route one message; return (response, replayed) where replayed marks a duplicate delivery.
+
+        Raises the decider's :class:`Problem` when it refuses the message (after committing it, flagged).
+        """
+        reconnected = False
+        # the retry after a lost connection waits for a fresh one only until about one acquire bound after
+        # the message arrived (at least a moment): a 503 still comes within the fail-fast bound
+        t0 = time.monotonic()
+        bound = getattr(self.pool, "timeout", None) or 1.5
+        acquire: float | None = None
+        for attempt in range(self.ATTEMPTS):
+            try:
+                return self._handle(msg, acquire)
+            except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
+                # an agent action locked the ticket, then the conversation; this turn did the reverse
+                self.metrics.turn_failures.labels("deadlock").inc()
+                if attempt == self.ATTEMPTS - 1:
+                    raise
+                time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
+            except DatabaseUnavailable as exc:
+                self.metrics.turn_failures.labels(exc.cause).inc()
+                if reconnected or not exc.retryable:
+                    raise
+                reconnected = True   # once: the connection died under the turn; a fresh one may work at once
+                acquire = max(0.3, t0 + bound + 0.25 - time.monotonic())
+                log.info("turn lost its database connection (%s); retrying once", exc.cause)
+            except Problem:
+                raise
+            except Exception:
+                self.metrics.turn_failures.labels("error").inc()
+                raise
+        raise AssertionError("unreachable")
+
+    def _handle(self, msg: InboundMessage, acquire: float | None = None) -> tuple[dict[str, Any], bool]:
+        t0 = time.perf_counter()
+        with self.pool.connection(acquire) as conn:
+            with conn.transaction():
+                response, ctx, result = self._turn(conn, msg)
+                if ctx is None:
+                    return response, True
+            self.metrics.messages.labels(msg.channel).inc()   # committed
+            for hook in ctx.after_commit:
+                try:
+                    hook(conn)
+                except Exception:  # noqa: BLE001 - the turn is committed; a failed announcement is only logged
+                    log.warning("after-commit hook failed", exc_info=True)
+        if result.reject is not None:
+            raise result.reject
+        elapsed = time.perf_counter() - t0
+        self.metrics.stage_seconds.labels("total").observe(elapsed)
+        self._observe_stages(ctx, result)
+        d = result.decision
+        self.metrics.decisions.labels(d.tier or "none", d.intent or "none", d.channel or "none").inc()
+        return response, False
+
+    def _turn(self, conn, msg: InboundMessage):
+        """The turn inside its transaction: (response, ctx, result); ctx None for an already-answered retry."""
+        conversation = conn.execute(
+            """
+            INSERT INTO conversations (channel, external_id, customer_id)
+            VALUES (%s, %s, %s)
+            ON CONFLICT (channel, external_id) DO UPDATE SET updated_at = now()
+            RETURNING id, channel, external_id, customer_id, state, session_no, metadata
+            """,
+            (msg.channel, msg.conversation_external_id, msg.customer_id),
+        ).fetchone()
+        message = conn.execute(
+            """
+            INSERT INTO messages (conversation_id, channel, external_id, direction, sender, text, sent_at, metadata)
+            VALUES (%s, %s, %s, 'in', 'customer', %s, %s, %s)
+            ON CONFLICT (channel, external_id) DO NOTHING
+            RETURNING id, conversation_id, text, sent_at
+            """,
+            (conversation["id"], msg.channel, msg.message_external_id, msg.text, msg.sent_at,
+             json.dumps(msg.metadata, ensure_ascii=False, default=str)),
+        ).fetchone()
+        if message is None:
+            stored = conn.execute(
+                """
+                SELECT m.id, m.conversation_id, m.text, m.sent_at, m.metadata, t.response
+                FROM messages m LEFT JOIN turns t ON t.message_id = m.id
+                WHERE m.channel = %s AND m.external_id = %s
+                """,
+                (msg.channel, msg.message_external_id),
+            ).fetchone()
+            if stored is not None and stored["response"] is None \
+                    and (stored["metadata"] or {}).get("throttled") and stored["conversation_id"] == conversation["id"]:
+                # refused earlier (quota): this retry is routed now
+                message = {k: stored[k] for k in ("id", "conversation_id", "text", "sent_at")}
+                conn.execute("UPDATE messages SET metadata = metadata - 'throttled' WHERE id = %s",
+                             (message["id"],))
+            else:
+                self.metrics.duplicates.labels(msg.channel).inc()
+                if stored is None or stored["response"] is None:  # stored without a turn (e.g. by an agent tool)
+                    raise LookupError("message exists but has no turn")
+                return stored["response"], None, None
+
+        ctx = TurnContext(conn=conn, conversation=conversation, message=message, inbound=msg, timings={})
+        t_decide = time.perf_counter()
+        result = self.decider(ctx)
+        ctx.timings.setdefault("decide", time.perf_counter() - t_decide)
+        response = None
+        if result.reject is not None:  # kept, flagged, no turn; raised once committed
+            conn.execute("""UPDATE messages SET metadata = metadata || '{"throttled": true}'::jsonb """
+                         "WHERE id = %s", (message["id"],))
+        else:
+            response = self._store_turn(conn, conversation, message, ctx, result)
+        return response, ctx, result
+
+    def _observe_stages(self, ctx: TurnContext, result: TurnResult) -> None:
+        """Stage latencies the decider does not observe itself, read from the turn's trace."""
+        trace = result.trace or {}
+        rag_ms = (trace.get("rag") or {}).get("timings_ms") or {}
+        for stage in ("rerank", "answer"):
+            if stage in rag_ms:
+                self.metrics.stage_seconds.labels(stage).observe(rag_ms[stage] / 1000)
+        if (trace.get("classification") or {}).get("decided_by") == "rules" and "classify" in ctx.timings:
+            self.metrics.stage_seconds.labels("rules").observe(ctx.timings["classify"])
+
+    def _store_turn(self, conn, conversation, message, ctx: TurnContext, result: TurnResult) -> dict[str, Any]:
+        """The turn row (decision, redacted trace) and the exact response a retry will get again."""
+        trace = {"timings_ms": {k: round(v * 1000, 3) for k, v in ctx.timings.items()},
+                 "decision": result.decision.model_dump(mode="json"), **(result.trace or {})}
+        turn_id = uuid.uuid4()     # known before the insert, so the row is written once with its response
+        out = TurnOut(
+            conversation_id=str(conversation["id"]),
+            external_conversation_id=conversation["external_id"],
+            turn_id=str(turn_id),
+            state=result.state,
+            decision=result.decision,
+            reply=result.reply,
+            ticket_id=result.ticket_id,
+        )
+        response = out.model_dump(mode="json")
+        conn.execute(
+            """
+            INSERT INTO turns (id, conversation_id, message_id, session_no, state, decision, response, trace)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+            """,
+            (turn_id, conversation["id"], message["id"], conversation["session_no"], result.state,
+             result.decision.model_dump_json(), json.dumps(response, ensure_ascii=False),
+             json.dumps(redact_obj(trace), ensure_ascii=False, default=str)),
+        )
+        return response

@@ -1,0 +1,321 @@
+"""The conversation state machine, persisted in Postgres with its history.
+
+Every conversation is in exactly one state; every change is checked against the table below
+and recorded in ``conversation_transitions`` in the caller's transaction, so the state, the
+history and the turn that caused them commit (or roll back) together. An edge that is not in
+the table raises :class:`IllegalTransition` instead of silently corrupting the conversation.
+
+States and edges (``TRANSITIONS``)::
+
+    idle             -> classifying                      a message arrives
+    classifying      -> l1_resolving | l2_assisting | l3_queuing   the routing decision
+    l1_resolving     -> l1_resolved                      the knowledge base answered
+                     -> l2_assisting                     no confident answer: a human reviews a draft
+                     -> l3_queuing                       the answer step found a reason to hand off
+    l2_assisting     -> l2_resolved                      the assist ticket was resolved (draft approved)
+                     -> l3_queuing                       an escalation while the draft waits
+                     -> idle                             ticket cancelled / handed back to the bot
+    l3_queuing       -> l3_connected                     an agent claimed the ticket
+                     -> feedback_pending                 resolved straight from the queue
+                     -> idle                             cancelled / handed back to the bot
+    l3_connected     -> feedback_pending                 the agent resolved the ticket
+                     -> l3_queuing                       the agent released it back to the queue
+                     -> idle                             handed back to the bot
+    l1_resolved      -> classifying | feedback_pending   next question | the customer confirms
+    l2_resolved      -> classifying | feedback_pending
+    feedback_pending -> closed | classifying             feedback given | a new question instead
+    closed           -> idle                             a message after closed starts a new session
+
+While a human holds the conversation (``HUMAN_HOLDS``) the bot sends no answers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import psycopg
+
+from handoff.ports import CustomerUnreachable
+from router.outbox.store import enqueue_outbound
+
+log = logging.getLogger(__name__)
+
+STATES = (
+    "idle", "classifying", "l1_resolving", "l2_assisting", "l3_queuing",
+    "l1_resolved", "l2_resolved", "l3_connected", "feedback_pending", "closed",
+)
+
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "idle": frozenset({"classifying"}),
+    "classifying": frozenset({"l1_resolving", "l2_assisting", "l3_queuing"}),
+    "l1_resolving": frozenset({"l1_resolved", "l2_assisting", "l3_queuing"}),
+    "l2_assisting": frozenset({"l2_resolved", "l3_queuing", "idle"}),
+    "l3_queuing": frozenset({"l3_connected", "feedback_pending", "idle"}),
+    "l3_connected": frozenset({"feedback_pending", "l3_queuing", "idle"}),
+    "l1_resolved": frozenset({"classifying", "feedback_pending"}),
+    "l2_resolved": frozenset({"classifying", "feedback_pending"}),
+    "feedback_pending": frozenset({"closed", "classifying"}),
+    "closed": frozenset({"idle"}),
+}
+assert set(TRANSITIONS) == set(STATES) and all(t <= set(STATES) for t in TRANSITIONS.values())
+
+HUMAN_HOLDS = frozenset({"l3_queuing", "l3_connected"})   # the bot stays silent, messages go to the ticket
+RESOLVED = frozenset({"l1_resolved", "l2_resolved", "feedback_pending"})  # feedback may close the session
+ROUTABLE = frozenset({"idle", "l1_resolved", "l2_resolved", "feedback_pending"})  # may enter classifying
+
+
+class IllegalTransition(ValueError):
+    """An edge that is not in :data:`TRANSITIONS`."""
+
+    def __init__(self, from_state: str, to_state: str):
+        allowed = ", ".join(sorted(TRANSITIONS.get(from_state, ()))) or "nothing"
+        super().__init__(f"illegal transition {from_state!r} -> {to_state!r} (from {from_state!r}: {allowed})")
+        self.from_state = from_state
+        self.to_state = to_state
+
+
+def check_transition(from_state: str, to_state: str) -> None:
+    if to_state not in TRANSITIONS.get(from_state, frozenset()):
+        raise IllegalTransition(from_state, to_state)
+
+
+def lock_conversation(conn: psycopg.Connection, conversation_id: str) -> dict[str, Any] | None:
+    """The conversation row, locked for the rest of the transaction (one writer at a time)."""
+    return conn.execute(
+        "SELECT id, channel, external_id, customer_id, state, session_no, metadata FROM conversations "
+        "WHERE id = %s FOR UPDATE",
+        (conversation_id,),
+    ).fetchone()
+
+
+def transition(conn: psycopg.Connection, conversation: dict[str, Any], to_state: str, *, reason: str,
+               actor: str = "router", message_id: int | None = None, ticket_id: str | None = None) -> dict[str, Any]:
+    """Move ``conversation`` (a locked row, updated in place) to ``to_state`` and record the edge."""
+    from_state = conversation["state"]
+    moved = move_conversation(conn, conversation["id"], {from_state: to_state}, reason=reason, actor=actor,
+                              message_id=message_id, ticket_id=ticket_id)
+    if moved is None:
+        raise RuntimeError(f"conversation {conversation['id']} is no longer in state {from_state!r}")
+    conversation["state"] = to_state
+    return moved
+
+
+def _move_writes(conv: str) -> str:
+    """A conversation's move as CTEs reading the CTE ``conv`` (the locked conversations that move, with
+    id, session_no, from_state, to_state, reason, actor, message_id, ticket_id): the state, the loop-guard
+    counter and the history row (``{conv}_history``: id, session_no, from_state, to_state). One text for
+    :func:`move_conversation` and the claim statement (:meth:`ConversationStatePort.claim_sql`)."""
+    return f"""{conv}_moved AS (
+            UPDATE conversations v SET state = m.to_state, updated_at = now() FROM {conv} m WHERE v.id = m.id
+        ), {conv}_counted AS (
+            INSERT INTO conversation_counters AS k (conversation_id, session_no, state_entries)
+            SELECT id, session_no, jsonb_build_object(to_state, 1) FROM {conv}
+            ON CONFLICT (conversation_id) DO UPDATE SET
+                state_entries = jsonb_set(k.state_entries, ARRAY[(SELECT to_state FROM {conv})],
+                    to_jsonb(COALESCE((k.state_entries ->> (SELECT to_state FROM {conv}))::int, 0) + 1)),
+                updated_at = now()
+        ), {conv}_history AS (
+            INSERT INTO conversation_transitions
+                (conversation_id, session_no, from_state, to_state, reason, actor, message_id, ticket_id)
+            SELECT id, session_no, from_state, to_state, reason, actor, message_id, ticket_id FROM {conv}
+            RETURNING id, session_no, from_state, to_state
+        )"""
+
+
+_MOVE_SQL = """
+    WITH conv AS (
+        SELECT id, session_no, state AS from_state,
+               (%(tos)s::text[])[array_position(%(froms)s::text[], state)] AS to_state,
+               %(reason)s::text AS reason, %(actor)s::text AS actor, %(message)s::bigint AS message_id,
+               %(ticket)s::text AS ticket_id
+        FROM conversations WHERE id = %(cid)s AND state = ANY(%(froms)s::text[])
+        FOR UPDATE
+    ), """ + _move_writes("conv") + """
+    SELECT id, session_no, from_state, to_state FROM conv_history
+    """
+
+
+def move_conversation(conn: psycopg.Connection, conversation_id, edges: dict[str, str], *, reason: str,
+                      actor: str, message_id: int | None = None, ticket_id: str | None = None) -> dict[str, Any] | None:
+    """Lock the conversation and take the edge that leaves its current state, in one statement.
+
+    ``edges`` maps a from-state to its to-state; a conversation in any other state is left alone
+    (None). The state, its history row and the loop-guard counter change together: a transition
+    sits on the hot path of every turn and every ticket claim, and each round trip costs both
+    processes CPU. Entering ``idle`` does not reset the escalation memory; the caller does.
+    """
+    for from_state, to_state in edges.items():
+        check_transition(from_state, to_state)
+    row = conn.execute(
+        _MOVE_SQL,
+        {"cid": conversation_id, "froms": list(edges), "tos": list(edges.values()), "reason": reason,
+         "actor": actor, "message": message_id, "ticket": str(ticket_id) if ticket_id is not None else None},
+    ).fetchone()
+    if row is None:
+        return None
+    return {"from": row["from_state"], "to": row["to_state"], "reason": reason, "actor": actor, "id": row["id"],
+            "session_no": row["session_no"]}
+
+
+def start_new_session(conn: psycopg.Connection, conversation: dict[str, Any], *,
+                      message_id: int | None = None) -> dict[str, Any]:
+    """closed -> idle with the next session number; the escalation memory starts empty."""
+    check_transition(conversation["state"], "idle")
+    row = conn.execute(
+        "UPDATE conversations SET session_no = session_no + 1 WHERE id = %s RETURNING session_no",
+        (conversation["id"],),
+    ).fetchone()
+    conversation["session_no"] = row["session_no"]
+    reset_counters(conn, conversation)
+    return transition(conn, conversation, "idle", reason="new_session", message_id=message_id)
+
+
+def history(conn: psycopg.Connection, conversation_id) -> list[dict[str, Any]]:
+    return conn.execute(
+        "SELECT session_no, from_state, to_state, reason, actor, message_id, ticket_id, created_at "
+        "FROM conversation_transitions WHERE conversation_id = %s ORDER BY id",
+        (conversation_id,),
+    ).fetchall()
+
+
+# -- escalation memory ------------------------------------------------------------------------
+
+def load_counters(conn: psycopg.Connection, conversation: dict[str, Any]) -> dict[str, Any]:
+    """This session's counters (a fresh row when the session changed)."""
+    row = conn.execute(   # create-or-read in one statement (the caller holds the conversation's lock)
+        """
+        WITH created AS (
+            INSERT INTO conversation_counters (conversation_id, session_no) VALUES (%(cid)s, %(session)s)
+            ON CONFLICT (conversation_id) DO NOTHING RETURNING *
+        )
+        SELECT * FROM created
+        UNION ALL
+        SELECT * FROM conversation_counters WHERE conversation_id = %(cid)s AND NOT EXISTS (SELECT 1 FROM created)
+        """,
+        {"cid": conversation["id"], "session": conversation["session_no"]},
+    ).fetchone()
+    if row["session_no"] != conversation["session_no"]:
+        reset_counters(conn, conversation)
+        row = conn.execute("SELECT * FROM conversation_counters WHERE conversation_id = %s",
+                           (conversation["id"],)).fetchone()
+    return row
+
+
+_COUNTER_FIELDS = {"dissatisfied_streak", "low_confidence_streak", "repeat_count", "last_question",
+                   "state_entries", "feedback"}
+
+
+def save_counters(conn: psycopg.Connection, conversation_id, **fields) -> None:
+    unknown = set(fields) - _COUNTER_FIELDS
+    if unknown:
+        raise ValueError(f"unknown counters: {sorted(unknown)}")
+    if not fields:
+        return
+    values = [json.dumps(v) if k == "state_entries" else v for k, v in fields.items()]
+    sets = ", ".join(f"{k} = %s" for k in fields)
+    conn.execute(f"UPDATE conversation_counters SET {sets}, updated_at = now() WHERE conversation_id = %s",
+                 (*values, conversation_id))
+
+
+def reset_counters(conn: psycopg.Connection, conversation: dict[str, Any]) -> None:
+    conn.execute(
+        """
+        INSERT INTO conversation_counters (conversation_id, session_no) VALUES (%s, %s)
+        ON CONFLICT (conversation_id) DO UPDATE SET
+            session_no = EXCLUDED.session_no, dissatisfied_streak = 0, low_confidence_streak = 0,
+            repeat_count = 0, last_question = NULL, state_entries = '{}'::jsonb,
+            feedback = NULL, updated_at = now()
+        """,
+        (conversation["id"], conversation["session_no"]),
+    )
+
+
+# -- the handoff side's view of conversations ---------------------------------------------------
+
+_CLAIM_MOVE_SQL = """, port_conv AS (
+        SELECT v.id, v.session_no, v.state AS from_state, 'l3_connected'::text AS to_state,
+               'ticket_claimed'::text AS reason, 'handoff'::text AS actor, NULL::bigint AS message_id,
+               claimed.id::text AS ticket_id
+        FROM conversations v JOIN claimed ON v.id = claimed.conversation_id::uuid
+        WHERE claimed.kind = 'handoff' AND v.state = 'l3_queuing'
+        FOR UPDATE OF v
+    ), """ + _move_writes("port_conv")
+assert "l3_connected" in TRANSITIONS["l3_queuing"]
+
+
+class ConversationStatePort:
+    """handoff.ports.ConversationPort: ticket changes move the conversation, agents reach the customer.
+
+    Called inside the transaction of the ticket change. A notification that does not apply to
+    the conversation's current state (an old ticket, a conversation already handed back) changes
+    nothing, so a late or repeated event can never drag a conversation backwards.
+    """
+
+    def _conversation(self, conn, ticket) -> dict[str, Any] | None:
+        conv = lock_conversation(conn, ticket["conversation_id"])
+        if conv is None:
+            log.warning("ticket %s names an unknown conversation", ticket.get("id"))
+        return conv
+
+    def _move(self, conn, ticket, edges: dict[str, str], reason: str) -> None:
+        moved = move_conversation(conn, ticket["conversation_id"], edges, reason=reason, actor="handoff",
+                                  ticket_id=ticket.get("id"))
+        if moved is not None and moved["to"] == "idle":     # the bot is in charge again: fresh memory
+            reset_counters(conn, {"id": ticket["conversation_id"], "session_no": moved["session_no"]})
+
+    def before_ticket_change(self, conn, conversation_id) -> None:
+        """Lock the conversation before the ticket is locked.
+
+        The router locks a conversation and then its ticket (a customer message added to it);
+        an agent action that locks the ticket first and then, through this port, the
+        conversation takes the two in the opposite order, and the two can deadlock. Calling
+        this first gives every writer the same order.
+        """
+        lock_conversation(conn, conversation_id)
+
+    def on_ticket_claimed(self, conn, ticket):
+        if ticket.get("kind", "handoff") == "handoff":
+            self._move(conn, ticket, {"l3_queuing": "l3_connected"}, "ticket_claimed")
+
+    def claim_sql(self) -> str:
+        """on_ticket_claimed as CTEs of the claim's own statement (handoff.ports.ConversationPort.claim_sql):
+        :func:`move_conversation`'s writes for l3_queuing -> l3_connected; a conversation in another
+        state (or an assist ticket) is left alone."""
+        return _CLAIM_MOVE_SQL
+
+    def on_ticket_resolved(self, conn, ticket):
+        self._move(conn, ticket, {
+            "l3_queuing": "feedback_pending",
+            "l3_connected": "feedback_pending",
+            "l2_assisting": "l2_resolved",
+        }, "ticket_resolved")
+
+    def on_returned_to_bot(self, conn, ticket):
+        self._move(conn, ticket, {s: "idle" for s in ("l2_assisting", "l3_queuing", "l3_connected")},
+                   "returned_to_bot")
+
+    def on_ticket_requeued(self, conn, ticket):
+        """Released, transferred to a team, or the agent's lease lapsed: the customer waits in the queue again."""
+        if ticket.get("kind", "handoff") == "handoff":
+            self._move(conn, ticket, {"l3_connected": "l3_queuing"}, "ticket_requeued")
+
+    def on_ticket_cancelled(self, conn, ticket):
+        self._move(conn, ticket, {s: "idle" for s in ("l2_assisting", "l3_queuing", "l3_connected")},
+                   "ticket_cancelled")
+
+    def send_to_customer(self, conn, ticket, *, text, sender, agent_id):
+        """Transcript + outbox row in the ticket change's transaction; refused for do-not-contact customers."""
+        conv = self._conversation(conn, ticket)
+        if conv is None:
+            raise CustomerUnreachable(f"conversation {ticket.get('conversation_id')} does not exist")
+        flags = conn.execute(
+            "SELECT do_not_contact FROM customer_flags WHERE channel = %s AND customer_id = %s",
+            (conv["channel"], conv["customer_id"]),
+        ).fetchone()
+        if flags and flags["do_not_contact"]:
+            raise CustomerUnreachable("the customer asked not to be contacted (STOP); nothing was sent")
+        return enqueue_outbound(conn, conversation_id=conv["id"], channel=conv["channel"], text=text,
+                                sender=sender, kind="agent_message",
+                                payload={"ticket_id": str(ticket.get("id")), "agent_id": agent_id})
