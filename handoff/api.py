@@ -10,6 +10,8 @@ their teams' tickets; supervisors and admins see every team.
 """
 
 import asyncio
+import hashlib
+import re
 from collections.abc import AsyncIterable, Callable
 from http import HTTPStatus
 from typing import Annotated, Any
@@ -22,7 +24,7 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
-from handoff.errors import Forbidden, HandoffError, Invalid, Unauthorized, Unavailable
+from handoff.errors import Forbidden, HandoffError, Invalid, TooManyRequests, Unauthorized, Unavailable
 from handoff.models import Agent
 from handoff.schemas import (
     ActionOut,
@@ -48,7 +50,6 @@ from handoff.schemas import (
 from handoff.service import HandoffService
 
 PROBLEM_JSON = "application/problem+json"
-REAUTH_SECONDS = 30.0   # an open event stream re-checks its token this often (revocation ends it)
 REPLAY_LIMIT = 1000     # events replayed to a reconnecting screen; beyond that it is told to refetch
 
 
@@ -92,6 +93,7 @@ def _doc(*codes: int) -> dict[int | str, dict[str, Any]]:
         409: "The ticket's state does not allow it (claimed by someone else, already closed, lease lost)",
         413: "Message text too long",
         422: "Malformed request",
+        429: "Too many open event streams for this token",
         503: "Handoff not configured, or no delivery path to the customer",
     }
     out: dict[int | str, dict[str, Any]] = {}
@@ -179,10 +181,53 @@ def _resume_from(
 ) -> int | None:
     """Where a reconnecting event stream resumes: ``?after=`` or the browser's ``Last-Event-ID``."""
     if after is None and last_event_id:
-        if not last_event_id.isdigit():
+        if not _EVENT_ID.match(last_event_id):   # ASCII digits only: "²".isdigit() is True, int("²") fails
             raise Invalid("Last-Event-ID must be an event id")
         after = int(last_event_id)
     return after
+
+
+_EVENT_ID = re.compile(r"^[0-9]{1,18}$")
+
+
+class StreamSlots:
+    """Open event streams per token in this process; beyond the limit a new one is refused (429)."""
+
+    def __init__(self):
+        self._open: dict[str, int] = {}
+
+    def take(self, token: str, limit: int) -> "_Slot":
+        key = hashlib.sha256(token.encode()).hexdigest()
+        if self._open.get(key, 0) >= limit:
+            raise TooManyRequests(f"this token already holds {limit} open event streams; close one first",
+                                  limit=limit)
+        self._open[key] = self._open.get(key, 0) + 1
+        return _Slot(self, key)
+
+    def _give_back(self, key: str) -> None:
+        left = self._open.get(key, 0) - 1
+        if left > 0:
+            self._open[key] = left
+        else:
+            self._open.pop(key, None)
+
+
+class _Slot:
+    """One stream's place; released by the stream's ``finally`` (or, for a stream that never started,
+    when its generator is collected)."""
+
+    __slots__ = ("_slots", "_key")
+
+    def __init__(self, slots: StreamSlots, key: str):
+        self._slots, self._key = slots, key
+
+    def release(self) -> None:
+        if self._key is not None:
+            self._slots._give_back(self._key)
+            self._key = None
+
+    def __del__(self):
+        self.release()
 
 
 def _replayed(response: Response, result: dict[str, Any]) -> dict[str, Any]:
@@ -335,21 +380,32 @@ def build_router(get_service: Callable[[Request], HandoffService | None]) -> API
     async def stats(call: Call) -> dict[str, Any]:
         return await call.run(lambda agent: call.svc.stats(agent))
 
+    slots = StreamSlots()
+
+    async def stream_slot(svc: Svc, agent: Me,
+                          creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> _Slot:
+        # a dependency with yield would be torn down before the stream runs: the stream releases it
+        return slots.take(creds.credentials, svc.config.max_streams_per_token)
+
     @router.get("/events", response_class=EventSourceResponse, summary="Live queue changes (Server-Sent Events)",
                 description="One `ready` event once listening, then a `ticket` event per change (data: event id, "
                             "ticket_id, action, kind, team, from_team, priority, status, claimed_by, actor, at) for "
                             "your teams (a ticket transferred away is announced to the team it left); `resync` "
                             "means refetch. Reconnect with `Last-Event-ID` (or `?after=`) to replay "
-                            "what you missed from the audit log. A revoked token ends the stream.",
-                responses=_doc(403, 503))
+                            "what you missed from the audit log. A revoked token or a disabled agent ends the "
+                            "stream within 5 s (an `end` event). One token may hold a few streams at once "
+                            "(`SWITCHBOARD_HANDOFF_MAX_STREAMS_PER_TOKEN`); beyond that 429.",
+                responses=_doc(403, 429, 503))
     async def events(
         svc: Svc, agent: Me,
         creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
         after: Annotated[int | None, Depends(_resume_from)],
+        slot: Annotated[_Slot, Depends(stream_slot)],
     ) -> AsyncIterable[ServerSentEvent]:
         try:
             sub = await svc.hub.subscribe()
         except (TimeoutError, OSError):
+            slot.release()
             yield ServerSentEvent(event="error", retry=5000, data={"detail": "the event listener is not connected"})
             return
         token = creds.credentials if creds else None
@@ -367,9 +423,10 @@ def build_router(get_service: Callable[[Request], HandoffService | None]) -> API
                     yield ServerSentEvent(event="ticket", id=str(ev["id"]), data=ev)
                 if len(missed) >= REPLAY_LIMIT:
                     yield ServerSentEvent(event="resync", data={"reason": "more missed events than replayed"})
+            recheck = svc.config.stream_recheck_seconds
             while True:
-                ev = await sub.get(timeout=REAUTH_SECONDS)
-                if loop.time() - checked >= REAUTH_SECONDS:
+                ev = await sub.get(timeout=max(0.05, recheck - (loop.time() - checked)))
+                if loop.time() - checked >= recheck:
                     checked = loop.time()
                     if await run_in_threadpool(svc.authenticate, token) is None:
                         yield ServerSentEvent(event="end", data={"reason": "token no longer valid"})
@@ -385,5 +442,6 @@ def build_router(get_service: Callable[[Request], HandoffService | None]) -> API
                 yield ServerSentEvent(event="ticket", id=str(ev["id"]), data=ev)
         finally:
             sub.close()
+            slot.release()
 
     return router

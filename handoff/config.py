@@ -50,6 +50,10 @@ class HandoffConfig(BaseSettings):
     max_message_chars: int = Field(default=4000, gt=0, description="Agent messages above this get 413.")
     sweep_interval_seconds: float = Field(default=5.0, ge=0, description="Lease/SLA sweeps; 0 = no background loop.")
     page_size: int = Field(default=50, gt=0, le=500)
+    stream_recheck_seconds: float = Field(default=2.0, gt=0, le=4.5, description="An open event stream re-checks "
+                                          "its token this often: a revoked token or disabled agent ends it within 5 s.")
+    max_streams_per_token: int = Field(default=4, ge=1, le=100, description="Open event streams one token may hold "
+                                       "in one process; beyond that 429.")
 
     @field_validator("sla_seconds")
     @classmethod

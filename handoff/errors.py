@@ -45,6 +45,11 @@ class Invalid(HandoffError):
     title = "Unprocessable Content"
 
 
+class TooManyRequests(HandoffError):
+    status = 429
+    title = "Too Many Requests"
+
+
 class Unavailable(HandoffError):
     status = 503
     title = "Service Unavailable"

@@ -88,6 +88,12 @@ class EventHub:
             raise
         return sub
 
+    def resync(self) -> None:
+        """Tell every open stream of this process to refetch (from any thread): a notification was lost."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._broadcast, RESYNC)
+
     def _broadcast(self, event: dict[str, Any]) -> None:
         for sub in list(self._subs):
             sub.offer(event)

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from datetime import datetime
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import psycopg
@@ -35,7 +36,7 @@ from handoff import tickets as T
 from handoff.config import HandoffConfig
 from handoff.errors import Conflict, Forbidden, Invalid, NotFound, TooLarge, Unavailable
 from handoff.events import EventHub
-from handoff.models import KINDS, OPEN_STATUSES, PRIORITIES, STATUSES, Agent, priority_rank
+from handoff.models import KINDS, OPEN_STATUSES, PRIORITIES, STATUSES, Agent, level_rank, priority_rank
 from handoff.ports import ConversationPort, CustomerUnreachable, DeliveryUnavailable, NullConversationPort
 
 log = logging.getLogger(__name__)
@@ -53,10 +54,14 @@ def _cursor_encode(values: list[Any]) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not allowed")
+
+
 def _cursor_decode(cursor: str, size: int) -> list[Any]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        values = json.loads(raw)
+        values = json.loads(raw, parse_constant=_no_constant)   # NaN / Infinity are not cursor values
     except (ValueError, TypeError):
         raise Invalid("the cursor is malformed; use the next_cursor of a previous page") from None
     if not isinstance(values, list) or len(values) != size:
@@ -86,6 +91,28 @@ def _retrying(fn):
     return run
 
 
+def _proposed_action(draft: dict[str, Any] | None) -> Any:
+    """What the draft proposes: drafts carry ``proposed_action`` (older ones ``action``)."""
+    draft = draft or {}
+    return draft.get("proposed_action", draft.get("action"))
+
+
+def _draft_amount(draft: dict[str, Any] | None) -> Decimal | None:
+    """A money amount the draft carries, on itself or on its proposed action; None if none (or not a number)."""
+    draft = draft or {}
+    action = _proposed_action(draft)
+    for value in (draft.get("amount"), action.get("amount") if isinstance(action, dict) else None):
+        if value is None or isinstance(value, bool):
+            continue
+        try:
+            amount = Decimal(str(value))
+        except (InvalidOperation, ValueError):
+            continue
+        if amount.is_finite():
+            return abs(amount)
+    return None
+
+
 class HandoffService:
     def __init__(self, pool, port: ConversationPort | None = None, config: HandoffConfig | None = None,
                  metrics_hook: MetricsHook | None = None):
@@ -93,8 +120,20 @@ class HandoffService:
         self.port = port or NullConversationPort()
         self.config = config or HandoffConfig()
         self.metrics_hook = metrics_hook
-        self._publish = T.Publisher()
+        self._publish = T.Publisher(on_failure=self._publish_failed)
         self.hub = EventHub(pool.conninfo)
+
+    def _publish_failed(self, notes: list[str]) -> None:
+        """A NOTIFY after a commit failed: try once more on a fresh connection; if that fails too, tell this
+        process's screens to resynchronise (other processes' listeners lost the same database and resync
+        when they reconnect). Never a silent gap."""
+        try:
+            with self.pool.connection() as conn:
+                if T.publish(conn, notes):
+                    return
+        except Exception:  # noqa: BLE001 - the database is away: fall through to the resync
+            log.warning("handoff notifications could not be republished", exc_info=True)
+        self.hub.resync()
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -366,7 +405,7 @@ class HandoffService:
             try:
                 params.update(c_rank=int(rank), c_due=datetime.fromisoformat(due),
                               c_created=datetime.fromisoformat(created), c_id=T.parse_id(tid))
-            except (ValueError, TypeError, NotFound):
+            except (ValueError, TypeError, OverflowError, NotFound):
                 raise Invalid("the cursor is malformed; use the next_cursor of a previous page") from None
         with self._read() as conn:
             rows = conn.execute(
@@ -725,7 +764,7 @@ class HandoffService:
                 raise Conflict(f"ticket {ticket['id']} has no draft to approve")
             if ticket["draft_status"] != "pending":
                 raise Conflict(f"the draft of ticket {ticket['id']} was already {ticket['draft_status']}")
-            required = ticket["approval_level"]
+            required = self._required_level(ticket)
             if not agent.may_approve(required):
                 money = " ".join(str(x) for x in (ticket["amount"], ticket["currency"]) if x is not None)
                 raise Forbidden(
@@ -745,7 +784,7 @@ class HandoffService:
             updated = self._update(conn, ticket["id"], **changes)
             payload = {"delivery": delivery, "amount": ticket["amount"], "currency": ticket["currency"],
                        "required_level": required, "approver_level": agent.approval_level,
-                       "action": (ticket["draft"] or {}).get("action")}
+                       "action": _proposed_action(ticket["draft"])}
             if text is not None:
                 payload.update(original=original, edited=text)
             ev = self._event(conn, notes, updated, agent, action, payload, idempotency_key=key)
@@ -753,6 +792,13 @@ class HandoffService:
                 self.port.on_ticket_resolved(conn, updated)
         self._count(updated, action)
         return {"ticket": updated, "event_id": ev["id"], "action": action, "delivery": delivery, "replayed": False}
+
+    def _required_level(self, ticket: dict[str, Any]) -> str | None:
+        """The stricter of the ticket's approval level and the level the draft's own amount needs (a draft
+        may carry an amount the ticket was not opened with); approve and edit-and-send both ask this."""
+        levels = [ticket["approval_level"], self.config.required_level(_draft_amount(ticket["draft"]))]
+        levels = [lv for lv in levels if lv is not None]
+        return max(levels, key=level_rank) if levels else None
 
     def approve(self, agent: Agent, ticket_id, *, idempotency_key: str | None = None) -> dict[str, Any]:
         """Approve the L2 draft as it is: it is sent, the approver recorded; an assist ticket is then resolved."""

@@ -14,6 +14,7 @@ import logging
 import re
 import threading
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -129,17 +130,18 @@ def record_event(conn: psycopg.Connection, ticket: dict[str, Any], actor: Agent 
     return {"id": row["id"], "at": row["at"]}
 
 
-def publish(conn: psycopg.Connection, notes: list[str]) -> None:
+def publish(conn: psycopg.Connection, notes: list[str]) -> bool:
     """Send notifications for changes that have just committed, in one round trip.
 
     A NOTIFY inside a transaction serialises every notifying commit behind one global lock
     held through the WAL flush (measured: ~500 commits/s instead of ~3,000 with 16 writers),
     so actions publish after their commit instead, in a tiny transaction of their own with
     ``synchronous_commit`` off (nothing durable is written; the audit log is the record).
-    Best effort: a failure is logged, and a screen that reconnects replays from the log.
+    Returns False when the NOTIFY failed (logged): the :class:`Publisher`'s ``on_failure`` then
+    republishes or makes the screens resynchronise.
     """
     if not notes:
-        return
+        return True
     previous = conn.autocommit
     try:
         conn.autocommit = True
@@ -154,11 +156,13 @@ def publish(conn: psycopg.Connection, notes: list[str]) -> None:
             )
     except psycopg.Error:
         log.warning("could not publish %d handoff notification(s)", len(notes), exc_info=True)
+        return False
     finally:
         try:
             conn.autocommit = previous
         except psycopg.Error:  # pragma: no cover - a broken connection is discarded by the pool
             pass
+    return True
 
 
 _REQUEUE_HELD_SQL = """
@@ -218,10 +222,12 @@ class Publisher:
     An action hands its notes here after its commit: if another action is already publishing, the
     notes join the batch that one sends next and the caller returns at once; otherwise the caller
     publishes, and keeps going until nothing is pending (so no note waits for a later action).
-    Order is kept; delivery stays best effort.
+    Order is kept. A batch whose NOTIFY failed goes to ``on_failure`` (the service republishes it on a
+    fresh connection or makes the screens resynchronise).
     """
 
-    def __init__(self):
+    def __init__(self, on_failure: Callable[[list[str]], None] | None = None):
+        self.on_failure = on_failure
         self._lock = threading.Lock()
         self._pending: list[str] = []
         self._busy = False
@@ -242,7 +248,8 @@ class Publisher:
                     if not batch:
                         self._busy = False
                         return
-                publish(conn, batch)
+                if not publish(conn, batch) and self.on_failure is not None:
+                    self.on_failure(batch)
         except BaseException:
             with self._lock:
                 self._pending[:0] = batch

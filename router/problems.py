@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from router.db.errors import DatabaseUnavailable, classify
 from router.ops.observability import request_id_var
 
 log = logging.getLogger(__name__)
@@ -66,8 +67,28 @@ def install_problem_handlers(app: FastAPI) -> None:
         return problem_response(exc.status_code, detail, instance=request.url.path,
                                 headers=getattr(exc, "headers", None))
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception):
-        log.exception("unhandled error on %s", request.url.path)
-        return problem_response(500, "An unexpected error occurred; it has been logged with this request id.",
-                                instance=request.url.path)
+    retry_after = str(getattr(getattr(app.state, "settings", None), "db_retry_after", None) or 2)
+
+    @app.exception_handler(DatabaseUnavailable)
+    async def _database(request: Request, exc: DatabaseUnavailable):
+        return database_unavailable_response(request.url.path, exc, retry_after)
+
+    # Anything else unforeseen is answered by UnhandledErrorMiddleware (router/middleware.py): it runs
+    # inside the request-id middleware, so the 500 keeps its X-Request-ID and is logged once.
+
+
+def database_unavailable_response(path: str, exc: DatabaseUnavailable, retry_after: str) -> JSONResponse:
+    """503 with Retry-After: the client (or channel) retries the same message id later; nothing was stored."""
+    log.warning("database unavailable on %s (%s)", path, exc.cause, extra={"request_id": request_id_var.get()})
+    return problem_response(503, "The database is unavailable; retry later with the same message id.",
+                            title="Service Unavailable", instance=path, headers={"Retry-After": retry_after})
+
+
+def unexpected_response(path: str, exc: BaseException, retry_after: str) -> JSONResponse:
+    """The answer to an exception no route handled: 503 if it is a lost database, else a logged 500."""
+    mapped = classify(exc)
+    if mapped is not None:
+        return database_unavailable_response(path, mapped, retry_after)
+    log.error("unhandled error on %s", path, exc_info=exc, extra={"request_id": request_id_var.get()})
+    return problem_response(500, "An unexpected error occurred; it has been logged with this request id.",
+                            instance=path)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from router.app.services import Services, limit_threads, resolve_dsn
+from router.app.services import Services, limit_threads, pool_options, resolve_dsn
 from router.app.settings import Settings
 from router.db import migrate, open_pool
 from router.ops.metrics import Metrics
@@ -163,7 +163,8 @@ def wire_rag(services: Services) -> None:
     s = services.settings
     # Retrieval runs inside a turn whose transaction already holds a connection of the main pool;
     # its own pool means a burst of turns can never starve itself waiting for a second connection.
-    rag_pool = open_pool(services.dsn, min_size=1, max_size=s.db_pool_max, name="switchboard-rag")
+    rag_pool = open_pool(services.dsn, min_size=1, max_size=s.db_pool_max, name="switchboard-rag",
+                         **pool_options(s))
     services.closers.append(rag_pool.close)
     kb = make_knowledge_base(s, rag_pool, services.encoder, reranker=make_reranker(s))
     services.rag = kb
@@ -214,6 +215,24 @@ def wire_dispatcher(services: Services) -> None:
     services.closers.append(stop)
 
 
+def wire_inbound(services: Services) -> None:
+    """The inbound worker: finishes messages a channel was acknowledged before their turn committed."""
+    from router.channels.inbound_queue import InboundWorker
+
+    def process(channel: str, parsed) -> None:
+        from router.app.api.channels import gateway
+
+        gw = gateway(services)
+        adapter = gw.adapter(channel)
+        if adapter is None:
+            raise LookupError(f"no adapter for the held message's channel {channel!r}")
+        gw.process(adapter, parsed)
+
+    worker = InboundWorker(services.pool, process, poll_seconds=services.settings.inbound_poll_seconds).start()
+    services.closers.append(worker.stop)
+    services.inbound = worker
+
+
 def wire_components(services: Services) -> None:
     wire_encoder(services)
     wire_classifier(services)
@@ -221,6 +240,7 @@ def wire_components(services: Services) -> None:
     wire_rag(services)
     wire_router(services)  # keep last: it composes the parts wired above
     wire_dispatcher(services)
+    wire_inbound(services)
 
 
 def build_services(settings: Settings, *, load_models: bool = True) -> Services:
@@ -234,7 +254,7 @@ def build_services(settings: Settings, *, load_models: bool = True) -> Services:
     applied = migrate(dsn)
     if applied:
         log.info("applied migrations", extra={"fields": {"migrations": [f"{m.version:04d}_{m.name}" for m in applied]}})
-    pool = open_pool(dsn, min_size=settings.db_pool_min, max_size=settings.db_pool_max)
+    pool = open_pool(dsn, min_size=settings.db_pool_min, max_size=settings.db_pool_max, **pool_options(settings))
     services = Services(settings=settings, dsn=dsn, pool=pool, metrics=Metrics(channels=CHANNEL_NAMES), embedded=embedded,
                         owns_embedded=started)
     if load_models:

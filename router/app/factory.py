@@ -10,7 +10,12 @@ from fastapi.concurrency import run_in_threadpool
 
 from router.app.api import health, messages
 from router.app.api.openapi import install_links
-from router.app.middleware import BodySizeLimitMiddleware, RequestIdMiddleware, RequestMetricsMiddleware
+from router.app.middleware import (
+    BodySizeLimitMiddleware,
+    RequestIdMiddleware,
+    RequestMetricsMiddleware,
+    UnhandledErrorMiddleware,
+)
 from router.ops.observability import configure_logging
 from router.turn.pipeline import Pipeline
 from router.problems import install_problem_handlers
@@ -68,8 +73,10 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         summary="Three-tier routing gateway for customer service.",
         lifespan=lifespan,
     )
+    app.state.settings = settings
     install_problem_handlers(app)
 
+    app.add_middleware(UnhandledErrorMiddleware, retry_after=settings.db_retry_after)
     app.add_middleware(RequestMetricsMiddleware)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)  # outermost: every response, even a 413, carries the id

@@ -7,9 +7,46 @@ the bytes actually received (chunked bodies), so an oversized body never reaches
 from __future__ import annotations
 
 import json
+import logging
 import time
 
 from router.ops.observability import accept_request_id, request_id_var
+
+
+class UnhandledErrorMiddleware:
+    """The last resort for an exception no route handled, inside the request-id middleware.
+
+    Starlette's own catch-all runs outside every middleware (the request id is gone by then) and
+    re-raises, so the server logs the error a second time. Here the error is logged once, with the
+    request id, and answered with a problem document (503 with Retry-After when the database is
+    unreachable); it does not propagate.
+    """
+
+    def __init__(self, app, retry_after: int = 2):
+        self.app = app
+        self.retry_after = str(retry_after)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def send_tracked(message):
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_tracked)
+        except Exception as exc:  # noqa: BLE001 - answered and logged here, once
+            from router.problems import unexpected_response
+
+            if started:   # a streamed body broke half-way: nothing can be answered any more
+                logging.getLogger(__name__).error("error after the response started on %s", scope.get("path"),
+                                                  exc_info=exc)
+                return
+            await unexpected_response(scope.get("path", ""), exc, self.retry_after)(scope, receive, send)
 
 
 class RequestIdMiddleware:

@@ -61,6 +61,12 @@ def resolve_dsn(settings: Settings) -> tuple[str, EmbeddedPostgres | None, bool]
     return dsn, embedded, not was_running
 
 
+def pool_options(settings: Settings) -> dict[str, float]:
+    """The fail-fast and reconnect settings every serving pool shares."""
+    return {"acquire_timeout": settings.db_acquire_timeout, "reconnect_max_delay": settings.db_reconnect_max_delay,
+            "max_lifetime": settings.db_max_lifetime}
+
+
 @dataclass
 class Services:
     settings: Settings
@@ -74,6 +80,7 @@ class Services:
     pipeline: Any = None              # router.turn.pipeline.Pipeline
     channels: Any = None              # router.app.channel_gateway.ChannelGateway (built on first webhook)
     dispatcher: Any = None            # router.outbox.DispatcherLoop (outbox delivery)
+    inbound: Any = None               # router.channels.inbound_queue.InboundWorker (held messages)
     embedded: EmbeddedPostgres | None = None
     owns_embedded: bool = False       # this process started the embedded server: stop it on exit
     readiness: dict[str, ReadinessCheck] = field(default_factory=dict)

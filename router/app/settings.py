@@ -27,6 +27,14 @@ class Settings(BaseSettings, ChannelSettings):  # channel secrets/URLs + outbox:
     )
     db_pool_min: int = 1
     db_pool_max: int = 10
+    db_acquire_timeout: float = Field(default=1.5, gt=0, le=30, description="Seconds a request waits for a pooled "
+                                      "connection before answering 503 (fail fast: webhooks time out at 5-15 s).")
+    db_retry_after: int = Field(default=2, ge=1, le=300, description="Retry-After (seconds) on a 503 while the "
+                                "database is unavailable.")
+    db_reconnect_max_delay: float = Field(default=0.5, gt=0, le=30, description="Ceiling of the pool's reconnect "
+                                          "backoff: serving resumes at most this long after the database returns.")
+    db_max_lifetime: float = Field(default=1800.0, ge=60, description="Pooled connections are replaced after this "
+                                   "many seconds.")
     elasticsearch_url: SecretStr | None = Field(
         default=None, description="Elasticsearch for BM25 at scale. Unset: embedded tantivy index."
     )

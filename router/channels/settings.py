@@ -62,6 +62,11 @@ class ChannelSettings(BaseModel):
         default=4.0, description="Answer within this budget as a passive XML reply (WeChat waits 5 s); later "
         "replies go through the customer-service API."
     )
+    inbound_retry_seconds: float = Field(
+        default=10.0, ge=0, description="A message acknowledged before its turn committed is held in the inbound "
+        "queue; the inbound worker routes it again (a replay if the turn did commit) after this many seconds.")
+    inbound_poll_seconds: float = Field(default=1.0, gt=0, description="How often the inbound worker looks for "
+                                        "held messages that are due.")
 
     # -- WhatsApp Cloud API
     whatsapp_app_secret: SecretStr | None = Field(default=None, description="Meta app secret (X-Hub-Signature-256).")

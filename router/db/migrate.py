@@ -95,6 +95,18 @@ def pending_migrations(dsn: str, migrations: list[Migration] | None = None) -> l
     return [m for m in migrations if m.version not in applied]
 
 
+def pending_on(conn: psycopg.Connection, migrations: list[Migration]) -> list[Migration]:
+    """Like :func:`pending_migrations` on a connection the caller already holds (e.g. a pooled one)."""
+    from psycopg.rows import tuple_row
+
+    cur = conn.cursor(row_factory=tuple_row)
+    exists = cur.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()[0]
+    applied = {v: c for v, c in cur.execute("SELECT version, checksum FROM schema_migrations").fetchall()} \
+        if exists else {}
+    _check_drift(applied, migrations)
+    return [m for m in migrations if m.version not in applied]
+
+
 def migrate(dsn: str, migrations: list[Migration] | None = None) -> list[Migration]:
     """Apply every pending migration; return the ones this call applied."""
     migrations = discover_migrations() if migrations is None else migrations

@@ -1,11 +1,33 @@
-"""The connection pool: one per process, created by the composition root and passed in."""
+"""The connection pool: one per process, created by the composition root and passed in.
+
+:class:`Pool` is psycopg_pool's ``ConnectionPool`` with three changes for database outages:
+
+- a connection is checked (``ConnectionPool.check_connection``, one empty round trip) when it is
+  handed out, and a dead one is discarded and the next taken at once, so after a restart no request
+  gets a connection that the server already closed;
+- reconnection attempts back off exponentially but never wait more than ``reconnect_max_delay``
+  between tries (the library's delay doubles without a ceiling: after a 40 s outage it had reached
+  16 s, and serving resumed 17 s after the database did);
+- connection-level driver errors raised while a connection is held or acquired leave the pool as
+  :class:`~router.db.errors.DatabaseUnavailable`, so nothing above this layer handles driver shapes.
+
+``timeout`` (how long ``connection()`` waits for a free connection) is the fail-fast bound: the
+gateway sets it to ``SWITCHBOARD_DB_ACQUIRE_TIMEOUT`` so ingress answers 503 within it.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from time import monotonic
 
 import psycopg
 from pgvector.psycopg import register_vector
 from psycopg.rows import dict_row
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool.base import AttemptWithBackoff
+
+from router.db.errors import DatabaseUnavailable, classify
 
 
 def _configure(conn: psycopg.Connection) -> None:
@@ -18,9 +40,76 @@ def _configure(conn: psycopg.Connection) -> None:
     conn.commit()
 
 
-def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 10, name: str = "switchboard") -> ConnectionPool:
-    """Open a pool of dict-row connections with pgvector types registered."""
-    pool = ConnectionPool(
+class _CappedBackoff(AttemptWithBackoff):
+    """Reconnection delays: 0.1 s, doubling, at most ``cap`` seconds."""
+
+    INITIAL_DELAY = 0.1
+
+    def __init__(self, *, timeout: float, cap: float):
+        super().__init__(timeout=timeout)
+        self.cap = cap
+
+    def update_delay(self, now: float) -> None:
+        super().update_delay(now)
+        self.delay = min(self.delay, self.cap)
+
+
+class Pool(ConnectionPool):
+    def __init__(self, *args, reconnect_max_delay: float = 0.5, **kwargs):
+        self.reconnect_max_delay = reconnect_max_delay
+        super().__init__(*args, **kwargs)
+
+    def _add_connection(self, attempt, growing: bool = False) -> None:
+        # psycopg_pool creates the first attempt here and passes it on to each rescheduled try
+        if attempt is None:
+            attempt = _CappedBackoff(timeout=self.reconnect_timeout, cap=self.reconnect_max_delay)
+        super()._add_connection(attempt, growing=growing)
+
+    def getconn(self, timeout: float | None = None) -> psycopg.Connection:
+        """A live connection within ``timeout``; dead ones found on the way are discarded (and replaced)."""
+        deadline = monotonic() + (self.timeout if timeout is None else timeout)
+        while True:
+            left = deadline - monotonic()
+            try:
+                conn = super().getconn(max(left, 0.001))
+            except Exception as exc:
+                raise classify(exc) or exc from exc
+            try:
+                ConnectionPool.check_connection(conn)
+            except Exception:  # noqa: BLE001 - dead: give it back (the pool discards and replaces it)
+                self.putconn(conn)
+                if monotonic() >= deadline:
+                    raise DatabaseUnavailable("pool_timeout", "no live connection") from None
+                continue
+            return conn
+
+    @contextmanager
+    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection]:
+        conn = self.getconn(timeout)
+        try:
+            with conn:
+                yield conn
+        except DatabaseUnavailable:
+            raise
+        except Exception as exc:
+            mapped = classify(exc, conn)
+            if mapped is None:
+                raise
+            raise mapped from exc
+        finally:
+            self.putconn(conn)
+
+
+def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 10, name: str = "switchboard",
+              acquire_timeout: float = 30.0, reconnect_max_delay: float = 0.5,
+              max_lifetime: float = 30 * 60.0, reconnect_timeout: float = 5 * 60.0) -> Pool:
+    """Open a pool of dict-row connections with pgvector types registered.
+
+    ``acquire_timeout``: how long ``connection()`` waits for a connection before raising
+    :class:`DatabaseUnavailable`; ``max_lifetime``: connections are replaced after this long (with
+    jitter), so a server-side change (failover, config) reaches every connection eventually.
+    """
+    pool = Pool(
         dsn,
         min_size=min_size,
         max_size=max_size,
@@ -28,6 +117,14 @@ def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 10, name: str = "s
         configure=_configure,
         name=name,
         open=False,
+        timeout=acquire_timeout,
+        max_lifetime=max_lifetime,
+        reconnect_timeout=reconnect_timeout,
+        reconnect_max_delay=reconnect_max_delay,
     )
-    pool.open(wait=True, timeout=30)
+    try:
+        pool.open(wait=True, timeout=30)
+    except PoolTimeout as exc:
+        pool.close()
+        raise DatabaseUnavailable("connect_failed", "the pool could not open") from exc
     return pool

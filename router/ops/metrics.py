@@ -59,7 +59,11 @@ class Metrics:
         self.http_requests = Counter(
             "switchboard_http_requests", "HTTP requests by route and status", ["method", "route", "status"], registry=r
         )
-        self.messages = Counter("switchboard_messages", "Inbound messages by channel", ["channel"], registry=r)
+        self.messages = Counter("switchboard_messages", "Inbound messages committed, by channel", ["channel"],
+                                registry=r)
+        self.turn_failures = Counter(
+            "switchboard_turn_failures", "Failed turn attempts (rolled back) by cause: pool_timeout, connection_lost, "
+            "server_shutdown, connect_failed, deadlock, error", ["cause"], registry=r)
         self.duplicates = Counter(
             "switchboard_duplicate_messages", "Retried deliveries answered from the stored turn", ["channel"], registry=r
         )

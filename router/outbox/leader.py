@@ -14,6 +14,8 @@ from collections import Counter
 
 import psycopg
 
+from router.db.errors import DatabaseUnavailable
+
 log = logging.getLogger(__name__)
 
 LEADER_LOCK_KEY = 0x5357_4F42  # "SWOB": the outbox dispatcher's leadership
@@ -51,7 +53,7 @@ class DispatcherLoop:
             try:
                 with psycopg.connect(self.dsn, autocommit=True, application_name="switchboard-dispatcher") as conn:
                     self._lead(conn)
-            except psycopg.Error as exc:
+            except (psycopg.Error, DatabaseUnavailable) as exc:
                 if self.is_leader:
                     log.warning("dispatcher lost its database connection: %s", exc)
                 self.is_leader = False

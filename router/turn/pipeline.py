@@ -9,7 +9,10 @@ and nothing new is stored.
 A decider may refuse a message (the rate quota: HTTP 429). The message is then kept, flagged
 ``throttled``, with no turn: nothing is lost, and a retry of the same message id after the wait
 is routed normally. A deadlock with a concurrent ticket change is retried from the start (the
-whole turn is one transaction, so a retry is clean).
+whole turn is one transaction, so a retry is clean), and so, once, is a turn whose connection died
+under it (a database restart, a killed backend): the retry takes a fresh connection and, if the
+first attempt did commit, finds its stored turn. ``switchboard_messages_total`` counts committed
+messages; every failed attempt counts in ``switchboard_turn_failures_total`` by cause.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from router.channels.registry import channel_label
+from router.db.errors import DatabaseUnavailable
 from router.ops.observability import BUSINESS_KEYS, redact_obj
 from router.problems import Problem
 from router.schemas import Decision, InboundMessage, TurnOut
@@ -97,23 +101,43 @@ class Pipeline:
 
         Raises the decider's :class:`Problem` when it refuses the message (after committing it, flagged).
         """
+        reconnected = False
+        # the retry after a lost connection waits for a fresh one only until about one acquire bound after
+        # the message arrived (at least a moment): a 503 still comes within the fail-fast bound
+        t0 = time.monotonic()
+        bound = getattr(self.pool, "timeout", None) or 1.5
+        acquire: float | None = None
         for attempt in range(self.ATTEMPTS):
             try:
-                return self._handle(msg)
+                return self._handle(msg, acquire)
             except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
                 # an agent action locked the ticket, then the conversation; this turn did the reverse
+                self.metrics.turn_failures.labels("deadlock").inc()
                 if attempt == self.ATTEMPTS - 1:
                     raise
                 time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
+            except DatabaseUnavailable as exc:
+                self.metrics.turn_failures.labels(exc.cause).inc()
+                if reconnected or not exc.retryable:
+                    raise
+                reconnected = True   # once: the connection died under the turn; a fresh one may work at once
+                acquire = max(0.3, t0 + bound + 0.25 - time.monotonic())
+                log.info("turn lost its database connection (%s); retrying once", exc.cause)
+            except Problem:
+                raise
+            except Exception:
+                self.metrics.turn_failures.labels("error").inc()
+                raise
         raise AssertionError("unreachable")
 
-    def _handle(self, msg: InboundMessage) -> tuple[dict[str, Any], bool]:
+    def _handle(self, msg: InboundMessage, acquire: float | None = None) -> tuple[dict[str, Any], bool]:
         t0 = time.perf_counter()
-        with self.pool.connection() as conn:
+        with self.pool.connection(acquire) as conn:
             with conn.transaction():
                 response, ctx, result = self._turn(conn, msg)
                 if ctx is None:
                     return response, True
+            self.metrics.messages.labels(channel_label(msg.channel)).inc()   # committed
             for hook in ctx.after_commit:
                 try:
                     hook(conn)
@@ -177,7 +201,6 @@ class Pipeline:
                     return json.loads(stored["response_text"]), None, None
                 return stored["response"], None, None
 
-        self.metrics.messages.labels(channel_label(msg.channel)).inc()
         ctx = TurnContext(conn=conn, conversation=conversation, message=message, inbound=msg, timings={})
         t_decide = time.perf_counter()
         result = self.decider(ctx)

@@ -12,15 +12,15 @@ import asyncio
 import logging
 import time
 
-import psycopg
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from psycopg_pool import PoolTimeout
 
 from router.app.api.deps import ServicesDep
-from router.channels.registry import ADAPTERS
 from router.channels.base import Ack, ChannelAdapter, Outcome, WebhookError, WebhookRequest
+from router.channels.inbound_queue import hold
+from router.channels.registry import ADAPTERS
+from router.db.errors import classify
 from router.problems import Problem
 
 log = logging.getLogger(__name__)
@@ -74,9 +74,9 @@ def _response(ack: Ack) -> Response:
 def _problem_for(exc: Exception) -> Problem:
     if isinstance(exc, LookupError):
         return Problem(409, "this message id is already stored but has no turn", title="Conflict")
-    if isinstance(exc, psycopg.OperationalError | PoolTimeout):
-        log.warning("database unavailable during a channel webhook: %s", type(exc).__name__)
-        return Problem(503, "the database is unavailable; retry later", title="Service Unavailable")
+    mapped = classify(exc)
+    if mapped is not None:   # answered 503 with Retry-After by the app's handler: the channel retries
+        raise mapped from None
     raise exc
 
 
@@ -200,6 +200,14 @@ async def _with_passive_reply(gw, adapter: ChannelAdapter, parsed, t0: float) ->
     try:
         outcome: Outcome = await asyncio.wait_for(asyncio.shield(future), timeout=budget)
     except TimeoutError:
+        # "success" means WeChat never sends this message again: hold it durably first (a failed
+        # hold is a 503, so the channel retries); the inbound worker finishes it if the turn fails
+        try:
+            await run_in_threadpool(hold, gw.pool, adapter.name, parsed.messages[0],
+                                    retry_after=gw.settings.inbound_retry_seconds)
+        except Exception as exc:  # noqa: BLE001 - mapped to 503, anything else re-raised
+            future.add_done_callback(_log_late_failure)
+            raise _problem_for(exc) from None
         future.add_done_callback(_log_late_failure)
         log.info("%s reply not ready within %.1fs: it will go through the outbox", adapter.name, budget)
         return _response(adapter.acknowledge([], parsed))
@@ -221,4 +229,5 @@ async def _with_passive_reply(gw, adapter: ChannelAdapter, parsed, t0: float) ->
 
 def _log_late_failure(future) -> None:
     if not future.cancelled() and future.exception() is not None:
-        log.error("a late channel turn failed: %r", future.exception())
+        log.warning("a late channel turn failed (%s); its message is held in the inbound queue",
+                    type(future.exception()).__name__)
