@@ -20,6 +20,9 @@ Prints a table and writes benchmarks/results/console.json.
 
 from __future__ import annotations
 
+# arguments of `make bench` (benchmarks/run_all.py): quick by default, full = this script's defaults
+RUN_ALL = {"quick": ["--tickets", "300", "--loads", "2", "--consoles", "20", "--rounds", "5"], "full": []}
+
 import argparse
 import asyncio
 import json

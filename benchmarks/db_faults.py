@@ -29,6 +29,9 @@ after the database is back, every 503 with Retry-After within 2 s.
 
 from __future__ import annotations
 
+# arguments of `make bench` (benchmarks/run_all.py): quick by default, full = this script's defaults
+RUN_ALL = {"quick": ["--quick", "--runs", "clean,kill5"], "full": []}
+
 import argparse
 import asyncio
 import json
@@ -334,6 +337,15 @@ def main() -> None:
         t0 = time.monotonic()
         wait_ready(base, proc, log_path)
         results["server_start_seconds"] = round(time.monotonic() - t0, 1)
+        if not args.key:   # the direct API needs an integration key: issue one on this run's own database
+            import psycopg
+            from psycopg.rows import dict_row
+
+            from router.app.keys import issue_key
+
+            with psycopg.connect(dsn, row_factory=dict_row) as conn:
+                key, _ = issue_key(conn, f"db-faults-{int(time.time())}", ["web"])
+            headers["Authorization"] = f"Bearer {key}"
         for kind in runs:
             run = f"{kind}-{int(time.time())}"
             fault = Fault(kind, home, {"clean": 0.0, "kill5": 5.0, "kill40": args.long_down}[kind])

@@ -16,6 +16,9 @@ Prints a table and writes benchmarks/results/flow_step.json.
 
 from __future__ import annotations
 
+# arguments of `make bench` (benchmarks/run_all.py): quick by default, full = this script's defaults
+RUN_ALL = {"quick": ["--turns", "50"], "full": []}
+
 import argparse
 import json
 import os

@@ -10,6 +10,9 @@ tail measures the neighbours (the load average is recorded with the figures).
 
 from __future__ import annotations
 
+# arguments of `make bench` (benchmarks/run_all.py): quick by default, full = this script's defaults
+RUN_ALL = {"quick": ["--n", "500"], "full": []}
+
 import argparse
 import json
 import os

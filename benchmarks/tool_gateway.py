@@ -15,6 +15,9 @@ Writes benchmarks/results/tool_gateway.json. Targets: own overhead <= 2 ms p95; 
 
 from __future__ import annotations
 
+# arguments of `make bench` (benchmarks/run_all.py): quick by default, full = this script's defaults
+RUN_ALL = {"quick": ["--calls", "200", "--short-circuited", "300"], "full": []}
+
 import argparse
 import json
 import os

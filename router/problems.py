@@ -63,6 +63,10 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
+        if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
+            # FastAPI's answer to a body it cannot decode (e.g. invalid UTF-8): malformed input, 422 like
+            # every other malformed body
+            return problem_response(422, "The request body is not valid UTF-8 JSON.", instance=request.url.path)
         detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
         return problem_response(exc.status_code, detail, instance=request.url.path,
                                 headers=getattr(exc, "headers", None))

@@ -203,6 +203,10 @@ def _number_spans(v: str, out: list[tuple[str, int, int]]) -> None:
                 compact = "".join(g[2] for g in groups[i:j])
                 if "x" in compact[:-1] or (i > 0 and compact.startswith("+")):
                     continue
+                s0 = groups[i][0]
+                if i > 0 and v[s0 - 1] == "." and v[s0 - 2:s0 - 1].isdigit() and j == len(groups) \
+                        and raw.count(".") == 1:
+                    continue    # the fraction of a decimal number ("0.02596177"), never a phone
                 nd = len(compact.strip("+x"))
                 if nd < 7 or nd > 19:
                     continue

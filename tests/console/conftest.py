@@ -56,6 +56,15 @@ class Gateway:
         self.pool = services.pool
         self.handoff = services.handoff
 
+    def integration_key(self) -> str:
+        """The direct API's key of this gateway (issued once, for the web channel)."""
+        if getattr(self, "_key", None) is None:
+            from router.app.keys import issue_key
+
+            with self.pool.connection() as conn:
+                self._key, _ = issue_key(conn, f"console-test-{uuid.uuid4().hex[:6]}", ["web"])
+        return self._key
+
     def agent(self, name: str, *, role: str = "agent", teams=("general",), approval_level: str | None = None) -> str:
         from handoff import agents as store
 
@@ -75,7 +84,8 @@ class Gateway:
 
         body = {"channel": "web", "conversation_id": conversation or f"c-{uuid.uuid4().hex[:8]}",
                 "customer_id": customer, "message_id": f"m-{uuid.uuid4().hex}", "text": text}
-        r = httpx.post(f"{self.url}/v1/messages", json=body, timeout=30)
+        r = httpx.post(f"{self.url}/v1/messages", json=body, timeout=30,
+                       headers={"Authorization": f"Bearer {self.integration_key()}"})
         assert r.status_code == 200, r.text
         return r.json()
 

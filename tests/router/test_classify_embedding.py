@@ -185,7 +185,7 @@ def test_wire_classifier_builds_from_the_bundled_sample(services):
 @pytest.mark.parametrize(
     ("text", "intent"),
     [
-        ("我的快递怎么还没到，都一周了", {"shipping", "order_query"}),
+        ("我的快递怎么还没到，都一周了", {"shipping", "shipping_status", "order_query"}),
         ("has my order been confirmed", {"order_query"}),
         ("怎么开电子发票", {"invoice", "faq"}),
         ("the app closes itself every time I open it", {"technical_issue"}),

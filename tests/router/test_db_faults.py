@@ -16,6 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
+from keys_testkit import authorize
 
 PROBLEM = "application/problem+json"
 
@@ -172,6 +173,7 @@ def private_client(private_pg, tmp_path, minilm_path, minilm_encoder):
     svc.encoder = minilm_encoder
     try:
         with TestClient(create_app(services=svc)) as c:
+            authorize(c, svc.pool)
             yield c, svc, server
     finally:
         if not server.status().running:

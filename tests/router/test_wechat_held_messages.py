@@ -45,7 +45,7 @@ def test_a_message_acknowledged_before_its_turn_failed_is_finished_by_the_inboun
         with psycopg.connect(dsn, autocommit=True) as admin, psycopg.connect(dsn) as locker:
             locker.execute("SELECT 1 FROM conversations WHERE external_id = 'fromUser' FOR UPDATE")
             t = threading.Thread(target=lambda: out.setdefault(
-                "r", client.post(URL, params=query(), content=second.encode())))
+                "r", client.post(URL, params=query(nonce="1516141346"), content=second.encode())))
             t.start()
             t.join(30)
             # answered while the turn still waits for the lock
@@ -73,7 +73,7 @@ def test_a_message_acknowledged_before_its_turn_failed_is_finished_by_the_inboun
         send = recorder.sent("/cgi-bin/message/custom/send")
         assert [r.json()["text"]["content"] for r in send] == ["echo: second one"]
         # WeChat retrying anyway changes nothing
-        again = client.post(URL, params=query(), content=second.encode())
+        again = client.post(URL, params=query(nonce="1516141346"), content=second.encode())
         assert again.status_code == 200
         assert count(services, "SELECT count(*) AS n FROM messages WHERE direction = 'in'") == 2
         assert count(services, "SELECT count(*) AS n FROM outbox WHERE payload->>'text' = 'echo: second one'") == 1
