@@ -123,3 +123,5 @@ class TurnOut(BaseModel):
     decision: Decision
     reply: Reply | None = None
     ticket_id: str | None = None
+    flow: dict[str, Any] | None = Field(default=None, description="The workflow that answered: workflow, "
+                                        "instance_id, step, status, awaiting, pending_action.")

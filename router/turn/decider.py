@@ -57,8 +57,9 @@ class Decider:
     queues_replies = True
 
     def __init__(self, *, policy: Policy, classifier: Any, rag: Any = None, handoff: Any = None,
-                 encoder: Any = None, metrics: Any = None):
+                 encoder: Any = None, metrics: Any = None, flows: Any = None):
         self.policy = policy
+        self.flows = flows          # automation.workflows FlowEngine, or None (no tools configured)
         self.harness = Harness(policy.harness)
         self.escalation = EscalationPolicy(policy.escalation, policy.feedback, encoder)
         self.classifier = classifier
@@ -84,6 +85,7 @@ class _Turn:
         self.trace: dict[str, Any] = {"transitions": self.transitions}
         self.flags: dict[str, Any] = {}
         self.rag_error: str | None = None
+        self.flow: dict[str, Any] | None = None     # the workflow's part of the response
         self._notes: list[str] | None = None
 
     # -- helpers --
@@ -112,12 +114,13 @@ class _Turn:
                           ticket_id=ticket_id)
         self.transitions.append({"from": t["from"], "to": t["to"], "reason": reason, "id": t["id"]})
 
-    def send(self, text: str, *, kind: str = "reply", citations: list[dict] | None = None) -> dict[str, Any] | None:
+    def send(self, text: str, *, kind: str = "reply", citations: list[dict] | None = None,
+             suggestions: list[str] | None = None) -> dict[str, Any] | None:
         """Queue ``text`` to the customer (transcript + outbox, this transaction); the webhook's reply."""
         if self.flags.get("do_not_contact"):
             self.trace["suppressed_reply"] = kind
             return None
-        payload = {"citations": citations} if citations else None
+        payload = {k: v for k, v in (("citations", citations), ("suggestions", suggestions)) if v} or None
         enqueue_outbound(self.conn, conversation_id=self.conv["id"], channel=self.conv["channel"], text=text,
                          sender="bot", kind=kind, payload=payload)
         return {"text": text, "citations": citations or []}
@@ -126,7 +129,8 @@ class _Turn:
         if decision.escalation is not None and self.r.metrics is not None:
             self.r.metrics.escalations.labels(decision.escalation.rule).inc()
         return TurnResult(decision=decision, state=self.conv["state"], reply=reply,
-                          ticket_id=str(ticket_id) if ticket_id is not None else None, trace=self.trace)
+                          ticket_id=str(ticket_id) if ticket_id is not None else None, trace=self.trace,
+                          flow=self.flow)
 
     def active_ticket(self) -> dict[str, Any] | None:
         if self.r.handoff is None:
@@ -164,7 +168,8 @@ class _Turn:
             self.move("idle", "no_active_ticket")
             sm.reset_counters(self.conn, self.conv)
 
-        if self.conv["state"] in sm.RESOLVED and self.r.escalation.is_positive_feedback(self.text):
+        if (self.conv["state"] in sm.RESOLVED and self.r.escalation.is_positive_feedback(self.text)
+                and not (self.r.flows is not None and self.r.flows.active(self.conn, str(self.conv["id"])))):
             return self.close_with_feedback()
         return self.route()
 
@@ -278,6 +283,17 @@ class _Turn:
             ticket_id = self.open_l3(decision, reason=esc.reason, priority=esc.priority, classification=c)
             return self.result(decision, reply=self.send(self.r.policy.replies.ack_l3, kind="ack"),
                                ticket_id=ticket_id)
+        flow = self.run_flow(c) if self.r.flows is not None else None
+        if flow is not None and not flow.drift:
+            return self.flow_outcome(c, flow)
+        result = self.route_tier(c, planned)
+        if flow is not None and result.ticket_id is None and result.reply is not None:
+            # the customer asked something else mid-flow: that is answered, then the question is asked again
+            self.send(flow.reply, kind="reply", suggestions=flow.quick_replies)
+            result.reply = {**result.reply, "text": f"{result.reply['text']}\n\n{flow.reply}"}
+        return result
+
+    def route_tier(self, c, planned: str) -> TurnResult:
         if planned == "L1":
             return self.answer_l1(c)
         if planned == "L2":
@@ -287,6 +303,61 @@ class _Turn:
         ticket_id = self.open_l3(decision, reason=f"intent {c.intent or 'unknown'} is handled by a person",
                                  priority=priority, classification=c)
         return self.result(decision, reply=self.send(self.r.policy.replies.ack_l3, kind="ack"), ticket_id=ticket_id)
+
+    # -- workflows --
+
+    def run_flow(self, c):
+        """Advance the conversation's active workflow, or start the one serving the intent; None: no flow."""
+        from rag.chunk import detect_lang
+        from router.turn.flows import caller_of
+
+        engine = self.r.flows
+        caller = caller_of(self.conv)
+        if caller is None:
+            return None
+        lang = detect_lang(self.text) or "en"
+        entities = c.entities or {}
+        instance = engine.active(self.conn, str(self.conv["id"]))
+        with self.stage("workflow"):
+            if instance is not None:
+                t = engine.advance(self.conn, instance, caller, self.text, entities, lang=lang, intent=c.intent,
+                                   intent_confidence=float(c.confidence))
+            else:
+                wf = engine.workflows.for_intent(c.intent) if c.intent else None
+                if wf is None:
+                    return None
+                t = engine.start(self.conn, wf.name, caller, self.text, entities, lang=lang)
+        self.flow = t.as_response()
+        self.trace["workflow"] = {**self.flow, "outcome": t.outcome, "drift": t.drift,
+                                  "steps": [{"step": s.step, "kind": s.kind, "ms": round(s.ms, 2),
+                                             "tool_status": s.tool_status, "note": s.note} for s in t.trace]}
+        return t
+
+    def flow_outcome(self, c, t) -> TurnResult:
+        """The workflow answered this turn: its reply goes out; a handoff opens the L2/L3 ticket."""
+        if t.handoff is not None:
+            tier = "L3" if t.handoff.tier == "L3" else "L2"
+            decision = self.decision_of(c, tier, None, workflow=self.flow)
+            kind = "handoff" if tier == "L3" else "assist"
+            if tier == "L3":
+                self.move("l3_queuing", f"workflow {t.workflow}: {t.handoff.reason}")
+            else:
+                self.move("l2_assisting", f"workflow {t.workflow}: {t.handoff.reason}")
+            ticket_id = self.open_ticket(kind, decision, reason=f"workflow {t.workflow}: {t.handoff.reason}",
+                                         priority="normal", classification=c,
+                                         evidence=[{"workflow": t.handoff.flow_state}],
+                                         draft=None if tier == "L3" else {"text": None, "intent": c.intent,
+                                                                          "workflow": t.handoff.flow_state})
+            self.tag_transition(ticket_id)
+            text = "\n\n".join(x for x in (t.reply, self.r.policy.replies.ack_l3 if tier == "L3"
+                                             else self.r.policy.replies.ack_l2) if x)
+            return self.result(decision, reply=self.send(text, kind="ack"), ticket_id=ticket_id)
+        # the bot answered this turn (a flow that waits for the customer keeps its place in flow_instances)
+        self.move("l1_resolving", f"workflow {t.workflow}")
+        reply = self.send(t.reply, kind="reply", suggestions=t.quick_replies) if t.reply else None
+        self.move("l1_resolved", f"workflow {t.workflow} {t.outcome or t.status}")
+        decision = self.decision_of(c, "L1", None, workflow=self.flow)
+        return self.result(decision, reply=reply)
 
     def retrieve(self):
         if self.r.rag is None:

@@ -60,6 +60,7 @@ class TurnResult:
     ticket_id: str | None = None
     trace: dict[str, Any] | None = None   # stages, candidates, transitions: stored redacted with the turn
     reject: Problem | None = None         # refuse the message (e.g. 429): stored flagged, no turn, raised after commit
+    flow: dict[str, Any] | None = None    # the workflow's state when one answered (FlowTurn.as_response())
 
 
 Decider = Callable[[TurnContext], TurnResult]
@@ -211,8 +212,11 @@ class Pipeline:
             decision=result.decision,
             reply=result.reply,
             ticket_id=result.ticket_id,
+            flow=result.flow,
         )
-        response = out.model_dump(mode="json")
+        response = out.model_dump(mode="json", exclude_none=False)
+        if response.get("flow") is None:
+            response.pop("flow", None)      # responses without a workflow keep their shape
         conn.execute(
             """
             INSERT INTO turns (id, conversation_id, message_id, session_no, state, decision, response, response_text,

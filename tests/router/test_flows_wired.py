@@ -1,0 +1,93 @@
+"""Workflows wired into the router, end to end on real parts: the bundled classifier and workflows, the
+tool gateway talking MCP over stdio to the example shop (started by the gateway on the test's own
+database, schema ``shop``), the handoff queue and the direct API."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from keys_testkit import authorize
+from routing_kit import kb_template, make_agent, routing_services, rows
+
+pytestmark = pytest.mark.slow
+
+_ids = itertools.count()
+
+
+@pytest.fixture
+def svc(fresh_db, pg_server, template_dsn, e5_encoder):
+    _, uri = pg_server
+    template_name = psycopg.conninfo.conninfo_to_dict(template_dsn)["dbname"]
+    name, home, kb_dir = kb_template(uri, template_name, e5_encoder)
+    s = routing_services(fresh_db(name), home, e5_encoder, kb_dir, flows=True)
+    assert s.flows is not None, "the bundled tools and workflows must load"
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def api(svc):
+    from router.app.factory import create_app
+
+    with TestClient(create_app(services=svc)) as c:
+        authorize(c, svc.pool)
+        yield c
+
+
+def say(api, text: str, *, customer: str = "c1", conversation: str = "conv-1") -> dict:
+    r = api.post("/v1/messages", json={"channel": "web", "conversation_id": conversation, "customer_id": customer,
+                                       "message_id": f"m-{next(_ids)}", "text": text})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def shop_dump(svc) -> dict:
+    env = {**os.environ, "SWITCHBOARD_DATABASE_URL": svc.dsn}
+    out = subprocess.run([sys.executable, "-m", "examples.shop", "dump", "--json"], env=env, capture_output=True,
+                         text=True, timeout=120, check=True)
+    return json.loads(out.stdout)
+
+
+def refunds_of(svc, order_id: str) -> list[dict]:
+    return [w for w in shop_dump(svc)["writes"] if w["tool"] == "request_refund"
+            and w["arguments"].get("order_id") == order_id]
+
+
+def test_order_status_in_english_and_chinese_from_the_shop(api, svc):
+    en = say(api, "where is my order 100234")
+    assert en["flow"]["workflow"] == "order_status" and en["flow"]["status"] == "completed"
+    text = en["reply"]["text"]
+    assert "100234" in text and "shipped" in text and "顺丰速运" in text and "SF1402837465299" in text
+    assert en["ticket_id"] is None
+    zh = say(api, "我的订单100234到哪了", conversation="conv-zh")
+    assert zh["flow"]["workflow"] == "order_status"
+    assert "订单 100234" in zh["reply"]["text"] and "SF1402837465299" in zh["reply"]["text"]
+    assert "运单号" in zh["reply"]["text"] and zh["ticket_id"] is None
+    assert rows(svc.pool, "SELECT count(*) AS n FROM tickets")[0]["n"] == 0
+    sent = rows(svc.pool, "SELECT payload FROM outbox ORDER BY id")
+    assert any("SF1402837465299" in r["payload"]["text"] for r in sent)
+
+
+def test_without_an_order_number_the_bot_asks_which(api):
+    out = say(api, "where is my order")
+    assert out["flow"]["workflow"] == "order_status" and out["flow"]["status"] == "waiting"
+    assert out["flow"]["awaiting"] == "order_id"
+    assert "order" in out["reply"]["text"].lower() and out["ticket_id"] is None
+    # the answer completes the flow with the shop's real status
+    done = say(api, "100234")
+    assert done["flow"]["status"] == "completed" and "SF1402837465299" in done["reply"]["text"]
+
+
+def test_another_customers_order_is_not_found(api):
+    out = say(api, "where is my order 100234", customer="c2")
+    assert out["flow"]["workflow"] == "order_status"
+    assert "couldn't find order 100234" in out["reply"]["text"]
+    assert "SF1402837465299" not in out["reply"]["text"] and "shipped" not in out["reply"]["text"]
