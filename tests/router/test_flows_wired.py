@@ -34,6 +34,18 @@ def svc(fresh_db, pg_server, template_dsn, e5_encoder):
 
 
 @pytest.fixture
+def shop_down(fresh_db, pg_server, template_dsn, e5_encoder, monkeypatch):
+    """The gateway pointed at a shop that is not running (nothing listens on the port)."""
+    monkeypatch.setenv("SWITCHBOARD_SHOP_URL", "http://127.0.0.1:9109/mcp")
+    _, uri = pg_server
+    template_name = psycopg.conninfo.conninfo_to_dict(template_dsn)["dbname"]
+    name, home, kb_dir = kb_template(uri, template_name, e5_encoder)
+    s = routing_services(fresh_db(name), home, e5_encoder, kb_dir, flows=True)
+    yield s
+    s.close()
+
+
+@pytest.fixture
 def api(svc):
     from router.app.factory import create_app
 
@@ -57,8 +69,8 @@ def shop_dump(svc) -> dict:
 
 
 def refunds_of(svc, order_id: str) -> list[dict]:
-    return [w for w in shop_dump(svc)["writes"] if w["tool"] == "request_refund"
-            and w["arguments"].get("order_id") == order_id]
+    order = next(o for o in shop_dump(svc)["orders"] if o["order_id"] == order_id)
+    return [w for w in order["writes"] if w["tool"] == "request_refund"]
 
 
 def test_order_status_in_english_and_chinese_from_the_shop(api, svc):
@@ -91,3 +103,35 @@ def test_another_customers_order_is_not_found(api):
     assert out["flow"]["workflow"] == "order_status"
     assert "couldn't find order 100234" in out["reply"]["text"]
     assert "SF1402837465299" not in out["reply"]["text"] and "shipped" not in out["reply"]["text"]
+
+
+def test_a_small_refund_executes_once_and_the_reply_states_the_result(api, svc):
+    first = say(api, "I want a refund of 30 for order 100234")
+    assert first["flow"]["workflow"] == "refund" and first["flow"]["step"] == "confirm_refund", first
+    assert first["flow"]["pending_action"]["tool"] == "request_refund"
+    assert refunds_of(svc, "100234") == []                       # nothing happens before the yes
+    done = say(api, "yes")
+    assert done["flow"]["status"] == "completed", done
+    writes = refunds_of(svc, "100234")
+    assert len(writes) == 1 and float(writes[0]["arguments"]["amount"]) == 30.0
+    assert "Refunded 30" in done["reply"]["text"] and "CNY" in done["reply"]["text"]
+    assert done["ticket_id"] is None
+    again = say(api, "yes")                                      # a later yes starts nothing new
+    assert len(refunds_of(svc, "100234")) == 1
+    assert "Refunded" not in again["reply"]["text"] if again.get("reply") else True
+
+
+def test_a_tool_failure_never_yields_a_success_reply(shop_down):
+    from router.app.factory import create_app
+
+    with TestClient(create_app(services=shop_down)) as c:
+        authorize(c, shop_down.pool)
+        out = say(c, "where is my order 100234")
+        assert out["flow"]["workflow"] == "order_status"
+        text = out["reply"]["text"]
+        assert "SF1402837465299" not in text and "shipped" not in text
+        refund = say(c, "I want a refund of 30 for order 100234", conversation="conv-2")
+        assert "Refunded" not in (refund.get("reply") or {}).get("text", "")
+    trace = rows(shop_down.pool, "SELECT trace FROM turns ORDER BY created_at LIMIT 1")[0]["trace"]
+    statuses = [s["tool_status"] for s in trace["workflow"]["steps"] if s["tool_status"]]
+    assert statuses and all(s != "ok" for s in statuses)
