@@ -106,6 +106,8 @@ def wire_flows(services: Services) -> None:
         return
     services.tools = gateway
     services.flows = FlowEngine(workflows, gateway, HandoffApprovals(lambda: services.handoff))
+    if services.handoff is not None and hasattr(services.handoff.port, "flows"):
+        services.handoff.port.flows = services.flows   # an approver's decision resumes the flow
     services.readiness["workflows"] = lambda: (True, f"{len(workflows.names())} workflows, "
                                                      f"{len(gateway.names())} tools")
 

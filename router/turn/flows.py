@@ -45,7 +45,7 @@ class HandoffApprovals:
         proposed = request.proposed_call or {}
         summary = (f"{proposed.get('tool')} {request.amount:g} {request.currency or ''}".strip()
                    + f" (order {request.order})" if request.order is not None else "")
-        draft = {"text": None, "intent": request.workflow, "action": proposed,
+        draft = {"text": None, "intent": request.workflow, "action": proposed, "instance_id": request.instance_id,
                  "proposed_action": summary or f"{request.workflow} needs approval"}
         context = {
             "conversation": {"id": request.conversation_id, "channel": request.customer.get("channel")},

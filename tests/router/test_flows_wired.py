@@ -135,3 +135,39 @@ def test_a_tool_failure_never_yields_a_success_reply(shop_down):
     trace = rows(shop_down.pool, "SELECT trace FROM turns ORDER BY created_at LIMIT 1")[0]["trace"]
     statuses = [s["tool_status"] for s in trace["workflow"]["steps"] if s["tool_status"]]
     assert statuses and all(s != "ok" for s in statuses)
+
+
+def test_a_big_refund_waits_for_a_supervisor_and_runs_once_when_approved(api, svc):
+    first = say(api, "I want a refund of 300 for order 100234")
+    assert first["flow"]["step"] == "confirm_refund", first
+    waiting = say(api, "yes")
+    assert waiting["flow"]["status"] == "waiting_approval", waiting
+    assert refunds_of(svc, "100234") == []
+    ticket = rows(svc.pool, "SELECT * FROM tickets WHERE kind = 'approval'")
+    assert len(ticket) == 1
+    ticket = ticket[0]
+    assert float(ticket["amount"]) == 300.0 and ticket["currency"] == "CNY"
+    assert ticket["approval_level"] == "supervisor"
+    assert ticket["draft"]["action"]["tool"] == "request_refund"
+    assert float(ticket["draft"]["action"]["arguments"]["amount"]) == 300.0
+    assert "Refunded" not in waiting["reply"]["text"]
+
+    # an agent without the level may not approve it; a supervisor does, through the handoff API
+    _, agent_token = make_agent(svc.pool, "ann", approval_level="auto")
+    h = {"Authorization": f"Bearer {agent_token}"}
+    assert api.post(f"/v1/handoff/tickets/{ticket['id']}/claim", headers=h).status_code == 200
+    assert api.post(f"/v1/handoff/tickets/{ticket['id']}/approve", headers=h).status_code == 403
+    assert api.post(f"/v1/handoff/tickets/{ticket['id']}/release", headers=h, json={}).status_code == 200
+    _, sup_token = make_agent(svc.pool, "sue", role="supervisor", approval_level="supervisor")
+    s = {"Authorization": f"Bearer {sup_token}"}
+    assert api.post(f"/v1/handoff/tickets/{ticket['id']}/claim", headers=s).status_code == 200
+    r = api.post(f"/v1/handoff/tickets/{ticket['id']}/approve", headers=s)
+    assert r.status_code == 200, r.text
+    writes = refunds_of(svc, "100234")
+    assert len(writes) == 1 and float(writes[0]["arguments"]["amount"]) == 300.0
+    told = rows(svc.pool, "SELECT payload FROM outbox WHERE kind = 'reply' ORDER BY id DESC LIMIT 1")[0]
+    assert "Refunded 300" in told["payload"]["text"]
+    # a second decision changes nothing
+    again = api.post(f"/v1/handoff/tickets/{ticket['id']}/approve", headers=s)
+    assert again.status_code in (409, 403, 404)
+    assert len(refunds_of(svc, "100234")) == 1
