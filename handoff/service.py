@@ -774,6 +774,10 @@ class HandoffService:
             if ticket["draft"] is None or ticket["draft_status"] != "pending":
                 raise Conflict(f"ticket {ticket['id']} has no pending draft")
             if ticket["kind"] == "approval":   # a rejected approval ends the wait: the workflow is told
+                if not agent.may_approve(ticket["approval_level"]):
+                    raise Forbidden(f"deciding this approval needs approval level {ticket['approval_level']!r}; "
+                                    f"yours is {agent.approval_level!r}", required_level=ticket["approval_level"],
+                                    your_level=agent.approval_level)
                 decided = self._apply_approval(conn, ticket, agent, approved=False, reason=reason)
                 updated = self._update(conn, ticket["id"], draft_status="rejected", status="resolved",
                                        outcome="rejected", claimed_by=None, lease_expires_at=None,

@@ -171,3 +171,23 @@ def test_a_big_refund_waits_for_a_supervisor_and_runs_once_when_approved(api, sv
     again = api.post(f"/v1/handoff/tickets/{ticket['id']}/approve", headers=s)
     assert again.status_code in (409, 403, 404)
     assert len(refunds_of(svc, "100234")) == 1
+
+
+def test_a_rejected_approval_runs_nothing_and_the_customer_is_told(api, svc):
+    say(api, "I want a refund of 300 for order 100234")
+    assert say(api, "yes")["flow"]["status"] == "waiting_approval"
+    ticket = rows(svc.pool, "SELECT id FROM tickets WHERE kind = 'approval'")[0]
+    _, sup_token = make_agent(svc.pool, "sue", role="supervisor", approval_level="supervisor")
+    s = {"Authorization": f"Bearer {sup_token}"}
+    assert api.post(f"/v1/handoff/tickets/{ticket['id']}/claim", headers=s).status_code == 200
+    r = api.post(f"/v1/handoff/tickets/{ticket['id']}/reject", headers=s, json={"reason": "not eligible"})
+    assert r.status_code == 200, r.text
+    assert refunds_of(svc, "100234") == []
+    told = rows(svc.pool, "SELECT payload FROM outbox WHERE kind = 'reply' ORDER BY id DESC LIMIT 1")[0]
+    assert "Refunded" not in told["payload"]["text"] and "not approved" in told["payload"]["text"]
+
+
+def test_a_request_for_a_person_wins_over_the_workflow(api, svc):
+    out = say(api, "I want to talk to a human agent about my order 100234")
+    assert out.get("flow") is None and out["decision"]["tier"] == "L3" and out["ticket_id"] is not None
+    assert rows(svc.pool, "SELECT count(*) AS n FROM flow_instances")[0]["n"] == 0
