@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-KINDS = ("assist", "handoff")                       # L2: a draft awaits a human; L3: a human takes over
+KINDS = ("assist", "handoff", "approval")   # L2: a draft awaits a human; L3: a human takes over; approval: a workflow waits
 STATUSES = ("queued", "claimed", "resolved", "returned_to_bot", "cancelled")
 OPEN_STATUSES = ("queued", "claimed")
 PRIORITIES = ("urgent", "high", "normal", "low")    # queue order, most pressing first

@@ -61,6 +61,11 @@ class ConversationPort(Protocol):
     def on_ticket_requeued(self, conn: psycopg.Connection, ticket: dict[str, Any]) -> None:
         """A claimed ticket went back to the queue (released, lease expired, transferred, agent disabled)."""
 
+    def on_approval_decided(self, conn: psycopg.Connection, ticket: dict[str, Any], *, approved: bool,
+                            approver: str, reason: str | None = None) -> dict[str, Any] | None:
+        """An approver approved or rejected an ``approval`` ticket: the waiting process resumes in this
+        transaction (and tells the customer). Raises :class:`DeliveryUnavailable` when nothing can resume it."""
+
     def send_to_customer(self, conn: psycopg.Connection, ticket: dict[str, Any], *, text: str,
                          sender: str, agent_id: str | None) -> dict[str, Any]:
         """Store ``text`` in the transcript and queue it for delivery on the conversation's channel.
@@ -94,6 +99,9 @@ class NullConversationPort:
 
     def on_ticket_requeued(self, conn, ticket):
         return None
+
+    def on_approval_decided(self, conn, ticket, *, approved, approver, reason=None):
+        raise DeliveryUnavailable("no conversation port configured: an approval cannot be applied")
 
     def send_to_customer(self, conn, ticket, *, text, sender, agent_id):
         raise DeliveryUnavailable("no conversation port configured: cannot deliver a message to the customer")

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Kind = Literal["assist", "handoff"]
+Kind = Literal["assist", "handoff", "approval"]
 Status = Literal["queued", "claimed", "resolved", "returned_to_bot", "cancelled"]
 Priority = Literal["urgent", "high", "normal", "low"]
 

@@ -775,16 +775,21 @@ class HandoffService:
             original = (ticket["draft"] or {}).get("text")
             final = text if text is not None else original
             delivery = self._send(conn, agent, ticket, final) if final else None
+            decided = None
+            if ticket["kind"] == "approval":   # the waiting workflow resumes in this transaction
+                decided = self._apply_approval(conn, ticket, agent, approved=True)
             draft = {**ticket["draft"], "final_text": final} if final is not None else ticket["draft"]
             changes: dict[str, Any] = {"draft_status": action, "approved_by": agent.id, "approved_at": _Sql("now()"),
                                        "draft": json.dumps(draft, ensure_ascii=False, default=str)}
-            if ticket["kind"] == "assist":
+            if ticket["kind"] in ("assist", "approval"):
                 changes.update(status="resolved", outcome=action, claimed_by=None, lease_expires_at=None,
                                resolved_by=agent.id, closed_at=_Sql("now()"))
             updated = self._update(conn, ticket["id"], **changes)
             payload = {"delivery": delivery, "amount": ticket["amount"], "currency": ticket["currency"],
                        "required_level": required, "approver_level": agent.approval_level,
                        "action": _proposed_action(ticket["draft"])}
+            if decided is not None:
+                payload["workflow"] = decided
             if text is not None:
                 payload.update(original=original, edited=text)
             ev = self._event(conn, notes, updated, agent, action, payload, idempotency_key=key)
@@ -799,6 +804,13 @@ class HandoffService:
         levels = [ticket["approval_level"], self.config.required_level(_draft_amount(ticket["draft"]))]
         levels = [lv for lv in levels if lv is not None]
         return max(levels, key=level_rank) if levels else None
+
+    def _apply_approval(self, conn, ticket: dict[str, Any], agent: Agent, *, approved: bool,
+                        reason: str | None = None) -> dict[str, Any] | None:
+        try:
+            return self.port.on_approval_decided(conn, ticket, approved=approved, approver=agent.id, reason=reason)
+        except DeliveryUnavailable as exc:
+            raise Unavailable(f"the approval cannot be applied: {exc}") from None
 
     def approve(self, agent: Agent, ticket_id, *, idempotency_key: str | None = None) -> dict[str, Any]:
         """Approve the L2 draft as it is: it is sent, the approver recorded; an assist ticket is then resolved."""
@@ -821,6 +833,19 @@ class HandoffService:
             self._check_holder(agent, ticket)
             if ticket["draft"] is None or ticket["draft_status"] != "pending":
                 raise Conflict(f"ticket {ticket['id']} has no pending draft")
+            if ticket["kind"] == "approval":   # a rejected approval ends the wait: the workflow is told
+                if not agent.may_approve(ticket["approval_level"]):
+                    raise Forbidden(f"deciding this approval needs approval level {ticket['approval_level']!r}; "
+                                    f"yours is {agent.approval_level!r}", required_level=ticket["approval_level"],
+                                    your_level=agent.approval_level)
+                decided = self._apply_approval(conn, ticket, agent, approved=False, reason=reason)
+                updated = self._update(conn, ticket["id"], draft_status="rejected", status="resolved",
+                                       outcome="rejected", claimed_by=None, lease_expires_at=None,
+                                       resolved_by=agent.id, closed_at=_Sql("now()"))
+                self._event(conn, notes, updated, agent, "rejected", {"reason": reason, "workflow": decided})
+                self.port.on_ticket_resolved(conn, updated)
+                self._count(updated, "rejected")
+                return updated
             updated = self._update(conn, ticket["id"], draft_status="rejected")
             self._event(conn, notes, updated, agent, "rejected", {"reason": reason})
         self._count(updated, "rejected")

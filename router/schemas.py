@@ -129,3 +129,5 @@ class TurnOut(BaseModel):
     outcome: str | None = Field(default=None, description="What the turn did: resolved (answered by the bot), "
                                 "clarified (asked back), ticketed (opened a ticket), held (added to the ticket "
                                 "of a person), none.")
+    flow: dict[str, Any] | None = Field(default=None, description="The workflow that answered: workflow, "
+                                        "instance_id, step, status, awaiting, pending_action.")

@@ -7,6 +7,7 @@ handoff) adds its own small wiring function here without touching the plumbing.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from router.app.services import Services, limit_threads, pool_options, resolve_dsn
@@ -64,6 +65,51 @@ def wire_handoff(services: Services) -> None:
     services.handoff = HandoffService(services.pool, ConversationStatePort(), config, metrics_hook=count)
     sweeper = SweeperLoop(services.handoff, config.sweep_interval_seconds).start()
     services.closers.append(sweeper.stop)
+
+
+def tools_configured(settings) -> bool:
+    """Whether tools are on: SWITCHBOARD_TOOLS_ENABLED=false or SWITCHBOARD_TOOLS_FILE="" turn them off."""
+    f = settings.tools_file
+    return bool(settings.tools_enabled) and not (f is not None and str(f) in ("", "."))
+
+
+def wire_flows(services: Services) -> None:
+    """The tool gateway (personal data masked in its audit) and the workflow engine over it.
+
+    By default the bundled tools file starts the example shop over MCP stdio with this gateway's
+    database URL, so the shop keeps its data in schema ``shop`` of the same Postgres. The shop
+    process starts on the first tool call; a broken tools or workflows file is logged and leaves
+    the router without workflows rather than without a gateway.
+    """
+    from automation.tools import load_tool_gateway
+    from automation.workflows.engine import FlowEngine
+    from automation.workflows.spec import load_workflows
+    from router.turn.flows import HandoffApprovals
+    from text import personal
+
+    s = services.settings
+    if not tools_configured(s):
+        return
+    variables = dict(os.environ)
+    variables["SWITCHBOARD_DATABASE_URL"] = services.dsn
+    try:
+        gateway = load_tool_gateway(s.tools_file, pool=services.pool, variables=variables,
+                                    redact=lambda v: personal.mask(v) or "")
+    except Exception:
+        log.exception("the tools file could not be loaded: tools and workflows are off")
+        return
+    services.closers.append(gateway.close)
+    try:
+        workflows = load_workflows(s.workflows_file, tools=gateway)
+    except Exception:
+        log.exception("the workflows could not be loaded: workflows are off")
+        return
+    services.tools = gateway
+    services.flows = FlowEngine(workflows, gateway, HandoffApprovals(lambda: services.handoff))
+    if services.handoff is not None and hasattr(services.handoff.port, "flows"):
+        services.handoff.port.flows = services.flows   # an approver's decision resumes the flow
+    services.readiness["workflows"] = lambda: (True, f"{len(workflows.names())} workflows, "
+                                                     f"{len(gateway.names())} tools")
 
 
 def make_knowledge_base(settings, pool, encoder, *, knowledge_dir=None, reranker=None, progress: bool = False):
@@ -191,7 +237,7 @@ def wire_router(services: Services) -> None:
     services.metrics.allow_intents_of(services.classifier)
     policy = load_policy(services.settings.policy_file)
     decider = Decider(policy=policy, classifier=services.classifier, rag=services.rag, handoff=services.handoff,
-                      encoder=services.encoder, metrics=services.metrics)
+                      encoder=services.encoder, metrics=services.metrics, flows=services.flows)
     services.pipeline = Pipeline(services.pool, services.metrics, decider)
 
 
@@ -237,6 +283,7 @@ def wire_components(services: Services) -> None:
     wire_encoder(services)
     wire_classifier(services)
     wire_handoff(services)
+    wire_flows(services)
     wire_rag(services)
     wire_router(services)  # keep last: it composes the parts wired above
     wire_dispatcher(services)

@@ -78,6 +78,8 @@ class Services:
     rag: Any = None                   # rag answerer / retriever
     handoff: Any = None               # handoff service
     pipeline: Any = None              # router.turn.pipeline.Pipeline
+    tools: Any = None                 # automation.tools.Gateway (business systems)
+    flows: Any = None                 # automation.workflows.engine.FlowEngine
     channels: Any = None              # router.app.channel_gateway.ChannelGateway (built on first webhook)
     dispatcher: Any = None            # router.outbox.DispatcherLoop (outbox delivery)
     inbound: Any = None               # router.channels.inbound_queue.InboundWorker (held messages)

@@ -102,6 +102,14 @@ class Settings(BaseSettings, ChannelSettings):  # channel secrets/URLs + outbox:
     rag_generator_concurrency: int = Field(default=2, ge=1, le=64, description="Turns that may call the generator "
                                            "at once; others keep the extractive answer instead of waiting.")
 
+    # tools and workflows (automation/): the example shop over MCP stdio unless configured otherwise
+    tools_enabled: bool = Field(default=True, description="Build the tool gateway and the workflow engine at "
+                                "start-up (off: SWITCHBOARD_TOOLS_ENABLED=false or SWITCHBOARD_TOOLS_FILE=\"\").")
+    tools_file: Path | None = Field(default=None, description="Tools YAML; unset = automation/tools/samples/"
+                                    "tools.yaml (the example shop, started over MCP stdio on this database).")
+    workflows_file: Path | None = Field(default=None, description="Workflows YAML (file or folder); unset = "
+                                        "automation/workflows/samples.")
+
     @property
     def models_dir(self) -> Path:
         return self.home / "models"

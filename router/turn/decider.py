@@ -69,9 +69,10 @@ class Decider:
     queues_replies = True
 
     def __init__(self, *, policy: Policy, classifier: Any, rag: Any = None, handoff: Any = None,
-                 encoder: Any = None, metrics: Any = None, workflows: Any = None):
+                 encoder: Any = None, metrics: Any = None, workflows: Any = None, flows: Any = None):
         self.policy = policy
-        # ``serve: workflow <name>`` intents run here once wired (name -> workflow); None: not wired
+        self.flows = flows          # automation.workflows FlowEngine, or None (no tools configured)
+        # ``serve: workflow <name>`` intents without an engine fall back here (name -> workflow); None: not wired
         self.harness = Harness(policy.harness)
         self.escalation = EscalationPolicy(policy.escalation, policy.feedback, encoder)
         self.classifier = classifier
@@ -104,6 +105,7 @@ class _Turn:
         self.trace: dict[str, Any] = {"transitions": self.transitions}
         self.flags: dict[str, Any] = {}
         self.rag_error: str | None = None
+        self.flow: dict[str, Any] | None = None     # the workflow's part of the response
         self._notes: list[str] | None = None
         self.outcome: str | None = None
         known = (self.conv.get("metadata") or {}).get("lang")
@@ -170,7 +172,7 @@ class _Turn:
             self.r.metrics.deflection.labels(outcome, self.conv["channel"], self.lang).inc()
         return TurnResult(decision=decision, state=self.conv["state"], reply=reply,
                           ticket_id=str(ticket_id) if ticket_id is not None else None, trace=self.trace,
-                          lang=self.lang)
+                          lang=self.lang, flow=self.flow)
 
     def active_ticket(self) -> dict[str, Any] | None:
         if self.r.handoff is None:
@@ -208,7 +210,8 @@ class _Turn:
             self.move("idle", "no_active_ticket")
             sm.reset_counters(self.conn, self.conv)
 
-        if self.conv["state"] in sm.RESOLVED and self.r.escalation.is_positive_feedback(self.text):
+        if (self.conv["state"] in sm.RESOLVED and self.r.escalation.is_positive_feedback(self.text)
+                and not (self.r.flows is not None and self.r.flows.active(self.conn, str(self.conv["id"])))):
             return self.close_with_feedback()
         return self.route()
 
@@ -321,10 +324,14 @@ class _Turn:
         if smalltalk and (not verdict.escalate or asks_who) and not verdict.checks["dissatisfied"]["signal"]:
             return self.small_talk(c, served[1], verdict)
         self.save_verdict(verdict)
-        if not verdict.escalate and c.intent is None and self.r.policy.unknown == "clarify_then_escalate" \
-                and verdict.counters["low_confidence_streak"] <= 1:
+        engine = self.r.flows
+        # an answer to the flow's pending question ("100235", "yes") is the flow's, not something to clarify
+        in_flow = engine is not None and engine.active(self.conn, str(self.conv["id"])) is not None
+        if not verdict.escalate and not in_flow and c.intent is None \
+                and self.r.policy.unknown == "clarify_then_escalate" and verdict.counters["low_confidence_streak"] <= 1:
             return self.clarify(c)
-        if not verdict.escalate and served is not None and served[0] == "workflow":
+        runs_here = engine is not None and c.intent is not None and engine.workflows.for_intent(c.intent) is not None
+        if not verdict.escalate and not in_flow and not runs_here and served is not None and served[0] == "workflow":
             return self.serve_workflow(c, served[1])
         self.move("classifying", "message")
         if verdict.escalate:
@@ -333,6 +340,17 @@ class _Turn:
             ticket_id = self.open_l3(decision, reason=esc.reason, priority=esc.priority, classification=c)
             return self.result(decision, reply=self.send(self.say("ack_l3"), kind="ack"),
                                ticket_id=ticket_id)
+        flow = self.run_flow(c) if self.r.flows is not None else None
+        if flow is not None and not flow.drift:
+            return self.flow_outcome(c, flow)
+        result = self.route_tier(c, planned)
+        if flow is not None and result.ticket_id is None and result.reply is not None:
+            # the customer asked something else mid-flow: that is answered, then the question is asked again
+            self.send(flow.reply, kind="reply", suggestions=flow.quick_replies)
+            result.reply = {**result.reply, "text": f"{result.reply['text']}\n\n{flow.reply}"}
+        return result
+
+    def route_tier(self, c, planned: str) -> TurnResult:
         if planned == "L1":
             return self.answer_l1(c)
         if planned == "L2":
@@ -382,6 +400,60 @@ class _Turn:
                                     workflow={"name": name, "wired": wired})
         return self.assist_l2(c, decision, via="workflow", reason=f"workflow {name} is not wired: a person looks "
                               f"up order {orders[0]}", retrieve=False)
+
+    # -- workflows --
+
+    def run_flow(self, c):
+        """Advance the conversation's active workflow, or start the one serving the intent; None: no flow."""
+        from rag.chunk import detect_lang
+        from router.turn.flows import caller_of
+
+        engine = self.r.flows
+        caller = caller_of(self.conv)
+        if caller is None:
+            return None
+        lang = self.lang if self.lang in ("zh", "en") else (detect_lang(self.text) or "en")
+        entities = c.entities or {}
+        instance = engine.active(self.conn, str(self.conv["id"]))
+        with self.stage("workflow"):
+            if instance is not None:
+                t = engine.advance(self.conn, instance, caller, self.text, entities, lang=lang, intent=c.intent,
+                                   intent_confidence=float(c.confidence))
+            else:
+                wf = engine.workflows.for_intent(c.intent) if c.intent else None
+                if wf is None:
+                    return None
+                t = engine.start(self.conn, wf.name, caller, self.text, entities, lang=lang)
+        self.flow = t.as_response()
+        self.trace["workflow"] = {**self.flow, "outcome": t.outcome, "drift": t.drift,
+                                  "steps": [{"step": s.step, "kind": s.kind, "ms": round(s.ms, 2),
+                                             "tool_status": s.tool_status, "note": s.note} for s in t.trace]}
+        return t
+
+    def flow_outcome(self, c, t) -> TurnResult:
+        """The workflow answered this turn: its reply goes out; a handoff opens the L2/L3 ticket."""
+        if t.handoff is not None:
+            tier = "L3" if t.handoff.tier == "L3" else "L2"
+            decision = self.decision_of(c, tier, None, workflow=self.flow)
+            kind = "handoff" if tier == "L3" else "assist"
+            if tier == "L3":
+                self.move("l3_queuing", f"workflow {t.workflow}: {t.handoff.reason}")
+            else:
+                self.move("l2_assisting", f"workflow {t.workflow}: {t.handoff.reason}")
+            ticket_id = self.open_ticket(kind, decision, reason=f"workflow {t.workflow}: {t.handoff.reason}",
+                                         priority="normal", classification=c,
+                                         evidence=[{"workflow": t.handoff.flow_state}],
+                                         draft=None if tier == "L3" else {"text": None, "intent": c.intent,
+                                                                          "workflow": t.handoff.flow_state})
+            self.tag_transition(ticket_id)
+            text = "\n\n".join(x for x in (t.reply, self.say("ack_l3" if tier == "L3" else "ack_l2")) if x)
+            return self.result(decision, reply=self.send(text, kind="ack"), ticket_id=ticket_id)
+        # the bot answered this turn (a flow that waits for the customer keeps its place in flow_instances)
+        self.move("l1_resolving", f"workflow {t.workflow}")
+        reply = self.send(t.reply, kind="reply", suggestions=t.quick_replies) if t.reply else None
+        self.move("l1_resolved", f"workflow {t.workflow} {t.outcome or t.status}")
+        decision = self.decision_of(c, "L1", None, workflow=self.flow)
+        return self.result(decision, reply=reply)
 
     def retrieve(self):
         if self.r.rag is None:

@@ -65,6 +65,7 @@ class TurnResult:
     trace: dict[str, Any] | None = None   # stages, candidates, transitions: stored redacted with the turn
     reject: Problem | None = None         # refuse the message (e.g. 429): stored flagged, no turn, raised after commit
     lang: str | None = None               # the reply language the decider chose (router.turn.language)
+    flow: dict[str, Any] | None = None    # the workflow's state when one answered (FlowTurn.as_response())
 
 
 Decider = Callable[[TurnContext], TurnResult]
@@ -237,8 +238,11 @@ class Pipeline:
             ticket_id=result.ticket_id,
             lang=result.lang,
             outcome=(result.trace or {}).get("outcome"),
+            flow=result.flow,
         )
-        response = out.model_dump(mode="json")
+        response = out.model_dump(mode="json", exclude_none=False)
+        if response.get("flow") is None:
+            response.pop("flow", None)      # responses without a workflow keep their shape
         conn.execute(
             """
             INSERT INTO turns (id, conversation_id, message_id, session_no, state, decision, response, response_text,

@@ -37,7 +37,7 @@ from typing import Any
 
 import psycopg
 
-from handoff.ports import CustomerUnreachable
+from handoff.ports import CustomerUnreachable, DeliveryUnavailable
 from router.outbox.store import enqueue_outbound
 
 log = logging.getLogger(__name__)
@@ -304,6 +304,23 @@ class ConversationStatePort:
     def on_ticket_cancelled(self, conn, ticket):
         self._move(conn, ticket, {s: "idle" for s in ("l2_assisting", "l3_queuing", "l3_connected")},
                    "ticket_cancelled")
+
+    flows: Any = None    # the workflow engine (set by the composition root when workflows are wired)
+
+    def on_approval_decided(self, conn, ticket, *, approved, approver, reason=None):
+        """An approver decided an ``approval`` ticket: the waiting workflow resumes in this transaction
+        (the approved call runs now, exactly once) and its reply is queued to the customer."""
+        instance_id = (ticket.get("draft") or {}).get("instance_id")
+        if self.flows is None or not instance_id:
+            raise DeliveryUnavailable("no workflow engine is wired: the approval cannot be applied")
+        turn = self.flows.resolve_approval(conn, str(instance_id), approved, approver, reason)
+        if turn.reply:
+            conv = self._conversation(conn, ticket)
+            if conv is not None:
+                enqueue_outbound(conn, conversation_id=conv["id"], channel=conv["channel"], text=turn.reply,
+                                 sender="bot", kind="reply",
+                                 payload={"ticket_id": str(ticket.get("id")), "workflow": turn.as_response()})
+        return {"workflow": turn.as_response(), "outcome": turn.outcome}
 
     def send_to_customer(self, conn, ticket, *, text, sender, agent_id):
         """Transcript + outbox row in the ticket change's transaction; refused for do-not-contact customers."""

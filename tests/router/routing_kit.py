@@ -86,18 +86,21 @@ def kb_template(pg_uri: str, template_db: str, encoder) -> tuple[str, Path, Path
     return _templates[key]
 
 
-def routing_services(dsn: str, home: Path, encoder, kb_dir: Path, **settings_overrides):
+def routing_services(dsn: str, home: Path, encoder, kb_dir: Path, *, flows: bool = False, **settings_overrides):
     """Services wired like production (classifier, KB, handoff with the state port, router) on ``dsn``.
 
     Only the encoder and the classifier (fitted once per run) are handed in; the rest is the
     composition root's own wiring. The outbox dispatcher stays off: tests read the outbox rows.
+    ``flows``: also the tool gateway and the workflow engine (the example shop over MCP stdio).
     """
-    from router.app.composition import build_services, wire_handoff, wire_rag, wire_router
+    from router.app.composition import build_services, wire_flows, wire_handoff, wire_rag, wire_router
 
     svc = build_services(_settings(home, dsn, encoder, kb_dir, **settings_overrides), load_models=False)
     svc.encoder = encoder
     svc.classifier = classifier_for(encoder, home)
     wire_handoff(svc)
+    if flows:
+        wire_flows(svc)
     wire_rag(svc)
     wire_router(svc)
     return svc

@@ -1,0 +1,193 @@
+"""Workflows wired into the router, end to end on real parts: the bundled classifier and workflows, the
+tool gateway talking MCP over stdio to the example shop (started by the gateway on the test's own
+database, schema ``shop``), the handoff queue and the direct API."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from keys_testkit import authorize
+from routing_kit import kb_template, make_agent, routing_services, rows
+
+pytestmark = pytest.mark.slow
+
+_ids = itertools.count()
+
+
+@pytest.fixture
+def svc(fresh_db, pg_server, template_dsn, e5_encoder):
+    _, uri = pg_server
+    template_name = psycopg.conninfo.conninfo_to_dict(template_dsn)["dbname"]
+    name, home, kb_dir = kb_template(uri, template_name, e5_encoder)
+    s = routing_services(fresh_db(name), home, e5_encoder, kb_dir, flows=True)
+    assert s.flows is not None, "the bundled tools and workflows must load"
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def shop_down(fresh_db, pg_server, template_dsn, e5_encoder, monkeypatch):
+    """The gateway pointed at a shop that is not running (nothing listens on the port)."""
+    monkeypatch.setenv("SWITCHBOARD_SHOP_URL", "http://127.0.0.1:9109/mcp")
+    _, uri = pg_server
+    template_name = psycopg.conninfo.conninfo_to_dict(template_dsn)["dbname"]
+    name, home, kb_dir = kb_template(uri, template_name, e5_encoder)
+    s = routing_services(fresh_db(name), home, e5_encoder, kb_dir, flows=True)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def api(svc):
+    from router.app.factory import create_app
+
+    with TestClient(create_app(services=svc)) as c:
+        authorize(c, svc.pool)
+        yield c
+
+
+def say(api, text: str, *, customer: str = "c1", conversation: str = "conv-1") -> dict:
+    r = api.post("/v1/messages", json={"channel": "web", "conversation_id": conversation, "customer_id": customer,
+                                       "message_id": f"m-{next(_ids)}", "text": text})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def shop_dump(svc) -> dict:
+    env = {**os.environ, "SWITCHBOARD_DATABASE_URL": svc.dsn}
+    out = subprocess.run([sys.executable, "-m", "examples.shop", "dump", "--json"], env=env, capture_output=True,
+                         text=True, timeout=120, check=True)
+    return json.loads(out.stdout)
+
+
+def refunds_of(svc, order_id: str) -> list[dict]:
+    order = next(o for o in shop_dump(svc)["orders"] if o["order_id"] == order_id)
+    return [w for w in order["writes"] if w["tool"] == "request_refund"]
+
+
+def test_order_status_in_english_and_chinese_from_the_shop(api, svc):
+    en = say(api, "where is my order 100234")
+    assert en["flow"]["workflow"] == "order_status" and en["flow"]["status"] == "completed"
+    text = en["reply"]["text"]
+    assert "100234" in text and "shipped" in text and "顺丰速运" in text and "SF1402837465299" in text
+    assert en["ticket_id"] is None
+    zh = say(api, "我的订单100234到哪了", conversation="conv-zh")
+    assert zh["flow"]["workflow"] == "order_status"
+    assert "订单 100234" in zh["reply"]["text"] and "SF1402837465299" in zh["reply"]["text"]
+    assert "运单号" in zh["reply"]["text"] and zh["ticket_id"] is None
+    assert rows(svc.pool, "SELECT count(*) AS n FROM tickets")[0]["n"] == 0
+    sent = rows(svc.pool, "SELECT payload FROM outbox ORDER BY id")
+    assert any("SF1402837465299" in r["payload"]["text"] for r in sent)
+
+
+def test_without_an_order_number_the_bot_asks_which(api):
+    out = say(api, "where is my order")
+    assert out["flow"]["workflow"] == "order_status" and out["flow"]["status"] == "waiting"
+    assert out["flow"]["awaiting"] == "order_id"
+    assert "order" in out["reply"]["text"].lower() and out["ticket_id"] is None
+    # the answer completes the flow with the shop's real status
+    done = say(api, "100234")
+    assert done["flow"]["status"] == "completed" and "SF1402837465299" in done["reply"]["text"]
+
+
+def test_another_customers_order_is_not_found(api):
+    out = say(api, "where is my order 100234", customer="c2")
+    assert out["flow"]["workflow"] == "order_status"
+    assert "couldn't find order 100234" in out["reply"]["text"]
+    assert "SF1402837465299" not in out["reply"]["text"] and "shipped" not in out["reply"]["text"]
+
+
+def test_a_small_refund_executes_once_and_the_reply_states_the_result(api, svc):
+    first = say(api, "I want a refund of 30 for order 100234")
+    assert first["flow"]["workflow"] == "refund" and first["flow"]["step"] == "confirm_refund", first
+    assert first["flow"]["pending_action"]["tool"] == "request_refund"
+    assert refunds_of(svc, "100234") == []                       # nothing happens before the yes
+    done = say(api, "yes")
+    assert done["flow"]["status"] == "completed", done
+    writes = refunds_of(svc, "100234")
+    assert len(writes) == 1 and float(writes[0]["arguments"]["amount"]) == 30.0
+    assert "Refunded 30" in done["reply"]["text"] and "CNY" in done["reply"]["text"]
+    assert done["ticket_id"] is None
+    again = say(api, "yes")                                      # a later yes starts nothing new
+    assert len(refunds_of(svc, "100234")) == 1
+    assert "Refunded" not in again["reply"]["text"] if again.get("reply") else True
+
+
+def test_a_tool_failure_never_yields_a_success_reply(shop_down):
+    from router.app.factory import create_app
+
+    with TestClient(create_app(services=shop_down)) as c:
+        authorize(c, shop_down.pool)
+        out = say(c, "where is my order 100234")
+        assert out["flow"]["workflow"] == "order_status"
+        text = out["reply"]["text"]
+        assert "SF1402837465299" not in text and "shipped" not in text
+        refund = say(c, "I want a refund of 30 for order 100234", conversation="conv-2")
+        assert "Refunded" not in (refund.get("reply") or {}).get("text", "")
+    trace = rows(shop_down.pool, "SELECT trace FROM turns ORDER BY created_at LIMIT 1")[0]["trace"]
+    statuses = [s["tool_status"] for s in trace["workflow"]["steps"] if s["tool_status"]]
+    assert statuses and all(s != "ok" for s in statuses)
+
+
+def test_a_big_refund_waits_for_a_supervisor_and_runs_once_when_approved(api, svc):
+    first = say(api, "I want a refund of 300 for order 100234")
+    assert first["flow"]["step"] == "confirm_refund", first
+    waiting = say(api, "yes")
+    assert waiting["flow"]["status"] == "waiting_approval", waiting
+    assert refunds_of(svc, "100234") == []
+    ticket = rows(svc.pool, "SELECT * FROM tickets WHERE kind = 'approval'")
+    assert len(ticket) == 1
+    ticket = ticket[0]
+    assert float(ticket["amount"]) == 300.0 and ticket["currency"] == "CNY"
+    assert ticket["approval_level"] == "supervisor"
+    assert ticket["draft"]["action"]["tool"] == "request_refund"
+    assert float(ticket["draft"]["action"]["arguments"]["amount"]) == 300.0
+    assert "Refunded" not in waiting["reply"]["text"]
+
+    # an agent without the level may not approve it; a supervisor does, through the handoff API
+    _, agent_token = make_agent(svc.pool, "ann", approval_level="auto")
+    h = {"Authorization": f"Bearer {agent_token}"}
+    assert api.post(f"/v1/handoff/tickets/{ticket['id']}/claim", headers=h).status_code == 200
+    assert api.post(f"/v1/handoff/tickets/{ticket['id']}/approve", headers=h).status_code == 403
+    assert api.post(f"/v1/handoff/tickets/{ticket['id']}/release", headers=h, json={}).status_code == 200
+    _, sup_token = make_agent(svc.pool, "sue", role="supervisor", approval_level="supervisor")
+    s = {"Authorization": f"Bearer {sup_token}"}
+    assert api.post(f"/v1/handoff/tickets/{ticket['id']}/claim", headers=s).status_code == 200
+    r = api.post(f"/v1/handoff/tickets/{ticket['id']}/approve", headers=s)
+    assert r.status_code == 200, r.text
+    writes = refunds_of(svc, "100234")
+    assert len(writes) == 1 and float(writes[0]["arguments"]["amount"]) == 300.0
+    told = rows(svc.pool, "SELECT payload FROM outbox WHERE kind = 'reply' ORDER BY id DESC LIMIT 1")[0]
+    assert "Refunded 300" in told["payload"]["text"]
+    # a second decision changes nothing
+    again = api.post(f"/v1/handoff/tickets/{ticket['id']}/approve", headers=s)
+    assert again.status_code in (409, 403, 404)
+    assert len(refunds_of(svc, "100234")) == 1
+
+
+def test_a_rejected_approval_runs_nothing_and_the_customer_is_told(api, svc):
+    say(api, "I want a refund of 300 for order 100234")
+    assert say(api, "yes")["flow"]["status"] == "waiting_approval"
+    ticket = rows(svc.pool, "SELECT id FROM tickets WHERE kind = 'approval'")[0]
+    _, sup_token = make_agent(svc.pool, "sue", role="supervisor", approval_level="supervisor")
+    s = {"Authorization": f"Bearer {sup_token}"}
+    assert api.post(f"/v1/handoff/tickets/{ticket['id']}/claim", headers=s).status_code == 200
+    r = api.post(f"/v1/handoff/tickets/{ticket['id']}/reject", headers=s, json={"reason": "not eligible"})
+    assert r.status_code == 200, r.text
+    assert refunds_of(svc, "100234") == []
+    told = rows(svc.pool, "SELECT payload FROM outbox WHERE kind = 'reply' ORDER BY id DESC LIMIT 1")[0]
+    assert "Refunded" not in told["payload"]["text"] and "not approved" in told["payload"]["text"]
+
+
+def test_a_request_for_a_person_wins_over_the_workflow(api, svc):
+    out = say(api, "I want to talk to a human agent about my order 100234")
+    assert out.get("flow") is None and out["decision"]["tier"] == "L3" and out["ticket_id"] is not None
+    assert rows(svc.pool, "SELECT count(*) AS n FROM flow_instances")[0]["n"] == 0
