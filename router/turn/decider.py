@@ -321,12 +321,14 @@ class _Turn:
                                              target_state=None if smalltalk else TIER_STATE[planned])
         # "are you a real person?" matched by a small-talk rule asks who is talking, not for a person
         asks_who = verdict.rule == "human_request" and c.decided_by == "rules"
-        if smalltalk and (not verdict.escalate or asks_who) and not verdict.checks["dissatisfied"]["signal"]:
+        engine = self.r.flows
+        # an answer to the flow's pending question ("100235", "yes") is the flow's, not small talk to answer
+        # or something to clarify; the engine says when it is really another topic (drift)
+        in_flow = engine is not None and engine.active(self.conn, str(self.conv["id"])) is not None
+        if smalltalk and not in_flow and (not verdict.escalate or asks_who) \
+                and not verdict.checks["dissatisfied"]["signal"]:
             return self.small_talk(c, served[1], verdict)
         self.save_verdict(verdict)
-        engine = self.r.flows
-        # an answer to the flow's pending question ("100235", "yes") is the flow's, not something to clarify
-        in_flow = engine is not None and engine.active(self.conn, str(self.conv["id"])) is not None
         if not verdict.escalate and not in_flow and c.intent is None \
                 and self.r.policy.unknown == "clarify_then_escalate" and verdict.counters["low_confidence_streak"] <= 1:
             return self.clarify(c)
@@ -343,7 +345,7 @@ class _Turn:
         flow = self.run_flow(c) if self.r.flows is not None else None
         if flow is not None and not flow.drift:
             return self.flow_outcome(c, flow)
-        result = self.route_tier(c, planned)
+        result = self.small_talk(c, served[1], verdict) if smalltalk else self.route_tier(c, planned)
         if flow is not None and result.ticket_id is None and result.reply is not None:
             # the customer asked something else mid-flow: that is answered, then the question is asked again
             self.send(flow.reply, kind="reply", suggestions=flow.quick_replies)
