@@ -44,6 +44,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import psycopg  # noqa: E402
+from _scratch import drop_database, fresh_database  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "console.json"
 CHROMIUM = "/usr/bin/chromium"
@@ -53,28 +54,6 @@ PRIORITIES = ("urgent", "high", "normal", "low")
 REASONS = ("asks_for_human", "intent refund_request needs a reviewed answer", "complaint", "L1 could not answer: "
            "no confident answer", "intent invoice_request is handled by a person")
 TEXTS = ("转人工", "I want to talk to a person", "我的退款什么时候到账？", "Where is my parcel?", "发票怎么开", "cancel my order")
-
-
-def _with_db(uri: str, db: str) -> str:
-    base, _, query = uri.partition("?")
-    return f"{base.rsplit('/', 1)[0]}/{db}" + (f"?{query}" if query else "")
-
-
-def fresh_database(admin_uri: str) -> str:
-    from router.db import migrate
-
-    name = f"bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(_with_db(admin_uri, "postgres"), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    dsn = _with_db(admin_uri, name)
-    migrate(dsn)
-    return dsn
-
-
-def drop_database(admin_uri: str, dsn: str) -> None:
-    name = dsn.partition("?")[0].rsplit("/", 1)[1]
-    with psycopg.connect(_with_db(admin_uri, "postgres"), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def handoff_service(pool):

@@ -37,7 +37,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -46,34 +45,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import psycopg  # noqa: E402
+from _scratch import drop_database, fresh_database  # noqa: E402
 from psycopg.rows import dict_row  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "handoff_claims.json"
 PRIORITIES = ("urgent", "high", "normal", "low")
 TEAMS = ("general", "billing")
-
-
-def _with_db(uri: str, db: str) -> str:
-    base, _, query = uri.partition("?")
-    return f"{base.rsplit('/', 1)[0]}/{db}" + (f"?{query}" if query else "")
-
-
-def fresh_database(admin_uri: str) -> str:
-    from router.db import migrate
-
-    name = f"bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(_with_db(admin_uri, "postgres"), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    dsn = _with_db(admin_uri, name)
-    migrate(dsn)
-    return dsn
-
-
-def drop_database(admin_uri: str, dsn: str) -> None:
-    name = dsn.partition("?")[0].rsplit("/", 1)[1]
-    with psycopg.connect(_with_db(admin_uri, "postgres"), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def seed(dsn: str, n_tickets: int, n_agents: int, quiet: bool) -> list[tuple[str, str]]:
