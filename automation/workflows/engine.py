@@ -24,6 +24,7 @@ from automation.workflows import store
 from automation.workflows.expr import (ExpressionError, evaluate, evaluate_bool, evaluate_each, evaluate_value,
                                        format_value, render, template_expr)
 from automation.workflows.spec import RISK_ORDER, Step, Workflow, WorkflowSet
+from automation.workflows import requests as R
 from automation.workflows import understand as U
 
 MAX_STEPS_PER_TURN = 400
@@ -159,6 +160,8 @@ class FlowEngine:
         inst = store.create(conn, conversation_id=conversation_id, workflow=wf.name, version=wf.version,
                             step=wf.first, lang=lang, caller=_caller_dict(caller), slots=slots)
         inst["history"].append({"event": "started", "at": time.time(), "prefilled": sorted(slots)})
+        inst["pending"]["message"] = text or ""
+        R.VOCABULARY.set(wf.vocabulary)
         run = _Run(lang)
         return self._run(conn, inst, wf, caller, run, text=None, entities=entities or {})
 
@@ -167,19 +170,21 @@ class FlowEngine:
         inst = store.get(conn, instance["id"] if isinstance(instance, dict) else instance, lock=True)
         entities = entities or {}
         wf = self.workflows[inst["workflow"]]
+        R.VOCABULARY.set(wf.vocabulary)
         run = _Run(lang)
         if inst["status"] not in store.ACTIVE:
             return self._turn(inst, wf, run)
         inst["lang"] = lang
+        inst["pending"]["message"] = text or ""
         if inst["status"] == "waiting_approval":
             # the decision is in a human's hands now: only resolve_approval moves the flow on
             run.say(_t("still_reviewing", lang))
             return self._turn(inst, wf, run)
         step = wf.steps.get(inst["step"]) if inst["step"] else None
         if step is not None and inst["status"] == "waiting" and U.is_cancel(text) and not (
-                step.kind in ("ask", "choose", "confirm") and self._answers(inst, wf, step, text, entities)):
+                step.kind in ("ask", "split", "choose", "confirm") and self._answers(inst, wf, step, text, entities)):
             return self._cancel(conn, inst, wf, run, "customer")
-        if step is not None and step.kind in ("ask", "choose", "confirm") and inst["status"] == "waiting":
+        if step is not None and step.kind in ("ask", "split", "choose", "confirm") and inst["status"] == "waiting":
             if (intent and intent_confidence is not None and intent_confidence >= self.drift_threshold
                     and intent not in wf.intents and not self._answers(inst, wf, step, text, entities)):
                 inst["attempts"]["_reasks"] = inst["attempts"].get("_reasks", 0) + 1
@@ -197,6 +202,7 @@ class FlowEngine:
         if inst is None:
             raise KeyError(f"no flow instance {instance_id}")
         wf = self.workflows[inst["workflow"]]
+        R.VOCABULARY.set(wf.vocabulary)
         run = _Run(inst["lang"])
         if inst["status"] != "waiting_approval" or not inst["pending"].get("approval"):
             turn = self._turn(inst, wf, run)
@@ -349,6 +355,7 @@ class FlowEngine:
         data["lang"] = inst["lang"]
         data["approval"] = inst["pending"].get("approval_result") or {}
         data["error"] = inst["pending"].get("error") or {}
+        data["message"] = inst["pending"].get("message") or ""
         wf = self.workflows[inst["workflow"]]
         for loop_id, lp in inst["loops"].items():
             step = wf.steps[loop_id]
@@ -438,6 +445,8 @@ class FlowEngine:
             return self._parse_slot(wf, step.arg, text, entities) is not None
         if step.kind == "confirm":
             return U.yes_no(text, entities) is not None
+        if step.kind == "split":
+            return bool(R.split(text, _kind_words(step)))
         if step.kind == "choose":
             options = self._options(inst, step)
             ids, texts = self._option_texts(inst, step, options)
@@ -458,7 +467,7 @@ class FlowEngine:
 
     def _ask_step_of(self, wf: Workflow, slot: str) -> Step | None:
         for s in wf.steps.values():
-            if s.kind in ("ask", "choose") and s.arg == slot:
+            if s.kind in ("ask", "split", "choose") and s.arg == slot:
                 return s
         return None
 
@@ -468,7 +477,7 @@ class FlowEngine:
         lang = run.lang
         if again:
             run.say(_t("retry", lang))
-        if step.kind == "ask":
+        if step.kind in ("ask", "split"):
             slot = wf.slots[step.arg]
             run.say(self._text(step.get("prompt") or slot.prompt, inst, wf, lang))
             run.quick = list(slot.quick_replies)
@@ -496,6 +505,11 @@ class FlowEngine:
         if not pa:
             return None
         scope = self._scope(inst)
+        if isinstance(pa, list):   # several actions confirmed together: each that applies, in order
+            actions = [{"tool": e["tool"], "arguments": _jsonable(evaluate_value(e.get("arguments") or {}, scope)),
+                        "summary": self._text(e.get("summary"), inst, wf, lang)}
+                       for e in pa if "when" not in e or evaluate_bool(e["when"], scope)]
+            return {"actions": actions, "summary": "; ".join(a["summary"] for a in actions if a["summary"])}
         return {"tool": pa["tool"], "arguments": evaluate_value(pa.get("arguments") or {}, scope),
                 "summary": self._text(pa.get("summary"), inst, wf, lang)}
 
@@ -552,6 +566,28 @@ class FlowEngine:
         inst["attempts"].pop(step.id, None)
         return "next"
 
+    def _do_split(self, conn, inst, wf, step, caller, run, text, entities):
+        """Several requests in one message: each becomes an item of the slot's list (kind, item, change...)."""
+        name = step.arg
+        if text is None and name in inst["slots"]:
+            return "next"
+        if text is not None:
+            source = text
+        elif "text" in step.raw:
+            source = str(evaluate(step.raw["text"], self._scope(inst)) or "")
+        else:
+            source = inst["pending"].get("message") or ""
+        found = R.split(source, _kind_words(step))
+        if not found:
+            if text is None:
+                self._prompt(inst, wf, step, run, again=False)
+                return "wait"
+            return self._retry(inst, wf, step, run, f"no request of {', '.join(step.raw['kinds'])} in the answer")
+        inst["slots"][name] = found
+        inst["attempts"].pop(step.id, None)
+        inst["history"].append({"step": step.id, "event": "split", "kinds": [r["kind"] for r in found], "at": time.time()})
+        return "next"
+
     def _retry(self, inst, wf, step, run, why: str) -> str:
         n = inst["attempts"].get(step.id, 0) + 1
         inst["attempts"][step.id] = n
@@ -576,6 +612,11 @@ class FlowEngine:
             if len(options) == 1 and step.get("auto_single", False):
                 inst["slots"][name] = self._value(inst, step, options[0])
                 return "next"
+            if "text" in step.raw:
+                said = evaluate(step.raw["text"], self._scope(inst))
+                resolved = self._choose_from_text(inst, wf, step, run, options, str(said or ""))
+                if resolved:
+                    return resolved
             self._prompt(inst, wf, step, run, again=False)
             return "wait"
         fix = self._fix(inst, wf, step, text, entities)
@@ -583,6 +624,12 @@ class FlowEngine:
             return fix
         ids, texts = self._option_texts(inst, step, options)
         among = inst["pending"].get("choose_among", {}).get(step.id)
+        cheap = self._cheapest(inst, step, options, text, among)
+        if cheap is not None:
+            inst["pending"].get("choose_among", {}).pop(step.id, None)
+            inst["slots"][name] = self._value(inst, step, options[cheap])
+            inst["attempts"].pop(step.id, None)
+            return "next"
         if among:
             sub = U.choose(text, [ids[i] for i in among], [texts[i] for i in among], similarity=self.similarity)
             ch = U.Choice(among[sub.index], [], sub.how) if sub.index is not None else None
@@ -608,6 +655,44 @@ class FlowEngine:
         inst["history"].append({"step": step.id, "event": "chose", "index": ch.index, "how": ch.how, "at": time.time()})
         return "next"
 
+    def _choose_from_text(self, inst, wf, step, run, options, said: str) -> str | None:
+        """Resolve a choice from words the customer already said (a request's item, the first message)
+        before asking: one match is taken, several are asked among; ``required: false`` stores null when
+        nothing is named and then accepts only what the words state outright (id, exact, the cheapest)."""
+        name = step.arg
+        optional = step.get("required") is False
+        if said.strip():
+            cheap = self._cheapest(inst, step, options, said, None)
+            if cheap is not None:
+                inst["slots"][name] = self._value(inst, step, options[cheap])
+                return "next"
+            ids, texts = self._option_texts(inst, step, options)
+            ch = U.choose(said, ids, texts, similarity=None if optional else self.similarity)
+            if ch.index is not None and (not optional or ch.how in ("id", "exact")):
+                inst["slots"][name] = self._value(inst, step, options[ch.index])
+                inst["history"].append({"step": step.id, "event": "chose", "index": ch.index, "how": f"said:{ch.how}",
+                                        "at": time.time()})
+                return "next"
+            if ch.candidates and (not optional or ch.how == "ambiguous"):
+                inst["pending"].setdefault("choose_among", {})[step.id] = ch.candidates
+                self._prompt(inst, wf, step, run, again=False)
+                return "wait"
+        if optional:
+            inst["slots"][name] = None
+            return "next"
+        return None
+
+    def _cheapest(self, inst, step, options, text: str, among: list[int] | None) -> int | None:
+        """"the cheapest" / "最便宜的": the option (among those still in question) with the lowest ``cheapest``."""
+        if "cheapest" not in step.raw or not R.prefers_cheapest(text):
+            return None
+        pool = [i for i in (among or range(len(options))) if i < len(options)]
+        if not pool:
+            return None
+        ranks = evaluate_each([options[i] for i in pool], "option", [step.raw["cheapest"]], self._scope(inst))
+        best = min(range(len(pool)), key=lambda j: (float(ranks[j][0]), j))
+        return pool[best]
+
     def _fix(self, inst, wf, step, text, entities) -> str | None:
         """A correction of an earlier answer while asked something else: re-plan from that answer's step."""
         if not U.is_correction(text):
@@ -631,7 +716,7 @@ class FlowEngine:
         start = order.index(ask.id) if ask is not None else len(order)
         for sid in order[start + 1:]:
             s = wf.steps[sid]
-            names = [s.arg] if s.kind in ("ask", "choose") else list(s.arg) if s.kind == "set" else []
+            names = [s.arg] if s.kind in ("ask", "split", "choose") else list(s.arg) if s.kind == "set" else []
             for n in names:
                 if n not in prefilled and n != slot:
                     inst["slots"].pop(n, None)
@@ -730,6 +815,8 @@ class FlowEngine:
             inst["loops"][step.id] = lp
         else:
             lp["index"] += 1
+        for name in step.get("reset") or []:   # each item starts from these slots unfilled
+            inst["slots"].pop(name, None)
         if lp["index"] >= len(lp["items"]):
             inst["loops"].pop(step.id)
             return self._after(inst, wf, step) or _END
@@ -800,6 +887,11 @@ class FlowEngine:
 
 
 _END = None
+
+
+def _kind_words(step: Step) -> dict[str, list[str]]:
+    kinds = step.raw.get("kinds") or {}
+    return {k: list(v) if isinstance(v, list) else [w for ws in v.values() for w in ws] for k, v in kinds.items()}
 
 
 def _ms(a: float, b: float) -> float:

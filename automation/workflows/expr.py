@@ -22,6 +22,8 @@ from typing import Any
 import cel
 from cel import stdlib as _stdlib
 
+from automation.workflows import requests as _requests
+
 _HOLE = re.compile(r"\{\{\s*(.+?)\s*\}\}", re.S)
 # comprehension variables: items.filter(i, ...), items.map(x, ...), exists(i, ...), all(i, ...)
 _COMPREHENSION = re.compile(r"\.\s*(?:filter|map|exists|all|exists_one|existsOne)\s*\(\s*([A-Za-z_]\w*)\s*,")
@@ -52,6 +54,11 @@ def roots(source: str) -> tuple[set[str], set[str]]:
 
 _EXTENSIONS: dict[str, Any] = {name: fn for lib in _stdlib.EXTENSIONS.values() for name, fn in lib.items()}
 _EXTENSIONS["fmt_"] = lambda value: format_value(value)   # the templates' formatting, inside one CEL program
+# the customer's words mapped to the shop's data (automation/workflows/requests.py)
+_EXTENSIONS["fmt"] = lambda value: format_value(value)    # a value as the templates show it (15.00)
+_EXTENSIONS["options_in"] = lambda text, variants: _requests.options_in(str(text or ""), variants)
+_EXTENSIONS["synonyms"] = lambda value: _requests.synonyms(value)
+_EXTENSIONS["address_edit"] = lambda text, base: _requests.address_edit(str(text or ""), base)
 
 
 @lru_cache(maxsize=4096)

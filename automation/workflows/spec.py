@@ -20,7 +20,7 @@ from automation.workflows.expr import ExpressionError, compile_expr, holes, root
 
 BUNDLED = Path(__file__).resolve().parent / "samples"
 LANGS = ("zh", "en")
-KINDS = ("ask", "choose", "confirm", "call", "set", "check", "foreach", "approve", "reply", "handoff", "end")
+KINDS = ("ask", "split", "choose", "confirm", "call", "set", "check", "foreach", "approve", "reply", "handoff", "end")
 RISK_ORDER = {"read": 0, "write": 1, "money": 2}
 DEFAULT_TIERS = {"auto": 50.0, "supervisor": 500.0, "manager": 2000.0}   # above the last: director
 ENTITY_TYPES = ("order_id", "amount", "money", "yes_no", "phone", "email", "number", "text")
@@ -29,7 +29,9 @@ _ID = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 COMMON_KEYS = {"id", "when", "goto", "next", "on_error", "on_reject", "reset"}
 KIND_KEYS = {
     "ask": {"prompt", "quick_replies"},
-    "choose": {"options", "label", "value", "option_id", "match", "prompt", "auto_single", "refuse"},
+    "split": {"kinds", "prompt", "text"},
+    "choose": {"options", "label", "value", "option_id", "match", "prompt", "auto_single", "refuse", "text",
+               "cheapest", "required"},
     "confirm": {"pending_action"},
     "call": {"args", "bind"},
     "set": set(),
@@ -41,7 +43,7 @@ KIND_KEYS = {
     "end": {"reply"},
 }
 # names every expression may read besides bindings, slots of the workflow and loop variables
-BUILTIN_NAMES = {"slots", "caller", "lang", "approval", "error", "index"}
+BUILTIN_NAMES = {"slots", "caller", "lang", "approval", "error", "index", "message"}
 
 
 class WorkflowConfigError(ValueError):
@@ -114,6 +116,7 @@ class Workflow:
     intents: list[str] = field(default_factory=list)
     description: dict[str, str] = field(default_factory=dict)
     approval_tiers: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TIERS))
+    vocabulary: dict[str, dict[str, list[str]]] = field(default_factory=dict)   # the shop's words for its values
     risk: str = "read"
     call_risk: dict[str, str] = field(default_factory=dict)   # call step -> risk it is judged at
     file: str | None = None
@@ -262,12 +265,15 @@ def parse_workflows(text: str, *, file: str | None = None, tools: Any | None = N
         chk.err((), "expected a top-level mapping with a 'workflows' mapping")
         raise WorkflowConfigError(chk.errors)
     for k in data:
-        if k not in ("version", "workflows", "approval_tiers"):
-            chk.err((k,), f"unknown key {k!r} (version, approval_tiers, workflows)")
+        if k not in ("version", "workflows", "approval_tiers", "vocabulary"):
+            chk.err((k,), f"unknown key {k!r} (version, approval_tiers, vocabulary, workflows)")
     tiers = _tiers(data.get("approval_tiers"), ("approval_tiers",), chk)
+    vocabulary = _vocabulary(data.get("vocabulary"), ("vocabulary",), chk)
     out: dict[str, Workflow] = {}
     for name, body in data["workflows"].items():
         wf = _workflow(str(name), body, ("workflows", name), chk, tiers)
+        if wf is not None:
+            wf.vocabulary = vocabulary
         if wf is not None:
             out[wf.name] = wf
     if chk.errors:
@@ -287,6 +293,26 @@ def _tiers(value: Any, path: tuple, chk: _Checker) -> dict[str, float]:
             chk.err(path + (k,), "the limit must be a number >= 0")
         else:
             out[str(k)] = float(v)
+    return out
+
+
+def _vocabulary(value: Any, path: tuple, chk: _Checker) -> dict[str, dict[str, list[str]]]:
+    """``{group: {shop value: [words the customers use]}}``; a group named like an option maps that option."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        chk.err(path, "expected a mapping of group (an option name such as size) to {value: [words]}")
+        return {}
+    out: dict[str, dict[str, list[str]]] = {}
+    for group, values in value.items():
+        if not isinstance(values, dict):
+            chk.err(path + (group,), "expected a mapping of the shop's value to a list of words")
+            continue
+        for v, words in values.items():
+            if not isinstance(words, list) or not all(isinstance(w, (str, int)) for w in words):
+                chk.err(path + (group, v), "expected a list of words")
+                continue
+            out.setdefault(str(group), {})[str(v)] = [str(w) for w in words]
     return out
 
 
@@ -500,8 +526,29 @@ def _cross_check(wf: Workflow, chk: _Checker) -> None:
             if s.arg in wf.slots and not wf.slots[s.arg].prompt and "prompt" not in s.raw:
                 chk.err(p + ("ask",), f"the slot {s.arg!r} has no prompt to ask with")
             template(s.raw.get("prompt"), p + ("prompt",))
+        elif k == "split":
+            slot(s.arg, p + ("split",))
+            kinds = s.raw.get("kinds")
+            if not isinstance(kinds, dict) or not kinds:
+                chk.err(p + ("kinds",), "expected a mapping of request kind to its words ({zh: [...], en: [...]} or a list)")
+            else:
+                for kind, words in kinds.items():
+                    flat = words if isinstance(words, list) else [w for v in words.values() for w in v] \
+                        if isinstance(words, dict) and all(isinstance(v, list) for v in words.values()) else None
+                    if not _ID.match(str(kind)) or not flat or not all(isinstance(w, str) for w in flat):
+                        chk.err(p + ("kinds", kind), "a kind is a lower case name with a non-empty list of words")
+            chk.texts(s.raw.get("prompt"), p + ("prompt",))
+            template(s.raw.get("prompt"), p + ("prompt",))
+            if "text" in s.raw:
+                expr(s.raw["text"], p + ("text",))
         elif k == "choose":
             slot(s.arg, p + ("choose",))
+            if "text" in s.raw:
+                expr(s.raw["text"], p + ("text",))
+            if "cheapest" in s.raw:
+                expr(s.raw["cheapest"], p + ("cheapest",), {"option"})
+            if "required" in s.raw and not isinstance(s.raw["required"], bool):
+                chk.err(p + ("required",), "required is true or false")
             expr(s.raw.get("options"), p + ("options",))
             chk.texts(s.raw.get("prompt"), p + ("prompt",))
             template(s.raw.get("prompt"), p + ("prompt",))
@@ -520,16 +567,22 @@ def _cross_check(wf: Workflow, chk: _Checker) -> None:
             chk.texts(s.arg, p + ("confirm",))
             template(s.arg, p + ("confirm",))
             pa = s.raw.get("pending_action")
-            if pa is not None:
-                if not isinstance(pa, dict):
-                    chk.err(p + ("pending_action",), "expected {tool, arguments, summary}")
-                else:
-                    ts = chk.tool(pa.get("tool"), p + ("pending_action", "tool"))
-                    arguments(ts, pa.get("arguments"), p + ("pending_action", "arguments"))
-                    chk.texts(pa.get("summary"), p + ("pending_action", "summary"))
-                    template(pa.get("summary"), p + ("pending_action", "summary"))
-                    if ts is not None:
-                        risk_of[s.id] = getattr(ts, "risk", "read")
+            entries = [(pa, p + ("pending_action",))] if not isinstance(pa, list) else \
+                [(e, p + ("pending_action", j)) for j, e in enumerate(pa)]   # several actions confirmed together
+            for entry, ep in entries if pa is not None else []:
+                if not isinstance(entry, dict):
+                    chk.err(ep, "expected {tool, arguments, summary} (or a list of them, each with an optional when)")
+                    continue
+                ts = chk.tool(entry.get("tool"), ep + ("tool",))
+                arguments(ts, entry.get("arguments"), ep + ("arguments",))
+                chk.texts(entry.get("summary"), ep + ("summary",))
+                template(entry.get("summary"), ep + ("summary",))
+                if "when" in entry:
+                    expr(entry["when"], ep + ("when",))
+                if ts is not None:
+                    r = getattr(ts, "risk", "read")
+                    if RISK_ORDER.get(r, 2) >= RISK_ORDER.get(risk_of.get(s.id, "read"), 0):
+                        risk_of[s.id] = r
         elif k == "call":
             ts = chk.tool(s.arg, p + ("call",))
             arguments(ts, s.raw.get("args"), p + ("args",))
@@ -550,7 +603,7 @@ def _cross_check(wf: Workflow, chk: _Checker) -> None:
                     expr(src, p + ("set", name))
         elif k == "check":
             expr(s.arg, p + ("check",))
-            if "refuse" not in s.raw and "next" not in s.raw and "goto" not in s.raw:
+            if "refuse" not in s.raw and "next" not in s.raw and "goto" not in s.raw and "on_reject" not in s.raw:
                 chk.err(p + ("refuse",), "a check needs a refusal text (zh, en) for when it fails")
             if "refuse" in s.raw:
                 chk.texts(s.raw["refuse"], p + ("refuse",))
@@ -624,7 +677,9 @@ def _judge_risk(wf: Workflow, risk_of: dict[str, str]) -> None:
                         origin.setdefault(target, set()).update(feeds)
     judged = dict(risk_of)
     for s in wf.steps.values():
-        args = s.raw.get("args") if s.kind == "call" else (s.raw.get("pending_action") or {}).get("arguments")
+        pa = s.raw.get("pending_action") or {}
+        args = s.raw.get("args") if s.kind == "call" else (
+            [e.get("arguments") for e in pa if isinstance(e, dict)] if isinstance(pa, list) else pa.get("arguments"))
         risk = risk_of.get(s.id, "read")
         if s.kind not in ("call", "confirm") or RISK_ORDER.get(risk, 0) == 0:
             continue

@@ -224,6 +224,8 @@ def exchange_delivered_order_items(order_ref: str, swaps: list[dict], pm_id: str
         o = _order(order_ref, customer_ref)
         if o["status"] != "delivered":
             raise ShopError(f"order {order_ref} is {o['status']}, only delivered orders can be exchanged")
+        if o["returns"]:
+            raise ShopError(f"order {order_ref} has a return in progress, so it can no longer be exchanged")
         diff = _swap(o, _customer(customer_ref), swaps, pm_id, "type")
         o["exchanges"].append({"swaps": swaps, "price_difference": diff, "pm_id": pm_id})
         return {"order_ref": order_ref, "status": "exchange requested", "price_difference": diff}

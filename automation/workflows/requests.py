@@ -1,0 +1,201 @@
+"""What the customer says, mapped to the shop's own data: several requests in one message, option words,
+the cheapest choice and addresses given in part.
+
+These are plain functions so that a workflow can use them from YAML: the ``split`` step calls
+:func:`split`, and CEL gets ``options_in(text, variants)``, ``synonyms(value)`` and
+``address_edit(text, address)`` (registered in ``automation.workflows.expr``). A shop's words for its
+option values (``vocabulary`` in the workflows file: "medium" is ``M``, "半拉链" is ``half zipper``) are
+set per workflow by the engine through :data:`VOCABULARY`; a word the vocabulary lacks is matched to the
+option values fuzzily.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import re
+import unicodedata
+from difflib import SequenceMatcher
+from typing import Any
+
+# {group: {shop value: [words]}}; a group named like a product option (size, color) maps that option
+VOCABULARY: contextvars.ContextVar[dict[str, dict[str, list[str]]]] = contextvars.ContextVar("vocabulary", default={})
+
+_SEPARATORS = re.compile(r"\s*(?:[,;，；。]|\band then\b|\bthen\b|\band also\b|\band\b|\balso\b|\bplus\b|然后|还有|另外|并且|同时|以及|和|再把|再)\s*",
+                         re.I)
+_CHANGE_MARKERS_EN = re.compile(r"\s(?:for|to|into|with)\s", re.I)
+_CHANGE_MARKERS_ZH = re.compile(r"(?:换成|改成|换为|改为|变成|换个|换一个|成)")
+_LEAD_ZH = re.compile(r"^(?:把|将|给我把|帮我把|帮我|我要|我想|请)")
+_CHEAPEST = re.compile(r"(cheapest|least expensive|lowest price|cheaper one|最便宜|便宜的|价格最低|最低价)", re.I)
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def _norm(text: str) -> str:
+    return unicodedata.normalize("NFKC", text or "").strip().lower()
+
+
+def _has(text: str, word: str) -> list[tuple[int, int]]:
+    """Spans of ``word`` in ``text`` (both normalised): whole words for Latin text, substrings for CJK."""
+    w = _norm(word)
+    if not w:
+        return []
+    if _CJK.search(w):
+        return [(m.start(), m.end()) for m in re.finditer(re.escape(w), text)]
+    return [(m.start(), m.end()) for m in re.finditer(rf"(?<![a-z0-9]){re.escape(w)}(?![a-z0-9])", text)]
+
+
+def prefers_cheapest(text: str) -> bool:
+    return bool(_CHEAPEST.search(text or ""))
+
+
+def split(text: str, kinds: dict[str, list[str]]) -> list[dict[str, Any]]:
+    """The requests of one message, in the customer's order.
+
+    The message is cut at separators (",", "and", "then", "，", "然后", "再"...); a piece that names a kind
+    (its words, declared per shop) starts a request; a piece that names none is another request of the
+    same kind ("return the hose and the lamp"), or, if it only states a preference ("the cheapest"), part
+    of the request before. Each request carries the words about the current item (``item``)
+    apart from the wanted change (``change``, after "for" / "to" / "换成"), and ``cheapest``.
+    """
+    raw = unicodedata.normalize("NFKC", text or "").strip()
+    pieces = [p for p in _SEPARATORS.split(raw) if p and p.strip()]
+    out: list[dict[str, Any]] = []
+    for piece in pieces:
+        low = piece.lower()
+        found = []
+        for kind, words in kinds.items():
+            for w in words:
+                for s, e in _has(low, w):
+                    found.append((s, -(e - s), kind, e))
+        if not found:
+            if out and prefers_cheapest(piece):   # "..., the cheapest one": a preference of the request before
+                out[-1]["text"] += ", " + piece.strip()
+                out[-1]["change"] = (out[-1]["change"] + ", " + piece.strip()).strip()
+            elif out:   # "return the hose and the lamp": another request of the same kind
+                out.append({"kind": out[-1]["kind"], "text": piece.strip(), **_parts(piece, 0, 0)})
+            continue
+        start, _, kind, end = min(found)
+        out.append({"kind": kind, "text": piece.strip(), **_parts(piece, start, end)})
+    for i, r in enumerate(out):
+        r["index"] = i
+        r["cheapest"] = prefers_cheapest(r["text"])
+    return out
+
+
+def _parts(piece: str, start: int, end: int) -> dict[str, str]:
+    """Words about the current item and words about the wanted change, around the kind word."""
+    after = piece[end:]
+    zh = _CHANGE_MARKERS_ZH.search(piece[start:])
+    if _CJK.search(piece) and zh:
+        m_start, m_end = start + zh.start(), start + zh.end()
+        item = (piece[:start] + " " + piece[end:m_start] if m_start >= end else piece[:m_start])
+        change = piece[m_end:]
+    else:
+        m = _CHANGE_MARKERS_EN.search(after)
+        if m:
+            item, change = after[:m.start()], after[m.end():]
+        else:
+            item = piece[:start] + " " + after if _CJK.search(piece) else after
+            change = item
+    item = _LEAD_ZH.sub("", item.strip()).strip(" 的掉了")
+    change = change.strip(" 的")
+    return {"item": item.strip(), "change": change.strip() or item.strip()}
+
+
+# ---------------------------------------------------------------- option words
+
+def _values(variants: Any) -> dict[str, set[str]]:
+    vals: dict[str, set[str]] = {}
+    for v in variants or []:
+        opts = v.get("options") if isinstance(v, dict) and isinstance(v.get("options"), dict) else v
+        if isinstance(opts, dict):
+            for k, x in opts.items():
+                vals.setdefault(str(k), set()).add(str(x))
+    return vals
+
+
+def options_in(text: str, variants: Any) -> dict[str, str]:
+    """The option values the text names, as ``{option: value}`` of the shop's own values.
+
+    ``variants`` is a product's variants (or option maps): only their options and values count. A word is
+    matched by the shop's vocabulary first, then by the value itself, then fuzzily (a typo of a value).
+    """
+    t = _norm(text)
+    if not t:
+        return {}
+    vals = _values(variants)
+    vocab = VOCABULARY.get()
+    taken: list[tuple[int, int]] = []
+    candidates: list[tuple[int, int, str, str]] = []   # (-length, start, option, value)
+    for option, values in vals.items():
+        words = vocab.get(option, {})
+        for value in values:
+            said = [value] + [w for k, ws in words.items() if _norm(k) == _norm(value) for w in ws]
+            for w in said:
+                nw = _norm(w)
+                if len(nw) < 2 and not nw.isdigit():
+                    spans = [(m.start(1), m.end(1)) for m in re.finditer(rf"\bsize\s+({re.escape(nw)})(?![a-z0-9])", t)]
+                else:
+                    spans = _has(t, nw)
+                for s, e in spans:
+                    candidates.append((-(e - s), s, option, value))
+    found: dict[str, str] = {}
+    for neg, s, option, value in sorted(candidates):
+        e = s - neg
+        if option in found or any(s < b and a < e for a, b in taken):
+            continue
+        found[option] = value
+        taken.append((s, e))
+    for word in re.findall(r"[a-z][a-z-]{3,}", t):   # a typo of a value: "waterprof", "leathr"
+        if any(a <= t.find(word) < b for a, b in taken):
+            continue
+        best = None
+        for option, values in vals.items():
+            if option in found:
+                continue
+            for value in values:
+                r = SequenceMatcher(None, word, _norm(value)).ratio()
+                if len(value) >= 4 and r >= 0.85 and (best is None or r > best[0]):
+                    best = (r, option, value)
+        if best:
+            found[best[1]] = best[2]
+    return found
+
+
+def synonyms(value: Any) -> list[str]:
+    """The shop's words for one of its values (every vocabulary group), e.g. a product title's zh name."""
+    v = _norm(str(value))
+    return [w for group in VOCABULARY.get().values() for k, ws in group.items() if _norm(k) == v for w in ws]
+
+
+# ---------------------------------------------------------------- addresses in part
+
+_LINE2 = re.compile(r"\b((?:suite|ste|apt|apartment|unit|room|flat|floor)\.?\s*#?\s*[\w-]+)", re.I)
+_LINE2_ZH = re.compile(r"(?:门牌号?|房间号?|房号|室号?|单元)\s*(?:号)?\s*(?:改成|改为|换成|是|为|:|：)?\s*([0-9A-Za-z-]+)")
+_ZIP = re.compile(r"(?:\bzip(?:\s*code)?|\bpostcode|\bpostal code|邮编|邮政编码)\s*(?:is|to|改成|改为|是|为|:|：)?\s*([0-9]{5,6})", re.I)
+_LINE1 = re.compile(r"\b(\d{1,6}\s+[A-Za-z][A-Za-z .'-]*?\s(?:st|street|rd|road|ave|avenue|blvd|boulevard|dr|drive|ln|lane|way))\b\.?",
+                    re.I)
+_LINE1_ZH = re.compile(r"(?:街道|地址第一行|路名)\s*(?:改成|改为|是|为)\s*([^，,。]+)")
+_CITY = re.compile(r"\bcity\s*(?:is|to)?\s*([A-Z][A-Za-z ]+?)(?=[,.;]|$)")
+_CITY_ZH = re.compile(r"城市\s*(?:改成|改为|是|为)\s*([\u4e00-\u9fffA-Za-z ]+?)(?=[，,。]|$)")
+
+
+def address_edit(text: str, base: Any) -> dict[str, Any] | None:
+    """The base address with the parts the text changes ("Suite 641, otherwise the same", "门牌改成641"),
+    or null when the text changes no part of an address."""
+    if not isinstance(base, dict):
+        return None
+    raw = unicodedata.normalize("NFKC", text or "")
+    new = dict(base)
+    changed = False
+    for pattern, key in ((_LINE2_ZH, "line2"), (_ZIP, "zip"), (_LINE1_ZH, "line1"), (_CITY_ZH, "city"),
+                         (_CITY, "city"), (_LINE1, "line1")):
+        m = pattern.search(raw)
+        if m and key not in [k for k in new if new.get(k) != base.get(k)]:
+            new[key] = m.group(1).strip()
+            changed = True
+    m = _LINE2.search(raw)
+    if m and new.get("line2") == base.get("line2"):
+        value = re.sub(r"\s+", " ", m.group(1)).strip()
+        new["line2"] = value[:1].upper() + value[1:]
+        changed = True
+    return new if changed else None
