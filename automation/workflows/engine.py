@@ -403,6 +403,9 @@ class FlowEngine:
                     slots[name] = entities[name]
                 continue
             value = entities.get(name) if name in entities else U.extract(ent, text, entities)
+            if value is not None and not slot.check(value) and ent == "order_id" and name not in entities:
+                # "W3003的邮编改成98109": the last number-like token is a zip code; the slot's own rule picks the id
+                value = next((v for v in reversed(U.order_ids(text)) if slot.check(v)), None)
             if value is not None and slot.check(value):
                 slots[name] = value
         return slots

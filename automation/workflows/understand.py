@@ -70,6 +70,11 @@ def is_correction(text: str) -> bool:
     return bool(CORRECTION.search(text or ""))
 
 
+def order_ids(text: str) -> list[str]:
+    """Every order-number-like token of the message, in order (a zip code looks like one too)."""
+    return [f.lstrip("#") for f in _ORDER_ID.findall(text or "")]
+
+
 def extract(entity: str, text: str, entities: dict | None = None) -> Any:
     """The value of an entity type in the message; the last mention wins (a correction names the new one last)."""
     entities = entities or {}
@@ -157,7 +162,8 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
             return Choice(n - 1, [], "number")
         if 1 <= k <= n:
             return Choice(k - 1, [], "number")
-    hits = [i for i, oid in enumerate(ids) if oid and re.search(rf"(?<![\w]){re.escape(norm(oid))}(?![\w])", t)]
+    # an id between Chinese characters ("W3003的") is still a whole id: only letters and digits bound it
+    hits = [i for i, oid in enumerate(ids) if oid and re.search(rf"(?<![a-z0-9_]){re.escape(norm(oid))}(?![a-z0-9_])", t)]
     if len(hits) == 1:
         return Choice(hits[0], [], "id")
     # exact: an option's label or a field stated in the text (or the text is the label)
