@@ -99,3 +99,39 @@ def test_scripted_conversations_change_exactly_what_they_should(engine, shop, tu
     assert total_ok / len(CASES) >= TARGET, f"task success {total_ok}/{len(CASES)}"
     low = {sop: f"{a}/{n}" for sop, (a, n) in per_workflow.items() if a / n < TARGET}
     assert not low, f"SOPs below {TARGET:.0%}: {low}"
+
+
+CARELESS = """\
+workflows:
+  careless:
+    slots: {reason: {}}
+    steps:
+      - {id: load, call: list_customer_orders, bind: orders}
+      - id: cancel_first
+        call: cancel_pending_order
+        args: {order_ref: "orders.orders.filter(o, o.status == 'pending')[0].order_ref", reason: '"no longer needed"'}
+        on_error: {goto: boast}          # careless: a failure is reported as a success
+      - id: boast
+        reply: {zh: "已取消。", en: "Cancelled W1001 and W1002."}
+      - end: completed
+"""
+
+
+def test_the_judge_catches_an_unconfirmed_change_and_a_success_claim_without_a_result(shop, approvals, turn):
+    """The two rules that must never break are checked per turn: a workflow that writes without asking, and
+    one that claims a success it did not get, are both caught."""
+    from automation.workflows.engine import FlowEngine
+    from automation.workflows.spec import parse_workflows
+
+    careless = FlowEngine(parse_workflows(CARELESS, file="careless.yaml", tools=shop.gateway), shop.gateway, approvals)
+    shop.shop("debug_reset")
+    caller = Caller("web", "cus_ava", conversation_id="conv-careless")
+    t, _, hard, _, _ = _run_flow(careless, shop, turn, caller, {"workflow": "careless", "turns": ["cancel it"]}, "en", 0)
+    assert t.status == "completed"
+    assert any("did not confirm" in h for h in hard), hard
+    shop.shop("debug_reset")
+    shop.shop("debug_fail", tool="cancel_pending_order", times=3)
+    caller = Caller("web", "cus_ava", conversation_id="conv-careless-2")
+    _, _, hard, _, _ = _run_flow(careless, shop, turn, caller, {"workflow": "careless", "turns": ["cancel it"]}, "en", 0)
+    assert not shop.shop("debug_dump")["writes"]
+    assert any("success reply without a success result" in h for h in hard), hard
