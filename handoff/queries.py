@@ -62,6 +62,44 @@ def conversation_ticket_events(conn: psycopg.Connection, conversation_id: Any) -
     ).fetchall()
 
 
+
+_HANDLING_SQL = """
+WITH r AS (
+    SELECT ticket_id, min(at) AS resolved_at FROM ticket_events
+    WHERE action = 'resolved' AND at >= %(since)s AND at < %(until)s GROUP BY ticket_id
+), x AS (
+    SELECT t.kind, r.resolved_at, t.created_at,
+           (SELECT min(e.at) FROM ticket_events e WHERE e.ticket_id = t.id AND e.action = 'claimed') AS first_claim
+    FROM r JOIN tickets t ON t.id = r.ticket_id
+)
+SELECT COALESCE(kind, 'all') AS kind, count(*) AS tickets,
+       avg(EXTRACT(EPOCH FROM resolved_at - first_claim)) AS handling,
+       count(first_claim) AS claimed,
+       avg(EXTRACT(EPOCH FROM first_claim - created_at)) AS wait,
+       avg(EXTRACT(EPOCH FROM resolved_at - created_at)) AS resolution
+FROM x GROUP BY ROLLUP (kind)
+"""
+
+
+def handling_times(conn: psycopg.Connection, since: datetime, until: datetime) -> dict[str, dict[str, Any]]:
+    """Tickets resolved in [since, until) by kind (and ``all``): rows ``{kind, tickets, handling, claimed, wait,
+    resolution}``, the durations in seconds (handling = first claim to resolved, wait = opened to first claim)."""
+    return {r["kind"]: r for r in conn.execute(_HANDLING_SQL, {"since": since, "until": until})}
+
+
+def tickets_opened(conn: psycopg.Connection, since: datetime, until: datetime) -> dict[str, int]:
+    """Tickets opened in [since, until), by kind."""
+    return {r["kind"]: r["n"] for r in conn.execute(
+        "SELECT kind, count(*) AS n FROM tickets WHERE created_at >= %(since)s AND created_at < %(until)s "
+        "GROUP BY kind ORDER BY kind", {"since": since, "until": until})}
+
+
+def sla_breaches(conn: psycopg.Connection, since: datetime, until: datetime) -> int:
+    """Tickets whose first SLA breach fell in [since, until)."""
+    return conn.execute(
+        "SELECT count(*) AS n FROM tickets WHERE sla_breached_at >= %(since)s AND sla_breached_at < %(until)s",
+        {"since": since, "until": until}).fetchone()["n"]
+
 class TicketQueries:
     """The agent API's reads (mixed into :class:`handoff.service.HandoffService`)."""
 

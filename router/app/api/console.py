@@ -23,6 +23,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from handoff.api import CallerDep, ProblemRoute
 from handoff.errors import NotFound
+from router.outbox.store import deliveries_since
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
@@ -102,15 +103,6 @@ def conversation_log(pool, ticket: dict[str, Any], *, limit: int = 200) -> dict[
             """,
             {"c": conversation, "since": ticket["created_at"], "n": limit},
         ).fetchall()
-        outbox = conn.execute(
-            """
-            SELECT id, message_id, channel, kind, payload->>'text' AS text, status, attempts, last_error,
-                   created_at, delivered_at FROM (
-                SELECT * FROM outbox WHERE conversation_id = %(c)s AND created_at >= %(since)s
-                ORDER BY id DESC LIMIT %(n)s) o
-            ORDER BY id
-            """,
-            {"c": conversation, "since": ticket["created_at"], "n": limit},
-        ).fetchall()
+        outbox = deliveries_since(conn, conversation, ticket["created_at"], limit=limit)
     return {"ticket_id": ticket["id"], "conversation_id": ticket["conversation_id"],
             "messages": messages, "outbox": outbox}
