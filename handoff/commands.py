@@ -209,8 +209,8 @@ class TicketCommands:
         ticket = T.lock_ticket(conn, ticket_id)
         check_open(ticket)
         updated = T.update_ticket(conn, ticket["id"], status="cancelled", claimed_by=None, lease_expires_at=None,
-                               outcome="cancelled", closed_at=T.Sql("now()"),
-                               resolved_by=actor.id if isinstance(actor, Agent) else None)
+                                  outcome="cancelled", closed_at=T.Sql("now()"),
+                                  resolved_by=actor.id if isinstance(actor, Agent) else None)
         T.record_event(conn, updated, actor, "cancelled", {"reason": reason})
         self.port.on_ticket_cancelled(conn, updated)
         self._count(updated, "cancelled")
@@ -271,8 +271,8 @@ class TicketCommands:
                 raise Conflict(f"ticket {ticket['id']} is held by another agent", status_now="claimed",
                                claimed_by=ticket["claimed_by"])
             updated = T.update_ticket(conn, ticket["id"], status="claimed", claimed_by=agent.id,
-                                   claimed_at=T.Sql("now()"), lease_expires_at=self._lease_expr(),
-                                   first_claimed_at=T.Sql("coalesce(first_claimed_at, now())"))
+                                      claimed_at=T.Sql("now()"), lease_expires_at=self._lease_expr(),
+                                      first_claimed_at=T.Sql("coalesce(first_claimed_at, now())"))
             self._event(conn, notes, updated, agent, "claimed", {"via": "claim"})
             self.port.on_ticket_claimed(conn, updated)
         self._count(updated, "claimed")
@@ -294,7 +294,7 @@ class TicketCommands:
                  payload: dict[str, Any], **changes: Any) -> dict[str, Any]:
         was_claimed = ticket["status"] == "claimed"
         updated = T.update_ticket(conn, ticket["id"], status="queued", claimed_by=None, claimed_at=None,
-                               lease_expires_at=None, requeues=T.Sql("requeues + 1"), **changes)
+                                  lease_expires_at=None, requeues=T.Sql("requeues + 1"), **changes)
         moved = ticket["team"] if ticket["team"] != updated["team"] else None
         self._event(conn, notes, updated, agent, action, payload, from_team=moved)
         if was_claimed:
@@ -340,8 +340,8 @@ class TicketCommands:
                     raise Invalid(f"agent {target.name!r} lacks skills {', '.join(ticket['skills'])}")
                 payload["to_agent"] = target.id
                 updated = T.update_ticket(conn, ticket["id"], team=new_team, status="claimed", claimed_by=target.id,
-                                       claimed_at=T.Sql("now()"), lease_expires_at=self._lease_expr(),
-                                       first_claimed_at=T.Sql("coalesce(first_claimed_at, now())"))
+                                          claimed_at=T.Sql("now()"), lease_expires_at=self._lease_expr(),
+                                          first_claimed_at=T.Sql("coalesce(first_claimed_at, now())"))
                 self._event(conn, notes, updated, agent, "transferred", payload,
                             from_team=ticket["team"] if ticket["team"] != new_team else None)
                 if ticket["status"] == "queued":
@@ -496,8 +496,8 @@ class TicketCommands:
                                     your_level=agent.approval_level)
                 decided = self._apply_approval(conn, ticket, agent, approved=False, reason=reason)
                 updated = T.update_ticket(conn, ticket["id"], draft_status="rejected", status="resolved",
-                                       outcome="rejected", claimed_by=None, lease_expires_at=None,
-                                       resolved_by=agent.id, closed_at=T.Sql("now()"))
+                                          outcome="rejected", claimed_by=None, lease_expires_at=None,
+                                          resolved_by=agent.id, closed_at=T.Sql("now()"))
                 self._event(conn, notes, updated, agent, "rejected", {"reason": reason, "workflow": decided})
                 self.port.on_ticket_resolved(conn, updated)
                 self._count(updated, "rejected")
@@ -518,7 +518,7 @@ class TicketCommands:
             ticket = self._lock(conn, ticket_id)
             check_holder(agent, ticket, supervisors_too=True)
             updated = T.update_ticket(conn, ticket["id"], status="resolved", outcome=outcome, claimed_by=None,
-                                   lease_expires_at=None, resolved_by=agent.id, closed_at=T.Sql("now()"))
+                                      lease_expires_at=None, resolved_by=agent.id, closed_at=T.Sql("now()"))
             self._event(conn, notes, updated, agent, "resolved",
                         {"outcome": outcome, "note": note, "held_by": ticket["claimed_by"]})
             self.port.on_ticket_resolved(conn, updated)
@@ -532,8 +532,8 @@ class TicketCommands:
             ticket = self._lock(conn, ticket_id)
             check_holder(agent, ticket, supervisors_too=True)
             updated = T.update_ticket(conn, ticket["id"], status="returned_to_bot", outcome="returned_to_bot",
-                                   claimed_by=None, lease_expires_at=None, resolved_by=agent.id,
-                                   closed_at=T.Sql("now()"))
+                                      claimed_by=None, lease_expires_at=None, resolved_by=agent.id,
+                                      closed_at=T.Sql("now()"))
             self._event(conn, notes, updated, agent, "returned_to_bot",
                         {"note": note, "held_by": ticket["claimed_by"]})
             self.port.on_returned_to_bot(conn, updated)
