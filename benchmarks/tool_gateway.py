@@ -27,20 +27,14 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-import psycopg  # noqa: E402
+from _scratch import drop_database, fresh_database  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "tool_gateway.json"
-
-
-def _with_db(uri: str, db: str) -> str:
-    base, _, query = uri.partition("?")
-    return f"{base.rsplit('/', 1)[0]}/{db}" + (f"?{query}" if query else "")
 
 
 def pct(values: list[float], q: float) -> float:
@@ -171,22 +165,15 @@ def main() -> None:
         tmp = Path(tempfile.mkdtemp(prefix="sbbench-"))
         embedded = EmbeddedPostgres(tmp / "pg")
         admin = embedded.start()
-    from router.db import migrate
-
-    name = f"bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(_with_db(admin, "postgres"), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    dsn = _with_db(admin, name)
+    dsn = fresh_database(admin)
     results: dict = {"benchmark": "tool_gateway", "tool": "get_order over MCP stdio (examples.shop)",
                      "cpus": os.cpu_count(), "machine": platform.machine(), "processor": platform.processor(),
                      "python": platform.python_version(), "load_avg_before": os.getloadavg(),
                      "targets": {"own_overhead_p95_ms": 2.0, "breaker_open_ms": 1.0}}
     try:
-        migrate(dsn)
         results.update(run(dsn, args.calls, args.short_circuited, args.json))
     finally:
-        with psycopg.connect(_with_db(admin, "postgres"), autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(admin, dsn)
         if embedded is not None:
             embedded.stop()
             shutil.rmtree(tmp, ignore_errors=True)

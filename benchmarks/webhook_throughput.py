@@ -54,6 +54,8 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+from _scratch import drop_database, fresh_database  # noqa: E402
+
 RESULTS = REPO / "benchmarks" / "results" / "webhook_throughput.json"
 SECRET = "bench-web-secret"
 TELEGRAM_SECRET = "bench-telegram-secret"
@@ -76,11 +78,6 @@ EMBEDDING_TEXTS = [
     "why was I charged twice", "do you ship to Macau", "can I change the address after ordering",
     "优惠券怎么用不了", "积分可以抵现吗", "下单后还能改地址吗",
 ]
-
-
-def _with_db(uri: str, db: str) -> str:
-    base, _, query = uri.partition("?")
-    return f"{base.rsplit('/', 1)[0]}/{db}" + (f"?{query}" if query else "")
 
 
 def _free_port() -> int:
@@ -128,27 +125,6 @@ def wait_idle(pid: int, timeout: float = 600) -> None:
         time.sleep(1)
         if _proc_cpu(pid) + sum(_proc_cpu(k) for k in _children(pid)) - before < 0.1:
             return
-
-
-def fresh_database(admin_uri: str) -> str:
-    import psycopg
-
-    from router.db import migrate
-
-    name = f"bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(_with_db(admin_uri, "postgres"), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    dsn = _with_db(admin_uri, name)
-    migrate(dsn)
-    return dsn
-
-
-def drop_database(admin_uri: str, dsn: str) -> None:
-    import psycopg
-
-    name = dsn.partition("?")[0].rsplit("/", 1)[1]
-    with psycopg.connect(_with_db(admin_uri, "postgres"), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def serve_bare(port: int) -> None:

@@ -214,3 +214,11 @@ def authenticate(conn: psycopg.Connection, token: str | None) -> Agent | None:
         return None
     row = conn.execute(_AUTH_SQL, (hash_token(token),)).fetchone()
     return Agent.from_row(row) if row else None
+
+
+def active_agent(conn: psycopg.Connection, name_or_id: str) -> Agent | None:
+    """The active agent with this name or id (None when there is none or it is disabled)."""
+    row = conn.execute(
+        "SELECT * FROM handoff_agents WHERE name = %s OR id::text = %s", (name_or_id.lower(), name_or_id)
+    ).fetchone()
+    return Agent.from_row(row) if row is not None and row["active"] else None

@@ -2,7 +2,8 @@
 
 Read from the environment with the prefix ``SWITCHBOARD_HANDOFF_`` (maps and lists as JSON,
 e.g. ``SWITCHBOARD_HANDOFF_SLA_SECONDS='{"urgent": 120}'``) so operators tune the queue
-without code; the composition root builds one and passes it to :class:`HandoffService`.
+without code. It is handoff's part of the gateway's settings tree: the app's ``Settings`` composes it
+(``Settings.handoff_config()``) and the composition root passes it to :class:`HandoffService`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ class ApprovalTier(BaseModel):
     max_amount: Decimal | None = None
 
 
+DEFAULT_SLA_SECONDS = {"urgent": 5 * 60, "high": 15 * 60, "normal": 60 * 60, "low": 4 * 60 * 60}
+
+
 def _default_tiers() -> list[ApprovalTier]:
     return [
         ApprovalTier(level="auto", max_amount=Decimal(50)),
@@ -36,8 +40,8 @@ class HandoffConfig(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_HANDOFF_", extra="ignore")
 
     sla_seconds: dict[str, int] = Field(
-        default_factory=lambda: {"urgent": 5 * 60, "high": 15 * 60, "normal": 60 * 60, "low": 4 * 60 * 60},
-        description="Time for a human to pick a ticket up, by priority.",
+        default_factory=lambda: dict(DEFAULT_SLA_SECONDS),
+        description="Time for a human to pick a ticket up, by priority (the ones not given keep their default).",
     )
     lease_seconds: float = Field(default=90.0, gt=0, description="A claim lapses unless heartbeated within this.")
     default_team: str = Field(default="general", description="Team of tickets opened without one.")
@@ -61,8 +65,7 @@ class HandoffConfig(BaseSettings):
         unknown = set(v) - set(PRIORITIES)
         if unknown:
             raise ValueError(f"unknown priorities: {sorted(unknown)}")
-        defaults = {"urgent": 5 * 60, "high": 15 * 60, "normal": 60 * 60, "low": 4 * 60 * 60}
-        merged = {**defaults, **v}
+        merged = {**DEFAULT_SLA_SECONDS, **v}
         if any(s <= 0 for s in merged.values()):
             raise ValueError("SLA seconds must be positive")
         return merged

@@ -255,3 +255,198 @@ class Publisher:
                 self._pending[:0] = batch
                 self._busy = False
             raise
+
+
+# -- writing ticket rows (the commands' SQL) -------------------------------------------------------------------
+
+
+class Sql:
+    """A SQL expression for :func:`update_ticket` (our own fragments, never user input)."""
+
+    __slots__ = ("sql", "params")
+
+    def __init__(self, sql: str, *params: Any):
+        self.sql = sql
+        self.params = params
+
+
+def update_ticket(conn: psycopg.Connection, ticket_id: Any, **fields: Any) -> dict[str, Any]:
+    """Set columns (names are ours, never user input) and return the new row."""
+    sets, params = [], []
+    for col, value in fields.items():
+        if isinstance(value, Sql):
+            sets.append(f"{col} = {value.sql}")
+            params.extend(value.params)
+        else:
+            sets.append(f"{col} = %s")
+            params.append(value)
+    sets.append("updated_at = now()")
+    row = conn.execute(f"UPDATE tickets SET {', '.join(sets)} WHERE id = %s RETURNING *",
+                       (*params, parse_id(ticket_id))).fetchone()
+    return ticket_row(row)
+
+
+def conversation_of(conn: psycopg.Connection, ticket_id: Any) -> Any:
+    """The conversation a ticket belongs to (read without a lock); 404 if there is no such ticket."""
+    row = conn.execute("SELECT conversation_id FROM tickets WHERE id = %s", (parse_id(ticket_id),)).fetchone()
+    if row is None:
+        raise NotFound(f"no ticket {ticket_id}")
+    return row["conversation_id"]
+
+
+_INSERT_SQL = """
+INSERT INTO tickets (kind, conversation_id, channel, customer_id, reason, priority, team, skills,
+                     context, draft, draft_status, amount, currency, approval_level, sla_due_at)
+VALUES (%(kind)s, %(conversation_id)s, %(channel)s, %(customer_id)s, %(reason)s, %(priority)s,
+        %(team)s, %(skills)s, %(context)s, %(draft)s, %(draft_status)s, %(amount)s, %(currency)s,
+        %(approval_level)s, now() + make_interval(secs => %(sla)s))
+ON CONFLICT (conversation_id) WHERE status IN ('queued', 'claimed') DO NOTHING
+RETURNING *
+"""
+
+
+def insert_open_ticket(conn: psycopg.Connection, params: dict[str, Any]) -> dict[str, Any] | None:
+    """Insert a queued ticket; None when the conversation already has an open one (at most one each)."""
+    return ticket_row(conn.execute(_INSERT_SQL, params).fetchone())
+
+
+def open_ticket_of(conn: psycopg.Connection, conversation_id: Any, *, lock: bool = False) -> dict[str, Any] | None:
+    """The conversation's open (queued or claimed) ticket, if any; with ``lock``, locked for a change."""
+    sql = "SELECT * FROM tickets WHERE conversation_id = %s AND status IN ('queued', 'claimed')"
+    if lock:
+        sql += " FOR NO KEY UPDATE"
+    return ticket_row(conn.execute(sql, (str(conversation_id),)).fetchone())
+
+
+def event_by_key(conn: psycopg.Connection, ticket_id: Any, key: str) -> dict[str, Any] | None:
+    """The ticket's event recorded with this Idempotency-Key, if any."""
+    return conn.execute(
+        "SELECT id, actor, action, payload FROM ticket_events WHERE ticket_id = %s AND idempotency_key = %s",
+        (parse_id(ticket_id), key),
+    ).fetchone()
+
+
+_CLAIM_NEXT_SQL = """
+WITH next AS (
+    SELECT id FROM tickets
+    WHERE status = 'queued' {filters}
+    ORDER BY priority_rank, sla_due_at, created_at, id
+    LIMIT 1
+    FOR NO KEY UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE tickets t SET status = 'claimed', claimed_by = %(agent_id)s, claimed_at = now(),
+                         lease_expires_at = now() + make_interval(secs => %(lease)s),
+                         first_claimed_at = coalesce(t.first_claimed_at, now()), updated_at = now()
+    FROM next WHERE t.id = next.id
+    RETURNING t.*
+), ev AS (
+    INSERT INTO ticket_events (ticket_id, actor, actor_agent_id, action, payload)
+    SELECT id, %(actor)s, %(agent_id)s, 'claimed', json_build_object('via', 'claim_next') FROM claimed
+    RETURNING id, at
+){port}
+SELECT c.*, json_build_object(
+    'id', ev.id, 'ticket_id', c.id, 'action', 'claimed', 'actor', %(actor)s::text, 'at', ev.at,
+    'kind', c.kind, 'team', c.team, 'priority', c.priority, 'status', c.status,
+    'claimed_by', c.claimed_by)::text AS _note
+FROM claimed c, ev
+"""
+
+
+def claim_next_sql(filters: list[str], port_sql: str | None) -> str:
+    """The one statement that picks, claims and audits the best queued ticket (``_note``: its notification);
+    ``filters`` are our own ``AND ...`` fragments, ``port_sql`` the port's CTE moving the conversation."""
+    return _CLAIM_NEXT_SQL.format(filters=" ".join(filters), port=port_sql or "")
+
+
+def extend_lease(conn: psycopg.Connection, ticket_id: Any, agent_id: str, lease: float) -> dict[str, Any] | None:
+    """Extend the lease of a ticket the agent holds; None when it does not hold it (any more)."""
+    return conn.execute(
+        """
+        UPDATE tickets SET lease_expires_at = now() + make_interval(secs => %s)
+        WHERE id = %s AND status = 'claimed' AND claimed_by = %s
+        RETURNING id, status, claimed_by, lease_expires_at
+        """,
+        (lease, parse_id(ticket_id), agent_id),
+    ).fetchone()
+
+
+SWEEP_LOCK_KEY = 0x5357_4831  # "SWH1": one sweeper at a time across all pods
+
+
+def take_sweep_lock(conn: psycopg.Connection) -> bool:
+    """The transaction-scoped sweep lock, if no other pod holds it."""
+    return conn.execute("SELECT pg_try_advisory_xact_lock(%s) AS got", (SWEEP_LOCK_KEY,)).fetchone()["got"]
+
+
+_SWEEP_LEASES_SQL = """
+WITH expired AS (
+    SELECT id, claimed_by AS previous_agent, lease_expires_at AS lapsed_at FROM tickets
+    WHERE status = 'claimed' AND lease_expires_at < now()
+    ORDER BY lease_expires_at LIMIT %(batch)s
+    FOR NO KEY UPDATE SKIP LOCKED
+), upd AS (
+    UPDATE tickets t SET status = 'queued', claimed_by = NULL, claimed_at = NULL, lease_expires_at = NULL,
+                         requeues = t.requeues + 1, updated_at = now()
+    FROM expired WHERE t.id = expired.id
+    RETURNING t.*, expired.previous_agent, expired.lapsed_at
+), ev AS (
+    INSERT INTO ticket_events (ticket_id, actor, action, payload)
+    SELECT id, 'system:lease-sweeper', 'lease_expired',
+           json_build_object('previous_agent', previous_agent, 'lapsed_at', lapsed_at) FROM upd
+    RETURNING id, ticket_id, at
+)
+SELECT upd.*, json_build_object(
+    'id', ev.id, 'ticket_id', upd.id, 'action', 'lease_expired', 'actor', 'system:lease-sweeper', 'at', ev.at,
+    'kind', upd.kind, 'team', upd.team, 'priority', upd.priority, 'status', upd.status,
+    'claimed_by', NULL)::text AS _note
+FROM upd JOIN ev ON ev.ticket_id = upd.id
+"""
+
+_SWEEP_SLA_SQL = """
+WITH due AS (
+    SELECT id, priority AS previous_priority, sla_due_at AS missed_due FROM tickets
+    WHERE status = 'queued' AND sla_due_at < now()
+    ORDER BY sla_due_at LIMIT %(batch)s
+    FOR NO KEY UPDATE SKIP LOCKED
+), upd AS (
+    UPDATE tickets t SET
+        priority = CASE t.priority WHEN 'low' THEN 'normal' WHEN 'normal' THEN 'high' ELSE 'urgent' END,
+        sla_due_at = now() + make_interval(secs => CASE t.priority
+            WHEN 'low' THEN %(sla_normal)s WHEN 'normal' THEN %(sla_high)s ELSE %(sla_urgent)s END),
+        sla_breaches = t.sla_breaches + 1,
+        sla_breached_at = coalesce(t.sla_breached_at, now()),
+        updated_at = now()
+    FROM due WHERE t.id = due.id
+    RETURNING t.*, due.previous_priority, due.missed_due
+), ev AS (
+    INSERT INTO ticket_events (ticket_id, actor, action, payload)
+    SELECT id, 'system:sla-sweeper', 'sla_breached',
+           json_build_object('previous_priority', previous_priority, 'priority', priority,
+                             'missed_due', missed_due, 'breaches', sla_breaches) FROM upd
+    RETURNING id, ticket_id, at
+)
+SELECT upd.*, json_build_object(
+    'id', ev.id, 'ticket_id', upd.id, 'action', 'sla_breached', 'actor', 'system:sla-sweeper', 'at', ev.at,
+    'kind', upd.kind, 'team', upd.team, 'priority', upd.priority, 'status', upd.status,
+    'claimed_by', NULL)::text AS _note
+FROM upd JOIN ev ON ev.ticket_id = upd.id
+"""
+
+
+def sweep_expired_leases(conn: psycopg.Connection, notes: list[str], batch: int) -> list[dict[str, Any]]:
+    """Expired leases go back to the queue, each with a ``lease_expired`` event (its note into ``notes``)."""
+    rows = conn.execute(_SWEEP_LEASES_SQL, {"batch": batch}).fetchall()
+    notes.extend(r["_note"] for r in rows)
+    return [ticket_row({k: v for k, v in r.items() if k not in ("previous_agent", "lapsed_at")}) for r in rows]
+
+
+def sweep_missed_sla(conn: psycopg.Connection, notes: list[str], batch: int,
+                     sla: dict[str, int]) -> list[dict[str, Any]]:
+    """Queued tickets past their SLA: priority up one step, a new deadline at that priority, breach counted."""
+    rows = conn.execute(_SWEEP_SLA_SQL, {
+        "batch": batch, "sla_normal": float(sla["normal"]), "sla_high": float(sla["high"]),
+        "sla_urgent": float(sla["urgent"]),
+    }).fetchall()
+    notes.extend(r["_note"] for r in rows)
+    return [ticket_row({k: v for k, v in r.items() if k not in ("previous_priority", "missed_due")})
+            for r in rows]

@@ -12,14 +12,13 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from psycopg_pool import ConnectionPool
 
 from rag.answer import Generator, citation, extract, unsupported_sentences
-from rag.chunk import DEFAULT_OVERLAP_CHARS, DEFAULT_TARGET_CHARS
+from rag.config import RetrievalConfig
 from rag.dense import DenseStore
 from rag.fusion import fuse
 from rag.generations import Generations
@@ -44,31 +43,6 @@ class RerankerMissing(RuntimeError):
 
 class KnowledgeBaseEmpty(LookupError):
     """No generation is active yet."""
-
-
-@dataclass
-class RetrievalConfig:
-    """How retrieval and answering are tuned (values come from settings via the composition root)."""
-
-    candidates: int = 100              # per retriever, before fusion
-    fusion: str = "convex"             # rrf | convex (see rag/fusion.py and `switchboard rag eval`)
-    weights: tuple[float, float] = (1.0, 3.0)   # (bm25, dense)
-    rrf_k: int = 60
-    norm: str = "minmax"
-    ef_search: int = 100
-    rerank_top_n: int = 20
-    answer_passages: int = 3           # passages returned with an answer (the evidence)
-    answer_threshold: float = 0.5      # confidence below this: no answer, L2 gets the evidence
-    # confidence = sigmoid(slope * (cosine - center[lang]) + coverage_weight * (coverage - 0.5)); the
-    # centers are where multilingual-e5-small puts in-scope vs out-of-scope questions on the bundled
-    # KB (Chinese cosines run higher); another encoder or knowledge base needs its own.
-    confidence_center: dict[str, float] = field(default_factory=lambda: {"en": 0.845, "zh": 0.875})
-    confidence_slope: float = 60.0
-    coverage_weight: float = 2.5
-    same_language: bool = True         # answer from a passage in the query's language when one is retrieved
-    chunk_chars: int = DEFAULT_TARGET_CHARS
-    chunk_overlap: int = DEFAULT_OVERLAP_CHARS
-    max_shrink: float = 0.5            # a rebuild/sync dropping more of the serving documents is refused
 
 
 class KnowledgeBase:

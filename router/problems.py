@@ -10,11 +10,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from failures.problem import PROBLEM_JSON, problem_response
 from router.db.errors import DatabaseUnavailable, classify
 from router.ops.observability import request_id_var
 
 log = logging.getLogger(__name__)
-PROBLEM_JSON = "application/problem+json"
+__all__ = ["PROBLEM_JSON", "Problem", "problem_response", "install_problem_handlers"]
 
 
 class Problem(Exception):
@@ -29,28 +30,16 @@ class Problem(Exception):
         self.extra = extra
 
 
-def problem_response(status: int, detail: str, *, title: str | None = None, type_: str = "about:blank",
-                     instance: str | None = None, headers: dict | None = None, **extra) -> JSONResponse:
-    body = {
-        "type": type_,
-        "title": title or HTTPStatus(status).phrase,
-        "status": status,
-        "detail": detail,
-    }
-    if instance:
-        body["instance"] = instance
-    rid = request_id_var.get()
-    if rid:
-        body["request_id"] = rid
-    body.update(extra)
-    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+def _rid() -> str | None:
+    """The request id the middleware set for this request (None outside one)."""
+    return request_id_var.get()
 
 
 def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(Problem)
     async def _problem(request: Request, exc: Problem):
         return problem_response(exc.status, exc.detail, title=exc.title, type_=exc.type,
-                                instance=request.url.path, **exc.extra)
+                                instance=request.url.path, request_id=_rid(), **exc.extra)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
@@ -59,16 +48,17 @@ def install_problem_handlers(app: FastAPI) -> None:
             for e in exc.errors()
         ]
         return problem_response(422, "The request body or parameters are malformed.", instance=request.url.path,
-                                errors=errors)
+                                request_id=_rid(), errors=errors)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
         if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
             # FastAPI's answer to a body it cannot decode (e.g. invalid UTF-8): malformed input, 422 like
             # every other malformed body
-            return problem_response(422, "The request body is not valid UTF-8 JSON.", instance=request.url.path)
+            return problem_response(422, "The request body is not valid UTF-8 JSON.", instance=request.url.path,
+                                    request_id=_rid())
         detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
-        return problem_response(exc.status_code, detail, instance=request.url.path,
+        return problem_response(exc.status_code, detail, instance=request.url.path, request_id=_rid(),
                                 headers=getattr(exc, "headers", None))
 
     retry_after = str(getattr(getattr(app.state, "settings", None), "db_retry_after", None) or 2)
@@ -85,7 +75,8 @@ def database_unavailable_response(path: str, exc: DatabaseUnavailable, retry_aft
     """503 with Retry-After: the client (or channel) retries the same message id later; nothing was stored."""
     log.warning("database unavailable on %s (%s)", path, exc.cause, extra={"request_id": request_id_var.get()})
     return problem_response(503, "The database is unavailable; retry later with the same message id.",
-                            title="Service Unavailable", instance=path, headers={"Retry-After": retry_after})
+                            title="Service Unavailable", instance=path, request_id=_rid(),
+                            headers={"Retry-After": retry_after})
 
 
 def unexpected_response(path: str, exc: BaseException, retry_after: str) -> JSONResponse:
@@ -95,4 +86,4 @@ def unexpected_response(path: str, exc: BaseException, retry_after: str) -> JSON
         return database_unavailable_response(path, mapped, retry_after)
     log.error("unhandled error on %s", path, exc_info=exc, extra={"request_id": request_id_var.get()})
     return problem_response(500, "An unexpected error occurred; it has been logged with this request id.",
-                            instance=path)
+                            instance=path, request_id=_rid())

@@ -75,7 +75,7 @@ def test_import_contracts_are_kept(lint_imports, tmp_path):
 def _copy_tree(tmp_path: Path) -> Path:
     copy = tmp_path / "repo"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for package in ("router", "rag", "handoff", "automation", "text"):
+    for package in ("router", "rag", "handoff", "automation", "text", "failures"):
         if (REPO / package).is_dir():
             shutil.copytree(REPO / package, copy / package, ignore=ignore)
     shutil.copy(REPO / "pyproject.toml", copy / "pyproject.toml")
@@ -109,3 +109,11 @@ def test_a_reserved_contract_applies_once_its_package_exists(lint_imports, tmp_p
     result = _lint(copy, tmp_path)
     assert result.returncode != 0
     assert "text (normalisation, personal-data masking) imports none of" in result.stdout.split("Broken contracts", 1)[-1]
+
+
+def test_the_shared_failures_leaf_imports_none_of_the_packages(lint_imports, tmp_path):
+    copy = _copy_tree(tmp_path)
+    (copy / "failures" / "leak.py").write_text("import handoff.service  # forbidden on purpose\n", encoding="utf-8")
+    result = _lint(copy, tmp_path)
+    assert result.returncode != 0
+    assert "failures (problem documents" in result.stdout.split("Broken contracts", 1)[-1], result.stdout

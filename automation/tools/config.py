@@ -22,6 +22,7 @@ from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from automation.tools.base import Binding, BreakerPolicy, RateLimit, RetryPolicy, ToolSpec
+from failures.yaml_source import SourceError, construct, dotted, line_for, syntax_error
 
 BUNDLED_TOOLS = Path(__file__).resolve().parent / "samples" / "tools.yaml"
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -30,25 +31,10 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _SECRET_HEADER = re.compile(r"authorization|token|secret|key|password|cookie", re.I)
 
 
-class ToolConfigError(ValueError):
+class ToolConfigError(SourceError):
     """A problem in a tools file, pinned to a line and a field."""
 
-    def __init__(self, message: str, *, file: str | None = None, line: int | None = None, field: str | None = None,
-                 errors: list[dict] | None = None):
-        self.message = message
-        self.file = file
-        self.line = line
-        self.field = field
-        self.errors = errors or [{"file": file, "line": line, "field": field, "message": message}]
-        super().__init__("\n".join(_render(e) for e in self.errors))
-
-
-def _render(e: dict) -> str:
-    where = e.get("file") or "<tools>"
-    if e.get("line"):
-        where += f":{e['line']}"
-    fld = f" {e['field']}:" if e.get("field") else ""
-    return f"{where}:{fld} {e['message']}"
+    label = "<tools>"
 
 
 class _AtPath(ValueError):
@@ -264,49 +250,11 @@ class ToolsFile(BaseModel):
         return self
 
 
-# --- YAML with positions ------------------------------------------------------------------------------------
-
-_SCALAR_LOADER = yaml.SafeLoader("")
-
-
-def _construct(node: yaml.Node, path: tuple, marks: dict[tuple, int], file: str | None) -> Any:
-    marks[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        out: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
-            key = _SCALAR_LOADER.construct_object(key_node) if isinstance(key_node, yaml.ScalarNode) else None
-            if not isinstance(key, str):
-                raise ToolConfigError("mapping keys must be plain strings", file=file,
-                                      line=key_node.start_mark.line + 1, field=_dotted(path) or None)
-            if key in out:
-                raise ToolConfigError(f"duplicate key {key!r}", file=file, line=key_node.start_mark.line + 1,
-                                      field=_dotted(path + (key,)))
-            out[key] = _construct(value_node, path + (key,), marks, file)
-            marks[path + (key,)] = key_node.start_mark.line + 1
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_construct(item, path + (i,), marks, file) for i, item in enumerate(node.value)]
-    return _SCALAR_LOADER.construct_object(node)
-
-
-def _dotted(path: tuple) -> str:
-    out = ""
-    for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out
-
-
-def _line_for(path: tuple, marks: dict[tuple, int]) -> int | None:
-    p = tuple(path)
-    while p:
-        if p in marks:
-            return marks[p]
-        p = p[:-1]
-    return marks.get(())
+# --- field names (lines and YAML positions: failures.yaml_source) -------------------------------------------
 
 
 def _named(path: tuple, data: Any) -> str:
-    text = _dotted(path)
+    text = dotted(path)
     if len(path) >= 2 and path[0] == "tools" and isinstance(path[1], int):
         try:
             name = data["tools"][path[1]].get("name")
@@ -332,7 +280,7 @@ def _substitute(data: Any, path: tuple, variables: Mapping[str, str], marks: dic
         if value is None or value == "" and default is not None:
             if default is None:
                 raise ToolConfigError(f"environment variable {name} is not set (write ${{{name}:-}} for optional)",
-                                      file=file, line=_line_for(path, marks), field=_dotted(path))
+                                      file=file, line=line_for(path, marks), field=dotted(path))
             return default
         return value
 
@@ -344,13 +292,12 @@ def parse_tools(text: str, *, file: str | None = None, variables: Mapping[str, s
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        raise ToolConfigError(f"not valid YAML: {exc.problem or exc}", file=file,
-                              line=(mark.line + 1) if mark else None) from None
+        message, line = syntax_error(exc)
+        raise ToolConfigError(message, file=file, line=line) from None
     if root is None:
         raise ToolConfigError("the file is empty", file=file, line=1)
     marks: dict[tuple, int] = {}
-    data = _construct(root, (), marks, file)
+    data = construct(root, file=file, marks=marks, error=ToolConfigError)
     if not isinstance(data, dict):
         raise ToolConfigError("the top level must be a mapping (version, servers, tools)", file=file, line=1)
     variables = dict(os.environ if variables is None else variables)
@@ -375,7 +322,7 @@ def parse_tools(text: str, *, file: str | None = None, variables: Mapping[str, s
             loc = _data_path(loc, data)
             if err["type"] == "extra_forbidden":
                 message = "unknown field"
-            errors.append({"file": file, "line": _line_for(loc, marks), "field": _named(loc, data),
+            errors.append({"file": file, "line": line_for(loc, marks), "field": _named(loc, data),
                            "message": message})
         first = errors[0]
         raise ToolConfigError(first["message"], file=file, line=first["line"], field=first["field"],

@@ -17,6 +17,7 @@ import jsonschema
 import yaml
 
 from automation.workflows.expr import ExpressionError, compile_expr, holes, roots
+from failures.yaml_source import construct, dotted, line_for, render, syntax_error
 
 BUNDLED = Path(__file__).resolve().parent / "samples"
 LANGS = ("zh", "en")
@@ -51,19 +52,11 @@ class WorkflowConfigError(ValueError):
 
     def __init__(self, errors: list[dict]):
         self.errors = errors
-        super().__init__("\n".join(_render(e) for e in errors))
+        super().__init__("\n".join(render(e, "<workflows>") for e in errors))
 
     @property
     def first(self) -> dict:
         return self.errors[0]
-
-
-def _render(e: dict) -> str:
-    where = e.get("file") or "<workflows>"
-    if e.get("line"):
-        where += f":{e['line']}"
-    fld = f" {e['field']}:" if e.get("field") else ""
-    return f"{where}:{fld} {e['message']}"
 
 
 @dataclass
@@ -153,39 +146,6 @@ class WorkflowSet:
         return None
 
 
-# ---------------------------------------------------------------- YAML with line numbers
-
-def _construct(node: yaml.Node, path: tuple, marks: dict[tuple, int], file: str | None, errors: list) -> Any:
-    marks[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        out: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
-            key = _SCALAR.construct_object(key_node) if isinstance(key_node, yaml.ScalarNode) else None
-            if not isinstance(key, (str, int)):
-                errors.append({"file": file, "line": key_node.start_mark.line + 1, "field": _dotted(path) or None,
-                               "message": "keys must be plain scalars"})
-                continue
-            if key in out:
-                errors.append({"file": file, "line": key_node.start_mark.line + 1, "field": _dotted(path + (key,)),
-                               "message": f"duplicate key {key!r}"})
-            marks[path + (key,)] = key_node.start_mark.line + 1
-            out[key] = _construct(value_node, path + (key,), marks, file, errors)
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_construct(v, path + (i,), marks, file, errors) for i, v in enumerate(node.value)]
-    return _SCALAR.construct_object(node)
-
-
-_SCALAR = yaml.SafeLoader("")
-
-
-def _dotted(path: tuple) -> str:
-    out = ""
-    for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out
-
-
 # ---------------------------------------------------------------- validation
 
 class _Checker:
@@ -194,12 +154,8 @@ class _Checker:
         self._tool_names = set(tools.names()) if tools is not None else None
 
     def err(self, path: tuple, message: str) -> None:
-        line = None
-        for i in range(len(path), -1, -1):
-            if path[:i] in self.marks:
-                line = self.marks[path[:i]]
-                break
-        self.errors.append({"file": self.file, "line": line, "field": _dotted(path), "message": message})
+        self.errors.append({"file": self.file, "line": line_for(path, self.marks), "field": dotted(path),
+                            "message": message})
 
     def line(self, path: tuple) -> int | None:
         return self.marks.get(path)
@@ -251,13 +207,12 @@ def parse_workflows(text: str, *, file: str | None = None, tools: Any | None = N
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        raise WorkflowConfigError([{"file": file, "line": (mark.line + 1) if mark else None, "field": None,
-                                    "message": f"not valid YAML: {exc.problem}"}]) from None
+        message, line = syntax_error(exc)
+        raise WorkflowConfigError([{"file": file, "line": line, "field": None, "message": message}]) from None
     if root is None:
         raise WorkflowConfigError([{"file": file, "line": 1, "field": None, "message": "the file is empty"}])
     marks: dict[tuple, int] = {}
-    data = _construct(root, (), marks, file, errors)
+    data = construct(root, file=file, marks=marks, keys=(str, int), errors=errors)
     if errors:
         raise WorkflowConfigError(errors)
     chk = _Checker(file, marks, tools)

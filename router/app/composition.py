@@ -47,7 +47,7 @@ def wire_classifier(services: Services) -> None:
 
 def wire_handoff(services: Services) -> None:
     """The L2/L3 queue (policy from SWITCHBOARD_HANDOFF_*), its conversation-state port and the sweeper loop."""
-    from handoff import HandoffConfig, HandoffService
+    from handoff import HandoffService
     from handoff.sweeper import SweeperLoop
     from router.turn.state import ConversationStatePort
 
@@ -61,7 +61,7 @@ def wire_handoff(services: Services) -> None:
         elif name == "queue_depth":
             metrics.queue_depth.labels(labels["kind"], labels["priority"]).set(value)
 
-    config = HandoffConfig()
+    config = services.settings.handoff_config()
     services.handoff = HandoffService(services.pool, ConversationStatePort(), config, metrics_hook=count)
     sweeper = SweeperLoop(services.handoff, config.sweep_interval_seconds).start()
     services.closers.append(sweeper.stop)
@@ -120,7 +120,7 @@ def make_knowledge_base(settings, pool, encoder, *, knowledge_dir=None, reranker
     Elasticsearch URL is set.
     """
     from rag.rewrite import get_tokenizer, load_glossary
-    from rag.service import SAMPLE_KB, KnowledgeBase, RetrievalConfig
+    from rag.service import SAMPLE_KB, KnowledgeBase
 
     folder = knowledge_dir or settings.knowledge_dir or SAMPLE_KB
     glossary = load_glossary(folder if Path(folder).is_dir() else None)   # a single-file source has none
@@ -146,15 +146,7 @@ def make_knowledge_base(settings, pool, encoder, *, knowledge_dir=None, reranker
             OpenAIChatGenerator(settings.rag_generator_url, settings.rag_generator_model or "default", api_key=key,
                                 timeout=settings.rag_generator_timeout_seconds),
             max_concurrent=settings.rag_generator_concurrency)
-    config = RetrievalConfig(
-        candidates=settings.rag_candidates, fusion=settings.rag_fusion,
-        weights=(settings.rag_bm25_weight, settings.rag_dense_weight), rrf_k=settings.rag_rrf_k,
-        ef_search=settings.rag_ef_search, answer_threshold=settings.rag_answer_threshold,
-        confidence_center=dict(settings.rag_confidence_center), confidence_slope=settings.rag_confidence_slope,
-        coverage_weight=settings.rag_coverage_weight,
-        chunk_chars=settings.rag_chunk_chars, chunk_overlap=settings.rag_chunk_overlap,
-        max_shrink=settings.rag_max_shrink,
-    )
+    config = settings.retrieval_config()
     return KnowledgeBase(pool, encoder, lexical, config=config, glossary=glossary, reranker=reranker,
                          generator=generator, sample_dir=folder, progress=progress)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 
 from router.app.api import health, messages
@@ -84,20 +84,25 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     install_links(app)
     app.include_router(health.router)
     app.include_router(messages.router)
-    for extra in _extra_routers():
-        app.include_router(extra)
+    _include_capabilities(app)
     return app
 
 
-def _extra_routers():
-    """Routers contributed by the other capabilities (channels, handoff, conversations)."""
-    from handoff.api import build_router as handoff_router
+def handoff_of(request: Request):
+    """The app's handoff service (None when the queue is not wired)."""
+    return getattr(request.app.state.services, "handoff", None)
+
+
+def _include_capabilities(app: FastAPI) -> None:
+    """Routes contributed by the other capabilities (handoff, channels, conversations, console)."""
+    import handoff.api
 
     from router.app.api import channels, conversations
     from router.app.api.console import router as console_router
 
-    return [handoff_router(lambda request: getattr(request.app.state.services, "handoff", None)), channels.router,
-            conversations.router, console_router]
+    handoff.api.mount(app, handoff_of)
+    for extra in (channels.router, conversations.router, console_router):
+        app.include_router(extra)
 
 
 def main_app() -> FastAPI:

@@ -12,10 +12,15 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from handoff.config import HandoffConfig
+from rag.config import RagSettings
 from router.channels.settings import ChannelSettings
 
 
-class Settings(BaseSettings, ChannelSettings):  # channel secrets/URLs + outbox: router/channels/settings.py
+class Settings(BaseSettings, ChannelSettings, RagSettings):
+    """The gateway's settings tree: its own fields, the channels' (router/channels/settings.py), rag's
+    (rag/config.py) and the handoff queue's (handoff/config.py, see :meth:`handoff_config`)."""
+
     model_config = SettingsConfigDict(
         env_prefix="SWITCHBOARD_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
     )
@@ -73,34 +78,11 @@ class Settings(BaseSettings, ChannelSettings):  # channel secrets/URLs + outbox:
                                      "bundled router/samples/escalation.yaml.")
     knowledge_dir: Path | None = Field(default=None, description="Knowledge base folder; unset = bundled sample.")
     load_sample_kb: bool = Field(default=True, description="Load the bundled KB into empty indexes at start-up.")
-    # knowledge base retrieval (rag/); defaults measured with `switchboard rag eval` on the dev sets
-    rag_candidates: int = Field(default=100, ge=1, le=1000, description="Hits per retriever before fusion.")
-    rag_fusion: Literal["rrf", "convex"] = Field(default="convex", description="How BM25 and dense rankings fuse.")
-    rag_bm25_weight: float = Field(default=1.0, ge=0, description="Fusion weight of BM25.")
-    rag_dense_weight: float = Field(default=3.0, ge=0, description="Fusion weight of dense search.")
-    rag_rrf_k: int = Field(default=60, ge=0, description="RRF constant k.")
-    rag_ef_search: int = Field(default=100, ge=1, le=1000, description="pgvector hnsw.ef_search per query.")
-    rag_chunk_chars: int = Field(default=450, ge=50, description="Target chunk size in characters.")
-    rag_chunk_overlap: int = Field(default=80, ge=0, description="Characters of sentence overlap between chunks.")
-    rag_max_shrink: float = Field(default=0.5, ge=0, le=1, description="Largest share of the serving documents an "
-                                  "index rebuild or sync may drop; more (or an empty result) is refused unless "
-                                  "--allow-shrink.")
-    rag_answer_threshold: float = Field(default=0.5, ge=0, le=1, description="Below this confidence: no answer, L2.")
-    rag_confidence_center: dict[str, float] = Field(
-        default_factory=lambda: {"en": 0.845, "zh": 0.875},
-        description="Encoder cosine at which an answer is a coin flip, per query language (JSON); tuned for "
-        "multilingual-e5-small on the bundled KB.")
-    rag_confidence_slope: float = Field(default=60.0, description="Logistic slope on the cosine.")
-    rag_coverage_weight: float = Field(default=2.5, description="Logistic weight of the share of query words "
-                                       "found in the passage.")
-    rag_generator_url: str | None = Field(default=None, description="OpenAI-compatible endpoint that may rephrase "
-                                          "answers (every sentence must be supported); unset = extractive only.")
-    rag_generator_model: str | None = None
-    rag_generator_api_key: SecretStr | None = None
-    rag_generator_timeout_seconds: float = Field(default=3.0, gt=0, le=30, description="The generator's own HTTP "
-                                                 "timeout: it runs inside the turn, so it is kept short.")
-    rag_generator_concurrency: int = Field(default=2, ge=1, le=64, description="Turns that may call the generator "
-                                           "at once; others keep the extractive answer instead of waiting.")
+    # knowledge base retrieval: the rag_* fields of rag.config.RagSettings (SWITCHBOARD_RAG_*)
+
+    # the handoff queue's policy (SWITCHBOARD_HANDOFF_*): handoff.config.HandoffConfig, see handoff_config()
+    handoff: HandoffConfig | None = Field(default=None, exclude=True, description="The queue's policy given "
+                                          "in code; unset = read from SWITCHBOARD_HANDOFF_* when the queue is wired.")
 
     # tools and workflows (automation/): the example shop over MCP stdio unless configured otherwise
     tools_enabled: bool = Field(default=True, description="Build the tool gateway and the workflow engine at "
@@ -127,6 +109,11 @@ class Settings(BaseSettings, ChannelSettings):  # channel secrets/URLs + outbox:
 
     def elasticsearch_dsn(self) -> str | None:
         return self.elasticsearch_url.get_secret_value() if self.elasticsearch_url else None
+
+    def handoff_config(self) -> HandoffConfig:
+        """The queue's policy: the one given, else read from ``SWITCHBOARD_HANDOFF_*`` now (when the queue is
+        wired, so a value set after these settings were read still counts)."""
+        return self.handoff if self.handoff is not None else HandoffConfig()
 
 
 def get_settings(**overrides) -> Settings:

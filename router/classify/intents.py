@@ -41,6 +41,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from failures.yaml_source import SourceError, construct, dotted, line_for, syntax_error
+
 Tier = Literal["L1", "L2", "L3"]
 TIERS = ("L1", "L2", "L3")
 UNKNOWN = "oos"  # the label that means "out of scope" in evaluation files
@@ -48,27 +50,10 @@ UNKNOWN = "oos"  # the label that means "out of scope" in evaluation files
 BUNDLED_INTENTS = Path(__file__).resolve().parents[1] / "samples" / "intents.yaml"
 
 
-class IntentConfigError(ValueError):
+class IntentConfigError(SourceError):
     """A problem in an intents file, pinned to a line and a field."""
 
-    def __init__(self, message: str, *, file: str | None = None, line: int | None = None, field: str | None = None,
-                 errors: list[dict] | None = None):
-        self.message = message
-        self.file = file
-        self.line = line
-        self.field = field
-        self.errors = errors or [{"file": file, "line": line, "field": field, "message": message}]
-        super().__init__(self._render())
-
-    def _render(self) -> str:
-        lines = []
-        for e in self.errors:
-            where = e.get("file") or "<intents>"
-            if e.get("line"):
-                where += f":{e['line']}"
-            fld = f" {e['field']}:" if e.get("field") else ""
-            lines.append(f"{where}:{fld} {e['message']}")
-        return "\n".join(lines)
+    label = "<intents>"
 
 
 class Rule(BaseModel):
@@ -207,54 +192,12 @@ class _AtPath(ValueError):
         self.path = path
 
 
-# --- YAML with positions -----------------------------------------------------------------------------------
-
-
-def _construct(node: yaml.Node, path: tuple, marks: dict[tuple, int], file: str | None) -> Any:
-    """Build plain Python data from a composed node tree, remembering the 1-based line of every path."""
-    marks[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        out: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
-            key = yaml.SafeLoader.construct_object(_SCALAR_LOADER, key_node) if isinstance(
-                key_node, yaml.ScalarNode) else None
-            if not isinstance(key, (str, int)):
-                raise IntentConfigError("mapping keys must be plain strings", file=file,
-                                        line=key_node.start_mark.line + 1, field=_dotted(path) or None)
-            if key in out:
-                raise IntentConfigError(f"duplicate key {key!r}", file=file, line=key_node.start_mark.line + 1,
-                                        field=_dotted(path + (key,)))
-            marks[path + (key,)] = key_node.start_mark.line + 1
-            out[key] = _construct(value_node, path + (key,), marks, file)
-            marks[path + (key,)] = key_node.start_mark.line + 1
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_construct(item, path + (i,), marks, file) for i, item in enumerate(node.value)]
-    return yaml.SafeLoader.construct_object(_SCALAR_LOADER, node)
-
-
-_SCALAR_LOADER = yaml.SafeLoader("")
-
-
-def _dotted(path: tuple) -> str:
-    out = ""
-    for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out
-
-
-def _line_for(path: tuple, marks: dict[tuple, int]) -> int | None:
-    p = tuple(path)
-    while p:
-        if p in marks:
-            return marks[p]
-        p = p[:-1]
-    return marks.get(())
+# --- field names (lines and YAML positions: failures.yaml_source) ------------------------------------------
 
 
 def _named(path: tuple, data: Any) -> str:
     """A field path with the intent's name, e.g. ``intents[3](refund).rules[0].pattern``."""
-    text = _dotted(path)
+    text = dotted(path)
     if len(path) >= 2 and path[0] == "intents" and isinstance(path[1], int):
         try:
             name = data["intents"][path[1]].get("name")
@@ -270,13 +213,12 @@ def parse_intents(text: str, *, file: str | None = None) -> IntentConfig:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        raise IntentConfigError(f"not valid YAML: {exc.problem or exc}", file=file,
-                                line=(mark.line + 1) if mark else None) from None
+        message, line = syntax_error(exc)
+        raise IntentConfigError(message, file=file, line=line) from None
     if root is None:
         raise IntentConfigError("the file is empty", file=file, line=1)
     marks: dict[tuple, int] = {}
-    data = _construct(root, (), marks, file)
+    data = construct(root, file=file, marks=marks, keys=(str, int), error=IntentConfigError)
     if not isinstance(data, dict):
         raise IntentConfigError("the top level must be a mapping (version, threshold, intents, ...)", file=file,
                                 line=marks.get(()))
@@ -294,7 +236,7 @@ def parse_intents(text: str, *, file: str | None = None) -> IntentConfig:
             loc = tuple(p for p in loc if isinstance(p, int) or p in _known_keys(data, loc))
             if err["type"] == "extra_forbidden":
                 message = f"unknown field (allowed: {', '.join(_allowed_for(loc))})"
-            errors.append({"file": file, "line": _line_for(loc, marks), "field": _named(loc, data),
+            errors.append({"file": file, "line": line_for(loc, marks), "field": _named(loc, data),
                            "message": message})
         first = errors[0]
         raise IntentConfigError(first["message"], file=file, line=first["line"], field=first["field"],

@@ -43,6 +43,7 @@ def run(
 
     from router.db import open_pool
     from router.outbox import LEADER_LOCK_KEY, DispatcherLoop, build_dispatcher, outbox_status
+    from router.outbox.store import due_count
 
     s = settings()
     _check_channels(s, channel or [], as_json)
@@ -60,8 +61,7 @@ def run(
                     fail("another dispatcher holds the leader lock (the app's loop or `outbox run`); "
                          "it is delivering already", as_json, code=2)
                 with pool.connection() as conn:
-                    due = conn.execute("SELECT count(*) AS n FROM outbox WHERE status IN ('pending', 'sending')"
-                                       ).fetchone()["n"]
+                    due = due_count(conn)
                 with tqdm(total=due, desc="delivering", unit="msg", disable=as_json) as bar:
                     totals = dispatcher.drain(max_seconds=seconds if seconds is not None else 30.0, progress=bar)
         else:
@@ -137,6 +137,7 @@ def retry(
     from psycopg.rows import dict_row
 
     from router.outbox import requeue_dead
+    from router.outbox.store import stored_channels
 
     if not ids and not all_dead:
         fail("name the dead letters with --id, or pass --all", as_json, code=2)
@@ -145,7 +146,7 @@ def retry(
         dsn = database(s)
         with psycopg.connect(dsn, row_factory=dict_row) as conn:
             if channel:   # a typo is refused; a channel whose sender was removed keeps its dead letters retryable
-                stored = [r["channel"] for r in conn.execute("SELECT DISTINCT channel FROM outbox")]
+                stored = stored_channels(conn)
                 _check_channels(s, [channel], as_json, also=stored)
             n = requeue_dead(conn, ids or None, channel)
     except typer.Exit:

@@ -31,6 +31,7 @@ from typing import Any
 
 import psycopg
 
+from handoff import queries as ticket_reads
 from rag.generations import index_refusals
 
 RESOLVED_STATES = ("l1_resolved", "l2_resolved", "feedback_pending", "closed")
@@ -100,24 +101,6 @@ SELECT (started_at AT TIME ZONE 'UTC')::date AS day, channel,
 FROM judged GROUP BY 1, 2 ORDER BY 1, 2
 """
 
-_HANDLING_SQL = """
-WITH r AS (
-    SELECT ticket_id, min(at) AS resolved_at FROM ticket_events
-    WHERE action = 'resolved' AND at >= %(since)s AND at < %(until)s GROUP BY ticket_id
-), x AS (
-    SELECT t.kind, r.resolved_at, t.created_at,
-           (SELECT min(e.at) FROM ticket_events e WHERE e.ticket_id = t.id AND e.action = 'claimed') AS first_claim
-    FROM r JOIN tickets t ON t.id = r.ticket_id
-)
-SELECT COALESCE(kind, 'all') AS kind, count(*) AS tickets,
-       avg(EXTRACT(EPOCH FROM resolved_at - first_claim)) AS handling,
-       count(first_claim) AS claimed,
-       avg(EXTRACT(EPOCH FROM first_claim - created_at)) AS wait,
-       avg(EXTRACT(EPOCH FROM resolved_at - created_at)) AS resolution
-FROM x GROUP BY ROLLUP (kind)
-"""
-
-
 def build_report(conn: psycopg.Connection, since: datetime, until: datetime | None = None, *,
                  recontact_window: timedelta = timedelta(hours=72)) -> dict[str, Any]:
     """All figures for [since, until) as one JSON-ready dict."""
@@ -159,13 +142,9 @@ def build_report(conn: psycopg.Connection, since: datetime, until: datetime | No
         GROUP BY 1 ORDER BY 2 DESC, 1
         """, p)}
 
-    handling = {r["kind"]: r for r in conn.execute(_HANDLING_SQL, p)}
-    opened = {r["kind"]: r["n"] for r in conn.execute(
-        "SELECT kind, count(*) AS n FROM tickets WHERE created_at >= %(since)s AND created_at < %(until)s "
-        "GROUP BY kind ORDER BY kind", p)}
-    breached = conn.execute(
-        "SELECT count(*) AS n FROM tickets WHERE sla_breached_at >= %(since)s AND sla_breached_at < %(until)s",
-        p).fetchone()["n"]
+    handling = ticket_reads.handling_times(conn, since, until)     # handoff's tables, through its read functions
+    opened = ticket_reads.tickets_opened(conn, since, until)
+    breached = ticket_reads.sla_breaches(conn, since, until)
 
     csat_rows = conn.execute(
         "SELECT csat, count(*) AS n FROM feedback WHERE created_at >= %(since)s AND created_at < %(until)s "

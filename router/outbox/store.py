@@ -40,3 +40,28 @@ def enqueue_outbound(
     ).fetchone()
     message_id, outbox_id = (row["message_id"], row["id"]) if isinstance(row, dict) else (row[0], row[1])
     return {"message_id": message_id, "outbox_id": outbox_id}
+
+
+def deliveries_since(conn: psycopg.Connection, conversation_id: Any, since: Any, *, limit: int = 200) -> list[dict[str, Any]]:
+    """The conversation's outbox rows created since ``since`` (the latest ``limit``), oldest first, with their
+    delivery status: what the agent console shows under the transcript."""
+    return conn.execute(
+        """
+        SELECT id, message_id, channel, kind, payload->>'text' AS text, status, attempts, last_error,
+               created_at, delivered_at FROM (
+            SELECT * FROM outbox WHERE conversation_id = %(c)s AND created_at >= %(since)s
+            ORDER BY id DESC LIMIT %(n)s) o
+        ORDER BY id
+        """,
+        {"c": conversation_id, "since": since, "n": limit},
+    ).fetchall()
+
+
+def due_count(conn: psycopg.Connection) -> int:
+    """Rows still to deliver (pending, or being sent)."""
+    return conn.execute("SELECT count(*) AS n FROM outbox WHERE status IN ('pending', 'sending')").fetchone()["n"]
+
+
+def stored_channels(conn: psycopg.Connection) -> list[str]:
+    """Every channel that has rows in the outbox (a channel removed since keeps its rows)."""
+    return [r["channel"] for r in conn.execute("SELECT DISTINCT channel FROM outbox")]

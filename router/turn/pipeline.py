@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import time
 import uuid
 from collections.abc import Callable
@@ -27,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from psycopg import errors as pg_errors
 
+from failures.retry import LOST_RACE, pause
 from router.channels.registry import channel_label
 from router.db.errors import DatabaseUnavailable
 from router.ops.observability import BUSINESS_KEYS, redact_obj
@@ -111,12 +110,12 @@ class Pipeline:
         for attempt in range(self.ATTEMPTS):
             try:
                 return self._handle(msg, acquire)
-            except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
+            except LOST_RACE:
                 # an agent action locked the ticket, then the conversation; this turn did the reverse
                 self.metrics.turn_failures.labels("deadlock").inc()
                 if attempt == self.ATTEMPTS - 1:
                     raise
-                time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
+                pause(attempt + 1, 0.01, 0.05)
             except DatabaseUnavailable as exc:
                 self.metrics.turn_failures.labels(exc.cause).inc()
                 if reconnected or not exc.retryable:

@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Query, Request, Response
-from fastapi.concurrency import run_in_threadpool
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi import APIRouter, Query, Request, Response
 
-from handoff.api import Caller, ProblemRoute, make_auth
+from handoff.api import CallerDep, ProblemRoute
 from handoff.errors import NotFound
+from router.outbox.store import deliveries_since
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
@@ -53,14 +52,7 @@ def _headers(cache: str) -> dict[str, str]:
     return {**SECURITY_HEADERS, "Cache-Control": cache}
 
 
-def _services_handoff(request: Request):
-    return getattr(request.app.state.services, "handoff", None)
-
-
 router = APIRouter(tags=["console"], route_class=ProblemRoute)
-_service_dep, _ = make_auth(_services_handoff)
-_bearer = HTTPBearer(auto_error=False, scheme_name="AgentToken",
-                     description="An agent token from `switchboard tokens issue` (sent as `Bearer sbt_...`).")
 
 
 @router.get("/console", include_in_schema=False)
@@ -77,11 +69,6 @@ async def console_asset(name: str) -> Response:
     return Response(_asset(name), media_type=media, headers=_headers("no-cache"))
 
 
-async def _caller(svc: Annotated[Any, Depends(_service_dep)],
-                  creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Caller:
-    return Caller(svc, creds.credentials if creds else None)
-
-
 @router.get("/console/api/tickets/{ticket_id}/conversation",
             summary="The ticket's conversation as it goes on: messages and their delivery (outbox)",
             description="Messages of the ticket's conversation since the ticket opened (customer, bot and "
@@ -90,7 +77,7 @@ async def _caller(svc: Annotated[Any, Depends(_service_dep)],
             responses={401: {"description": "Missing or invalid token"}, 403: {"description": "Not your team"},
                        404: {"description": "No such ticket"}})
 async def ticket_conversation(ticket_id: UUID, request: Request,
-                              call: Annotated[Caller, Depends(_caller)],
+                              call: CallerDep,
                               limit: Annotated[int, Query(ge=1, le=500)] = 200) -> dict[str, Any]:
     def read(agent):
         ticket = call.svc.get_ticket(agent, ticket_id)
@@ -116,15 +103,6 @@ def conversation_log(pool, ticket: dict[str, Any], *, limit: int = 200) -> dict[
             """,
             {"c": conversation, "since": ticket["created_at"], "n": limit},
         ).fetchall()
-        outbox = conn.execute(
-            """
-            SELECT id, message_id, channel, kind, payload->>'text' AS text, status, attempts, last_error,
-                   created_at, delivered_at FROM (
-                SELECT * FROM outbox WHERE conversation_id = %(c)s AND created_at >= %(since)s
-                ORDER BY id DESC LIMIT %(n)s) o
-            ORDER BY id
-            """,
-            {"c": conversation, "since": ticket["created_at"], "n": limit},
-        ).fetchall()
+        outbox = deliveries_since(conn, conversation, ticket["created_at"], limit=limit)
     return {"ticket_id": ticket["id"], "conversation_id": ticket["conversation_id"],
             "messages": messages, "outbox": outbox}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Request, Response
+from fastapi import APIRouter, Depends, Header, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,15 +22,9 @@ router = APIRouter(prefix="/v1/conversations", tags=["conversations"], route_cla
 _PROBLEM = {"content": {"application/problem+json": {}}}
 
 
-def _handoff(request: Request):
-    """Agent tokens and roles live in the handoff service; without it nobody can be authorised."""
-    svc = getattr(request.app.state.services, "handoff", None)
-    if svc is None:
-        raise Problem(503, "Traces need agent tokens, and the handoff service is not configured.")
-    return svc
-
-
-TraceReader = Annotated[Any, Depends(require_roles(_handoff, "admin", "supervisor"))]
+# Agent tokens and roles live in the handoff service; without it nobody can be authorised.
+TraceReader = Annotated[Any, Depends(require_roles(
+    "admin", "supervisor", missing="Traces need agent tokens, and the handoff service is not configured."))]
 
 
 @router.get(
