@@ -464,8 +464,11 @@ class FlowEngine:
 
     def _answers(self, inst: dict, wf: Workflow, step: Step, text: str, entities: dict) -> bool:
         if step.kind == "ask":
-            if wf.slots[step.arg].recall and M.is_recall(text):
+            slot = wf.slots[step.arg]
+            if slot.recall and M.is_recall(text):
                 return True
+            if _free_text(slot) and (U.is_bare_cancel(text) or U.is_question(text)):
+                return False   # "never mind" or an FAQ question is not an address or a title
             return self._parse_slot(wf, step.arg, text, entities) is not None
         if step.kind == "confirm":
             return U.yes_no(text, entities) is not None
@@ -848,6 +851,11 @@ class FlowEngine:
 
 
 _END = None
+
+
+def _free_text(slot) -> bool:
+    v = slot.validate
+    return v.get("entity") in (None, "text") and "regex" not in v and "enum" not in v
 
 
 def _ms(a: float, b: float) -> float:

@@ -207,3 +207,18 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
     if matched and len(pool) > 1:
         return Choice(None, pool, "ambiguous")
     return Choice(None, [], "none")
+
+
+_QUESTION = re.compile(r"[?？]\s*$|[吗呢嘛]\s*[?？]?\s*$|什么|怎么|多久|多少|哪些|哪里|为什么|能不能|可不可以|是否"
+                       r"|^\s*(what|how|when|where|why|which|who|can|could|do|does|is|are|will|should)\b", re.I)
+
+
+def is_question(text: str) -> bool:
+    """A question ("退货政策是什么？", "what payment methods do you accept"): not a free-text answer like an address."""
+    return bool(_QUESTION.search((text or "").strip()))
+
+
+def is_bare_cancel(text: str) -> bool:
+    """The whole message is a cancel phrase ("算了", "never mind"): never a free-text value such as a title."""
+    t = norm(text)
+    return any(t == c or t in (c + " then", c + " please", "oh " + c, c + "吧", c + "了") for c in CANCEL)
