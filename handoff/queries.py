@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 
 
 def queue_depth(conn: psycopg.Connection) -> list[dict[str, Any]]:
@@ -28,3 +29,13 @@ def conversation_ticket_events(conn: psycopg.Connection, conversation_id: Any) -
         """,
         (str(conversation_id),),
     ).fetchall()
+
+
+def customer_tickets(conn: psycopg.Connection, channel: str, customer_id: str, limit: int = 5) -> list[dict[str, Any]]:
+    """A customer's most recent tickets (kind, status, outcome, reason), newest first: the workflows' session
+    memory shows them as earlier outcomes."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(
+            """SELECT id::text AS id, kind, status, outcome, reason, created_at FROM tickets
+               WHERE channel = %s AND customer_id = %s ORDER BY created_at DESC LIMIT %s""",
+            (channel, str(customer_id), int(limit))).fetchall()

@@ -393,7 +393,6 @@ class FlowEngine:
                 "status": inst["status"], "slots": inst["slots"],
                 "bindings": sorted(k for k in inst["bindings"] if k != "memory"),
                 "error": inst["pending"].get("error"), "risk": wf.risk,
-                "memory": inst["bindings"].get("memory"),
                 "history": inst["history"][-20:]}
 
     def _idempotency_key(self, inst: dict, wf: Workflow, step: Step) -> str:
