@@ -101,7 +101,10 @@ def parse_memory(value: Any, path: tuple, chk: Any) -> MemorySpec | None:
         if not isinstance(args, dict):
             chk.err(p + ("args",), "arguments are a mapping of argument name to a CEL expression")
             args = {}
-        props = list(getattr(ts, "caller_arguments", []) or []) if ts is not None else None
+        props = None
+        if ts is not None:   # the gateway's spec knows what a caller may pass; a bare spec, its input schema
+            props = (list(ts.caller_arguments) if hasattr(ts, "caller_arguments")
+                     else list(((getattr(ts, "input_schema", None) or {}).get("properties") or {})))
         for k, src in args.items():
             if props is not None and k not in props:
                 chk.err(p + ("args", k), f"unknown argument {k!r} of tool {ts.name!r} (it takes: {', '.join(sorted(props))})")
