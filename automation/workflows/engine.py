@@ -454,6 +454,23 @@ class FlowEngine:
             return None
         return value
 
+    def _free_correction(self, inst: dict, wf: Workflow, step: Step, text: str) -> tuple[str, Any] | None:
+        """"No, it should be 21 Oak Road ..." at a confirmation: a new value for the free-text slot the step's
+        on_reject would ask again (an address, a title), when the rest of the message is more than a number."""
+        target = step.get("on_reject")
+        rest = U.strip_correction(text)
+        if not isinstance(target, dict) or not U.is_free_value(rest):
+            return None   # "不是这个，是100235", "I meant order W1003": an order number, not an address
+        if not (U.is_correction(text) or U.yes_no(text) is False):
+            return None
+        for name in target.get("reset") or []:
+            slot = wf.slots.get(name)
+            asked = self._ask_step_of(wf, name)
+            if slot is not None and _free_text(slot) and asked is not None and asked.kind == "ask" \
+                    and name in inst["slots"] and slot.check(rest) and rest != inst["slots"][name]:
+                return name, rest
+        return None
+
     def _stated(self, wf: Workflow, name: str, text: str, entities: dict) -> Any:
         """A value the customer states outright for a choose slot with a strict validator (entity or regex)."""
         v = wf.slots[name].validate if name in wf.slots else {}
@@ -625,6 +642,15 @@ class FlowEngine:
         if fix:
             return fix
         ids, texts = self._option_texts(inst, step, options)
+        stated = self._stated(wf, name, text, entities)
+        if stated is not None and str(stated) not in ids:
+            # an order number the list does not show is still the customer's answer (never fuzzily another
+            # option's number): the steps after the choice check it
+            inst["slots"][name] = stated
+            inst["attempts"].pop(step.id, None)
+            inst["pending"].get("choose_among", {}).pop(step.id, None)
+            inst["history"].append({"step": step.id, "event": "stated", "at": time.time()})
+            return "next"
         among = inst["pending"].get("choose_among", {}).get(step.id)
         if among:
             sub = U.choose(text, [ids[i] for i in among], [texts[i] for i in among], similarity=self.similarity)
@@ -698,7 +724,7 @@ class FlowEngine:
             return "wait"
         answer = U.yes_no(text, entities)
         if answer is not True:
-            fix = self._correction(inst, wf, text, entities)
+            fix = self._free_correction(inst, wf, step, text) or self._correction(inst, wf, text, entities)
             if fix is not None and (answer is False or U.is_correction(text) or answer is None):
                 slot, value = fix
                 self._apply_correction(inst, wf, step, slot, value)

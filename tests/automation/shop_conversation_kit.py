@@ -3,15 +3,15 @@
 One MCP shop (started by the real tool gateway over stdio) and one database serve every case: before a
 case the shop's data is reloaded (the shop's own loader) and the flows and session memory of earlier
 cases are cleared, so each case starts from the sample data. Faults are real: a column the shop reads is
-renamed away for one turn (the shop's tool then errors), or a trigger makes the shop's write fail a given
-number of times (a sequence counts, so the count survives the failed transaction).
+renamed away for one turn (the shop's tool then errors), or a trigger makes every write of one tool fail
+during one turn (every attempt of that turn, so a gateway retry after a slow error is refused too).
 
 A case:
 
     {"id", "workflow", "lang", "customer", "channel"?,
      "before": [{"workflow", "turns"}]?            earlier sessions of the same customer (memory's outcomes)
      "turns": ["text" | {"text", "intent", "confidence"} | {"approve": true|false, "reason"?}],
-     "faults": [{"turn": N, "break": "get_order" | "memory"} | {"turn": N, "fail_write": TOOL, "times": K}]?,
+     "faults": [{"turn": N, "break": "get_order" | "memory"} | {"turn": N, "fail_write": TOOL}]?,
      "expect": {"status", "outcome"?, "slots": {...}, "writes": [[TOOL, {field: value}]], "tier"?,
                 "reply_has"?: [..], "reply_lacks"?: [..]}}
 
@@ -90,19 +90,17 @@ class ShopConversations:
                     conn.execute(f"ALTER TABLE shop.{table} RENAME COLUMN {a} TO {b}")
             conn.commit()
 
-    def _fail_writes(self, tool: str, times: int) -> None:
+    def _fail_writes(self, tool: str | None) -> None:
         with self.db() as conn:
-            conn.execute("DROP SEQUENCE IF EXISTS shop.fault_seq")
-            conn.execute("CREATE SEQUENCE shop.fault_seq")
-            conn.execute(f"""CREATE OR REPLACE FUNCTION shop.fault() RETURNS trigger LANGUAGE plpgsql AS $$
-                BEGIN
-                  IF NEW.tool = '{tool}' AND nextval('shop.fault_seq') <= {int(times)} THEN
-                    RAISE EXCEPTION 'injected fault';
-                  END IF;
-                  RETURN NEW;
-                END $$""")
             conn.execute("DROP TRIGGER IF EXISTS fault ON shop.writes")
-            conn.execute("CREATE TRIGGER fault BEFORE INSERT ON shop.writes FOR EACH ROW EXECUTE FUNCTION shop.fault()")
+            if tool is not None:
+                conn.execute(f"""CREATE OR REPLACE FUNCTION shop.fault() RETURNS trigger LANGUAGE plpgsql AS $$
+                    BEGIN
+                      IF NEW.tool = '{tool}' THEN RAISE EXCEPTION 'injected fault'; END IF;
+                      RETURN NEW;
+                    END $$""")
+                conn.execute("CREATE TRIGGER fault BEFORE INSERT ON shop.writes FOR EACH ROW"
+                             " EXECUTE FUNCTION shop.fault()")
             conn.commit()
 
     # --- one engine call in its own transaction, as the router's turn --------------------------------------
@@ -117,9 +115,9 @@ class ShopConversations:
         for i, item in enumerate(turns):
             item = {"text": item} if isinstance(item, str) else item
             breaks = [f["break"] for f in faults if f.get("turn") == i and "break" in f]
-            for f in faults:
-                if f.get("turn") == i and "fail_write" in f:
-                    self._fail_writes(f["fail_write"], f.get("times", 1))
+            failing = [f["fail_write"] for f in faults if f.get("turn") == i and "fail_write" in f]
+            for tool in failing:
+                self._fail_writes(tool)
             for b in breaks:
                 self._break(b, True)
             try:
@@ -134,6 +132,8 @@ class ShopConversations:
             finally:
                 for b in breaks:
                     self._break(b, False)
+                if failing:
+                    self._fail_writes(None)
             replies.append(t.reply)
         return t, replies
 
