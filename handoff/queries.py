@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 
 from handoff import tickets as T
 from handoff.access import check_visible, team_scope
@@ -250,3 +251,11 @@ class TicketQueries:
             "teams": teams,
             "at": now,
         }
+def customer_tickets(conn: psycopg.Connection, channel: str, customer_id: str, limit: int = 5) -> list[dict[str, Any]]:
+    """A customer's most recent tickets (kind, status, outcome, reason), newest first: the workflows' session
+    memory shows them as earlier outcomes."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(
+            """SELECT id::text AS id, kind, status, outcome, reason, created_at FROM tickets
+               WHERE channel = %s AND customer_id = %s ORDER BY created_at DESC LIMIT %s""",
+            (channel, str(customer_id), int(limit))).fetchall()

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Protocol
 
 from automation.tools.base import Caller, ToolGateway
+from automation.workflows import memory as M
 from automation.workflows import store
 from automation.workflows.expr import (ExpressionError, evaluate, evaluate_bool, evaluate_each, evaluate_value,
                                        format_value, render, template_expr)
@@ -43,6 +44,7 @@ TEXT = {
                         "en": "Your request is still being reviewed. I'll tell you as soon as there is a decision."},
     "approved": {"zh": "您的请求已通过审核。", "en": "Your request was approved."},
     "rejected": {"zh": "很抱歉，您的请求未通过审核。", "en": "Sorry, your request was not approved."},
+    "no_recall": {"zh": "我这里没有您上次的记录。", "en": "I have no record of an earlier one."},
     "confirm_yes": {"zh": "是", "en": "Yes"},
     "confirm_no": {"zh": "否", "en": "No"},
     "loop": {"zh": "流程出现循环，我把您转给同事。", "en": "This is going in circles; I'm passing you to a colleague."},
@@ -139,10 +141,12 @@ class _Run:
 class FlowEngine:
     def __init__(self, workflows: WorkflowSet, tools: ToolGateway, approvals: ApprovalPort, *,
                  similarity: Callable[[str, list[str]], list[float]] | None = None,
-                 drift_threshold: float = 0.75, clock: Callable[[], float] = time.perf_counter):
+                 drift_threshold: float = 0.75, clock: Callable[[], float] = time.perf_counter,
+                 tickets: M.TicketHistory | None = None):
         self.workflows = workflows
         self.tools = tools
         self.approvals = approvals
+        self.tickets = tickets      # the customer's earlier tickets (handoff's read function), for memory
         self.similarity = similarity
         self.drift_threshold = drift_threshold
         self._clock = clock
@@ -157,8 +161,10 @@ class FlowEngine:
         wf = self.workflows[workflow]
         conversation_id = caller.conversation_id or f"{caller.channel}:{caller.customer_id}"
         slots = self._prefill(wf, text, entities or {})
+        remembered = self.memory(conn, caller, lang)
         inst = store.create(conn, conversation_id=conversation_id, workflow=wf.name, version=wf.version,
                             step=wf.first, lang=lang, caller=_caller_dict(caller), slots=slots)
+        inst["bindings"]["memory"] = remembered
         inst["history"].append({"event": "started", "at": time.time(), "prefilled": sorted(slots)})
         inst["pending"]["message"] = text or ""
         R.VOCABULARY.set(wf.vocabulary)
@@ -195,6 +201,17 @@ class FlowEngine:
                 turn.drift = True
                 return turn
         return self._run(conn, inst, wf, caller, run, text=text, entities=entities)
+
+    def memory(self, conn, caller: Caller, lang: str = "en") -> dict:
+        """The session's memory (profile, recent orders, earlier outcomes): loaded once, cached per conversation."""
+        if caller.conversation_id is None:
+            caller = Caller(caller.channel, caller.customer_id, f"{caller.channel}:{caller.customer_id}",
+                            caller.turn_id, caller.purpose)
+        return M.session(conn, self.workflows.memory, self.tools, caller, lang, tickets=self.tickets)
+
+    def cached_memory(self, conn, conversation_id: str) -> dict | None:
+        """What the session already loaded (the ticket's context package), without calling the shop."""
+        return M.cached(conn, conversation_id) if self.workflows.memory is not None else None
 
     def resolve_approval(self, conn, instance_id: str, approved: bool, approver: str, reason: str | None = None) -> FlowTurn:
         """Apply an approver's decision exactly once; a second decision (or a late one) changes nothing."""
@@ -356,6 +373,9 @@ class FlowEngine:
         data["approval"] = inst["pending"].get("approval_result") or {}
         data["error"] = inst["pending"].get("error") or {}
         data["message"] = inst["pending"].get("message") or ""
+        if "memory" not in data:
+            data["memory"] = M.empty(self.workflows.memory)
+        data["labels"] = self.workflows.labels_for(inst["lang"])
         wf = self.workflows[inst["workflow"]]
         for loop_id, lp in inst["loops"].items():
             step = wf.steps[loop_id]
@@ -377,7 +397,8 @@ class FlowEngine:
     def _state(self, inst: dict, wf: Workflow) -> dict[str, Any]:
         """The flow's state for a ticket's context package."""
         return {"workflow": wf.name, "version": wf.version, "instance_id": inst["id"], "step": inst["step"],
-                "status": inst["status"], "slots": inst["slots"], "bindings": sorted(inst["bindings"]),
+                "status": inst["status"], "slots": inst["slots"],
+                "bindings": sorted(k for k in inst["bindings"] if k != "memory"),
                 "error": inst["pending"].get("error"), "risk": wf.risk,
                 "history": inst["history"][-20:]}
 
@@ -443,8 +464,37 @@ class FlowEngine:
             return None
         return value
 
+    def _free_correction(self, inst: dict, wf: Workflow, step: Step, text: str) -> tuple[str, Any] | None:
+        """"No, it should be 21 Oak Road ..." at a confirmation: a new value for the free-text slot the step's
+        on_reject would ask again (an address, a title), when the rest of the message is more than a number."""
+        target = step.get("on_reject")
+        rest = U.strip_correction(text)
+        if not isinstance(target, dict) or not U.is_free_value(rest):
+            return None   # "不是这个，是100235", "I meant order W1003": an order number, not an address
+        if not (U.is_correction(text) or U.yes_no(text) is False):
+            return None
+        for name in target.get("reset") or []:
+            slot = wf.slots.get(name)
+            asked = self._ask_step_of(wf, name)
+            if slot is not None and _free_text(slot) and asked is not None and asked.kind == "ask" \
+                    and name in inst["slots"] and slot.check(rest) and rest != inst["slots"][name]:
+                return name, rest
+        return None
+
+    def _stated(self, wf: Workflow, name: str, text: str, entities: dict) -> Any:
+        """A value the customer states outright for a choose slot with a strict validator (entity or regex)."""
+        v = wf.slots[name].validate if name in wf.slots else {}
+        if v.get("entity") in (None, "text", "yes_no") and "regex" not in v:
+            return None
+        return self._parse_slot(wf, name, text, entities)
+
     def _answers(self, inst: dict, wf: Workflow, step: Step, text: str, entities: dict) -> bool:
         if step.kind == "ask":
+            slot = wf.slots[step.arg]
+            if slot.recall and M.is_recall(text):
+                return True
+            if _free_text(slot) and (U.is_bare_cancel(text) or U.is_question(text)):
+                return False   # "never mind" or an FAQ question is not an address or a title
             return self._parse_slot(wf, step.arg, text, entities) is not None
         if step.kind == "confirm":
             return U.yes_no(text, entities) is not None
@@ -453,7 +503,8 @@ class FlowEngine:
         if step.kind == "choose":
             options = self._options(inst, step)
             ids, texts = self._option_texts(inst, step, options)
-            return U.choose(text, ids, texts, similarity=self.similarity).index is not None
+            return (U.choose(text, ids, texts, similarity=self.similarity).index is not None
+                    or self._stated(wf, step.arg, text, entities) is not None)
         return False
 
     def _correction(self, inst: dict, wf: Workflow, text: str, entities: dict,
@@ -562,7 +613,16 @@ class FlowEngine:
         fix = self._fix(inst, wf, step, text, entities)
         if fix:
             return fix
-        value = self._parse_slot(wf, name, text, entities)
+        slot = wf.slots[name]
+        if slot.recall and M.is_recall(text):
+            # "the same address as last time": the value from memory, or say there is none and ask again
+            value = M.recall(slot.recall, self._scope(inst)["memory"], inst["slots"])
+            if value is None or not slot.check(value):
+                run.say(_t("no_recall", run.lang))
+                return self._retry(inst, wf, step, run, f"no remembered {name}", quiet=True)
+            inst["history"].append({"step": step.id, "event": "recalled", "slot": name, "at": time.time()})
+        else:
+            value = self._parse_slot(wf, name, text, entities)
         if value is None:
             return self._retry(inst, wf, step, run, f"no valid {name} in the answer")
         inst["slots"][name] = value
@@ -591,13 +651,13 @@ class FlowEngine:
         inst["history"].append({"step": step.id, "event": "split", "kinds": [r["kind"] for r in found], "at": time.time()})
         return "next"
 
-    def _retry(self, inst, wf, step, run, why: str) -> str:
+    def _retry(self, inst, wf, step, run, why: str, *, quiet: bool = False) -> str:
         n = inst["attempts"].get(step.id, 0) + 1
         inst["attempts"][step.id] = n
         if n >= MAX_ATTEMPTS:
             self._escalate(inst, wf, run, "L2", f"{why} after {n} attempts at step {step.id}")
             return "stop"
-        self._prompt(inst, wf, step, run, again=True)
+        self._prompt(inst, wf, step, run, again=not quiet)
         return "wait"
 
     def _do_choose(self, conn, inst, wf, step, caller, run, text, entities):
@@ -626,6 +686,15 @@ class FlowEngine:
         if fix:
             return fix
         ids, texts = self._option_texts(inst, step, options)
+        stated = self._stated(wf, name, text, entities)
+        if stated is not None and str(stated) not in ids:
+            # an order number the list does not show is still the customer's answer (never fuzzily another
+            # option's number): the steps after the choice check it
+            inst["slots"][name] = stated
+            inst["attempts"].pop(step.id, None)
+            inst["pending"].get("choose_among", {}).pop(step.id, None)
+            inst["history"].append({"step": step.id, "event": "stated", "at": time.time()})
+            return "next"
         among = inst["pending"].get("choose_among", {}).get(step.id)
         cheap = self._cheapest(inst, step, options, text, among)
         if cheap is not None:
@@ -651,6 +720,13 @@ class FlowEngine:
                 run.say(_t("choose_again", run.lang))
                 self._prompt(inst, wf, step, run, again=False, with_prompt=False)
                 return "wait"
+            stated = self._stated(wf, name, text, entities)
+            if stated is not None:
+                # an order number the list does not show is still the customer's answer: the steps after check it
+                inst["slots"][name] = stated
+                inst["attempts"].pop(step.id, None)
+                inst["history"].append({"step": step.id, "event": "stated", "at": time.time()})
+                return "next"
             return self._retry(inst, wf, step, run, f"no option of {name} matched")
         inst["pending"].get("choose_among", {}).pop(step.id, None)
         inst["slots"][name] = self._value(inst, step, options[ch.index])
@@ -736,7 +812,7 @@ class FlowEngine:
             return "wait"
         answer = U.yes_no(text, entities)
         if answer is not True:
-            fix = self._correction(inst, wf, text, entities)
+            fix = self._free_correction(inst, wf, step, text) or self._correction(inst, wf, text, entities)
             if fix is not None and (answer is False or U.is_correction(text) or answer is None):
                 slot, value = fix
                 self._apply_correction(inst, wf, step, slot, value)
@@ -895,6 +971,9 @@ _END = None
 def _kind_words(step: Step) -> dict[str, list[str]]:
     kinds = step.raw.get("kinds") or {}
     return {k: list(v) if isinstance(v, list) else [w for ws in v.values() for w in ws] for k, v in kinds.items()}
+def _free_text(slot) -> bool:
+    v = slot.validate
+    return v.get("entity") in (None, "text") and "regex" not in v and "enum" not in v
 
 
 def _ms(a: float, b: float) -> float:

@@ -44,7 +44,7 @@ KIND_KEYS = {
     "end": {"reply"},
 }
 # names every expression may read besides bindings, slots of the workflow and loop variables
-BUILTIN_NAMES = {"slots", "caller", "lang", "approval", "error", "index", "message"}
+BUILTIN_NAMES = {"slots", "caller", "lang", "approval", "error", "index", "message", "memory", "labels"}
 
 
 class WorkflowConfigError(ValueError):
@@ -65,6 +65,7 @@ class Slot:
     prompt: dict[str, str] = field(default_factory=dict)
     validate: dict[str, Any] = field(default_factory=dict)   # entity | regex | enum | schema
     quick_replies: list[str] = field(default_factory=list)
+    recall: str | None = None          # CEL over memory: the value "the same as last time" names
     line: int | None = None
 
     def check(self, value: Any) -> bool:
@@ -129,6 +130,12 @@ class Workflow:
 @dataclass
 class WorkflowSet:
     workflows: dict[str, Workflow]
+    labels: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)   # table -> lang -> key -> text
+    memory: Any = None                  # automation.workflows.memory.MemorySpec: what a session loads first
+
+    def labels_for(self, lang: str) -> dict[str, dict[str, str]]:
+        """The label tables in one language (CEL ``labels.status[...]``), English where a language lacks one."""
+        return {name: by_lang.get(lang) or by_lang.get("en") or {} for name, by_lang in self.labels.items()}
 
     def __getitem__(self, name: str) -> Workflow:
         return self.workflows[name]
@@ -220,10 +227,14 @@ def parse_workflows(text: str, *, file: str | None = None, tools: Any | None = N
         chk.err((), "expected a top-level mapping with a 'workflows' mapping")
         raise WorkflowConfigError(chk.errors)
     for k in data:
-        if k not in ("version", "workflows", "approval_tiers", "vocabulary"):
-            chk.err((k,), f"unknown key {k!r} (version, approval_tiers, vocabulary, workflows)")
+        if k not in ("version", "workflows", "approval_tiers", "vocabulary", "labels", "memory"):
+            chk.err((k,), f"unknown key {k!r} (version, approval_tiers, vocabulary, labels, memory, workflows)")
     tiers = _tiers(data.get("approval_tiers"), ("approval_tiers",), chk)
     vocabulary = _vocabulary(data.get("vocabulary"), ("vocabulary",), chk)
+    labels = _labels(data.get("labels"), ("labels",), chk)
+    from automation.workflows.memory import parse_memory
+
+    memory = parse_memory(data.get("memory"), ("memory",), chk)
     out: dict[str, Workflow] = {}
     for name, body in data["workflows"].items():
         wf = _workflow(str(name), body, ("workflows", name), chk, tiers)
@@ -233,7 +244,36 @@ def parse_workflows(text: str, *, file: str | None = None, tools: Any | None = N
             out[wf.name] = wf
     if chk.errors:
         raise WorkflowConfigError(chk.errors)
-    return WorkflowSet(out)
+    return WorkflowSet(out, labels=labels, memory=memory)
+
+
+def _labels(value: Any, path: tuple, chk: _Checker) -> dict[str, dict[str, dict[str, str]]]:
+    """``labels: {TABLE: {zh: {KEY: TEXT}, en: {...}}}``: words for a shop's codes (an order status) per language."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        chk.err(path, "expected a mapping of table name to {zh: {key: text}, en: {key: text}}")
+        return {}
+    out: dict[str, dict[str, dict[str, str]]] = {}
+    for name, by_lang in value.items():
+        p = path + (name,)
+        if not isinstance(name, str) or not _ID.match(name):
+            chk.err(p, "a label table name is lower case letters, digits and _")
+            continue
+        if not isinstance(by_lang, dict) or not all(k in LANGS for k in by_lang):
+            chk.err(p, "expected {zh: {key: text}, en: {key: text}}")
+            continue
+        keys = None
+        for lang, table in by_lang.items():
+            if not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values()):
+                chk.err(p + (lang,), "expected a mapping of key to text")
+                continue
+            if keys is not None and set(table) != keys:
+                chk.err(p + (lang,), f"the {lang} table has other keys than the first language's: "
+                        f"{', '.join(sorted(set(table) ^ keys))}")
+            keys = set(table) if keys is None else keys
+        out[name] = {lang: {str(k): v for k, v in t.items()} for lang, t in by_lang.items() if isinstance(t, dict)}
+    return out
 
 
 def _tiers(value: Any, path: tuple, chk: _Checker) -> dict[str, float]:
@@ -321,8 +361,8 @@ def _slots(value: Any, path: tuple, chk: _Checker) -> dict[str, Slot]:
             chk.err(p, "expected a mapping (prompt, validate, quick_replies)")
             continue
         for k in body:
-            if k not in ("prompt", "validate", "quick_replies"):
-                chk.err(p + (k,), f"unknown key {k!r} (prompt, validate, quick_replies)")
+            if k not in ("prompt", "validate", "quick_replies", "recall"):
+                chk.err(p + (k,), f"unknown key {k!r} (prompt, validate, quick_replies, recall)")
         validate = body.get("validate") or {}
         if not isinstance(validate, dict):
             chk.err(p + ("validate",), "expected a mapping (entity, regex, enum, schema)")
@@ -349,7 +389,8 @@ def _slots(value: Any, path: tuple, chk: _Checker) -> dict[str, Slot]:
                 chk.err(vp, f"unknown validator {k!r} (entity, regex, enum, schema)")
         qr = body.get("quick_replies", [])
         out[name] = Slot(name=name, prompt=chk.texts(body.get("prompt"), p + ("prompt",), required=False),
-                         validate=validate, quick_replies=qr if isinstance(qr, list) else [], line=chk.line(p))
+                         validate=validate, quick_replies=qr if isinstance(qr, list) else [],
+                         recall=body.get("recall"), line=chk.line(p))
     return out
 
 
@@ -458,6 +499,9 @@ def _cross_check(wf: Workflow, chk: _Checker) -> None:
             for src in _expr_sources(v):
                 expr(src, path + (k,))
 
+    for name, sl in wf.slots.items():
+        if sl.recall is not None:
+            expr(sl.recall, ("workflows", wf.name, "slots", name, "recall"))
     risk_of: dict[str, str] = {}
     for s in wf.steps.values():
         p = s.raw["_path"]
@@ -665,6 +709,8 @@ def load_workflows(path: str | Path | None = None, *, tools: Any | None = None) 
     path = Path(path) if path else BUNDLED
     files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
     merged: dict[str, Workflow] = {}
+    labels: dict[str, dict] = {}
+    memory = None
     errors: list[dict] = []
     for f in files:
         try:
@@ -677,6 +723,12 @@ def load_workflows(path: str | Path | None = None, *, tools: Any | None = None) 
                 errors.append({"file": str(f), "line": wf.line, "field": f"workflows.{name}",
                                "message": f"workflow {name!r} is also defined in {merged[name].file}"})
             merged[name] = wf
+        labels.update(ws.labels)
+        if ws.memory is not None:
+            if memory is not None:
+                errors.append({"file": str(f), "line": None, "field": "memory",
+                               "message": "memory is declared in more than one workflows file"})
+            memory = ws.memory
     if errors:
         raise WorkflowConfigError(errors)
-    return WorkflowSet(merged)
+    return WorkflowSet(merged, labels=labels, memory=memory)

@@ -70,6 +70,18 @@ def outcomes(conn, conversation_id: str | None = None, *, limit: int = 20) -> li
     return [_plain(r) for r in rows]
 
 
+def customer_outcomes(conn, channel: str, customer_id: str, *, limit: int = 5,
+                      exclude_conversation: str | None = None) -> list[dict]:
+    """A customer's finished flows in other conversations, newest first (session memory's outcomes)."""
+    rows = _cur(conn).execute(
+        """SELECT id, conversation_id, workflow, status, outcome, slots, updated_at FROM flow_instances
+           WHERE caller->>'channel' = %s AND caller->>'customer_id' = %s AND status <> ALL(%s)
+             AND conversation_id IS DISTINCT FROM %s
+           ORDER BY created_at DESC LIMIT %s""",
+        (channel, customer_id, list(ACTIVE), exclude_conversation, limit)).fetchall()
+    return [_plain(r) for r in rows]
+
+
 def _plain(row: dict[str, Any]) -> dict[str, Any]:
     row = dict(row)
     row["id"] = str(row["id"])

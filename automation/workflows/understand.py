@@ -213,3 +213,37 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
     if matched and len(pool) > 1:
         return Choice(None, pool, "ambiguous")
     return Choice(None, [], "none")
+
+
+_QUESTION = re.compile(r"[?？]\s*$|[吗呢嘛]\s*[?？]?\s*$|什么|怎么|多久|多少|哪些|哪里|为什么|能不能|可不可以|是否"
+                       r"|^\s*(what|how|when|where|why|which|who|can|could|do|does|is|are|will|should)\b", re.I)
+
+
+def is_question(text: str) -> bool:
+    """A question ("退货政策是什么？", "what payment methods do you accept"): not a free-text answer like an address."""
+    return bool(_QUESTION.search((text or "").strip()))
+
+
+def is_bare_cancel(text: str) -> bool:
+    """The whole message is a cancel phrase ("算了", "never mind"): never a free-text value such as a title."""
+    t = norm(text)
+    return any(t == c or t in (c + " then", c + " please", "oh " + c, c + "吧", c + "了") for c in CANCEL)
+
+
+_CORRECTION_LEAD = re.compile(r"^(?:\s|[,，.。:：!！;；]|no\b|nope\b|not\s+that(?:\s+one)?|wrong\b|actually\b|sorry\b"
+                              r"|i\s+meant?\b|it\s+should\s+be\b|should\s+be\b|make\s+it\b|change\s+it\s+to\b"
+                              r"|instead\b|不对|不是|错了|应该是|改成|改为|换成|这个|那个|是)+", re.I)
+
+
+def strip_correction(text: str) -> str:
+    """The new value of a correction without its lead ("no, it should be 21 Oak Road" -> "21 Oak Road")."""
+    return _CORRECTION_LEAD.sub("", (text or "").strip()).strip()
+
+
+_FILLER = re.compile(r"(?<![A-Za-z0-9])(?:#?[A-Z]{0,4}[-#]?\d{3,12}|order|number|no\.?|not|the|one|that|this|it|is|i|mean|meant|订单|号|单)"
+                     r"(?![A-Za-z0-9])|[\s,，.。:：;；!！?？#]", re.I)
+
+
+def is_free_value(text: str) -> bool:
+    """More than an order number and filler words ("21 Oak Road, Portland, OR 97201", an address or a title)."""
+    return len(_FILLER.sub("", text or "")) >= 6

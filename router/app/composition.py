@@ -105,7 +105,10 @@ def wire_flows(services: Services) -> None:
         log.exception("the workflows could not be loaded: workflows are off")
         return
     services.tools = gateway
-    services.flows = FlowEngine(workflows, gateway, HandoffApprovals(lambda: services.handoff))
+    from handoff.queries import customer_tickets
+
+    services.flows = FlowEngine(workflows, gateway, HandoffApprovals(lambda: services.handoff),
+                                tickets=customer_tickets)   # earlier tickets in the session memory
     if services.handoff is not None and hasattr(services.handoff.port, "flows"):
         services.handoff.port.flows = services.flows   # an approver's decision resumes the flow
     services.readiness["workflows"] = lambda: (True, f"{len(workflows.names())} workflows, "

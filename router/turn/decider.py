@@ -585,4 +585,20 @@ class _Turn:
             "escalation": decision.escalation.model_dump() if decision.escalation else None,
             "harness": self.trace.get("harness"),
             "transitions": list(self.transitions),
+            "memory": self.session_memory(),
         }
+
+    def session_memory(self) -> dict[str, Any] | None:
+        """The customer's profile, recent orders and earlier outcomes (the workflows' session memory), if wired."""
+        from router.turn.flows import caller_of
+
+        engine = self.r.flows
+        caller = caller_of(self.conv) if engine is not None else None
+        if caller is None:
+            return None
+        try:
+            with self.conn.transaction():   # a savepoint: a failure here never spoils the turn
+                return engine.memory(self.conn, caller, self.lang if self.lang in ("zh", "en") else "en")
+        except Exception:  # noqa: BLE001 - memory is a courtesy to the agent, never a reason to lose the ticket
+            log.exception("session memory could not be loaded for the context package")
+            return None

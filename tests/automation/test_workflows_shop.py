@@ -39,7 +39,7 @@ def test_bundled_workflows_load_against_the_example_shop_and_judge_risk(shop_gat
 def test_order_status_from_the_tool_in_the_customers_language(shop_engine, turn):
     t = turn(shop_engine.start, "order_status", C1, "我的订单100234到哪了", {}, "zh")
     assert t.status == "completed"
-    assert t.reply == "订单 100234 当前状态：shipped，承运商 顺丰速运，运单号 SF1402837465299。"
+    assert t.reply == "订单 100234 当前状态：已发货，承运商 顺丰速运，运单号 SF1402837465299。"
     t = turn(shop_engine.start, "order_status", C2, "where is my order?", {}, "en")
     assert t.status == "waiting" and t.awaiting == "order_id" and "100241" in t.reply   # recent orders listed
     t = turn(shop_engine.advance, t.instance_id, C2, "the boots", {}, "en")

@@ -186,3 +186,63 @@ def test_choose_falls_back_to_an_injected_encoder_similarity():
     assert U.choose("something warm for winter", ids, texts).index is None
     got = U.choose("something warm for winter", ids, texts, similarity=similarity)
     assert got.index == 0 and got.how == "encoder"
+
+
+MEMORY_TOOLS = Catalog(get_order=("read", ["order_id"]), list_recent_orders=("read", ["limit"]),
+                       request_refund=("money", ["order_id", "amount"]))
+WITH_MEMORY = """\
+memory:
+  outcomes: 3
+  tools:
+    orders: {call: list_recent_orders, args: {limit: "5"}, value: result.orders, default: "[]"}
+labels:
+  status:
+    zh: {paid: 已付款, shipped: 已发货}
+    en: {paid: paid, shipped: shipped}
+workflows:
+  status:
+    slots:
+      order_id: {validate: {entity: order_id}, prompt: {zh: 订单号, en: Order number},
+                 recall: "memory.outcomes.map(o, o.slots.order_id)"}
+    steps:
+      - {id: ask, ask: order_id, when: "size(memory.orders) == 0"}
+      - {id: load, call: get_order, args: {order_id: slots.order_id}, bind: o}
+      - id: done
+        reply: {zh: "{{ labels.status[o.status] }}", en: "{{ labels.status[o.status] }}"}
+"""
+
+
+def test_memory_labels_and_recall_load_and_localise():
+    ws = parse_workflows(WITH_MEMORY, file="wf.yaml", tools=MEMORY_TOOLS)
+    assert [c.name for c in ws.memory.calls] == ["orders"] and ws.memory.outcomes == 3
+    assert ws.labels_for("zh")["status"]["shipped"] == "已发货" and ws.labels_for("en")["status"]["paid"] == "paid"
+    assert ws["status"].slots["order_id"].recall.startswith("memory.outcomes")
+
+
+def test_memory_errors_name_the_line_and_field():
+    bad = (WITH_MEMORY.replace("call: list_recent_orders, args: {limit", "call: request_refund, args: {colour")
+           .replace("zh: {paid: 已付款, shipped: 已发货}", "zh: {paid: 已付款}"))
+    errs = {e["field"]: (e["line"], e["message"]) for e in errors(bad, tools=MEMORY_TOOLS)}
+    assert "memory only reads" in errs["memory.tools.orders.call"][1] and errs["memory.tools.orders.call"][0] == 4
+    assert "unknown argument 'colour'" in errs["memory.tools.orders.args.colour"][1]
+    assert "other keys" in errs["labels.status.en"][1]
+    errs = {e["field"]: e["message"] for e in errors(WITH_MEMORY.replace("value: result.orders", "value: slots.x"),
+                                                      tools=MEMORY_TOOLS)}
+    assert "unknown name 'slots'" in errs["memory.tools.orders.value"]
+
+
+@pytest.mark.parametrize(("text", "recall"), [("和上次一样", True), ("用上次的抬头", True), ("跟上回的地址一样", True),
+                                              ("the same address as last time", True), ("same as before", True),
+                                              ("上海市徐汇区漕溪北路88号", False), ("1 Infinite Loop, Cupertino", False)])
+def test_recall_phrases(text, recall):
+    from automation.workflows.memory import is_recall
+
+    assert is_recall(text) is recall
+
+
+@pytest.mark.parametrize(("text", "question", "bare_cancel"), [
+    ("退货政策是什么？", True, False), ("what payment methods do you accept", True, False), ("积分什么时候过期", True, False),
+    ("上海市浦东新区张杨路500号", False, False), ("Carter Design LLC", False, False),
+    ("never mind", False, True), ("算了", False, True), ("算了吧", False, True), ("cancel the invoice title", False, False)])
+def test_questions_and_bare_cancels_are_not_free_text_answers(text, question, bare_cancel):
+    assert U.is_question(text) is question and U.is_bare_cancel(text) is bare_cancel

@@ -191,3 +191,21 @@ def test_a_request_for_a_person_wins_over_the_workflow(api, svc):
     out = say(api, "I want to talk to a human agent about my order 100234")
     assert out.get("flow") is None and out["decision"]["tier"] == "L3" and out["ticket_id"] is not None
     assert rows(svc.pool, "SELECT count(*) AS n FROM flow_instances")[0]["n"] == 0
+
+
+def test_session_memory_starts_flows_and_reaches_the_context_package(api, svc):
+    # the bundled intents start change_address and cancel_order; the recent orders come from the session memory
+    first = say(api, "I want to cancel my order", customer="c2", conversation="conv-mem")
+    assert first["flow"]["workflow"] == "cancel_order", first
+    assert first["flow"]["step"] == "confirm_cancel" and "100242" in first["reply"]["text"]   # the one not shipped
+    say(api, "never mind", customer="c2", conversation="conv-mem")
+    moved = say(api, "帮我改一下收货地址", customer="c1", conversation="conv-mem-zh")
+    assert moved["flow"]["workflow"] == "change_address" and moved["flow"]["awaiting"] == "order_id"
+    assert "100235" in moved["reply"]["text"] and "100236" in moved["reply"]["text"]
+    assert rows(svc.pool, "SELECT count(*) AS n FROM flow_memory WHERE customer_id = 'c1'")[0]["n"] == 1
+    person = say(api, "转人工", customer="c1", conversation="conv-mem-zh")
+    assert person["ticket_id"] is not None
+    memory = rows(svc.pool, "SELECT context FROM tickets WHERE id = %s", person["ticket_id"])[0]["context"]["memory"]
+    assert memory["profile"]["customer_id"] == "c1"
+    assert [o["order_id"] for o in memory["orders"]] == ["100236", "100235", "100234", "100230"]
+    assert memory["failed"] == []

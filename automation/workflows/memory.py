@@ -1,0 +1,243 @@
+"""Session memory: what the shop and earlier conversations already say about the customer.
+
+At the start of a session (the first flow of a conversation, or the first ticket) the engine calls
+the read tools the workflows file declares under ``memory:`` (the example shop: ``get_customer``
+and ``list_recent_orders``) and gathers the customer's earlier outcomes: their flows (this
+package's ``flow_instances``) and their tickets (through an injected read port, since tickets
+belong to handoff). The result is cached per conversation in ``flow_memory`` (migration 0160) and
+offered to every flow as CEL ``memory.<name>`` and ``memory.outcomes``; it is never required: a
+tool that fails leaves its default (``null`` or ``[]``) and the flow simply asks.
+
+    memory:
+      ttl_seconds: 1800                       # a session: reload after this long
+      outcomes: 5                             # earlier flows and tickets offered as memory.outcomes
+      tools:
+        profile: {call: get_customer, value: "result.found ? result.customer : null"}
+        orders: {call: list_recent_orders, args: {limit: "5"}, value: result.orders, default: "[]"}
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from psycopg.types.json import Jsonb
+
+from automation.workflows import understand as U
+from automation.workflows.expr import ExpressionError, evaluate, evaluate_value, roots
+
+PURPOSE = "memory"
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+RESERVED = ("outcomes", "failed", "loaded_at")
+
+# "the same address as last time", "和上次一样": the customer points at a remembered value
+_RECALL = re.compile(
+    r"(和|跟|同|与)\s*上(次|回|一次)\S{0,4}(一样|相同)|用\s*上(次|回)的|上(次|回)(那个|的)\s*(地址|抬头)|原来的地址|老地址"
+    r"|\bsame\b.{0,20}\b(as|like)\s+(last\s+time|before|previously|the\s+last\s+(one|order))\b"
+    r"|\b(the\s+)?(one|address|title)\s+i\s+used\s+(last\s+time|before)\b|\bsame\s+as\s+last\s+time\b"
+    r"|\blast\s+time'?s\b|\bmy\s+previous\s+address\b",
+    re.I)
+
+
+def is_recall(text: str) -> bool:
+    return bool(_RECALL.search(U.norm(text) if text else ""))
+
+
+@dataclass
+class MemoryCall:
+    name: str
+    tool: str
+    args: dict[str, Any] = field(default_factory=dict)   # CEL over caller, lang
+    value: str | None = None                             # CEL over result (default: the result)
+    default: str | None = None                           # CEL literal when the tool fails (default null)
+
+
+@dataclass
+class MemorySpec:
+    calls: list[MemoryCall] = field(default_factory=list)
+    outcomes: int = 5
+    ttl_seconds: float = 1800.0
+
+
+def parse_memory(value: Any, path: tuple, chk: Any) -> MemorySpec | None:
+    """Validate the ``memory:`` section against the gateway: read tools only, known arguments, CEL that compiles."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        chk.err(path, "expected {tools: {NAME: {call, args, value, default}}, outcomes: N, ttl_seconds: S}")
+        return None
+    for k in value:
+        if k not in ("tools", "outcomes", "ttl_seconds"):
+            chk.err(path + (k,), f"unknown key {k!r} (tools, outcomes, ttl_seconds)")
+    spec = MemorySpec()
+    for key, attr in (("outcomes", "outcomes"), ("ttl_seconds", "ttl_seconds")):
+        if key in value:
+            v = value[key]
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+                chk.err(path + (key,), "expected a number >= 0")
+            else:
+                setattr(spec, attr, int(v) if key == "outcomes" else float(v))
+    tools = value.get("tools") or {}
+    if not isinstance(tools, dict):
+        chk.err(path + ("tools",), "expected a mapping of memory name to {call, args, value, default}")
+        return spec
+    for name, body in tools.items():
+        p = path + ("tools", name)
+        if not isinstance(name, str) or not _NAME.match(name) or name in RESERVED:
+            chk.err(p, f"a memory name is lower case letters, digits and _ (not {', '.join(RESERVED)})")
+            continue
+        if not isinstance(body, dict) or "call" not in body:
+            chk.err(p, "expected {call: TOOL, args, value, default}")
+            continue
+        for k in body:
+            if k not in ("call", "args", "value", "default"):
+                chk.err(p + (k,), f"unknown key {k!r} (call, args, value, default)")
+        ts = chk.tool(body["call"], p + ("call",))
+        if ts is not None and getattr(ts, "risk", "read") != "read":
+            chk.err(p + ("call",), f"memory only reads: {body['call']!r} is a {ts.risk} tool")
+        args = body.get("args") or {}
+        if not isinstance(args, dict):
+            chk.err(p + ("args",), "arguments are a mapping of argument name to a CEL expression")
+            args = {}
+        props = None
+        if ts is not None:   # the gateway's spec knows what a caller may pass; a bare spec, its input schema
+            props = (list(ts.caller_arguments) if hasattr(ts, "caller_arguments")
+                     else list(((getattr(ts, "input_schema", None) or {}).get("properties") or {})))
+        for k, src in args.items():
+            if props is not None and k not in props:
+                chk.err(p + ("args", k), f"unknown argument {k!r} of tool {ts.name!r} (it takes: {', '.join(sorted(props))})")
+            _check_expr(src, p + ("args", k), {"caller", "lang"}, chk)
+        for key, allowed in (("value", {"result"}), ("default", set())):
+            if key in body:
+                _check_expr(body[key], p + (key,), allowed, chk)
+        spec.calls.append(MemoryCall(name=name, tool=str(body["call"]), args=args, value=body.get("value"),
+                                     default=body.get("default")))
+    return spec
+
+
+def _check_expr(source: Any, path: tuple, allowed: set[str], chk: Any) -> None:
+    if not isinstance(source, str):
+        chk.err(path, "expected a CEL expression (a string)")
+        return
+    try:
+        names, _ = roots(source)
+    except ExpressionError as exc:
+        chk.err(path, f"CEL does not compile: {exc}")
+        return
+    for n in sorted(names - allowed):
+        chk.err(path, f"unknown name {n!r} in {source!r} (known here: {', '.join(sorted(allowed)) or 'none'})")
+
+
+# ---------------------------------------------------------------- loading
+
+TicketHistory = Callable[[Any, str, str, int], list[dict]]   # (conn, channel, customer_id, limit) -> tickets
+
+
+def empty(spec: MemorySpec | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"outcomes": [], "failed": []}
+    for c in (spec.calls if spec else []):
+        out[c.name] = _default(c)
+    return out
+
+
+def _default(c: MemoryCall) -> Any:
+    if c.default is None:
+        return None
+    try:
+        return evaluate(c.default, {})
+    except ExpressionError:
+        return None
+
+
+def load(conn, spec: MemorySpec, tools: Any, caller: Any, lang: str, *,
+         tickets: TicketHistory | None = None) -> dict[str, Any]:
+    """Call the declared read tools and gather earlier outcomes; a failure leaves that part at its default."""
+    from automation.tools.base import Caller
+    from automation.workflows import store
+
+    out = empty(spec)
+    who = Caller(channel=caller.channel, customer_id=caller.customer_id, conversation_id=caller.conversation_id,
+                 turn_id=caller.turn_id, purpose=PURPOSE)
+    scope = {"caller": {"channel": caller.channel, "customer_id": caller.customer_id}, "lang": lang}
+    for c in spec.calls:
+        try:
+            args = evaluate_value(c.args, scope)
+            result = tools.call(c.tool, args, who)
+        except Exception as exc:  # noqa: BLE001 - memory is a courtesy: a broken tool never blocks the flow
+            out["failed"].append({"name": c.name, "tool": c.tool, "status": type(exc).__name__})
+            continue
+        if not result.ok:
+            out["failed"].append({"name": c.name, "tool": c.tool, "status": result.status})
+            continue
+        try:
+            out[c.name] = evaluate(c.value, {"result": result.output}) if c.value else result.output
+        except ExpressionError:
+            out["failed"].append({"name": c.name, "tool": c.tool, "status": "bad_value"})
+    if spec.outcomes:
+        flows = store.customer_outcomes(conn, caller.channel, caller.customer_id, limit=spec.outcomes,
+                                        exclude_conversation=caller.conversation_id)
+        rows = [{"kind": "flow", "workflow": f["workflow"], "outcome": f["outcome"] or f["status"],
+                 "slots": f["slots"], "at": f["updated_at"].isoformat()} for f in flows]
+        if tickets is not None:
+            try:
+                for t in tickets(conn, caller.channel, caller.customer_id, spec.outcomes):
+                    rows.append({"kind": "ticket", "ticket_kind": t.get("kind"), "status": t.get("status"),
+                                 "outcome": t.get("outcome"), "reason": t.get("reason"),
+                                 "at": _iso(t.get("created_at"))})
+            except Exception:  # noqa: BLE001 - tickets are a courtesy too
+                out["failed"].append({"name": "outcomes", "tool": "tickets", "status": "error"})
+        rows.sort(key=lambda r: r["at"] or "", reverse=True)
+        out["outcomes"] = rows[: spec.outcomes * 2]
+    return _jsonable(out)
+
+
+def session(conn, spec: MemorySpec | None, tools: Any, caller: Any, lang: str, *,
+            tickets: TicketHistory | None = None) -> dict[str, Any]:
+    """The conversation's memory: loaded once per session (``ttl_seconds``) and cached in ``flow_memory``."""
+    if spec is None:
+        return empty(None)
+    conversation = caller.conversation_id or f"{caller.channel}:{caller.customer_id}"
+    row = conn.execute("SELECT data, extract(epoch FROM now() - loaded_at) AS age FROM flow_memory"
+                       " WHERE conversation_id = %s", (conversation,)).fetchone()
+    if row is not None:
+        data, age = (row["data"], row["age"]) if isinstance(row, dict) else row
+        if float(age) <= spec.ttl_seconds:
+            return data
+    data = load(conn, spec, tools, caller, lang, tickets=tickets)
+    data["loaded_at"] = time.time()
+    conn.execute("""INSERT INTO flow_memory (conversation_id, customer_channel, customer_id, data)
+                    VALUES (%s, %s, %s, %s)
+                    ON CONFLICT (conversation_id) DO UPDATE SET data = EXCLUDED.data, loaded_at = now()""",
+                 (conversation, caller.channel, caller.customer_id, Jsonb(data)))
+    return data
+
+
+def cached(conn, conversation_id: str) -> dict[str, Any] | None:
+    """The memory a session already loaded (for a ticket's context package), without calling anything."""
+    row = conn.execute("SELECT data FROM flow_memory WHERE conversation_id = %s", (str(conversation_id),)).fetchone()
+    if row is None:
+        return None
+    return row["data"] if isinstance(row, dict) else row[0]
+
+
+def recall(source: str, memory: dict, slots: dict) -> Any:
+    """The remembered value a slot's ``recall`` names: the first of a list, or the value; None when nothing is known."""
+    try:
+        value = evaluate(source, {"memory": memory, "slots": slots})
+    except ExpressionError:
+        return None
+    if isinstance(value, list):
+        value = next((v for v in value if v not in (None, "")), None)
+    return value
+
+
+def _iso(v: Any) -> str | None:
+    return v.isoformat() if hasattr(v, "isoformat") else (str(v) if v is not None else None)
+
+
+def _jsonable(value: Any) -> Any:
+    import json
+
+    return json.loads(json.dumps(value, default=str))

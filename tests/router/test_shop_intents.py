@@ -1,0 +1,44 @@
+"""The bundled intents start the bundled workflows: the first message of every scripted shop conversation
+(tests/automation/shop_conversations.jsonl) is classified with the bundled classifier (e5), and the workflow
+serving that intent must be the conversation's; the FAQ questions asked mid-flow must be another intent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from automation.workflows.spec import load_workflows
+from router.classify import IntentClassifier
+from router.classify.intents import load_intents
+
+pytestmark = pytest.mark.slow
+
+CASES = [json.loads(line) for line in (Path(__file__).resolve().parents[1] / "automation" / "shop_conversations.jsonl")
+         .read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_every_first_message_starts_its_workflow_and_drift_is_another_intent(e5_encoder, tmp_path):
+    clf = IntentClassifier.from_config(load_intents(), e5_encoder, cache_dir=tmp_path)
+    workflows = load_workflows(None)
+    missed, per_workflow = [], {}
+    for case in CASES:
+        text = case["turns"][0]
+        c = clf.classify(text)
+        wf = workflows.for_intent(c.intent) if c.intent else None
+        row = per_workflow.setdefault(case["workflow"], [0, 0])
+        row[1] += 1
+        if wf is not None and wf.name == case["workflow"]:
+            row[0] += 1
+        else:
+            missed.append((text, c.intent, round(c.confidence, 2)))
+    drift = [t for case in CASES for t in case["turns"] if isinstance(t, dict) and t.get("intent") == "faq"]
+    wrong_drift = []
+    for t in drift:
+        c = clf.classify(t["text"])
+        if c.intent is not None and workflows.for_intent(c.intent) is not None:
+            wrong_drift.append((t["text"], c.intent))
+    print({wf: f"{a}/{n}" for wf, (a, n) in per_workflow.items()}, missed)
+    assert all(a == n for a, n in per_workflow.values()), missed
+    assert drift and wrong_drift == []
