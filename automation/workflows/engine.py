@@ -21,8 +21,8 @@ from typing import Any, Callable, Protocol
 
 from automation.tools.base import Caller, ToolGateway
 from automation.workflows import store
-from automation.workflows.expr import (ExpressionError, evaluate, evaluate_bool, evaluate_each, evaluate_value,
-                                       format_value, render, template_expr)
+from automation.workflows.expr import (Envs, ExpressionError, Scope, evaluate, evaluate_bool, evaluate_columns,
+                                       evaluate_value, format_value, render, render_each)
 from automation.workflows.spec import RISK_ORDER, Step, Workflow, WorkflowSet
 from automation.workflows import understand as U
 
@@ -342,8 +342,12 @@ class FlowEngine:
 
     # ------------------------------------------------------------------ data in scope
 
-    def _scope(self, inst: dict, **extra: Any) -> dict[str, Any]:
-        data: dict[str, Any] = {k: v for k, v in inst["bindings"].items()}
+    def _scope(self, inst: dict, **extra: Any) -> Scope:
+        # the turn's CEL environments live on the loaded row (never saved): data converted once per turn
+        envs = inst.get("_envs")
+        if envs is None:
+            envs = inst["_envs"] = Envs()
+        data = Scope(inst["bindings"], envs)
         data["slots"] = dict(inst["slots"])
         data["caller"] = inst["caller"]
         data["lang"] = inst["lang"]
@@ -510,21 +514,23 @@ class FlowEngine:
         label = step.raw["label"]
         labels = label if isinstance(label, dict) else {lang: label for lang in ("zh", "en")}
         langs = [lang for lang in ("en", "zh") if labels.get(lang)]
-        exprs = ["fmt_(" + step.raw["option_id"] + ")" if "option_id" in step.raw else "fmt_(option)"]
-        exprs += [template_expr(labels[lang]) for lang in langs]
+        scope = self._scope(inst)
+        templates = ["{{ " + step.raw["option_id"] + " }}" if "option_id" in step.raw else "{{ option }}"]
+        templates += [labels[lang] for lang in langs]
+        rendered = render_each(options, "option", templates, scope)
         matches = list(step.get("match") or [])
-        exprs += matches
-        rows = evaluate_each(options, "option", exprs, self._scope(inst))
+        extra = evaluate_columns(options, "option", matches, scope) if matches else []
         ids, texts, by_lang = [], [], {lang: [] for lang in langs}
-        for o, row in zip(options, rows):
-            oid = row[0] if "option_id" in step.raw else (o.get("id") if isinstance(o, dict) else row[0])
+        for n, o in enumerate(options):
+            oid = rendered[0][n] if "option_id" in step.raw else (o.get("id") if isinstance(o, dict) else rendered[0][n])
             ids.append("" if oid is None else str(oid))
             fields = []
             for j, lang in enumerate(langs):
-                by_lang[lang].append(row[1 + j])
-                if row[1 + j] not in fields:
-                    fields.append(row[1 + j])
-            for v in row[1 + len(langs):]:
+                by_lang[lang].append(rendered[1 + j][n])
+                if rendered[1 + j][n] not in fields:
+                    fields.append(rendered[1 + j][n])
+            for col in extra:
+                v = col[n]
                 fields.extend([format_value(x) for x in v] if isinstance(v, list) else [format_value(v)])
             texts.append(fields)
         return ids, texts, by_lang
