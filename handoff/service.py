@@ -159,6 +159,9 @@ class HandoffService:
     @staticmethod
     def _check_open(ticket: dict[str, Any]) -> None:
         if ticket["status"] not in OPEN_STATUSES:
+            if ticket.get("kind") == "approval" and ticket["status"] == "cancelled":
+                raise Conflict(f"approval ticket {ticket['id']} was withdrawn (cancelled): there is nothing to "
+                               "decide and nothing was run", status_now="cancelled")
             raise Conflict(f"ticket {ticket['id']} is {ticket['status']}", status_now=ticket["status"])
 
     def _check_holder(self, agent: Agent, ticket: dict[str, Any], *, supervisors_too: bool = False) -> None:

@@ -40,6 +40,8 @@ TEXT = {
                          "en": "Your request ({amount} {currency}) needs a {tier} review. I'll tell you the outcome."},
     "still_reviewing": {"zh": "您的请求仍在审核中，结果出来后我会告诉您。",
                         "en": "Your request is still being reviewed. I'll tell you as soon as there is a decision."},
+    "withdrawn": {"zh": "好的，已撤回您的审核申请，不会再做任何操作。",
+                  "en": "OK, I've withdrawn your request from review; nothing will be done."},
     "approved": {"zh": "您的请求已通过审核。", "en": "Your request was approved."},
     "rejected": {"zh": "很抱歉，您的请求未通过审核。", "en": "Sorry, your request was not approved."},
     "confirm_yes": {"zh": "是", "en": "Yes"},
@@ -71,7 +73,10 @@ class ApprovalRequest:
 
 
 class ApprovalPort(Protocol):
-    """Opens a human approval (the router implements it over the handoff queue); returns the ticket id."""
+    """Opens a human approval (the router implements it over the handoff queue); returns the ticket id.
+
+    A port may also offer ``withdraw_approval(conn, ticket_id, reason)``: the customer cancelled while
+    the approval was pending, so the ticket is closed and a later decision has nothing to apply."""
 
     def open_approval(self, conn: Any, request: ApprovalRequest) -> str: ...
 
@@ -172,6 +177,8 @@ class FlowEngine:
             return self._turn(inst, wf, run)
         inst["lang"] = lang
         if inst["status"] == "waiting_approval":
+            if U.is_cancel(text):   # "算了" while a human reviews: the request is withdrawn, nothing runs
+                return self._withdraw(conn, inst, wf, run, "the customer cancelled the request")
             # the decision is in a human's hands now: only resolve_approval moves the flow on
             run.say(_t("still_reviewing", lang))
             return self._turn(inst, wf, run)
@@ -322,6 +329,26 @@ class FlowEngine:
         self._finish(inst, "cancelled", "cancelled")
         inst["history"][-1]["reason"] = reason
         store.save(conn, inst)
+        return self._turn(inst, wf, run)
+
+    def _withdraw(self, conn, inst: dict, wf: Workflow, run: _Run, reason: str) -> FlowTurn:
+        """Cancel a flow that waits for an approval and close its approval ticket, in this transaction.
+
+        The flow row is saved cancelled first: the ticket's own cancel hook (which may try to cancel
+        the flow again) then finds nothing active. An approver acting later finds the ticket closed
+        (409) and ``resolve_approval`` finds no pending approval: the proposed call never runs.
+        """
+        pending = inst["pending"].pop("approval", None) or {}
+        ticket = pending.get("ticket") or inst.get("approval_ticket")
+        run.say(_t("withdrawn", run.lang))
+        self._finish(inst, "cancelled", "cancelled")
+        inst["history"][-1]["reason"] = reason
+        inst["history"].append({"event": "approval_withdrawn", "ticket": ticket, "step": pending.get("step"),
+                                "at": time.time()})
+        store.save(conn, inst)
+        withdraw = getattr(self.approvals, "withdraw_approval", None)
+        if ticket and withdraw is not None:
+            withdraw(conn, str(ticket), reason)
         return self._turn(inst, wf, run)
 
     def _fail(self, inst: dict, wf: Workflow, step: Step, run: _Run, error: str) -> str:
