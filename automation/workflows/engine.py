@@ -47,6 +47,9 @@ TEXT = {
     "confirm_yes": {"zh": "是", "en": "Yes"},
     "confirm_no": {"zh": "否", "en": "No"},
     "loop": {"zh": "流程出现循环，我把您转给同事。", "en": "This is going in circles; I'm passing you to a colleague."},
+    "changed": {"zh": "抱歉，这项业务的流程刚刚更新，我把您转给同事继续办理，请稍候。",
+                "en": "Sorry, the process for this request has just been updated; a colleague will take it "
+                      "from here. Please hold on."},
     "broken": {"zh": "抱歉，这个流程出了问题，我把您转给同事。", "en": "Sorry, something went wrong in this process; a colleague will take over."},
 }
 
@@ -147,11 +150,55 @@ class FlowEngine:
         self.workflows = workflows
         self.tools = tools
         self.approvals = approvals
+        # every loaded definition by (name, version): a running flow keeps the version it started with
+        self._versions: dict[tuple[str, int], Workflow] = {(w.name, w.version): w for w in workflows.workflows.values()}
         self.similarity = similarity
         self.drift_threshold = drift_threshold
         self._clock = clock
+        # observer(workflow, event): started | completed | cancelled | escalated (the router counts them)
+        self.observer: Callable[[str, str], None] | None = None
 
     # ------------------------------------------------------------------ public API
+
+    def reload(self, workflows: WorkflowSet, tools: ToolGateway | None = None) -> list[str]:
+        """Serve new definitions from now on (SIGHUP); running flows keep theirs. Returns warnings:
+        a workflow whose content changed under the same version number moves its running flows along."""
+        warnings = []
+        for wf in workflows.workflows.values():
+            old = self._versions.get((wf.name, wf.version))
+            if old is not None and _digest(old) != _digest(wf):
+                warnings.append(f"workflow {wf.name!r} changed but kept version {wf.version}: its running flows "
+                                "follow the new definition (raise `version` to keep them on the old one)")
+            self._versions[(wf.name, wf.version)] = wf
+        if tools is not None:
+            self.tools = tools
+        self.workflows = workflows   # one assignment: a turn sees the old set or the new one, never half
+        return warnings
+
+    def _pinned(self, inst: dict) -> tuple[Workflow, str | None]:
+        """The definition a flow runs on: the version it started with, else the current one if its step
+        still exists there; the second value says why neither fits (the flow then goes to a person)."""
+        name, version = inst["workflow"], inst["version"]
+        wf = self._versions.get((name, version))
+        if wf is not None and (inst["step"] is None or inst["step"] in wf.steps):
+            return wf, None
+        current = self.workflows.workflows.get(name)
+        if current is not None and inst["step"] is not None and inst["step"] in current.steps:
+            inst["version"] = current.version
+            inst["history"].append({"event": "version_moved", "from": version, "to": current.version,
+                                    "at": time.time()})
+            return current, None
+        stub = current or wf or Workflow(name=name, version=version, steps={}, first="", slots={})
+        why = (f"workflow {name} version {version} is no longer loaded" if current is None or wf is None
+               else f"step {inst['step']} of workflow {name} version {version} no longer exists")
+        return stub, why
+
+    def _gone(self, conn, inst: dict, wf: Workflow, run: _Run, why: str) -> FlowTurn:
+        """The flow's definition or step is gone (a reload removed it): a person takes over, politely."""
+        inst["pending"].pop("approval", None)
+        self._escalate(inst, wf, run, "L2", why, say=_t("changed", run.lang))
+        store.save(conn, inst)
+        return self._turn(inst, wf, run)
 
     def active(self, conn, conversation_id: str) -> dict | None:
         return store.active(conn, conversation_id)
@@ -164,6 +211,7 @@ class FlowEngine:
         inst = store.create(conn, conversation_id=conversation_id, workflow=wf.name, version=wf.version,
                             step=wf.first, lang=lang, caller=_caller_dict(caller), slots=slots)
         inst["history"].append({"event": "started", "at": time.time(), "prefilled": sorted(slots)})
+        self._observe(wf.name, "started")
         run = _Run(lang)
         return self._run(conn, inst, wf, caller, run, text=None, entities=entities or {})
 
@@ -171,11 +219,13 @@ class FlowEngine:
                 lang: str = "en", intent: str | None = None, intent_confidence: float | None = None) -> FlowTurn:
         inst = store.get(conn, instance["id"] if isinstance(instance, dict) else instance, lock=True)
         entities = entities or {}
-        wf = self.workflows[inst["workflow"]]
+        wf, gone = self._pinned(inst)
         run = _Run(lang)
         if inst["status"] not in store.ACTIVE:
             return self._turn(inst, wf, run)
         inst["lang"] = lang
+        if gone:
+            return self._gone(conn, inst, wf, run, gone)
         if inst["status"] == "waiting_approval":
             if U.is_cancel(text):   # "算了" while a human reviews: the request is withdrawn, nothing runs
                 return self._withdraw(conn, inst, wf, run, "the customer cancelled the request")
@@ -203,12 +253,14 @@ class FlowEngine:
         inst = store.get(conn, instance_id, lock=True)
         if inst is None:
             raise KeyError(f"no flow instance {instance_id}")
-        wf = self.workflows[inst["workflow"]]
+        wf, gone = self._pinned(inst)
         run = _Run(inst["lang"])
         if inst["status"] != "waiting_approval" or not inst["pending"].get("approval"):
             turn = self._turn(inst, wf, run)
             turn.outcome = "already_resolved"
             return turn
+        if gone or inst["pending"]["approval"].get("step") not in wf.steps:
+            return self._gone(conn, inst, wf, run, gone or "the approval step no longer exists")
         pending = inst["pending"].pop("approval")
         decision = {"approved": bool(approved), "approver": approver, "reason": reason or "", "tier": pending["tier"]}
         inst["pending"]["approval_result"] = decision
@@ -226,6 +278,7 @@ class FlowEngine:
             if isinstance(target, dict):
                 self._jump(inst, wf, target)
             else:
+                self._observe(inst["workflow"], "cancelled")
                 inst["status"], inst["outcome"], inst["step"] = "cancelled", "rejected", None
                 store.save(conn, inst)
                 return self._turn(inst, wf, run)
@@ -235,7 +288,7 @@ class FlowEngine:
         inst = store.get(conn, instance_id, lock=True)
         if inst is None:
             raise KeyError(f"no flow instance {instance_id}")
-        wf = self.workflows[inst["workflow"]]
+        wf, _ = self._pinned(inst)
         run = _Run(lang or inst["lang"])
         if inst["status"] not in store.ACTIVE:
             return self._turn(inst, wf, run)
@@ -313,12 +366,21 @@ class FlowEngine:
         inst["step"] = goto
         inst["history"].append({"event": "jump", "goto": goto, "reset": target.get("reset") or [], "at": time.time()})
 
+    def _observe(self, workflow: str, event: str) -> None:
+        if self.observer is not None:
+            try:
+                self.observer(workflow, event)
+            except Exception:  # noqa: BLE001 - counting must never break a customer's turn
+                pass
+
     def _finish(self, inst: dict, status: str, outcome: str) -> None:
+        self._observe(inst["workflow"], status)
         inst["status"], inst["outcome"], inst["step"] = status, outcome, None
         inst["pending"].pop("action", None)
         inst["history"].append({"event": status, "outcome": outcome, "at": time.time()})
 
     def _escalate(self, inst: dict, wf: Workflow, run: _Run, tier: str, reason: str, *, say: str | None = None) -> None:
+        self._observe(inst["workflow"], "escalated")
         run.handoff = HandoffRequest(tier=tier, reason=reason, flow_state=self._state(inst, wf))
         run.say(say if say is not None else _t("handoff", run.lang))
         inst["status"], inst["outcome"] = "escalated", "escalated"
@@ -380,7 +442,7 @@ class FlowEngine:
         data["lang"] = inst["lang"]
         data["approval"] = inst["pending"].get("approval_result") or {}
         data["error"] = inst["pending"].get("error") or {}
-        wf = self.workflows[inst["workflow"]]
+        wf = self._versions.get((inst["workflow"], inst["version"])) or self.workflows[inst["workflow"]]
         for loop_id, lp in inst["loops"].items():
             step = wf.steps[loop_id]
             if 0 <= lp["index"] < len(lp["items"]):
@@ -847,6 +909,13 @@ def _caller_from(inst: dict) -> Caller:
     c = inst["caller"]
     return Caller(channel=c.get("channel", ""), customer_id=c.get("customer_id", ""),
                   conversation_id=c.get("conversation_id") or inst["conversation_id"])
+
+
+def _digest(wf: Workflow) -> str:
+    """A definition's content (steps, slots, tiers), to tell a changed workflow from a reloaded same one."""
+    body = {"steps": {k: v.raw for k, v in wf.steps.items()}, "first": wf.first, "tiers": wf.approval_tiers,
+            "slots": {k: getattr(v, "validate", None) for k, v in wf.slots.items()}, "intents": wf.intents}
+    return json.dumps(body, sort_keys=True, default=str)
 
 
 def _jsonable(value: Any) -> Any:
