@@ -1,5 +1,6 @@
-"""Workflows and tools reloaded on SIGHUP, and flow counts in /metrics, on real parts: the bundled
-workflows copied to a folder of the test's own, the example shop over MCP stdio, embedded Postgres.
+"""Operating workflows: reload on SIGHUP, flow counts in /metrics, flow steps in the trace and task completion
+in the report, on real parts: the bundled workflows copied to a folder of the test's own, the example shop
+over MCP stdio, embedded Postgres.
 
 A running flow keeps the version it started with; a new one starts on the reloaded version; a broken
 file keeps everything as it was and names the file, line and field; a flow whose step is gone goes to a
@@ -152,3 +153,41 @@ def test_metrics_count_flows_per_workflow_with_closed_labels(api, svc):
     body = api.get("/metrics").text
     assert "a-name-nobody-loaded" not in body and "exploded" not in body
     assert 'switchboard_flows_total{event="started",workflow="other"} 1.0' in body
+
+
+def test_trace_shows_flow_steps_and_report_shows_task_completion_per_workflow(api, svc):
+    from datetime import datetime, timedelta, timezone
+
+    from router.ops.report import build_report, render_text
+    from router.ops.trace import load_trace
+
+    say(api, "where is my order 100234", "conv-a")                       # completed
+    say(api, "I want a refund of 30 for order 100234", "conv-b")
+    say(api, "yes", "conv-b")                                             # completed, the refund ran
+    say(api, "I want a refund of 30 for order 100234", "conv-c")
+    say(api, "never mind", "conv-c")                                      # cancelled
+    conv = rows(svc.pool, "SELECT id FROM conversations WHERE external_id = 'conv-b'")[0]["id"]
+    with svc.pool.connection() as conn:
+        replay = load_trace(conn, str(conv))
+        now = datetime.now(timezone.utc)
+        report = build_report(conn, now - timedelta(hours=1), now + timedelta(minutes=1))
+    first, second = replay["turns"][0]["flow"], replay["turns"][1]["flow"]
+    assert first["workflow"] == "refund" and first["status"] == "waiting" and first["awaiting"] == "confirmation"
+    kinds = [s["kind"] for s in first["steps"]]
+    assert kinds[:2] == ["ask", "call"] and "confirm" in kinds
+    assert all(isinstance(s["ms"], (int, float)) for s in first["steps"])
+    assert any(s["kind"] == "call" and s["tool_status"] == "ok" for s in second["steps"])
+    assert second["status"] == "completed"
+    (flow,) = replay["flows"]
+    assert (flow["workflow"], flow["status"], flow["outcome"], flow["version"]) == ("refund", "completed", "completed", 1)
+    assert flow["slots"]["order_id"] == "100234"
+    refund = next(c for c in flow["calls"] if c["tool"] == "request_refund")
+    assert refund["status"] == "ok" and float(refund["output"]["amount"]) == 30.0
+    assert refund["idempotency_key"].startswith(f"flow:{flow['instance_id']}:do_refund")
+
+    per = report["workflows"]["by_workflow"]
+    assert per["order_status"]["started"] == 1 and per["order_status"]["completion_rate"] == 1.0
+    assert per["refund"]["started"] == 2 and per["refund"]["completed"] == 1 and per["refund"]["cancelled"] == 1
+    assert per["refund"]["completion_rate"] == 0.5 and per["refund"]["abandon_rate"] == 0.5
+    assert report["workflows"]["completion_rate"] == round(2 / 3, 4)
+    assert "task completion     order_status 100.0% of 1, refund 50.0% of 2" in render_text(report)
