@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -191,3 +192,33 @@ def test_trace_shows_flow_steps_and_report_shows_task_completion_per_workflow(ap
     assert per["refund"]["completion_rate"] == 0.5 and per["refund"]["abandon_rate"] == 0.5
     assert report["workflows"]["completion_rate"] == round(2 / 3, 4)
     assert "task completion     order_status 100.0% of 1, refund 50.0% of 2" in render_text(report)
+
+
+def test_the_conversation_eval_checks_flow_outcomes_slots_and_tool_effects(svc):
+    import copy
+
+    from router.cli.conversations import flows_of
+    from router.ops.conversation_eval import load_cases, run_cases
+    from router.schemas import InboundMessage
+
+    def send(m):
+        return svc.pipeline.handle(InboundMessage(
+            channel=m["channel"], conversation_external_id=m["conversation_id"], customer_id=m["customer_id"],
+            message_external_id=m["message_id"], text=m["text"]))[0]
+
+    samples = Path(__file__).resolve().parents[2] / "router" / "samples" / "conversations.jsonl"
+    (case,) = [c for c in load_cases(samples) if c["id"] == "refund-flow-en"]
+    wrong = copy.deepcopy(case)
+    wrong["id"] = "refund-flow-wrong"
+    wrong["turns"][0]["expect"]["slots"] = {"order_id": "100235"}
+    wrong["turns"][1]["expect"]["tools"] = [{"tool": "request_refund", "status": "ok", "times": 2}]
+    wrong["turns"][1]["expect"]["flow"] = {"workflow": "refund", "status": "cancelled"}
+    report = run_cases([case, wrong], send, inspect=lambda r: flows_of(svc, r))
+    results = {r["id"]: r for r in report["results"]}
+    assert results["refund-flow-en"]["passed"], results["refund-flow-en"]["failures"]
+    failed = {f["expect"] for f in results["refund-flow-wrong"]["failures"]}
+    assert failed == {"slots", "tools", "flow"}, results["refund-flow-wrong"]["failures"]
+    for key in ("flow", "slots", "tools"):
+        assert report["expectations"][key]["not_evaluated"] == 0
+    # the second case's own refund ran once as well: `times` counts per conversation, not per database
+    assert report["expectations"]["tools"]["passed"] == 3
