@@ -21,8 +21,8 @@ from typing import Any, Callable, Protocol
 
 from automation.tools.base import Caller, ToolGateway
 from automation.workflows import store
-from automation.workflows.expr import (Envs, ExpressionError, Scope, evaluate, evaluate_bool, evaluate_columns,
-                                       evaluate_value, format_value, render, render_each)
+from automation.workflows.expr import (Envs, ExpressionError, Scope, same_value, evaluate, evaluate_bool,
+                                       evaluate_columns, evaluate_value, format_value, render, render_each)
 from automation.workflows.spec import RISK_ORDER, Step, Workflow, WorkflowSet
 from automation.workflows import understand as U
 
@@ -599,7 +599,19 @@ class FlowEngine:
         return options
 
     def _option_rows(self, inst: dict, step: Step, options: list) -> tuple[list[str], list[list[str]], dict[str, list[str]]]:
-        """Every option's id, matchable texts and label per language, from one CEL evaluation."""
+        """Every option's id, matchable texts and labels; computed once per turn while the data is the same
+        (the drift check, the answer and a re-ask all need them)."""
+        sig = (step.id, tuple((k, id(v)) for k, v in inst["bindings"].items()),
+               tuple((k, id(lp["items"]), lp["index"]) for k, lp in inst["loops"].items()), inst["lang"])
+        memo = inst.setdefault("_rows", {})
+        hit = memo.get(step.id)
+        if hit is not None and hit[0] == sig and same_value(hit[1], options) and same_value(hit[2], inst["slots"]):
+            return hit[3]
+        rows = self._compute_option_rows(inst, step, options)
+        memo[step.id] = (sig, options, dict(inst["slots"]), rows)
+        return rows
+
+    def _compute_option_rows(self, inst: dict, step: Step, options: list):
         label = step.raw["label"]
         labels = label if isinstance(label, dict) else {lang: label for lang in ("zh", "en")}
         langs = [lang for lang in ("en", "zh") if labels.get(lang)]
