@@ -8,6 +8,8 @@ Three cases, each a turn of a real flow instance on the embedded Postgres (one t
 
 The tools are answered in process by a benchmark tool table (``BenchTools``): their time is measured
 around each call and subtracted, so what is left is the engine's own cost. Target: <= 5 ms p95 per step.
+Both wall time (which includes Postgres and, on a busy machine, waiting for a core) and this process's
+CPU time (``time.thread_time``, the figure to compare on a loaded machine) are reported, with the load.
 
     .venv/bin/python benchmarks/flow_step.py [--turns 200] [--json]
 
