@@ -15,6 +15,9 @@ def check_visible(agent: Agent, ticket: dict[str, Any]) -> None:
 
 def check_open(ticket: dict[str, Any]) -> None:
     if ticket["status"] not in OPEN_STATUSES:
+        if ticket.get("kind") == "approval" and ticket["status"] == "cancelled":
+            raise Conflict(f"approval ticket {ticket['id']} was withdrawn (cancelled): there is nothing to "
+                           "decide and nothing was run", status_now="cancelled")
         raise Conflict(f"ticket {ticket['id']} is {ticket['status']}", status_now=ticket["status"])
 
 

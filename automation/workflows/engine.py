@@ -22,8 +22,8 @@ from typing import Any, Callable, Protocol
 from automation.tools.base import Caller, ToolGateway
 from automation.workflows import memory as M
 from automation.workflows import store
-from automation.workflows.expr import (ExpressionError, evaluate, evaluate_bool, evaluate_each, evaluate_value,
-                                       format_value, render, template_expr)
+from automation.workflows.expr import (Envs, ExpressionError, Scope, same_value, evaluate, evaluate_bool,
+                                       evaluate_columns, evaluate_value, format_value, render, render_each)
 from automation.workflows.spec import RISK_ORDER, Step, Workflow, WorkflowSet
 from automation.workflows import requests as R
 from automation.workflows import understand as U
@@ -42,12 +42,17 @@ TEXT = {
                          "en": "Your request ({amount} {currency}) needs a {tier} review. I'll tell you the outcome."},
     "still_reviewing": {"zh": "您的请求仍在审核中，结果出来后我会告诉您。",
                         "en": "Your request is still being reviewed. I'll tell you as soon as there is a decision."},
+    "withdrawn": {"zh": "好的，已撤回您的审核申请，不会再做任何操作。",
+                  "en": "OK, I've withdrawn your request from review; nothing will be done."},
     "approved": {"zh": "您的请求已通过审核。", "en": "Your request was approved."},
     "rejected": {"zh": "很抱歉，您的请求未通过审核。", "en": "Sorry, your request was not approved."},
     "no_recall": {"zh": "我这里没有您上次的记录。", "en": "I have no record of an earlier one."},
     "confirm_yes": {"zh": "是", "en": "Yes"},
     "confirm_no": {"zh": "否", "en": "No"},
     "loop": {"zh": "流程出现循环，我把您转给同事。", "en": "This is going in circles; I'm passing you to a colleague."},
+    "changed": {"zh": "抱歉，这项业务的流程刚刚更新，我把您转给同事继续办理，请稍候。",
+                "en": "Sorry, the process for this request has just been updated; a colleague will take it "
+                      "from here. Please hold on."},
     "broken": {"zh": "抱歉，这个流程出了问题，我把您转给同事。", "en": "Sorry, something went wrong in this process; a colleague will take over."},
 }
 
@@ -74,7 +79,10 @@ class ApprovalRequest:
 
 
 class ApprovalPort(Protocol):
-    """Opens a human approval (the router implements it over the handoff queue); returns the ticket id."""
+    """Opens a human approval (the router implements it over the handoff queue); returns the ticket id.
+
+    A port may also offer ``withdraw_approval(conn, ticket_id, reason)``: the customer cancelled while
+    the approval was pending, so the ticket is closed and a later decision has nothing to apply."""
 
     def open_approval(self, conn: Any, request: ApprovalRequest) -> str: ...
 
@@ -147,11 +155,55 @@ class FlowEngine:
         self.tools = tools
         self.approvals = approvals
         self.tickets = tickets      # the customer's earlier tickets (handoff's read function), for memory
+        # every loaded definition by (name, version): a running flow keeps the version it started with
+        self._versions: dict[tuple[str, int], Workflow] = {(w.name, w.version): w for w in workflows.workflows.values()}
         self.similarity = similarity
         self.drift_threshold = drift_threshold
         self._clock = clock
+        # observer(workflow, event): started | completed | cancelled | escalated (the router counts them)
+        self.observer: Callable[[str, str], None] | None = None
 
     # ------------------------------------------------------------------ public API
+
+    def reload(self, workflows: WorkflowSet, tools: ToolGateway | None = None) -> list[str]:
+        """Serve new definitions from now on (SIGHUP); running flows keep theirs. Returns warnings:
+        a workflow whose content changed under the same version number moves its running flows along."""
+        warnings = []
+        for wf in workflows.workflows.values():
+            old = self._versions.get((wf.name, wf.version))
+            if old is not None and _digest(old) != _digest(wf):
+                warnings.append(f"workflow {wf.name!r} changed but kept version {wf.version}: its running flows "
+                                "follow the new definition (raise `version` to keep them on the old one)")
+            self._versions[(wf.name, wf.version)] = wf
+        if tools is not None:
+            self.tools = tools
+        self.workflows = workflows   # one assignment: a turn sees the old set or the new one, never half
+        return warnings
+
+    def _pinned(self, inst: dict) -> tuple[Workflow, str | None]:
+        """The definition a flow runs on: the version it started with, else the current one if its step
+        still exists there; the second value says why neither fits (the flow then goes to a person)."""
+        name, version = inst["workflow"], inst["version"]
+        wf = self._versions.get((name, version))
+        if wf is not None and (inst["step"] is None or inst["step"] in wf.steps):
+            return wf, None
+        current = self.workflows.workflows.get(name)
+        if current is not None and inst["step"] is not None and inst["step"] in current.steps:
+            inst["version"] = current.version
+            inst["history"].append({"event": "version_moved", "from": version, "to": current.version,
+                                    "at": time.time()})
+            return current, None
+        stub = current or wf or Workflow(name=name, version=version, steps={}, first="", slots={})
+        why = (f"workflow {name} version {version} is no longer loaded" if current is None or wf is None
+               else f"step {inst['step']} of workflow {name} version {version} no longer exists")
+        return stub, why
+
+    def _gone(self, conn, inst: dict, wf: Workflow, run: _Run, why: str) -> FlowTurn:
+        """The flow's definition or step is gone (a reload removed it): a person takes over, politely."""
+        inst["pending"].pop("approval", None)
+        self._escalate(inst, wf, run, "L2", why, say=_t("changed", run.lang))
+        store.save(conn, inst)
+        return self._turn(inst, wf, run)
 
     def active(self, conn, conversation_id: str) -> dict | None:
         return store.active(conn, conversation_id)
@@ -168,6 +220,7 @@ class FlowEngine:
         inst["history"].append({"event": "started", "at": time.time(), "prefilled": sorted(slots)})
         inst["pending"]["message"] = text or ""
         R.VOCABULARY.set(wf.vocabulary)
+        self._observe(wf.name, "started")
         run = _Run(lang)
         return self._run(conn, inst, wf, caller, run, text=None, entities=entities or {})
 
@@ -175,14 +228,18 @@ class FlowEngine:
                 lang: str = "en", intent: str | None = None, intent_confidence: float | None = None) -> FlowTurn:
         inst = store.get(conn, instance["id"] if isinstance(instance, dict) else instance, lock=True)
         entities = entities or {}
-        wf = self.workflows[inst["workflow"]]
+        wf, gone = self._pinned(inst)
         R.VOCABULARY.set(wf.vocabulary)
         run = _Run(lang)
         if inst["status"] not in store.ACTIVE:
             return self._turn(inst, wf, run)
         inst["lang"] = lang
         inst["pending"]["message"] = text or ""
+        if gone:
+            return self._gone(conn, inst, wf, run, gone)
         if inst["status"] == "waiting_approval":
+            if U.is_cancel(text):   # "算了" while a human reviews: the request is withdrawn, nothing runs
+                return self._withdraw(conn, inst, wf, run, "the customer cancelled the request")
             # the decision is in a human's hands now: only resolve_approval moves the flow on
             run.say(_t("still_reviewing", lang))
             return self._turn(inst, wf, run)
@@ -218,13 +275,15 @@ class FlowEngine:
         inst = store.get(conn, instance_id, lock=True)
         if inst is None:
             raise KeyError(f"no flow instance {instance_id}")
-        wf = self.workflows[inst["workflow"]]
+        wf, gone = self._pinned(inst)
         R.VOCABULARY.set(wf.vocabulary)
         run = _Run(inst["lang"])
         if inst["status"] != "waiting_approval" or not inst["pending"].get("approval"):
             turn = self._turn(inst, wf, run)
             turn.outcome = "already_resolved"
             return turn
+        if gone or inst["pending"]["approval"].get("step") not in wf.steps:
+            return self._gone(conn, inst, wf, run, gone or "the approval step no longer exists")
         pending = inst["pending"].pop("approval")
         decision = {"approved": bool(approved), "approver": approver, "reason": reason or "", "tier": pending["tier"]}
         inst["pending"]["approval_result"] = decision
@@ -242,6 +301,7 @@ class FlowEngine:
             if isinstance(target, dict):
                 self._jump(inst, wf, target)
             else:
+                self._observe(inst["workflow"], "cancelled")
                 inst["status"], inst["outcome"], inst["step"] = "cancelled", "rejected", None
                 store.save(conn, inst)
                 return self._turn(inst, wf, run)
@@ -251,7 +311,7 @@ class FlowEngine:
         inst = store.get(conn, instance_id, lock=True)
         if inst is None:
             raise KeyError(f"no flow instance {instance_id}")
-        wf = self.workflows[inst["workflow"]]
+        wf, _ = self._pinned(inst)
         run = _Run(lang or inst["lang"])
         if inst["status"] not in store.ACTIVE:
             return self._turn(inst, wf, run)
@@ -329,12 +389,21 @@ class FlowEngine:
         inst["step"] = goto
         inst["history"].append({"event": "jump", "goto": goto, "reset": target.get("reset") or [], "at": time.time()})
 
+    def _observe(self, workflow: str, event: str) -> None:
+        if self.observer is not None:
+            try:
+                self.observer(workflow, event)
+            except Exception:  # noqa: BLE001 - counting must never break a customer's turn
+                pass
+
     def _finish(self, inst: dict, status: str, outcome: str) -> None:
+        self._observe(inst["workflow"], status)
         inst["status"], inst["outcome"], inst["step"] = status, outcome, None
         inst["pending"].pop("action", None)
         inst["history"].append({"event": status, "outcome": outcome, "at": time.time()})
 
     def _escalate(self, inst: dict, wf: Workflow, run: _Run, tier: str, reason: str, *, say: str | None = None) -> None:
+        self._observe(inst["workflow"], "escalated")
         run.handoff = HandoffRequest(tier=tier, reason=reason, flow_state=self._state(inst, wf))
         run.say(say if say is not None else _t("handoff", run.lang))
         inst["status"], inst["outcome"] = "escalated", "escalated"
@@ -345,6 +414,26 @@ class FlowEngine:
         self._finish(inst, "cancelled", "cancelled")
         inst["history"][-1]["reason"] = reason
         store.save(conn, inst)
+        return self._turn(inst, wf, run)
+
+    def _withdraw(self, conn, inst: dict, wf: Workflow, run: _Run, reason: str) -> FlowTurn:
+        """Cancel a flow that waits for an approval and close its approval ticket, in this transaction.
+
+        The flow row is saved cancelled first: the ticket's own cancel hook (which may try to cancel
+        the flow again) then finds nothing active. An approver acting later finds the ticket closed
+        (409) and ``resolve_approval`` finds no pending approval: the proposed call never runs.
+        """
+        pending = inst["pending"].pop("approval", None) or {}
+        ticket = pending.get("ticket") or inst.get("approval_ticket")
+        run.say(_t("withdrawn", run.lang))
+        self._finish(inst, "cancelled", "cancelled")
+        inst["history"][-1]["reason"] = reason
+        inst["history"].append({"event": "approval_withdrawn", "ticket": ticket, "step": pending.get("step"),
+                                "at": time.time()})
+        store.save(conn, inst)
+        withdraw = getattr(self.approvals, "withdraw_approval", None)
+        if ticket and withdraw is not None:
+            withdraw(conn, str(ticket), reason)
         return self._turn(inst, wf, run)
 
     def _fail(self, inst: dict, wf: Workflow, step: Step, run: _Run, error: str) -> str:
@@ -365,8 +454,12 @@ class FlowEngine:
 
     # ------------------------------------------------------------------ data in scope
 
-    def _scope(self, inst: dict, **extra: Any) -> dict[str, Any]:
-        data: dict[str, Any] = {k: v for k, v in inst["bindings"].items()}
+    def _scope(self, inst: dict, **extra: Any) -> Scope:
+        # the turn's CEL environments live on the loaded row (never saved): data converted once per turn
+        envs = inst.get("_envs")
+        if envs is None:
+            envs = inst["_envs"] = Envs()
+        data = Scope(inst["bindings"], envs)
         data["slots"] = dict(inst["slots"])
         data["caller"] = inst["caller"]
         data["lang"] = inst["lang"]
@@ -376,7 +469,7 @@ class FlowEngine:
         if "memory" not in data:
             data["memory"] = M.empty(self.workflows.memory)
         data["labels"] = self.workflows.labels_for(inst["lang"])
-        wf = self.workflows[inst["workflow"]]
+        wf = self._versions.get((inst["workflow"], inst["version"])) or self.workflows[inst["workflow"]]
         for loop_id, lp in inst["loops"].items():
             step = wf.steps[loop_id]
             if 0 <= lp["index"] < len(lp["items"]):
@@ -574,25 +667,39 @@ class FlowEngine:
         return options
 
     def _option_rows(self, inst: dict, step: Step, options: list) -> tuple[list[str], list[list[str]], dict[str, list[str]]]:
-        """Every option's id, matchable texts and label per language, from one CEL evaluation."""
+        """Every option's id, matchable texts and labels; computed once per turn while the data is the same
+        (the drift check, the answer and a re-ask all need them)."""
+        sig = (step.id, tuple((k, id(v)) for k, v in inst["bindings"].items()),
+               tuple((k, id(lp["items"]), lp["index"]) for k, lp in inst["loops"].items()), inst["lang"])
+        memo = inst.setdefault("_rows", {})
+        hit = memo.get(step.id)
+        if hit is not None and hit[0] == sig and same_value(hit[1], options) and same_value(hit[2], inst["slots"]):
+            return hit[3]
+        rows = self._compute_option_rows(inst, step, options)
+        memo[step.id] = (sig, options, dict(inst["slots"]), rows)
+        return rows
+
+    def _compute_option_rows(self, inst: dict, step: Step, options: list):
         label = step.raw["label"]
         labels = label if isinstance(label, dict) else {lang: label for lang in ("zh", "en")}
         langs = [lang for lang in ("en", "zh") if labels.get(lang)]
-        exprs = ["fmt_(" + step.raw["option_id"] + ")" if "option_id" in step.raw else "fmt_(option)"]
-        exprs += [template_expr(labels[lang]) for lang in langs]
+        scope = self._scope(inst)
+        templates = ["{{ " + step.raw["option_id"] + " }}" if "option_id" in step.raw else "{{ option }}"]
+        templates += [labels[lang] for lang in langs]
+        rendered = render_each(options, "option", templates, scope)
         matches = list(step.get("match") or [])
-        exprs += matches
-        rows = evaluate_each(options, "option", exprs, self._scope(inst))
+        extra = evaluate_columns(options, "option", matches, scope) if matches else []
         ids, texts, by_lang = [], [], {lang: [] for lang in langs}
-        for o, row in zip(options, rows):
-            oid = row[0] if "option_id" in step.raw else (o.get("id") if isinstance(o, dict) else row[0])
+        for n, o in enumerate(options):
+            oid = rendered[0][n] if "option_id" in step.raw else (o.get("id") if isinstance(o, dict) else rendered[0][n])
             ids.append("" if oid is None else str(oid))
             fields = []
             for j, lang in enumerate(langs):
-                by_lang[lang].append(row[1 + j])
-                if row[1 + j] not in fields:
-                    fields.append(row[1 + j])
-            for v in row[1 + len(langs):]:
+                by_lang[lang].append(rendered[1 + j][n])
+                if rendered[1 + j][n] not in fields:
+                    fields.append(rendered[1 + j][n])
+            for col in extra:
+                v = col[n]
                 fields.extend([format_value(x) for x in v] if isinstance(v, list) else [format_value(v)])
             texts.append(fields)
         return ids, texts, by_lang
@@ -988,6 +1095,13 @@ def _caller_from(inst: dict) -> Caller:
     c = inst["caller"]
     return Caller(channel=c.get("channel", ""), customer_id=c.get("customer_id", ""),
                   conversation_id=c.get("conversation_id") or inst["conversation_id"])
+
+
+def _digest(wf: Workflow) -> str:
+    """A definition's content (steps, slots, tiers), to tell a changed workflow from a reloaded same one."""
+    body = {"steps": {k: v.raw for k, v in wf.steps.items()}, "first": wf.first, "tiers": wf.approval_tiers,
+            "slots": {k: getattr(v, "validate", None) for k, v in wf.slots.items()}, "intents": wf.intents}
+    return json.dumps(body, sort_keys=True, default=str)
 
 
 def _jsonable(value: Any) -> Any:

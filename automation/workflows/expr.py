@@ -83,7 +83,171 @@ def _reads(source: str) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(compile_expr(source).variables()), frozenset(names)
 
 
+def same_value(a: Any, b: Any) -> bool:
+    """Equality as CEL sees it: 1, 1.0 and true are different values (Python's == says they are equal)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_value(v, b[k]) for k, v in a.items())
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+class _Env:
+    __slots__ = ("values", "ctx", "functions")
+
+    def __init__(self, values: dict[str, Any]):
+        self.values = dict(values)
+        self.ctx = cel.Context()
+        self.functions: set[str] = set()
+        self.ctx.update(self.values)
+
+    def with_functions(self, source: str) -> cel.Context:
+        """The context with the extension functions ``source`` calls (added once: adding resets the cache)."""
+        for name, fn in _functions(source):
+            if name not in self.functions:
+                self.ctx.add_function(name, fn)
+                self.functions.add(name)
+        return self.ctx
+
+    def matches(self, values: dict[str, Any]) -> bool:
+        for name, value in values.items():
+            if not same_value(value, self.values[name]):
+                return False
+        self.values.update(values)   # the same content: identity hits next time
+        return True
+
+
+class Envs:
+    """CEL environments of one turn, keyed by the names a program reads, each converted to CEL once.
+
+    Converting data to CEL values is most of an evaluation's cost (a 50-variant product: ~1 ms per
+    conversion); the cel ``Context`` keeps its converted environment until it is modified, so one
+    context per set of names is reused while those values stay the same (same object, or equal with
+    the same types). Values handed in must not be mutated in place afterwards (the engine replaces them). Not
+    thread-safe, like ``cel.Context``: one per turn.
+    """
+
+    __slots__ = ("_by_names",)
+    MAX = 64
+
+    def __init__(self):
+        self._by_names: dict[frozenset[str], _Env] = {}
+
+    def context(self, source: str, values: dict[str, Any]) -> cel.Context:
+        key = frozenset(values)
+        env = self._by_names.get(key)
+        if env is None or not env.matches(values):
+            if len(self._by_names) >= self.MAX:
+                self._by_names.clear()
+            env = self._by_names[key] = _Env(values)
+        return env.with_functions(source)
+
+
+class Scope(dict):
+    """The names in scope of a step (a plain mapping) carrying the turn's CEL environments."""
+
+    __slots__ = ("envs",)
+
+    def __init__(self, data: Any = (), envs: Envs | None = None):
+        super().__init__(data)
+        self.envs = envs if envs is not None else Envs()
+
+    def with_(self, **extra: Any) -> Scope:
+        return Scope({**self, **extra}, self.envs)
+
+
+def _top_level(text: str) -> tuple[list[int], list[tuple[int, int]]] | None:
+    """Positions of ``.filter`` at nesting depth 0 and the (open, close) spans of depth-0 brackets."""
+    depth, quote, i, filters, spans, opened = 0, None, 0, [], [], 0
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 2
+                continue
+            if ch == quote:
+                quote = None
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            if depth == 0:
+                opened = i
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth < 0:
+                return None
+            if depth == 0:
+                spans.append((opened, i))
+        elif depth == 0 and text.startswith(".filter", i):
+            filters.append(i)
+        i += 1
+    return (filters, spans) if depth == 0 and quote is None else None
+
+
+@lru_cache(maxsize=4096)
+def _split_filter(source: str) -> tuple[str, str, str] | None:
+    """``BASE.filter(v, PRED)`` as the whole expression -> (BASE, v, PRED), else None."""
+    text = source.strip()
+    if not text.endswith(")") or ".filter" not in text:
+        return None
+    found = _top_level(text)
+    if not found or not found[0]:
+        return None
+    filters, spans = found
+    at = filters[-1]
+    m = re.match(r"\.filter\s*\(\s*([A-Za-z_]\w*)\s*,", text[at:])
+    if not m or not text[:at].strip():
+        return None
+    open_at = at + m.end() - 1 - len(m.group(0)) + m.group(0).index("(") + 1
+    if (open_at, len(text) - 1) not in spans:   # the filter's parenthesis closes at the very end
+        return None
+    base = text[:at]
+    skeleton, last = [], 0
+    for o, c in spans:   # the base must be one member chain (a.b[0].c, (x), [..]): no operator at depth 0
+        if c < at:
+            skeleton.append(base[last:o])
+            last = c + 1
+    skeleton.append(base[last:])
+    if not re.fullmatch(r"[\w\s.]*", "".join(skeleton)):
+        return None
+    return base, m.group(1), text[at + m.end():-1]
+
+
+_PATH = re.compile(r"^\s*([A-Za-z_]\w*)((?:\s*\.\s*[A-Za-z_]\w*)*)\s*$")
+_KEYWORDS = {"true", "false", "null", "in", "has", "size", "int", "uint", "double", "string", "bool", "bytes",
+             "type", "dyn", "list", "map"}
+
+
+@lru_cache(maxsize=4096)
+def _path(source: str) -> tuple[str, tuple[str, ...]] | None:
+    """``a.b.c`` (field selection only) -> ("a", ("b", "c")): read in Python, no conversion at all."""
+    m = _PATH.match(source)
+    if not m or m.group(1) in _KEYWORDS:
+        return None
+    fields = tuple(f.strip() for f in m.group(2).split(".")[1:])
+    return m.group(1), fields
+
+
+def _walk(value: Any, fields: tuple[str, ...]) -> Any:
+    for f in fields:
+        if not isinstance(value, dict) or f not in value:
+            raise KeyError(f)
+        value = value[f]
+    return value
+
+
+def _plain_cel(value: Any) -> bool:
+    """Values a field path may hand back as CEL would (JSON data: no tuples, bytes or custom objects)."""
+    return value is None or isinstance(value, (str, bool, int, float, dict, list))
+
+
 def evaluate(source: str, data: dict[str, Any]) -> Any:
+    """Evaluate a CEL expression over ``data``; a :class:`Scope` reuses its converted environments."""
     program = compile_expr(source)
     reads, required = _reads(source)
     missing = sorted(n for n in required if n not in data)
@@ -92,10 +256,40 @@ def evaluate(source: str, data: dict[str, Any]) -> Any:
     # hand CEL only the names the expression reads: converting a large tool result it does not use is
     # most of an evaluation's cost
     needed = {k: data[k] for k in reads if k in data}
+    envs = data.envs if isinstance(data, Scope) else None
     try:
-        return program.execute(_context(source, needed))
+        path = _path(source)
+        if path is not None and path[0] in needed:   # a field path: read in Python, nothing to convert
+            try:
+                value = _walk(needed[path[0]], path[1])
+                if _plain_cel(value):
+                    return value
+            except KeyError:
+                pass   # CEL reports the missing key in its own words
+        split = _split_filter(source) if envs is not None else None
+        if split is not None:
+            kept = _filtered(split, needed, envs)
+            if kept is not None:
+                return kept
+        return program.execute(envs.context(source, needed) if envs is not None else _context(source, needed))
     except (RuntimeError, TypeError, ValueError, KeyError) as exc:
         raise ExpressionError(f"{source}: {str(exc).splitlines()[0]}") from None
+
+
+def _filtered(split: tuple[str, str, str], needed: dict[str, Any], envs: Envs) -> list | None:
+    """``BASE.filter(v, P)`` as ``BASE`` and ``BASE.map(v, P)``: the macro copies its growing result list
+    on every kept element (quadratic in large maps: 50 variants ~3 ms), a list of booleans does not."""
+    base, var, pred = split
+    try:
+        items = evaluate(base, Scope(needed, envs))
+        if not isinstance(items, list):
+            return None   # filtering a map's keys: CEL's own macro
+        keep = evaluate_columns(items, var, [pred], Scope(needed, envs))[0]
+    except ExpressionError:
+        return None       # the original program reports the error
+    if not isinstance(keep, list) or len(keep) != len(items) or not all(isinstance(k, bool) for k in keep):
+        return None
+    return [x for x, k in zip(items, keep) if k]
 
 
 def evaluate_bool(source: str, data: dict[str, Any]) -> bool:
@@ -153,8 +347,89 @@ def template_expr(template: str) -> str:
 
 
 def evaluate_each(items: list, var: str, exprs: list[str], data: dict[str, Any]) -> list[list[Any]]:
-    """Evaluate several expressions for every item of a list in one CEL program (one conversion of the data)."""
+    """Evaluate several expressions for every item of a list (rows of values, one per item)."""
+    cols = evaluate_columns(items, var, exprs, data)
+    return [list(row) for row in zip(*cols)] if cols else [[] for _ in items]
+
+
+def evaluate_columns(items: list, var: str, exprs: list[str], data: dict[str, Any]) -> list[list[Any]]:
+    """One list of values per expression over ``items`` (bound to ``var``), each list as long as ``items``.
+
+    A field path (``option.id``) is read in Python; anything else is one ``items_.map(var, EXPR)`` over
+    the items converted to CEL once for all the expressions (a single program returning a row of values
+    per item would copy the growing list of rows on every item).
+    """
     if not items:
-        return []
-    source = f"items_.map({var}, [{', '.join(exprs)}])"
-    return evaluate(source, {**data, "items_": items})
+        return [[] for _ in exprs]
+    out: dict[str, list[Any]] = {}
+    rest = []
+    for source in exprs:
+        if source in out or source in rest:
+            continue
+        path = _path(source)
+        if path is not None and path[0] == var:
+            try:
+                values = [_walk(item, path[1]) for item in items]
+                if all(_plain_cel(v) for v in values):
+                    out[source] = values
+                    continue
+            except KeyError:
+                pass
+        rest.append(source)
+    if not rest:
+        return [out[source] for source in exprs]
+    # convert only the fields of the items the expressions read (``option.options``): the rest of a
+    # large record never reaches CEL
+    fields = _fields_of(var, rest)
+    if fields is not None and all(isinstance(item, dict) for item in items):
+        items = [{f: item[f] for f in fields if f in item} for item in items]
+    base = data if isinstance(data, Scope) else Scope(data)
+    scope = base.with_(items_=items)
+    for source in rest:
+        values = evaluate(f"items_.map({var}, {source})", scope)
+        if not isinstance(values, list) or len(values) != len(items):
+            raise ExpressionError(f"{source}: not one value per item")
+        out[source] = values
+    return [out[source] for source in exprs]
+
+
+def _fields_of(var: str, sources: list[str]) -> frozenset[str] | None:
+    """The first-level fields of ``var`` the expressions read, or None when one uses ``var`` otherwise
+    (whole, indexed, or where a string literal makes the text ambiguous)."""
+    fields: set[str] = set()
+    for source in sources:
+        bare = _STRING_LIT.sub('""', source)
+        uses = re.findall(rf"(?<![.\w]){re.escape(var)}(?!\w)", bare)
+        selected = re.findall(rf"(?<![.\w]){re.escape(var)}\s*\.\s*([A-Za-z_]\w*)", bare)
+        if len(uses) != len(selected) or re.search(rf"\.\s*(?:filter|map|exists|all|exists_one)\s*\(\s*{re.escape(var)}\s*,", bare):
+            return None   # the whole item is used, or a macro rebinds the same name
+        fields.update(selected)
+    return frozenset(fields)
+
+
+def template_parts(template: str) -> list[tuple[bool, str]]:
+    """A template as (is_expression, text) parts: literal text and ``{{ }}`` holes in order."""
+    parts, last = [], 0
+    for m in _HOLE.finditer(template):
+        if m.start() > last:
+            parts.append((False, template[last:m.start()]))
+        parts.append((True, m.group(1)))
+        last = m.end()
+    if last < len(template):
+        parts.append((False, template[last:]))
+    return parts
+
+
+def render_each(items: list, var: str, templates: list[str], data: dict[str, Any]) -> list[list[str]]:
+    """Every template rendered for every item (one list of texts per template): the holes are evaluated
+    column by column and formatted in Python, so CEL never calls back into Python per item."""
+    parsed = [template_parts(t) for t in templates]
+    holes_ = [text for parts in parsed for is_expr, text in parts if is_expr]
+    cols = dict(zip(holes_, evaluate_columns(items, var, holes_, data))) if holes_ else {}
+    out = []
+    for parts in parsed:
+        texts = []
+        for i in range(len(items)):
+            texts.append("".join(format_value(cols[text][i]) if is_expr else text for is_expr, text in parts))
+        out.append(texts)
+    return out

@@ -86,3 +86,56 @@ def _plain(row: dict[str, Any]) -> dict[str, Any]:
     row = dict(row)
     row["id"] = str(row["id"])
     return row
+
+
+def conversation_flows(conn, conversation_id: str) -> list[dict]:
+    """Every flow of a conversation, oldest first, for its trace and the conversation eval: the outcome,
+    the slots, the steps run and the tool calls made (with their recorded results from ``tool_calls``)."""
+    cur = _cur(conn)
+    rows = cur.execute("""SELECT id, workflow, version, step, status, outcome, lang, slots, history, approval_ticket,
+                                 created_at, updated_at
+                          FROM flow_instances WHERE conversation_id = %s ORDER BY created_at, id""",
+                       (str(conversation_id),)).fetchall()
+    call_ids = [h["call_id"] for r in rows for h in r["history"] if h.get("event") == "call" and h.get("call_id")]
+    recorded = {}
+    if call_ids:
+        for c in cur.execute("SELECT id::text AS id, output, error FROM tool_calls WHERE id::text = ANY(%s)",
+                             (call_ids,)).fetchall():
+            recorded[c["id"]] = c
+    out = []
+    for r in rows:
+        history = r["history"] or []
+        calls = []
+        for h in history:
+            if h.get("event") != "call":
+                continue
+            rec = recorded.get(str(h.get("call_id")), {})
+            calls.append({"step": h.get("step"), "tool": h.get("tool"), "status": h.get("status"),
+                          "idempotency_key": h.get("idempotency_key"), "output": rec.get("output"),
+                          "error": rec.get("error")})
+        steps = [h["step"] for h in history if h.get("step") and "kind" in h]
+        out.append({"instance_id": str(r["id"]), "workflow": r["workflow"], "version": r["version"],
+                    "status": r["status"], "outcome": r["outcome"], "step": r["step"], "lang": r["lang"],
+                    "slots": r["slots"], "steps": steps, "calls": calls,
+                    "approval_ticket": r["approval_ticket"],
+                    "events": [h["event"] for h in history if h.get("event") and h.get("event") != "call"],
+                    "created_at": r["created_at"].isoformat(), "updated_at": r["updated_at"].isoformat()})
+    return out
+
+
+def completion_by_workflow(conn, since, until) -> dict[str, dict]:
+    """Flows started in [since, until) per workflow, by how they ended. ``completed`` means the task was
+    done (status completed, outcome completed); a refusal by the shop's rules is counted apart."""
+    rows = _cur(conn).execute(
+        """SELECT workflow,
+                  count(*) AS started,
+                  count(*) FILTER (WHERE status = 'completed' AND outcome = 'completed') AS completed,
+                  count(*) FILTER (WHERE status = 'completed' AND outcome IS DISTINCT FROM 'completed') AS refused,
+                  count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+                  count(*) FILTER (WHERE status = 'escalated') AS escalated,
+                  count(*) FILTER (WHERE status = ANY(%(active)s)) AS active
+           FROM flow_instances WHERE created_at >= %(since)s AND created_at < %(until)s
+           GROUP BY workflow ORDER BY workflow""",
+        {"since": since, "until": until, "active": list(ACTIVE)}).fetchall()
+    return {r["workflow"]: {k: r[k] for k in ("started", "completed", "refused", "cancelled", "escalated", "active")}
+            for r in rows}

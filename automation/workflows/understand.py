@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
+from functools import lru_cache
 from difflib import SequenceMatcher
 from typing import Any, Callable
 
@@ -38,6 +39,7 @@ _CURRENCY = {"¥": "CNY", "￥": "CNY", "元": "CNY", "块": "CNY", "rmb": "CNY"
              "usd": "USD", "dollar": "USD", "dollars": "USD", "€": "EUR", "eur": "EUR", "£": "GBP"}
 
 
+@lru_cache(maxsize=65536)
 def norm(text: str) -> str:
     text = unicodedata.normalize("NFKC", text or "").strip().lower()
     return re.sub(r"[\s,.!?;:，。！？；：、~]+", " ", text).strip()
@@ -162,8 +164,10 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
             return Choice(n - 1, [], "number")
         if 1 <= k <= n:
             return Choice(k - 1, [], "number")
-    # an id between Chinese characters ("W3003的") is still a whole id: only letters and digits bound it
-    hits = [i for i, oid in enumerate(ids) if oid and re.search(rf"(?<![a-z0-9_]){re.escape(norm(oid))}(?![a-z0-9_])", t)]
+    # an id between Chinese characters ("W3003的") is still a whole id: only letters and digits bound it;
+    # the substring test first: cheap
+    hits = [i for i, oid in enumerate(ids) if oid and norm(oid) in t
+            and re.search(rf"(?<![a-z0-9_]){re.escape(norm(oid))}(?![a-z0-9_])", t)]
     if len(hits) == 1:
         return Choice(hits[0], [], "id")
     # exact: an option's label or a field stated in the text (or the text is the label)
@@ -176,7 +180,8 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
             nf = norm(f)
             if nf == t:
                 hit.add(("whole", nf))
-            elif nf and re.search(rf"(?<![a-z0-9]){re.escape(nf)}(?![a-z0-9])", t) and (len(nf) >= 2 or nf.isalnum()):
+            elif nf and nf in t and re.search(rf"(?<![a-z0-9]){re.escape(nf)}(?![a-z0-9])", t) \
+                    and (len(nf) >= 2 or nf.isalnum()):
                 hit.add(nf)
         counts.append(len(hit) + (100 if any(isinstance(h, tuple) for h in hit) else 0))
     top = max(counts)

@@ -111,8 +111,75 @@ def wire_flows(services: Services) -> None:
                                 tickets=customer_tickets)   # earlier tickets in the session memory
     if services.handoff is not None and hasattr(services.handoff.port, "flows"):
         services.handoff.port.flows = services.flows   # an approver's decision resumes the flow
-    services.readiness["workflows"] = lambda: (True, f"{len(workflows.names())} workflows, "
-                                                     f"{len(gateway.names())} tools")
+    engine = services.flows
+    services.readiness["workflows"] = lambda: (True, f"{len(engine.workflows.names())} workflows, "
+                                                     f"{len(engine.tools.names())} tools")
+    if services.metrics is not None:
+        services.metrics.allow_workflows_of(engine)
+        engine.observer = services.metrics.count_flow
+    on_sighup(lambda: reload_flows(services), name="workflows-reload")
+
+
+def reload_flows(services: Services) -> bool:
+    """Re-read the tools and workflows files (SIGHUP, like the intents): both load or nothing changes.
+
+    A broken file is logged as ``file:line: field: message`` and the running tools and workflows are
+    kept; running flows keep the workflow version they started with. The old gateway is closed a
+    minute later, after the calls in flight on it have finished.
+    """
+    import threading
+
+    from automation.tools import load_tool_gateway
+    from automation.workflows.spec import load_workflows
+    from text import personal
+
+    engine, s = services.flows, services.settings
+    if engine is None:
+        return False
+    variables = dict(os.environ)
+    variables["SWITCHBOARD_DATABASE_URL"] = services.dsn
+    try:
+        gateway = load_tool_gateway(s.tools_file, pool=services.pool, variables=variables,
+                                    redact=lambda v: personal.mask(v) or "")
+    except (ValueError, OSError) as exc:
+        log.error("tools file not reloaded, keeping the running tools and workflows:\n%s", exc)
+        return False
+    try:
+        workflows = load_workflows(s.workflows_file, tools=gateway)
+    except (ValueError, OSError) as exc:
+        gateway.close()
+        log.error("workflows not reloaded, keeping the running tools and workflows:\n%s", exc)
+        return False
+    old = services.tools
+    for warning in engine.reload(workflows, tools=gateway):
+        log.warning(warning)
+    services.tools = gateway
+    services.closers.append(gateway.close)
+    if old is not None and old is not gateway:
+        timer = threading.Timer(60.0, old.close)
+        timer.daemon = True
+        timer.start()
+    log.info("reloaded %d workflows and %d tools", len(workflows.names()), len(gateway.names()))
+    return True
+
+
+def on_sighup(fn, *, name: str) -> bool:
+    """Run ``fn`` in a thread on SIGHUP, after whatever handler is installed already (the intents' reload):
+    one signal reloads every file. Only the main thread may install handlers; elsewhere False."""
+    import signal
+    import threading
+
+    if not hasattr(signal, "SIGHUP") or threading.current_thread() is not threading.main_thread():
+        return False
+    previous = signal.getsignal(signal.SIGHUP)
+
+    def handler(signum, frame):
+        if callable(previous):
+            previous(signum, frame)
+        threading.Thread(target=fn, name=name, daemon=True).start()
+
+    signal.signal(signal.SIGHUP, handler)
+    return True
 
 
 def make_knowledge_base(settings, pool, encoder, *, knowledge_dir=None, reranker=None, progress: bool = False):

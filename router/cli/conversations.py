@@ -73,7 +73,12 @@ def _run_live(url: str, headers: list[str], cases, progress, as_json: bool):
             if r.status_code >= 400:
                 return {"error": r.status_code, "outcome": "none"}
             return r.json()
-        return run_cases(cases, send, on_case=progress)
+
+        def inspect(response):
+            """The conversation's flows from its trace (needs a key that may read traces, via --header)."""
+            r = client.get(f"/v1/conversations/{response['conversation_id']}/trace")
+            return r.json().get("flows") if r.status_code == 200 else None
+        return run_cases(cases, send, on_case=progress, inspect=inspect)
 
 
 def _run_in_process(cases, progress):
@@ -86,6 +91,16 @@ def _run_in_process(cases, progress):
     try:
         def send(message):
             return services.pipeline.handle(InboundMessage.from_api(MessageIn(**message)))[0]
-        return run_cases(cases, send, on_case=progress)
+        return run_cases(cases, send, on_case=progress, inspect=lambda response: flows_of(services, response))
     finally:
         services.close()
+
+
+def flows_of(services, response) -> list[dict] | None:
+    """The conversation's flows after a turn, from Postgres (None when no workflows are wired)."""
+    from automation.workflows.store import conversation_flows
+
+    if services.flows is None:
+        return None
+    with services.pool.connection() as conn:
+        return conversation_flows(conn, response["conversation_id"])

@@ -10,9 +10,17 @@ Expectations of a turn (each optional): ``tier`` (L1 | L2 | L3 | null), ``ticket
 conversation after the turn), ``lang`` (the reply's language), ``citations`` (true / false: the reply
 cites the knowledge base; or a list of doc ids that must all be cited), ``intent``, ``state``,
 ``outcome`` (resolved | clarified | ticketed | held | none), ``reply`` (a reply was sent),
-``reply_contains`` and ``escalation`` (the rule). ``flow``, ``slots`` and ``tools`` are hooks for
-the workflow and tool layers: a gateway response that carries them (``flow``/``slots``/``tools``
-keys) is compared, otherwise they are reported as not evaluated.
+``reply_contains`` and ``escalation`` (the rule). Workflows, from the system of record after the turn
+(the conversation's flows: in process from Postgres, against ``--url`` from the trace endpoint):
+
+- ``flow``: a subset of the latest flow (of ``flow.workflow`` when given): ``workflow``, ``status``
+  (waiting | running | waiting_approval | completed | cancelled | escalated), ``outcome``, ``step``,
+  ``awaiting``, ``version``; ``null`` means no flow answered the turn;
+- ``slots``: a subset of that flow's slots (numbers compare as numbers: 30 == 30.0);
+- ``tools``: a list of calls the conversation's flows made, each ``{"tool", "status", "output": {subset},
+  "times": N}`` (``times``: exactly N such calls, default at least one; ``times: 0``: none).
+
+They are reported as not evaluated when the gateway has no workflows or the flows cannot be read.
 
 The run reports the pass rate per expectation, cases passed, and deflection: per turn (the
 gateway's outcome) and per case (resolved by the bot, clarified only, or ticketed).
@@ -73,13 +81,66 @@ def _observed(response: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def check(expect: dict[str, Any], response: dict[str, Any]) -> dict[str, bool | None]:
-    """Each expectation -> passed (True/False) or None for a hook the response does not carry."""
+def _matches(want: Any, got: Any) -> bool:
+    """``want`` is contained in ``got``: dicts by key (recursively), lists item by item, numbers by value."""
+    if isinstance(want, dict):
+        return isinstance(got, dict) and all(k in got and _matches(v, got[k]) for k, v in want.items())
+    if isinstance(want, list):
+        return isinstance(got, list) and len(want) == len(got) and all(_matches(w, g) for w, g in zip(want, got))
+    if isinstance(want, (int, float)) and not isinstance(want, bool) and isinstance(got, (int, float, str)) \
+            and not isinstance(got, bool):
+        try:
+            return abs(float(got) - float(want)) < 1e-9
+        except ValueError:
+            return False
+    return want == got
+
+
+def _latest_flow(expect: dict[str, Any], response: dict[str, Any], flows: list[dict] | None) -> dict | None:
+    want = expect.get("flow") if isinstance(expect.get("flow"), dict) else {}
+    name = want.get("workflow")
+    recorded = [f for f in flows or [] if name is None or f.get("workflow") == name]
+    latest = dict(recorded[-1]) if recorded else None
+    answered = response.get("flow")
+    if answered and (name is None or answered.get("workflow") == name):
+        if latest is None or latest.get("instance_id") == answered.get("instance_id"):
+            latest = {**(latest or {}), **{k: v for k, v in answered.items() if v is not None}}
+    return latest
+
+
+def _check_hook(key: str, want: Any, expect: dict[str, Any], response: dict[str, Any],
+                flows: list[dict] | None) -> bool | None:
+    if key == "flow" and want is None:
+        return response.get("flow") is None
+    if flows is None and key != "flow":
+        return None
+    latest = _latest_flow(expect, response, flows)
+    if key == "flow":
+        if latest is None:
+            return None if flows is None and not response.get("flow") else False
+        return _matches(want, latest)
+    if key == "slots":
+        return _matches(want, (latest or {}).get("slots") or {}) if latest is not None else False
+    calls = [c for f in flows for c in f.get("calls") or []]
+    for item in want if isinstance(want, list) else [want]:
+        item = dict(item)
+        times = item.pop("times", None)
+        n = sum(1 for c in calls if _matches(item, c))
+        if (times is None and n == 0) or (times is not None and n != times):
+            return False
+    return True
+
+
+def check(expect: dict[str, Any], response: dict[str, Any], flows: list[dict] | None = None) -> dict[str, bool | None]:
+    """Each expectation -> passed (True/False) or None when it cannot be evaluated here.
+
+    ``flows``: the conversation's flows after the turn (``automation.workflows.store.conversation_flows``
+    or the trace's ``flows``); None when they cannot be read (``flow`` then uses the response alone)."""
     seen = _observed(response)
     out: dict[str, bool | None] = {}
     for key, want in expect.items():
         if key in HOOKS:
-            out[key] = (response[key] == want) if key in response else None
+            out[key] = _check_hook(key, want, expect, response, flows)
         elif key == "citations":
             out[key] = (bool(seen["citations"]) == want) if isinstance(want, bool) else \
                 set(want) <= set(seen["citations"])
@@ -103,8 +164,12 @@ def case_outcome(outcomes: list[str]) -> str:
 
 
 def run_cases(cases: Iterable[dict[str, Any]], send: Callable[[dict[str, Any]], dict[str, Any]], *,
-              run_id: str | None = None, on_case: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Run every case as a fresh conversation through ``send`` (one message dict -> the turn's JSON)."""
+              run_id: str | None = None, on_case: Callable[[int], None] | None = None,
+              inspect: Callable[[dict[str, Any]], list[dict] | None] | None = None) -> dict[str, Any]:
+    """Run every case as a fresh conversation through ``send`` (one message dict -> the turn's JSON).
+
+    ``inspect(response)``: the conversation's flows after the turn, for the ``flow``/``slots``/``tools``
+    expectations (asked only for turns that expect one of them)."""
     run_id = run_id or uuid.uuid4().hex[:8]
     per_key: dict[str, dict[str, int]] = {}
     turn_outcomes: dict[str, int] = {}
@@ -120,12 +185,21 @@ def run_cases(cases: Iterable[dict[str, Any]], send: Callable[[dict[str, Any]], 
             outcome = response.get("outcome") or "none"
             outcomes.append(outcome)
             turn_outcomes[outcome] = turn_outcomes.get(outcome, 0) + 1
-            for key, ok in check(turn.get("expect") or {}, response).items():
+            expect = turn.get("expect") or {}
+            flows = None
+            if inspect is not None and set(expect) & set(HOOKS) and response.get("conversation_id"):
+                flows = inspect(response)
+            for key, ok in check(expect, response, flows).items():
                 bucket = per_key.setdefault(key, {"passed": 0, "failed": 0, "not_evaluated": 0})
                 bucket["passed" if ok else "not_evaluated" if ok is None else "failed"] += 1
                 if ok is False:
-                    failures.append({"turn": j, "text": turn["text"], "expect": key,
-                                     "want": turn["expect"][key], "got": _observed(response).get(key)})
+                    got = _observed(response).get(key)
+                    if key in HOOKS:
+                        latest = _latest_flow(expect, response, flows)
+                        got = (latest or {}).get("slots") if key == "slots" else latest if key == "flow" else \
+                            [{k: c.get(k) for k in ("tool", "status", "output")}
+                             for f in flows or [] for c in f.get("calls") or []]
+                    failures.append({"turn": j, "text": turn["text"], "expect": key, "want": expect[key], "got": got})
         conv_outcome = case_outcome(outcomes)
         conv_outcomes[conv_outcome] = conv_outcomes.get(conv_outcome, 0) + 1
         results.append({"id": case["id"], "passed": not failures, "outcome": conv_outcome, "failures": failures})

@@ -40,6 +40,9 @@ class ClosedLabels:
         return getattr(self.metric, name)
 
 
+# what happened to workflow instances (label values of switchboard_flows; cancelled = abandoned)
+FLOW_EVENTS = ("started", "completed", "cancelled", "escalated")
+
 # what a turn did for the customer, and the languages replies are in: closed label sets shared by the
 # decider (router.turn), /metrics and the report
 TURN_OUTCOMES = ("resolved", "clarified", "ticketed", "held", "none")
@@ -93,7 +96,13 @@ class Metrics:
         self.outbox = Counter("switchboard_outbox", "Outbound deliveries by channel and result", ["channel", "result"], registry=r)
         self.csat = Counter("switchboard_csat_ratings", "CSAT ratings received, by score", ["score"], registry=r)
 
+        self.flows = Counter("switchboard_flows", "Workflow instances by workflow and event: started, completed, "
+                             "cancelled (abandoned by the customer, or rejected), escalated (to a person)",
+                             ["workflow", "event"], registry=r)
+        self._flow_engine = None                         # the loaded workflows' names are the label values
+
         self.http_requests = ClosedLabels(self.http_requests, set(HTTP_METHODS), None, None)  # route: templates
+        self.flows = ClosedLabels(self.flows, self._known_workflow, set(FLOW_EVENTS))
         self.messages = ClosedLabels(self.messages, self.channels)
         self.duplicates = ClosedLabels(self.duplicates, self.channels)
         self.decisions = ClosedLabels(self.decisions, set(TIERS), self._known_intent, set(DECIDED_BY))
@@ -116,6 +125,21 @@ class Metrics:
             names = frozenset(i.name for i in getattr(config, "intents", ()))
             self._intents_of = (config, names)
         return name in names
+
+    def allow_workflows_of(self, engine) -> None:
+        """The workflows ``engine`` has loaded (whatever it is reloaded to) become label values; their
+        series start at zero so a dashboard sees every workflow before its first flow."""
+        self._flow_engine = engine
+        for name in engine.workflows.names():
+            for event in FLOW_EVENTS:
+                self.flows.labels(name, event)
+
+    def _known_workflow(self, name: str) -> bool:
+        engine = self._flow_engine
+        return engine is not None and name in engine.workflows
+
+    def count_flow(self, workflow: str, event: str) -> None:
+        self.flows.labels(workflow, event).inc()
 
     def refresh_from_database(self, pool) -> None:
         """Set the gauges whose truth is shared by every pod and lives in Postgres: queue depth and the

@@ -179,6 +179,7 @@ def build_report(conn: psycopg.Connection, since: datetime, until: datetime | No
         GROUP BY 1, 2, 3
         """, p).fetchall())
 
+    flows = _flows(conn, since, until)
     routed = tot["routed"]
     all_h = handling.get("all") or {}
     report = {
@@ -216,10 +217,29 @@ def build_report(conn: psycopg.Connection, since: datetime, until: datetime | No
         "knowledge_base": {"refused_updates": refusals["in_window"], "refused_updates_total": refusals["total"],
                            "latest_refusal": refusals["latest"]},
         "deflection": deflection,
+        "workflows": flows,
         "daily": daily,
     }
     report["checks"] = {"l1_answers_cited": l1["uncited"] == 0, "knowledge_updates_applied": refusals["in_window"] == 0}
     return report
+
+
+def _flows(conn, since: datetime, until: datetime) -> dict[str, Any]:
+    """Task completion per workflow: flows started in the window and how they ended (completed = the task
+    was done; refused = the shop's rules said no; cancelled = abandoned or rejected; escalated = a person)."""
+    from automation.workflows.store import completion_by_workflow
+
+    per = completion_by_workflow(conn, since, until)
+    out = {}
+    for name, c in per.items():
+        finished = c["started"] - c["active"]
+        out[name] = {**c, "completion_rate": _rate(c["completed"], c["started"]),
+                     "completion_rate_of_finished": _rate(c["completed"], finished),
+                     "escalation_rate": _rate(c["escalated"], c["started"]),
+                     "abandon_rate": _rate(c["cancelled"], c["started"])}
+    total = {k: sum(c[k] for c in per.values()) for k in ("started", "completed", "refused", "cancelled",
+                                                            "escalated", "active")}
+    return {"by_workflow": out, **total, "completion_rate": _rate(total["completed"], total["started"])}
 
 
 def _deflection(rows) -> dict[str, Any]:
@@ -357,6 +377,10 @@ def render_text(report: dict[str, Any]) -> str:
         "  deflection (turns)  " + ", ".join(f"{k} {n}" for k, n in report["deflection"]["outcomes"].items()),
         "  escalations by rule " + (", ".join(f"{k} {n}" for k, n in report["escalations_by_rule"].items()) or "none"),
     ]
+    flows = (report.get("workflows") or {}).get("by_workflow") or {}
+    if flows:
+        lines.append("  task completion     " + ", ".join(
+            f"{name} {pct(c['completion_rate'])} of {c['started']}" for name, c in flows.items()))
     kb = report.get("knowledge_base") or {}
     if kb.get("refused_updates"):
         latest = kb["latest_refusal"]

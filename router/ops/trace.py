@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 
+from automation.workflows.store import conversation_flows
 from handoff.queries import conversation_ticket_events
 from router.ops.observability import BUSINESS_KEYS, redact, redact_obj
 
@@ -55,6 +56,16 @@ def _retrieval(trace: dict[str, Any], chunks: dict[str, dict[str, Any]]) -> dict
                            **{k: meta.get(k) for k in ("doc_id", "title", "section", "lang") if meta.get(k)}})
     return {"answered": rag.get("answered"), "confidence": rag.get("confidence"), "reason": rag.get("reason"),
             "candidates": candidates}
+
+
+def _flow(trace: dict[str, Any]) -> dict[str, Any] | None:
+    """The workflow's part of a turn: the flow's state after it and each step run, with its own time."""
+    wf = trace.get("workflow")
+    if not wf:
+        return None
+    return {"workflow": wf.get("workflow"), "instance_id": wf.get("instance_id"), "status": wf.get("status"),
+            "step": wf.get("step"), "awaiting": wf.get("awaiting"), "outcome": wf.get("outcome"),
+            "drift": wf.get("drift"), "steps": wf.get("steps") or []}
 
 
 def load_trace(conn: psycopg.Connection, conversation_id: str) -> dict[str, Any] | None:
@@ -138,6 +149,7 @@ def load_trace(conn: psycopg.Connection, conversation_id: str) -> dict[str, Any]
             "retrieval": _retrieval(trace, chunks),
             "ticket": trace.get("ticket") or ({"added_to": trace["added_to_ticket"]}
                                               if trace.get("added_to_ticket") else None),
+            "flow": _flow(trace),
             "state_after": t["state"],
             "transitions": [],
             "reply": response.get("reply"),
@@ -194,6 +206,7 @@ def load_trace(conn: psycopg.Connection, conversation_id: str) -> dict[str, Any]
         },
         "sessions": [sessions[k] for k in sorted(sessions)],
         "turns": out_turns,
+        "flows": conversation_flows(conn, conversation_id),
         "events_before_first_turn": unowned,
     }
     # the stored traces are redacted already; messages, replies, agent texts and ids are not

@@ -61,3 +61,17 @@ class HandoffApprovals:
             priority="normal", context=context, draft=draft, amount=float(request.amount),
             currency=request.currency)
         return str(ticket["id"])
+
+    def withdraw_approval(self, conn, ticket_id: str, reason: str) -> None:
+        """The customer cancelled while the approval waited: the ticket is cancelled in the turn's transaction
+        (after the conversation lock the turn holds, the order every ticket writer takes), so an approver's
+        later approve or reject gets 409 and nothing runs. A ticket closed already is left as it is."""
+        from handoff.errors import Conflict, NotFound
+
+        handoff = self._handoff()
+        if handoff is None:
+            return
+        try:
+            handoff.cancel_ticket(conn, ticket_id, reason=f"withdrawn: {reason}", actor="customer")
+        except (Conflict, NotFound) as exc:
+            log.info("approval ticket %s not withdrawn: %s", ticket_id, exc)

@@ -304,6 +304,15 @@ class ConversationStatePort:
     def on_ticket_cancelled(self, conn, ticket):
         self._move(conn, ticket, {s: "idle" for s in ("l2_assisting", "l3_queuing", "l3_connected")},
                    "ticket_cancelled")
+        instance_id = (ticket.get("draft") or {}).get("instance_id")
+        if ticket.get("kind") == "approval" and instance_id and self.flows is not None:
+            # cancelled by staff: the waiting flow ends too (a flow the customer cancelled is over already)
+            turn = self.flows.cancel(conn, str(instance_id), reason="approval ticket cancelled")
+            conv = self._conversation(conn, ticket) if turn.reply and turn.outcome == "cancelled" else None
+            if conv is not None and turn.reply:
+                enqueue_outbound(conn, conversation_id=conv["id"], channel=conv["channel"], text=turn.reply,
+                                 sender="bot", kind="reply",
+                                 payload={"ticket_id": str(ticket.get("id")), "workflow": turn.as_response()})
 
     flows: Any = None    # the workflow engine (set by the composition root when workflows are wired)
 

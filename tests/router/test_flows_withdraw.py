@@ -1,0 +1,171 @@
+"""Cancelling a workflow while its approval is pending, on real parts: the bundled refund workflow, the
+example shop over MCP stdio, the handoff queue and its HTTP API, embedded Postgres.
+
+The customer's "never mind" withdraws the approval ticket and cancels the flow in one transaction; an
+approver's later decision gets 409 and runs nothing, and when both arrive together exactly one wins."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from keys_testkit import authorize
+from routing_kit import kb_template, make_agent, routing_services, rows
+
+pytestmark = pytest.mark.slow
+
+_ids = itertools.count()
+
+
+@pytest.fixture
+def svc(fresh_db, pg_server, template_dsn, e5_encoder):
+    _, uri = pg_server
+    template_name = psycopg.conninfo.conninfo_to_dict(template_dsn)["dbname"]
+    name, home, kb_dir = kb_template(uri, template_name, e5_encoder)
+    s = routing_services(fresh_db(name), home, e5_encoder, kb_dir, flows=True)
+    assert s.flows is not None
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def api(svc):
+    from router.app.factory import create_app
+
+    with TestClient(create_app(services=svc)) as c:
+        authorize(c, svc.pool)
+        yield c
+
+
+def message(text: str, conversation: str, customer: str = "c1") -> dict:
+    return {"channel": "web", "conversation_id": conversation, "customer_id": customer,
+            "message_id": f"m-{next(_ids)}", "text": text}
+
+
+def say(api, text: str, conversation: str = "conv-1") -> dict:
+    r = api.post("/v1/messages", json=message(text, conversation))
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def refunds_of(svc, order_id: str) -> list[dict]:
+    env = {**os.environ, "SWITCHBOARD_DATABASE_URL": svc.dsn}
+    out = subprocess.run([sys.executable, "-m", "examples.shop", "dump", "--json"], env=env, capture_output=True,
+                         text=True, timeout=120, check=True)
+    order = next(o for o in json.loads(out.stdout)["orders"] if o["order_id"] == order_id)
+    return [w for w in order["writes"] if w["tool"] == "request_refund"]
+
+
+def waiting_for_approval(api, svc, conversation: str, order: str = "100234") -> dict:
+    assert say(api, f"I want a refund of 300 for order {order}", conversation)["flow"]["step"] == "confirm_refund"
+    assert say(api, "yes", conversation)["flow"]["status"] == "waiting_approval"
+    conv = rows(svc.pool, "SELECT id FROM conversations WHERE external_id = %s", conversation)[0]["id"]
+    return rows(svc.pool, "SELECT * FROM tickets WHERE kind = 'approval' AND conversation_id = %s", str(conv))[0]
+
+
+def flow_of(svc, ticket) -> dict:
+    return rows(svc.pool, "SELECT * FROM flow_instances WHERE approval_ticket = %s", str(ticket["id"]))[0]
+
+
+def test_never_mind_withdraws_the_approval_and_a_later_approval_runs_nothing(api, svc):
+    ticket = waiting_for_approval(api, svc, "conv-1")
+    _, sup = make_agent(svc.pool, "sue", role="supervisor", approval_level="supervisor")
+    h = {"Authorization": f"Bearer {sup}"}
+    assert api.post(f"/v1/handoff/tickets/{ticket['id']}/claim", headers=h).status_code == 200
+
+    out = say(api, "never mind", "conv-1")
+    assert out["flow"]["status"] == "cancelled", out
+    assert "withdrawn" in out["reply"]["text"] and "Refunded" not in out["reply"]["text"]
+    t = rows(svc.pool, "SELECT status, outcome FROM tickets WHERE id = %s", ticket["id"])[0]
+    assert (t["status"], t["outcome"]) == ("cancelled", "cancelled")
+    events = rows(svc.pool, "SELECT actor, action, payload FROM ticket_events WHERE ticket_id = %s ORDER BY id",
+                  ticket["id"])
+    assert events[-1]["action"] == "cancelled" and events[-1]["actor"] == "customer"
+    assert any(h.get("event") == "approval_withdrawn" for h in flow_of(svc, ticket)["history"])
+
+    late = api.post(f"/v1/handoff/tickets/{ticket['id']}/approve", headers=h)
+    assert late.status_code == 409, late.text
+    assert "withdrawn" in late.json()["detail"]
+    rejected = api.post(f"/v1/handoff/tickets/{ticket['id']}/reject", headers=h, json={"reason": "late"})
+    assert rejected.status_code == 409
+    assert refunds_of(svc, "100234") == []
+    assert flow_of(svc, ticket)["status"] == "cancelled"
+    # nothing was sent to the customer after the withdrawal
+    last = rows(svc.pool, "SELECT payload FROM outbox ORDER BY id DESC LIMIT 1")[0]["payload"]
+    assert "withdrawn" in last["text"]
+
+
+def test_chinese_cancel_while_waiting_is_answered_in_chinese(api, svc):
+    ticket = waiting_for_approval(api, svc, "conv-zh")
+    out = say(api, "算了", "conv-zh")
+    assert out["flow"]["status"] == "cancelled" and "撤回" in out["reply"]["text"], out
+    assert rows(svc.pool, "SELECT status FROM tickets WHERE id = %s", ticket["id"])[0]["status"] == "cancelled"
+
+
+def test_staff_cancelling_the_approval_ticket_ends_the_flow(api, svc):
+    ticket = waiting_for_approval(api, svc, "conv-staff")
+    _, sup = make_agent(svc.pool, "sam", role="supervisor", approval_level="supervisor")
+    r = api.post(f"/v1/handoff/tickets/{ticket['id']}/cancel", headers={"Authorization": f"Bearer {sup}"},
+                 json={"reason": "duplicate request"})
+    assert r.status_code == 200, r.text
+    assert flow_of(svc, ticket)["status"] == "cancelled"
+    # the conversation is free for a new task: a new refund starts its own flow
+    assert say(api, "I want a refund of 30 for order 100234", "conv-staff")["flow"]["step"] == "confirm_refund"
+    assert refunds_of(svc, "100234") == []
+
+
+def test_cancel_and_approval_at_the_same_moment_apply_exactly_once(api, svc):
+    """The customer's cancel and the approver's approve race; whichever commits first wins, the other
+    changes nothing. Run a few rounds so both orders are likely to happen."""
+    _, sup = make_agent(svc.pool, "sue", role="supervisor", approval_level="supervisor")
+    h = {"Authorization": f"Bearer {sup}"}
+    outcomes = []
+    for n in range(3):
+        order = "100234"
+        conversation = f"race-{n}"
+        ticket = waiting_for_approval(api, svc, conversation, order)
+        before = len(refunds_of(svc, order))
+        assert api.post(f"/v1/handoff/tickets/{ticket['id']}/claim", headers=h).status_code == 200
+        barrier = threading.Barrier(2)
+        got: dict = {}
+
+        def customer():
+            barrier.wait()
+            got["customer"] = svc.pipeline.handle(_inbound(message("never mind", conversation)))[0]
+
+        def approver():
+            barrier.wait()
+            got["approver"] = api.post(f"/v1/handoff/tickets/{ticket['id']}/approve", headers=h)
+
+        threads = [threading.Thread(target=customer), threading.Thread(target=approver)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        status = got["approver"].status_code
+        flow = flow_of(svc, ticket)
+        t = rows(svc.pool, "SELECT status FROM tickets WHERE id = %s", ticket["id"])[0]
+        made = len(refunds_of(svc, order)) - before
+        if status == 200:       # the approval won: the refund ran once, the cancel came too late
+            assert (made, flow["status"], t["status"]) == (1, "completed", "resolved"), (flow["history"], t)
+            outcomes.append("approved")
+        else:                   # the cancel won: nothing ran, the approval was refused
+            assert status == 409, got["approver"].text
+            assert (made, flow["status"], t["status"]) == (0, "cancelled", "cancelled"), (flow["history"], t)
+            outcomes.append("cancelled")
+    print("\nrace outcomes:", outcomes)
+
+
+def _inbound(m: dict):
+    from router.schemas import InboundMessage
+
+    return InboundMessage(channel=m["channel"], conversation_external_id=m["conversation_id"],
+                          customer_id=m["customer_id"], message_external_id=m["message_id"], text=m["text"])
