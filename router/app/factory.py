@@ -92,12 +92,15 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
 def _extra_routers():
     """Routers contributed by the other capabilities (channels, handoff, conversations)."""
     from handoff.api import build_router as handoff_router
+    from handoff.reveal import build_router as reveal_router
 
     from router.app.api import channels, conversations
     from router.app.api.console import router as console_router
 
-    return [handoff_router(lambda request: getattr(request.app.state.services, "handoff", None)), channels.router,
-            conversations.router, console_router]
+    def svc(request):
+        return getattr(request.app.state.services, "handoff", None)
+
+    return [handoff_router(svc), reveal_router(svc), channels.router, conversations.router, console_router]
 
 
 def main_app() -> FastAPI:
