@@ -19,6 +19,10 @@ events, feedback), so the figures are the same whichever pod or job asks. Defini
 - **deflection**: routed turns by what they did for the customer (the turn's ``outcome``:
   resolved by the bot, clarified, ticketed = opened a ticket, held = added to a person's ticket,
   none), by channel and by reply language.
+
+Channels are keyed by the closed set of the channel registry (:data:`router.schemas.CHANNEL_NAMES`); a
+legacy or unknown channel string stored on an old row is counted under ``other``, so a client-chosen
+value (a phone number as a channel name) never becomes a key of the report.
 """
 
 from __future__ import annotations
@@ -118,6 +122,14 @@ FROM x GROUP BY ROLLUP (kind)
 """
 
 
+def channel_key(channel: Any) -> str:
+    """The report's key for a stored channel string: a registered channel, else ``other``."""
+    from router.ops.metrics import OTHER
+    from router.schemas import CHANNEL_NAMES
+
+    return channel if channel in CHANNEL_NAMES else OTHER
+
+
 def build_report(conn: psycopg.Connection, since: datetime, until: datetime | None = None, *,
                  recontact_window: timedelta = timedelta(hours=72)) -> dict[str, Any]:
     """All figures for [since, until) as one JSON-ready dict."""
@@ -132,7 +144,8 @@ def build_report(conn: psycopg.Connection, since: datetime, until: datetime | No
     by_channel: dict[str, int] = {}
     days: dict[str, dict[str, int]] = {}
     for r in rows:
-        by_channel[r["channel"]] = by_channel.get(r["channel"], 0) + r["sessions"]
+        key = channel_key(r["channel"])
+        by_channel[key] = by_channel.get(key, 0) + r["sessions"]
         d = days.setdefault(r["day"].isoformat(), {"sessions": 0, "routed": 0, "auto_resolved": 0, "transferred": 0})
         for k in d:
             d[k] += r[k]
@@ -255,7 +268,7 @@ def _deflection(rows) -> dict[str, Any]:
         outcome = r["outcome"] if r["outcome"] in OUTCOMES else "none"
         lang = r["lang"] if r["lang"] in LANGUAGES else "unknown"
         total[outcome] += r["n"]
-        by_channel.setdefault(r["channel"], empty())[outcome] += r["n"]
+        by_channel.setdefault(channel_key(r["channel"]), empty())[outcome] += r["n"]
         by_lang[lang][outcome] += r["n"]
     turns = sum(total.values())
     return {"turns": turns, "outcomes": total,
