@@ -20,9 +20,9 @@ events, feedback), so the figures are the same whichever pod or job asks. Defini
   resolved by the bot, clarified, ticketed = opened a ticket, held = added to a person's ticket,
   none), by channel and by reply language.
 
-Channels are keyed by the closed set of the channel registry (:data:`router.schemas.CHANNEL_NAMES`); a
-legacy or unknown channel string stored on an old row is counted under ``other``, so a client-chosen
-value (a phone number as a channel name) never becomes a key of the report.
+Channels are keyed by the closed set of the channel registry (``channels``: the CLI passes
+:data:`router.schemas.CHANNEL_NAMES`); a legacy or unknown channel string stored on an old row is counted
+under ``other``, so a client-chosen value (a phone number as a channel name) never becomes a key of the report.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import json
 import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from collections.abc import Collection
 from typing import Any
 
 import psycopg
@@ -122,17 +123,16 @@ FROM x GROUP BY ROLLUP (kind)
 """
 
 
-def channel_key(channel: Any) -> str:
-    """The report's key for a stored channel string: a registered channel, else ``other``."""
-    from router.ops.metrics import OTHER
-    from router.schemas import CHANNEL_NAMES
-
-    return channel if channel in CHANNEL_NAMES else OTHER
-
-
 def build_report(conn: psycopg.Connection, since: datetime, until: datetime | None = None, *,
-                 recontact_window: timedelta = timedelta(hours=72)) -> dict[str, Any]:
-    """All figures for [since, until) as one JSON-ready dict."""
+                 recontact_window: timedelta = timedelta(hours=72),
+                 channels: Collection[str] | None = None) -> dict[str, Any]:
+    """All figures for [since, until) as one JSON-ready dict; ``channels``: the registry's names (others are
+    ``other``; None keeps the stored strings, for callers that have no registry)."""
+    from router.ops.metrics import OTHER
+
+    def channel_key(channel: Any) -> str:
+        return channel if channels is None or channel in channels else OTHER
+
     until = until or datetime.now(timezone.utc)
     if since >= until:
         raise ValueError("the window is empty: since must be before until")
@@ -211,7 +211,7 @@ def build_report(conn: psycopg.Connection, since: datetime, until: datetime | No
         FROM turns t JOIN conversations c ON c.id = t.conversation_id
         WHERE t.created_at >= %(since)s AND t.created_at < %(until)s
         GROUP BY 1, 2, 3
-        """, p).fetchall())
+        """, p).fetchall(), channel_key)
 
     routed = tot["routed"]
     all_h = handling.get("all") or {}
@@ -256,7 +256,7 @@ def build_report(conn: psycopg.Connection, since: datetime, until: datetime | No
     return report
 
 
-def _deflection(rows) -> dict[str, Any]:
+def _deflection(rows, key) -> dict[str, Any]:
     from router.ops.metrics import REPLY_LANGUAGES as LANGUAGES
     from router.ops.metrics import TURN_OUTCOMES as OUTCOMES
 
@@ -268,7 +268,7 @@ def _deflection(rows) -> dict[str, Any]:
         outcome = r["outcome"] if r["outcome"] in OUTCOMES else "none"
         lang = r["lang"] if r["lang"] in LANGUAGES else "unknown"
         total[outcome] += r["n"]
-        by_channel.setdefault(channel_key(r["channel"]), empty())[outcome] += r["n"]
+        by_channel.setdefault(key(r["channel"]), empty())[outcome] += r["n"]
         by_lang[lang][outcome] += r["n"]
     turns = sum(total.values())
     return {"turns": turns, "outcomes": total,
