@@ -161,3 +161,21 @@ def test_mask_clip_reads_past_a_window_of_long_values():
     text = long_mail * 40 + "13812345678" + " tail" * 100
     out = personal.mask_clip(text, 300)
     assert out.count("[email]") >= 30 and "1381" not in out and "@example" not in out
+
+
+def test_a_cut_anywhere_inside_a_corpus_value_leaves_none_of_it():
+    """Every personal value of the corpus, cut at each of its characters: the masked-then-cut text holds no
+    three characters of it (that the rest of the message does not hold anyway)."""
+    cuts = 0
+    for row in CORPUS:
+        text = row["text"]
+        for _, value in row["personal"]:
+            at = text.find(value)
+            rest = text.replace(value, "\0") + " ".join(f"[{label}]" for label in personal.LABELS)
+            for cut in range(at + 1, at + len(value)):
+                out = personal.mask_clip(text, cut)
+                cuts += 1
+                leaked = [value[k:k + 3] for k in range(len(value) - 2)
+                          if value[k:k + 3] in out and value[k:k + 3] not in rest]
+                assert not leaked, (text, value, cut, out)
+    assert cuts > 3000
