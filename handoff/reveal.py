@@ -54,8 +54,9 @@ def annotate_transcript(pkg: dict[str, Any], allow) -> None:
 
 
 def parse_ref(ref: str) -> tuple[int, int, int]:
+    """(message id, start, end); 422 when it is not shaped like a reference (an empty span is simply unknown)."""
     m = REF.match(ref or "")
-    if not m or int(m.group(2)) >= int(m.group(3)):
+    if not m:
         raise Invalid("ref must be a reference from the ticket's personal[] lists (m<message>:<start>-<end>)")
     return int(m.group(1)), int(m.group(2)), int(m.group(3))
 
@@ -78,7 +79,7 @@ def reveal(svc, agent: Agent, ticket_id, *, ref: str, reason: str) -> dict[str, 
         raise Forbidden("revealing personal data needs the reveal permission (supervisors, admins, or "
                         "`switchboard agents reveal NAME --allow`)")
     message_id, start, end = parse_ref(ref)
-    reason = " ".join((reason or "").split())
+    reason = (reason or "").strip()
     if not REASON_MIN <= len(reason) <= REASON_MAX:
         raise Invalid(f"a reveal needs a reason of {REASON_MIN} to {REASON_MAX} characters")
     with svc._action() as (conn, notes):
@@ -115,8 +116,8 @@ def _admin_record(conn: psycopg.Connection, agent: Agent, payload: dict[str, Any
 class RevealIn(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
-    ref: str = Field(min_length=1, max_length=60, description="A `personal[].ref` of the ticket's context "
-                     "package or events.")
+    ref: str = Field(pattern=REF.pattern, max_length=60, description="A `personal[].ref` of the ticket's "
+                     "context package or events (`m<message id>:<start>-<end>`).")
     reason: str = Field(min_length=REASON_MIN, max_length=REASON_MAX, description="Why the value is needed: "
                         "recorded in the ticket's events and the audit log.")
 

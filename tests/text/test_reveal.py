@@ -128,14 +128,14 @@ def test_bad_and_unknown_references_and_erased_originals(gateway):
     start, end = (int(x) for x in span.split("-"))
     # 422: malformed ref, reason missing or too short, unknown fields
     for bad in ({"ref": "phone", "reason": "call back please"}, {"ref": ref}, {"ref": ref, "reason": "ok"},
-                {"ref": ref, "reason": "call back please", "value": 1}, {"ref": f"m{mid}:9-3", "reason": "call back"}):
+                {"ref": ref, "reason": "call back please", "value": 1}, {"ref": f"m{mid}:9-3x", "reason": "call back"}):
         _problem(client.post(url, json=bad, headers=_h(sue)), 422)
     _problem(client.post(f"/v1/handoff/tickets/not-a-uuid/reveal", json={"ref": ref, "reason": "call back"},
                          headers=_h(sue)), 422)
     # 404: a span the ticket does not show (the order number, a shifted span, another message), an unknown ticket
     order_at = TEXT.index(ORDER)
     for unknown in (f"m{mid}:{order_at}-{order_at + len(ORDER)}", f"m{mid}:{start}-{end + 1}",
-                    f"m{int(mid) + 1}:{start}-{end}"):
+                    f"m{int(mid) + 1}:{start}-{end}", f"m{mid}:{end}-{start}"):
         _problem(client.post(url, json={"ref": unknown, "reason": "call back please"}, headers=_h(sue)), 404)
     _problem(client.post("/v1/handoff/tickets/00000000-0000-0000-0000-000000000000/reveal",
                          json={"ref": ref, "reason": "call back please"}, headers=_h(sue)), 404)
