@@ -50,7 +50,7 @@ def _clean_list(values, pattern: re.Pattern[str], what: str) -> list[str]:
 
 def add_agent(conn: psycopg.Connection, name: str, *, role: str = "agent", teams=("general",), skills=(),
               approval_level: str | None = None, display_name: str | None = None,
-              actor: str = "system") -> dict[str, Any]:
+              can_reveal: bool = False, actor: str = "system") -> dict[str, Any]:
     name = (name or "").strip().lower()
     if not _NAME.match(name):
         raise Invalid(f"invalid agent name {name!r}: lower-case letters, digits, '.', '_' or '-', at most 64")
@@ -65,17 +65,28 @@ def add_agent(conn: psycopg.Connection, name: str, *, role: str = "agent", teams
     skills_ = _clean_list(skills, _TEAM, "skill")
     row = conn.execute(
         """
-        INSERT INTO handoff_agents (name, display_name, role, teams, skills, approval_level)
-        VALUES (%s, %s, %s, %s, %s, %s)
+        INSERT INTO handoff_agents (name, display_name, role, teams, skills, approval_level, can_reveal)
+        VALUES (%s, %s, %s, %s, %s, %s, %s)
         ON CONFLICT (name) DO NOTHING
         RETURNING *
         """,
-        (name, display_name, role, teams_, skills_, level),
+        (name, display_name, role, teams_, skills_, level, bool(can_reveal)),
     ).fetchone()
     if row is None:
         raise Conflict(f"agent {name!r} already exists")
     _admin_event(conn, actor, "agent_added", row["id"],
-                 {"name": name, "role": role, "teams": teams_, "skills": skills_, "approval_level": level})
+                 {"name": name, "role": role, "teams": teams_, "skills": skills_, "approval_level": level,
+                  "can_reveal": bool(can_reveal)})
+    return _agent_out(row)
+
+
+def set_can_reveal(conn: psycopg.Connection, name_or_id: str, allowed: bool, *, actor: str = "system") -> dict[str, Any]:
+    """Grant or withdraw an agent's permission to reveal masked personal values (recorded)."""
+    agent = get_agent(conn, name_or_id)
+    row = conn.execute("UPDATE handoff_agents SET can_reveal = %s WHERE id = %s RETURNING *",
+                       (bool(allowed), agent["id"])).fetchone()
+    _admin_event(conn, actor, "reveal_granted" if allowed else "reveal_withdrawn", agent["id"],
+                 {"name": agent["name"]})
     return _agent_out(row)
 
 

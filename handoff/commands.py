@@ -193,11 +193,16 @@ class TicketCommands:
         return T.open_ticket_of(conn, conversation_id)
 
     def add_customer_message(self, conn: psycopg.Connection, ticket_id, text: str,
-                             notes: list[str] | None = None) -> None:
+                             notes: list[str] | None = None, message_id: int | None = None) -> None:
         """The customer wrote while a human holds the conversation: an event on the ticket (and a live NOTIFY,
-        or its note in ``notes`` for :meth:`publish` after the commit)."""
+        or its note in ``notes`` for :meth:`publish` after the commit). With ``message_id`` its masked values
+        carry references for a recorded reveal (handoff.reveal)."""
+        from handoff.reveal import refs
+
         ticket = T.fetch_ticket(conn, ticket_id)
-        T.record_event(conn, ticket, "customer", "customer_message", {"text": text}, notes=notes)
+        payload = {"text": text} if message_id is None else {
+            "text": text, "message_id": message_id, "personal": refs(text, message_id)}
+        T.record_event(conn, ticket, "customer", "customer_message", payload, notes=notes)
 
     def publish(self, conn: psycopg.Connection, notes: list[str]) -> None:
         """Announce the notes collected by the calls above once the caller's transaction has committed."""

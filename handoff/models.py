@@ -33,6 +33,7 @@ class Agent:
     skills: tuple[str, ...] = ()
     approval_level: str = "auto"
     display_name: str | None = None
+    can_reveal: bool = False
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -50,6 +51,11 @@ class Agent:
     def has_skills(self, required) -> bool:
         return self.sees_all_teams or set(required or ()) <= set(self.skills)
 
+    @property
+    def may_reveal(self) -> bool:
+        """May see one masked personal value in clear (for a reason, recorded): supervisors, admins, granted agents."""
+        return self.sees_all_teams or self.can_reveal
+
     def may_approve(self, level: str | None) -> bool:
         return level_rank(self.approval_level) >= level_rank(level)
 
@@ -58,9 +64,10 @@ class Agent:
         return cls(
             id=str(row["id"]), name=row["name"], role=row["role"], teams=tuple(row["teams"] or ()),
             skills=tuple(row["skills"] or ()), approval_level=row["approval_level"],
-            display_name=row.get("display_name"),
+            display_name=row.get("display_name"), can_reveal=bool(row.get("can_reveal")),
         )
 
     def public(self) -> dict[str, Any]:
         return {"id": self.id, "name": self.name, "display_name": self.display_name, "role": self.role,
-                "teams": list(self.teams), "skills": list(self.skills), "approval_level": self.approval_level}
+                "teams": list(self.teams), "skills": list(self.skills), "approval_level": self.approval_level,
+                "can_reveal": self.may_reveal}

@@ -27,6 +27,11 @@ class DeliveryUnavailable(PortError):
     """Nothing can deliver to customers now (e.g. no conversation side configured). Answered 503."""
 
 
+class OriginalGone(PortError):
+    """The original of a masked value is no longer there (the message was erased by retention or a forget
+    request) or no longer holds a personal value at that place. Answered 404."""
+
+
 @runtime_checkable
 class ConversationPort(Protocol):
     def before_ticket_change(self, conn: psycopg.Connection, conversation_id: Any) -> None:
@@ -74,6 +79,16 @@ class ConversationPort(Protocol):
         stored. Raises :class:`CustomerUnreachable` or :class:`DeliveryUnavailable`.
         """
 
+    def reveal_value(self, conn: psycopg.Connection, ticket: dict[str, Any], *, message_id: int,
+                     start: int, end: int) -> str:
+        """The original of one masked value: characters ``start:end`` of message ``message_id`` of the ticket's
+        conversation, only if the detector still finds a personal value exactly there (never any other text).
+
+        handoff stores the agent view masked, so only the conversation side holds the original. Raises
+        :class:`OriginalGone` (unknown or erased message, no personal value at that span) or
+        :class:`DeliveryUnavailable` (no conversation side).
+        """
+
 
 class NullConversationPort:
     """For running handoff on its own (no conversation side): state changes are ignored and
@@ -105,3 +120,6 @@ class NullConversationPort:
 
     def send_to_customer(self, conn, ticket, *, text, sender, agent_id):
         raise DeliveryUnavailable("no conversation port configured: cannot deliver a message to the customer")
+
+    def reveal_value(self, conn, ticket, *, message_id, start, end):
+        raise DeliveryUnavailable("no conversation port configured: the original of a masked value cannot be read")

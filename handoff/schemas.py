@@ -181,3 +181,5 @@ class AgentOut(BaseModel):
     teams: list[str]
     skills: list[str]
     approval_level: str
+    can_reveal: bool = Field(default=False, description="May reveal one masked personal value for a reason "
+                             "(supervisors and admins always; agents when granted).")

@@ -23,8 +23,9 @@ from handoff.errors import NotFound
 from handoff.models import Agent
 from text.personal import partial_obj
 
-# Values agents work with, never masked: what the classifier extracted, delivery receipts, the reply draft.
-AGENT_VIEW_KEEP = frozenset({"order_numbers", "amounts", "entities", "delivery", "draft"})
+# Values agents work with, never masked: what the classifier extracted, delivery receipts, the reply draft;
+# and the references to masked values (handoff.reveal), already in the agent view.
+AGENT_VIEW_KEEP = frozenset({"order_numbers", "amounts", "entities", "delivery", "draft", "personal", "ref"})
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +212,9 @@ def normalise_context(context: dict[str, Any] | None, draft: dict[str, Any] | No
     # every agent of the team reads the package: personal data in the agent view (138****0000)
     customer = pkg.get("customer") if isinstance(pkg.get("customer"), dict) else {}
     allow = [str(o) for o in customer.get("order_numbers") or []]
+    from handoff.reveal import annotate_transcript   # each masked value's reference, for a recorded reveal
+
+    annotate_transcript(pkg, allow)
     return partial_obj(pkg, allow=allow, keep=AGENT_VIEW_KEEP)
 
 

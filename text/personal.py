@@ -451,6 +451,40 @@ def _replace(text, allow, render) -> str | None:
     return "".join(parts)
 
 
+_OPEN_TOKEN = re.compile(r"\[[^\[\]]{0,40}$")
+_LONGEST_VALUE = 400     # no personal value is longer (an e-mail address is at most 254 characters)
+
+
+def clip(masked: str | None, limit: int) -> str | None:
+    """Cut already-masked text to ``limit`` characters, never inside a mask token (no "[pho" left behind)."""
+    if masked is None or len(masked) <= limit:
+        return masked
+    cut = masked[:limit]
+    token = _OPEN_TOKEN.search(cut)
+    if token and "]" in masked[limit:limit + 42].split("[", 1)[0]:
+        cut = cut[:token.start()]
+    return cut.rstrip()
+
+
+def mask_clip(text: str | None, limit: int, *, allow: Iterable[str] = (), render=None) -> str | None:
+    """Mask first, then cut to ``limit`` characters: a value straddling the cut is masked whole (cutting the
+    raw text first would leave "138123" at the end, which no detector recognises), and no half token stays.
+
+    A long text is read in a window that grows until the first ``limit`` masked characters come from text
+    well before the window's end, so even a value cut by the window never reaches the result.
+    """
+    if not text:
+        return text
+    fn = render or mask
+    window = 4 * limit + _LONGEST_VALUE
+    while True:
+        masked = fn(text[:window], allow=allow)
+        # the window's last _LONGEST_VALUE raw characters mask to at most twice as many
+        if len(text) <= window or len(masked) >= limit + 2 * _LONGEST_VALUE:
+            return clip(masked, limit)
+        window *= 2
+
+
 def mask_obj(value: Any, *, allow: Iterable[str] = (), keep: Iterable[str] = ()) -> Any:
     """Mask strings inside nested dicts and lists (trace payloads, metadata, context packages).
 

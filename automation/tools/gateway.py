@@ -44,6 +44,7 @@ from automation.tools.base import (
 from automation.tools.config import Identity, ToolsFile, load_tools_file, to_specs
 from automation.tools.loop import LoopThread
 from automation.tools.redact import Redactor, mask_text, redact_value
+from text.personal import clip
 
 log = logging.getLogger(__name__)
 
@@ -239,7 +240,7 @@ class Gateway:
     def _fail(self, spec: ToolSpec, status: str, error: str, *, attempts: int = 1) -> ToolResult:
         attempts = attempts if status not in ("denied", "invalid_input", "rate_limited", "breaker_open") else 0
         return ToolResult(tool=spec.name, status=status, output=None,
-                          error=self._redact(error)[:_ERROR_CHARS], attempts=attempts)
+                          error=clip(self._redact(error), _ERROR_CHARS), attempts=attempts)   # masked, then cut
 
     # --- audit -----------------------------------------------------------------------------------------------
 

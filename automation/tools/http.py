@@ -102,12 +102,13 @@ def _scalar(v: Any) -> str:
 
 
 def _detail(response: httpx.Response) -> str:
+    """The error's text, kept long: the gateway masks it and only then cuts it (a cut first could split a value)."""
     try:
         data = response.json()
     except ValueError:
-        return response.text[:200]
+        return response.text[:2000]
     if isinstance(data, dict):
         for key in ("detail", "title", "message", "error"):
             if isinstance(data.get(key), str):
-                return data[key][:200]
-    return json.dumps(data, ensure_ascii=False)[:200]
+                return data[key][:2000]
+    return json.dumps(data, ensure_ascii=False)[:2000]

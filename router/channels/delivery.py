@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import httpx
 
 from router.channels.split import TextLimit, split_text
+from text import personal
 
 RETRYABLE_STATUS = {408, 425, 429}
 
@@ -122,7 +123,8 @@ def check_response(response: httpx.Response, what: str) -> None:
     """Raise DeliveryError for a non-2xx answer, retryable for 408/425/429/5xx."""
     if 200 <= response.status_code < 300:
         return
-    body = response.text[:300].replace("\n", " ")
+    # mask first, then cut: a value straddling the cut would otherwise leave digits no detector recognises
+    body = personal.mask_clip(response.text.replace("\n", " "), 300)
     retryable = response.status_code in RETRYABLE_STATUS or response.status_code >= 500
     raise DeliveryError(f"{what}: HTTP {response.status_code}: {body}", retryable=retryable,
                         http_status=response.status_code, retry_after=retry_after_seconds(response))

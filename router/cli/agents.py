@@ -53,7 +53,7 @@ def _agent_line(a: dict[str, Any]) -> str:
     state = "active" if a.get("active", True) else "disabled"
     extra = f"  tokens={a['active_tokens']} holding={a['holding']}" if "active_tokens" in a else ""
     return (f"{a['name']:<20} {a['role']:<10} teams={','.join(a['teams'])} skills={','.join(a['skills']) or '-'} "
-            f"approval={a['approval_level']} {state}{extra}")
+            f"approval={a['approval_level']}{' reveal' if a.get('can_reveal') else ''} {state}{extra}")
 
 
 @agents_app.command("add")
@@ -66,6 +66,8 @@ def agents_add(
                                                   "(default: agent=auto, supervisor=supervisor, admin=director)."),
     display_name: str = typer.Option(None, help="Shown on agent screens."),
     with_token: bool = typer.Option(False, "--token", help="Also issue a token and print it once."),
+    can_reveal: bool = typer.Option(False, "--can-reveal", help="May reveal one masked personal value for a "
+                                    "reason (recorded); supervisors and admins always may."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Add an agent."""
@@ -73,7 +75,7 @@ def agents_add(
 
     def do(conn):
         row = agents.add_agent(conn, name, role=role, teams=team, skills=skill, approval_level=approval_level,
-                               display_name=display_name, actor=_actor())
+                               display_name=display_name, can_reveal=can_reveal, actor=_actor())
         if with_token:
             token, tok = agents.issue_token(conn, row["name"], label="initial", actor=_actor())
             row = {**row, "token": token, "token_id": tok["id"]}
@@ -104,6 +106,19 @@ def agents_list(
 
     rows = _run(as_json, lambda conn: agents.list_agents(conn, include_disabled=all_))
     emit({"agents": rows}, as_json, "\n".join(_agent_line(a) for a in rows) or "no agents")
+
+
+@agents_app.command("reveal")
+def agents_reveal(
+    name: str = typer.Argument(..., help="Agent name or id."),
+    allow: bool = typer.Option(..., "--allow/--deny", help="Grant or withdraw the permission."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Grant or withdraw an agent's permission to reveal masked personal values (each reveal is recorded)."""
+    from handoff import agents
+
+    row = _run(as_json, lambda conn: agents.set_can_reveal(conn, name, allow, actor=_actor()))
+    emit(row, as_json, f"{row['name']}: reveal {'allowed' if row['can_reveal'] else 'denied'}")
 
 
 @agents_app.command("disable")

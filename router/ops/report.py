@@ -19,6 +19,10 @@ events, feedback), so the figures are the same whichever pod or job asks. Defini
 - **deflection**: routed turns by what they did for the customer (the turn's ``outcome``:
   resolved by the bot, clarified, ticketed = opened a ticket, held = added to a person's ticket,
   none), by channel and by reply language.
+
+Channels are keyed by the closed set of the channel registry (``channels``: the CLI passes
+:data:`router.schemas.CHANNEL_NAMES`); a legacy or unknown channel string stored on an old row is counted
+under ``other``, so a client-chosen value (a phone number as a channel name) never becomes a key of the report.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import json
 import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from collections.abc import Collection
 from typing import Any
 
 import psycopg
@@ -102,8 +107,15 @@ FROM judged GROUP BY 1, 2 ORDER BY 1, 2
 """
 
 def build_report(conn: psycopg.Connection, since: datetime, until: datetime | None = None, *,
-                 recontact_window: timedelta = timedelta(hours=72)) -> dict[str, Any]:
-    """All figures for [since, until) as one JSON-ready dict."""
+                 recontact_window: timedelta = timedelta(hours=72),
+                 channels: Collection[str] | None = None) -> dict[str, Any]:
+    """All figures for [since, until) as one JSON-ready dict; ``channels``: the registry's names (others are
+    ``other``; None keeps the stored strings, for callers that have no registry)."""
+    from router.ops.metrics import OTHER
+
+    def channel_key(channel: Any) -> str:
+        return channel if channels is None or channel in channels else OTHER
+
     until = until or datetime.now(timezone.utc)
     if since >= until:
         raise ValueError("the window is empty: since must be before until")
@@ -115,7 +127,8 @@ def build_report(conn: psycopg.Connection, since: datetime, until: datetime | No
     by_channel: dict[str, int] = {}
     days: dict[str, dict[str, int]] = {}
     for r in rows:
-        by_channel[r["channel"]] = by_channel.get(r["channel"], 0) + r["sessions"]
+        key = channel_key(r["channel"])
+        by_channel[key] = by_channel.get(key, 0) + r["sessions"]
         d = days.setdefault(r["day"].isoformat(), {"sessions": 0, "routed": 0, "auto_resolved": 0, "transferred": 0})
         for k in d:
             d[k] += r[k]
@@ -177,7 +190,7 @@ def build_report(conn: psycopg.Connection, since: datetime, until: datetime | No
         FROM turns t JOIN conversations c ON c.id = t.conversation_id
         WHERE t.created_at >= %(since)s AND t.created_at < %(until)s
         GROUP BY 1, 2, 3
-        """, p).fetchall())
+        """, p).fetchall(), channel_key)
 
     flows = _flows(conn, since, until)
     routed = tot["routed"]
@@ -242,7 +255,7 @@ def _flows(conn, since: datetime, until: datetime) -> dict[str, Any]:
     return {"by_workflow": out, **total, "completion_rate": _rate(total["completed"], total["started"])}
 
 
-def _deflection(rows) -> dict[str, Any]:
+def _deflection(rows, key) -> dict[str, Any]:
     from router.ops.metrics import REPLY_LANGUAGES as LANGUAGES
     from router.ops.metrics import TURN_OUTCOMES as OUTCOMES
 
@@ -254,7 +267,7 @@ def _deflection(rows) -> dict[str, Any]:
         outcome = r["outcome"] if r["outcome"] in OUTCOMES else "none"
         lang = r["lang"] if r["lang"] in LANGUAGES else "unknown"
         total[outcome] += r["n"]
-        by_channel.setdefault(r["channel"], empty())[outcome] += r["n"]
+        by_channel.setdefault(key(r["channel"]), empty())[outcome] += r["n"]
         by_lang[lang][outcome] += r["n"]
     turns = sum(total.values())
     return {"turns": turns, "outcomes": total,

@@ -27,6 +27,7 @@ import httpx
 from router.channels.delivery import Delivery, DeliveryError, Sender, SendResult
 from router.channels.registry import build_senders, channel_label
 from router.ops.observability import redact, redact_obj
+from text.personal import mask_clip
 from router.outbox.ratelimit import ChannelLimits
 
 log = logging.getLogger(__name__)
@@ -237,7 +238,8 @@ class Dispatcher:
                        VALUES (%s, %s, %s, %s, %s, %s)""",
                     (d.outbox_id, d.attempt, outcome, result.http_status, result.note, ms))
                 return outcome
-            reason = (redact(error.reason) or "")[:1000]   # a third party's error body echoes the message
+            # a third party's error body echoes the message: masked whole, then cut (never half a token)
+            reason = mask_clip(error.reason or "", 1000, render=lambda t, allow=(): redact(t)) or ""
             if not error.retryable or d.attempt >= self.config.max_attempts:
                 final = reason if not error.retryable else f"gave up after {d.attempt} attempts: {reason}"
                 conn.execute(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import psycopg
 
 from router.channels.base import Receipt
+from text import personal
 
 _TARGET = """
 SELECT o.id AS outbox_id, p.part, 0 AS pref
@@ -49,7 +50,7 @@ def error_text(receipt: Receipt) -> str | None:
     text = " ".join(x for x in (receipt.error_code, receipt.error_title) if x) or "failed"
     if receipt.error_detail:
         text += f": {receipt.error_detail}"
-    return text[:1000]
+    return personal.mask_clip(text, 1000)   # the channel's error text may echo the message: mask, then cut
 
 
 def record_receipts(conn: psycopg.Connection, channel: str, receipts: list[Receipt]) -> list[Receipt]:
@@ -62,7 +63,8 @@ def record_receipts(conn: psycopg.Connection, channel: str, receipts: list[Recei
             unknown.append(r)
             continue
         params.update(outbox_id=target["outbox_id"], part=target["part"], status=r.status, at=r.at,
-                      code=r.error_code, title=r.error_title, detail=r.error_detail, error=error_text(r))
+                      code=r.error_code, title=personal.mask_clip(r.error_title, 300),
+                      detail=personal.mask_clip(r.error_detail, 500), error=error_text(r))
         if conn.execute(_INSERT, params).fetchone() is None:
             continue        # the channel retried this receipt: already applied
         conn.execute(_ADVANCE, params)

@@ -181,7 +181,8 @@ class _Turn:
 
     def to_ticket(self, ticket: dict[str, Any]) -> None:
         with self.stage("handoff"):
-            self.r.handoff.add_customer_message(self.conn, ticket["id"], self.text, notes=self.queue_notes())
+            self.r.handoff.add_customer_message(self.conn, ticket["id"], self.text, notes=self.queue_notes(),
+                                                message_id=self.message_id)
         self.trace["added_to_ticket"] = str(ticket["id"])
 
     # -- the turn --
@@ -575,8 +576,8 @@ class _Turn:
                          "sensitive": bool(self.flags.get("sensitive")),
                          "order_numbers": entities.get("order_numbers") or [],
                          "amounts": entities.get("amounts") or []},
-            "transcript": [{"direction": m["direction"], "sender": m["sender"], "text": m["text"],
-                            "at": m["at"].isoformat()} for m in transcript],
+            "transcript": [{"message_id": m["ord"], "direction": m["direction"], "sender": m["sender"],
+                            "text": m["text"], "at": m["at"].isoformat()} for m in transcript],
             "decisions": [{"turn_id": str(t["turn_id"]), "state": t["state"], "decision": t["decision"],
                            "at": t["at"].isoformat()} for t in trail]
                          + [{"turn_id": None, "state": self.conv["state"],

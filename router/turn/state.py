@@ -37,7 +37,7 @@ from typing import Any
 
 import psycopg
 
-from handoff.ports import CustomerUnreachable, DeliveryUnavailable
+from handoff.ports import CustomerUnreachable, DeliveryUnavailable, OriginalGone
 from router.outbox.store import enqueue_outbound
 
 log = logging.getLogger(__name__)
@@ -330,6 +330,20 @@ class ConversationStatePort:
                                  sender="bot", kind="reply",
                                  payload={"ticket_id": str(ticket.get("id")), "workflow": turn.as_response()})
         return {"workflow": turn.as_response(), "outcome": turn.outcome}
+
+    def reveal_value(self, conn, ticket, *, message_id, start, end):
+        """One masked value's original, from the message of the ticket's conversation, only where the
+        detector finds a personal value exactly at ``start:end`` (a reference never reads other text)."""
+        from text import personal
+
+        row = conn.execute("SELECT text FROM messages WHERE id = %s AND conversation_id::text = %s",
+                           (message_id, str(ticket.get("conversation_id")))).fetchone()
+        if row is None or not row["text"]:
+            raise OriginalGone(f"message {message_id} of this conversation is not stored (erased or unknown)")
+        for span in personal.find(row["text"]):
+            if span.start == start and span.end == end:
+                return span.value
+        raise OriginalGone(f"message {message_id} holds no personal value at {start}-{end}")
 
     def send_to_customer(self, conn, ticket, *, text, sender, agent_id):
         """Transcript + outbox row in the ticket change's transaction; refused for do-not-contact customers."""

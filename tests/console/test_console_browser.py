@@ -235,3 +235,30 @@ def test_a_dropped_stream_reconnects_with_last_event_id(console, gateway):
     # and the reconnected stream is the live one: a new ticket shows without a reload
     newest = gateway.customer_says("转人工")
     expect(console.locator(f"#queue-rows tr[data-ticket='{newest['ticket_id']}']")).to_be_visible()
+
+
+def test_a_masked_value_is_revealed_for_a_reason_and_logged(console, gateway):
+    """The transcript shows 138****5678; a supervisor reveals it for a reason and the ticket log records it.
+    An agent without the permission gets no reveal button."""
+    turn = gateway.customer_says("转人工，请打我电话 138 1234 5678", customer="cust-reveal")
+    assert turn["ticket_id"], turn
+    plain = gateway.agent("pat")
+    console.sign_in(plain)
+    row = console.locator(f"#queue-rows tr[data-ticket='{turn['ticket_id']}']")
+    row.get_by_role("button", name=f"Claim ticket {turn['ticket_id'][:8]}").click()
+    transcript = console.get_by_role("list", name="Transcript", exact=True)
+    expect(transcript).to_contain_text("138****5678")
+    expect(transcript).not_to_contain_text("138 1234 5678")
+    expect(transcript.locator("button.reveal")).to_have_count(0)
+
+    console.get_by_role("button", name="Sign out").click()
+    console.sign_in(gateway.agent("sam", role="supervisor"))
+    console.locator(f"#queue-rows tr[data-ticket='{turn['ticket_id']}']").get_by_role(
+        "button", name=f"Open ticket {turn['ticket_id'][:8]}").click()
+    transcript = console.get_by_role("list", name="Transcript", exact=True)
+    console.once("dialog", lambda d: d.accept("customer asked for a call back"))
+    transcript.get_by_role("button", name="Reveal 138****5678").click()
+    expect(transcript).to_contain_text("138****5678 = 138 1234 5678")
+    expect(console.locator("#events")).to_contain_text("pii_revealed")
+    expect(console.locator("#events")).to_contain_text("customer asked for a call back")
+    expect(console.locator("#events")).not_to_contain_text("138 1234 5678")

@@ -88,3 +88,26 @@ def test_text_output_and_help(cli):
     assert out.startswith("added bob")
     issued = cli("tokens", "issue", "bob").stdout
     assert "shown once" in issued and "sbt_" in issued
+
+
+def test_the_reveal_permission_is_granted_withdrawn_and_recorded(cli, pool, hs):
+    added = _json(cli("agents", "add", "ria", "--can-reveal", "--json"))
+    assert added["can_reveal"] is True
+    assert _json(cli("agents", "add", "rob", "--json"))["can_reveal"] is False
+    assert " reveal " in cli("agents", "list").stdout.splitlines()[0] + " "
+    assert _json(cli("agents", "reveal", "rob", "--allow", "--json"))["can_reveal"] is True
+    assert "rob: reveal denied" in cli("agents", "reveal", "rob", "--deny").stdout
+    assert cli("agents", "reveal", "nobody", "--allow", ok=False).exit_code == 1
+    assert cli("agents", "reveal", "rob", ok=False).exit_code == 2          # --allow or --deny is required
+    with pool.connection() as conn:
+        actions = [r["action"] for r in conn.execute(
+            "SELECT e.action FROM handoff_admin_events e JOIN handoff_agents a ON a.id = e.agent_id "
+            "WHERE a.name = 'rob' ORDER BY e.id").fetchall()]
+        rows = {r["name"]: r["can_reveal"] for r in conn.execute("SELECT name, can_reveal FROM handoff_agents")}
+    assert actions == ["agent_added", "reveal_granted", "reveal_withdrawn"]
+    assert rows == {"ria": True, "rob": False}
+    from handoff import agents
+
+    with pool.connection() as conn:
+        token, _ = agents.issue_token(conn, "ria")
+    assert hs.authenticate(token).may_reveal is True

@@ -165,6 +165,34 @@ def test_report_figures(seeded):
     assert r10["csat"]["responses"] == 3
 
 
+def test_channel_keys_are_the_registry_and_other(seeded, dsn, monkeypatch, tmp_path):
+    """A legacy or client-chosen channel string stored on old rows (a phone number, a typo) is counted as
+    ``other``: never a key of the report."""
+    with seeded.connection() as conn, conn.transaction():
+        h = History(conn)
+        for name in ("+8613812345678", "Web ", "legacy-portal"):
+            h.turn(h.conversation(f"cust-{name}", channel=name), NOW - timedelta(hours=3), tier="L1", reply=CITED,
+                   transitions=L1_OK, state="l1_resolved")
+    from router.cli import app as cli
+    from router.schemas import CHANNEL_NAMES
+
+    with seeded.connection() as conn:
+        r = build_report(conn, NOW - timedelta(days=7), NOW + timedelta(seconds=1), channels=CHANNEL_NAMES)
+    assert r["volume"]["sessions_by_channel"] == {"other": 3, "sms": 1, "telegram": 1, "web": 4}
+    deflection = r["deflection"]["by_channel"]
+    assert set(deflection) == {"other", "sms", "telegram", "web"}
+    assert sum(deflection["other"].values()) == 3
+    assert "13812345678" not in json.dumps(r)
+    # the command keys by the registry
+    monkeypatch.setenv("SWITCHBOARD_DATABASE_URL", dsn)
+    monkeypatch.setenv("SWITCHBOARD_HOME", str(tmp_path / "home"))
+    out = CliRunner().invoke(cli, ["report", "--json", "--since", "7d"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert data["volume"]["sessions_by_channel"]["other"] == 3 and "legacy-portal" not in out.output
+    assert "13812345678" not in out.output
+
+
 def test_charts_are_valid_pngs(seeded, tmp_path):
     with seeded.connection() as conn:
         r = build_report(conn, NOW - timedelta(days=7), NOW + timedelta(seconds=1))

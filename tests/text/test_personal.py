@@ -132,3 +132,50 @@ def test_the_public_suffix_list_never_comes_from_the_network(monkeypatch):
                                   "d2928792-235d-4142-f4aa-251667d66d37"])
 def test_text_without_personal_data_is_returned_as_is(text):
     assert mask(text) == text
+
+
+@pytest.mark.parametrize("offset", range(280, 301))
+def test_mask_then_cut_never_leaves_part_of_a_value(offset):
+    """A value at any place around the cut is masked whole or left out whole; no half token stays."""
+    text = "x" * offset + " 13812345678 and 王五@例子.公司 later"
+    out = personal.mask_clip(text, 300)
+    assert len(out) <= 300 and "1381" not in out and "5678" not in out
+    assert not re.search(r"\[[a-z ]*$", out), out
+    assert out.startswith("x" * offset)
+    if offset + 1 < 300 < offset + 12:      # the phone straddles the cut: cutting first would leave its head
+        assert re.search(r" 1\d*$", personal.mask(text[:300]))
+
+
+def test_clip_keeps_whole_tokens_and_partial_forms():
+    assert personal.clip("abc [phone] def", 8) == "abc"
+    assert personal.clip("abc [card ending 0123] def", 12) == "abc"
+    assert personal.clip("abc [phone] def", 11) == "abc [phone]"
+    assert personal.clip("short", 300) == "short" and personal.clip(None, 3) is None
+    # brackets that are no token: cut as text
+    assert personal.clip("a [b] c [note: see above and more text]", 10) == "a [b] c"
+
+
+def test_mask_clip_reads_past_a_window_of_long_values():
+    """Long e-mails shrink to [email]: the window grows until the cut is far from its end."""
+    long_mail = "a" * 200 + "@example.com "
+    text = long_mail * 40 + "13812345678" + " tail" * 100
+    out = personal.mask_clip(text, 300)
+    assert out.count("[email]") >= 30 and "1381" not in out and "@example" not in out
+
+
+def test_a_cut_anywhere_inside_a_corpus_value_leaves_none_of_it():
+    """Every personal value of the corpus, cut at each of its characters: the masked-then-cut text holds no
+    three characters of it (that the rest of the message does not hold anyway)."""
+    cuts = 0
+    for row in CORPUS:
+        text = row["text"]
+        for _, value in row["personal"]:
+            at = text.find(value)
+            rest = text.replace(value, "\0") + " ".join(f"[{label}]" for label in personal.LABELS)
+            for cut in range(at + 1, at + len(value)):
+                out = personal.mask_clip(text, cut)
+                cuts += 1
+                leaked = [value[k:k + 3] for k in range(len(value) - 2)
+                          if value[k:k + 3] in out and value[k:k + 3] not in rest]
+                assert not leaked, (text, value, cut, out)
+    assert cuts > 3000

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 import sys
 from pathlib import Path
 
@@ -174,6 +175,43 @@ def test_outbox_errors_and_outbox_status_are_masked(settings, dsn, tmp_path, mon
         assert r.exit_code == 0, r.output
         assert "cannot send" in r.output
         _no_personal(r.output)
+
+
+def test_an_error_body_cut_at_300_never_leaves_part_of_a_value(settings):
+    """The channel's error body is masked before it is cut: a phone number straddling character 300 of the body
+    is masked whole in last_error and the attempts (cutting first left '13812' for no detector to find)."""
+    from router.outbox.store import enqueue_outbound
+
+    text = f"please call 13812345678 about order {ORDER}"
+    at = {}
+
+    def echo(rec):
+        sent = rec.json()["text"]
+        head = len(json.dumps({"ok": False, "description": ""})) - 2      # where the description starts
+        pad = "x" * (296 - head - sent.index("138"))
+        body = {"ok": False, "description": pad + sent}
+        at["phone"] = json.dumps(body).index("138")
+        return 400, body
+
+    server = RecordingServer(answers={"/sendMessage": echo})
+    try:
+        with channel_app(channel_settings(settings, server.url)) as (client, services, dispatcher):
+            with services.pool.connection() as conn, conn.transaction():
+                conv = conn.execute("INSERT INTO conversations (channel, external_id, customer_id) "
+                                    "VALUES ('telegram', 'c2', 'telegram:c2') RETURNING id").fetchone()["id"]
+                conn.execute("INSERT INTO channel_routes (channel, conversation_external_id, channel_user_id, address) "
+                             "VALUES ('telegram', 'c2', 'c2', '{\"chat_id\": \"c2\"}')")
+                enqueue_outbound(conn, conversation_id=conv, channel="telegram", text=text)
+            assert dispatcher.drain() == {"dead": 1}
+            with services.pool.connection() as conn:
+                error = conn.execute("SELECT last_error FROM outbox").fetchone()["last_error"]
+                attempts = [r["error"] for r in conn.execute("SELECT error FROM outbox_attempts").fetchall()]
+    finally:
+        server.close()
+    assert at["phone"] < 300 < at["phone"] + 11, at                      # the value straddles the cut
+    for stored in (error, *attempts):
+        assert "1381" not in stored and "38123" not in stored and "xxxx" in stored, stored
+        assert not re.search(r"\[[a-z ]*$", stored), stored                 # no half mask token at the end
 
 
 def test_metrics_labels_never_carry_a_client_value(gateway):

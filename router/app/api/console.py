@@ -10,7 +10,8 @@ handoff event stream with ``fetch()`` (an ``EventSource`` cannot send an Authori
 header) and reconnects with ``Last-Event-ID``. The conversation's messages after the ticket
 opened and their delivery rows live in the gateway's tables (messages, outbox), which the
 queue does not own, so ``GET /console/api/tickets/{id}/conversation`` reads them here, for
-agents who may see the ticket.
+agents who may see the ticket, in the agent view (personal data masked; a customer's masked values carry
+the references a recorded reveal asks for).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from fastapi import APIRouter, Query, Request, Response
 from handoff.api import CallerDep, ProblemRoute
 from handoff.errors import NotFound
 from router.outbox.store import deliveries_since
+from handoff.reveal import refs
+from text import personal
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
@@ -105,4 +108,14 @@ def conversation_log(pool, ticket: dict[str, Any], *, limit: int = 200) -> dict[
         ).fetchall()
         outbox = deliveries_since(conn, conversation, ticket["created_at"], limit=limit)
     return {"ticket_id": ticket["id"], "conversation_id": ticket["conversation_id"],
-            "messages": messages, "outbox": outbox}
+            "messages": [_agent_view(m) for m in messages],
+            "outbox": [{**o, "text": personal.partial(o["text"])} for o in outbox]}
+
+
+def _agent_view(message: dict[str, Any]) -> dict[str, Any]:
+    """A message as agents see it: personal data in partial form (138****0000); a customer's message lists
+    the references of its masked values (``personal``), which its ticket event carries too, for a reveal."""
+    out = {**message, "text": personal.partial(message["text"])}
+    if message["sender"] == "customer":
+        out["personal"] = refs(message["text"], message["id"])
+    return out

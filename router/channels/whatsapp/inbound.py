@@ -137,9 +137,10 @@ class WhatsAppAdapter(BaseAdapter):
             err = errors[0]
             details = err.get("error_data") if isinstance(err.get("error_data"), dict) else {}
             receipt.error_code = str(err["code"])[:32] if isinstance(err.get("code"), int | str) else None
-            receipt.error_title = str(err.get("title") or err.get("message") or "")[:300] or None
+            # kept long here: the receipt store masks, then cuts (a cut first could split a phone number)
+            receipt.error_title = str(err.get("title") or err.get("message") or "")[:4000] or None
             detail = details.get("details") or (err.get("message") if err.get("message") != err.get("title") else None)
-            receipt.error_detail = str(detail)[:500] if detail else None
+            receipt.error_detail = str(detail)[:4000] if detail else None
         return receipt
 
     @staticmethod

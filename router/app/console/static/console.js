@@ -28,6 +28,8 @@ const T = {
     flow: "Flow and proposed tool call", auditLog: "Ticket log",
     live: "Live", reconnecting: "Reconnecting…", nothingToClaim: "Nothing to claim in your teams ({teams}) right now.",
     signedOutRevoked: "You were signed out: the token is invalid, expired or revoked.",
+    reveal: "Reveal", revealReason: "Why do you need this value? (recorded in the ticket log)",
+    revealed: "Revealed; recorded in the ticket log.",
     signedOut: "Signed out.", badToken: "That token was not accepted.",
     sent: "Sent: the message is queued for the customer's channel.", approved: "Approved and sent.",
     rejected: "Draft rejected. The ticket stays with you.", resolved: "Resolved.", returned: "Handed back to the bot.",
@@ -62,6 +64,7 @@ const T = {
     decisions: "决策及依据", evidence: "检索证据", facts: "客户信息", flow: "流程状态与拟调用工具", auditLog: "工单日志",
     live: "实时", reconnecting: "正在重连…", nothingToClaim: "您的团队（{teams}）目前没有可认领的工单。",
     signedOutRevoked: "您已被登出：令牌无效、已过期或已被吊销。",
+    reveal: "查看原文", revealReason: "为何需要查看此信息？（将记入工单日志）", revealed: "已显示原文，并已记入工单日志。",
     signedOut: "已退出登录。", badToken: "令牌未被接受。",
     sent: "已发送：消息已排队发往客户渠道。", approved: "已批准并发送。",
     rejected: "草稿已驳回，工单仍由您处理。", resolved: "已解决。", returned: "已交还机器人。",
@@ -86,6 +89,7 @@ const state = {
   me: null,
   tickets: [],
   current: null,        // the ticket on screen
+  revealed: {},         // ref -> value this agent revealed on this ticket (kept only while it is open)
   lastEventId: null,
   stream: null,         // AbortController of the event stream
   timers: [],
@@ -415,6 +419,7 @@ async function showTicket(id) {
   if (!state.current || state.current.id !== id) {
     state.replyKey = null;
     state.draftKey = null;
+    state.revealed = {};
     $("reply-text").value = "";
     $("reject-reason").value = "";
     $("edit-box").hidden = true;
@@ -434,6 +439,7 @@ async function refreshTicket() {
 
 function closeTicket() {
   state.current = null;
+  state.revealed = {};
   stopHeartbeat();
   $("ticket").hidden = true;
 }
@@ -547,17 +553,23 @@ function renderTicket() {
   const lines = [];
   const seen = new Set();
   for (const m of ctx.transcript || []) {
-    lines.push({ sender: m.sender, text: m.text, at: m.at });
+    lines.push({ sender: m.sender, text: m.text, at: m.at, personal: m.personal });
     seen.add(`${m.sender}|${m.text}|${m.at}`);
   }
   const since = (state.convo && state.convo.messages) || [];
   const firstAt = lines.length ? Date.parse(lines[lines.length - 1].at) : 0;
   for (const m of since) {
     if (Date.parse(m.at) <= firstAt && lines.some((l) => l.sender === m.sender && l.text === m.text)) continue;
-    lines.push({ sender: m.sender, text: m.text, at: m.at });
+    lines.push({ sender: m.sender, text: m.text, at: m.at, personal: m.personal });
   }
+  // masked values (138****0000): a permitted agent reveals one at a time, for a reason the server records
+  const reveals = (m) => (state.me.can_reveal && (m.personal || []).length ? [el("span", { class: "reveals" },
+    ...m.personal.map((p) => state.revealed[p.ref] !== undefined
+      ? el("span", { class: "revealed", text: `${p.shown} = ${state.revealed[p.ref]}` })
+      : el("button", { type: "button", class: "reveal", "data-ref": p.ref, text: `${t("reveal")} ${p.shown}` })))] : []);
   $("transcript").replaceChildren(...lines.map((m) => el("li", { class: m.sender },
-    el("span", { class: "who-line", text: m.at ? `${t(`s_${m.sender}`)} · ${fmtTime(m.at)}` : t(`s_${m.sender}`) }), m.text)));
+    el("span", { class: "who-line", text: m.at ? `${t(`s_${m.sender}`)} · ${fmtTime(m.at)}` : t(`s_${m.sender}`) }), m.text,
+    ...reveals(m))));
 
   // outbox: delivery rows of the conversation since the ticket opened
   const ob = ((state.convo && state.convo.outbox) || []).map((o) => el("tr", { "data-outbox": o.id },
@@ -695,6 +707,17 @@ function wire() {
     const reason = $("reject-reason").value.trim();
     if (!reason) { notify(t("needReason"), "error"); $("reject-reason").focus(); return; }
     act(() => api(path("reject"), { method: "POST", body: { reason } }), t("rejected"));
+  });
+  $("transcript").addEventListener("click", (e) => {
+    const b = e.target.closest("button[data-ref]");
+    if (!b || !state.current) return;
+    const reason = (window.prompt(t("revealReason")) || "").trim();
+    if (!reason) return;
+    const ref = b.dataset.ref;
+    act(async () => {
+      const out = await api(path("reveal"), { method: "POST", body: { ref, reason } });
+      state.revealed[ref] = out.value;
+    }, t("revealed"));
   });
   $("reply-text").addEventListener("input", () => { state.replyKey = null; });
   $("send").addEventListener("click", async () => {

@@ -1,0 +1,143 @@
+"""Revealing one masked personal value of a ticket, for a reason, on the record.
+
+The context package and the ticket events are stored in the agent view (138****0000, card ending
+5678). Each masked value of a message carries a reference, ``personal[].ref`` = ``m<message id>:<start>-<end>``
+(the value's place in the original text), so an agent asks for exactly one value. Only the
+conversation side still holds the original, so the reveal reads it through the port
+(:meth:`~handoff.ports.ConversationPort.reveal_value`), after handoff checked the reference is one
+this ticket shows. Who revealed which value and why (never the value) is written to the ticket's
+events (``pii_revealed``) and the admin audit log (``handoff_admin_events``) in the same transaction
+as the read: no record, no value.
+"""
+
+import json
+import logging
+import re
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from fastapi import APIRouter, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from handoff import tickets as T
+from handoff.api.deps import CallerDep, ProblemRoute, doc
+from handoff.errors import Conflict, Forbidden, Invalid, NotFound, Unavailable
+from handoff.models import Agent
+from handoff.ports import DeliveryUnavailable, OriginalGone
+from text import personal
+
+audit = logging.getLogger("switchboard.audit")
+
+REF = re.compile(r"^m([0-9]{1,18}):([0-9]{1,7})-([0-9]{1,7})$")
+REASON_MIN, REASON_MAX = 6, 500
+
+
+def refs(text: str | None, message_id: Any, *, allow=()) -> list[dict[str, str]]:
+    """The masked values of one message as the agent view lists them: reference, label, what is shown."""
+    if not text or message_id is None:
+        return []
+    return [{"ref": f"m{int(message_id)}:{sp.start}-{sp.end}", "label": sp.label, "shown": personal.partial_value(sp)}
+            for sp in personal.find(text, allow=allow)]
+
+
+def annotate_transcript(pkg: dict[str, Any], allow) -> None:
+    """Give every transcript message that names its ``message_id`` the references of its masked values."""
+    transcript = pkg.get("transcript")
+    if isinstance(transcript, list):
+        pkg["transcript"] = [
+            {**m, "personal": refs(m["text"], m["message_id"], allow=allow)}
+            if isinstance(m, dict) and m.get("message_id") is not None and isinstance(m.get("text"), str) else m
+            for m in transcript]
+
+
+def parse_ref(ref: str) -> tuple[int, int, int]:
+    """(message id, start, end); 422 when it is not shaped like a reference (an empty span is simply unknown)."""
+    m = REF.match(ref or "")
+    if not m:
+        raise Invalid("ref must be a reference from the ticket's personal[] lists (m<message>:<start>-<end>)")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
+
+
+_SHOWN_SQL = """
+SELECT coalesce(
+    jsonb_path_query_first(t.context, '$.transcript[*].personal[*] ? (@.ref == $r)', p.v),
+    (SELECT jsonb_path_query_first(e.payload, '$.personal[*] ? (@.ref == $r)', p.v) FROM ticket_events e
+      WHERE e.ticket_id = t.id AND e.payload ? 'personal'
+        AND jsonb_path_exists(e.payload, '$.personal[*] ? (@.ref == $r)', p.v) LIMIT 1)) AS hit
+FROM tickets t, (SELECT jsonb_build_object('r', %s::text) AS v) p WHERE t.id = %s
+"""
+
+
+def reveal(svc, agent: Agent, ticket_id, *, ref: str, reason: str) -> dict[str, Any]:
+    """One value in clear, recorded first. 403 without the permission or outside the agent's teams (an agent
+    must hold the ticket; supervisors and admins need not), 404 for a reference the ticket does not show or
+    whose original is gone, 422 for a malformed reference or a reason shorter than ``REASON_MIN``."""
+    if not agent.may_reveal:
+        raise Forbidden("revealing personal data needs the reveal permission (supervisors, admins, or "
+                        "`switchboard agents reveal NAME --allow`)")
+    message_id, start, end = parse_ref(ref)
+    reason = (reason or "").strip()
+    if not REASON_MIN <= len(reason) <= REASON_MAX:
+        raise Invalid(f"a reveal needs a reason of {REASON_MIN} to {REASON_MAX} characters")
+    with svc._action() as (conn, notes):
+        ticket = T.fetch_ticket(conn, ticket_id)
+        if not agent.may_see(ticket["team"]):
+            raise Forbidden(f"ticket {ticket['id']} belongs to team {ticket['team']!r}, which you are not in")
+        if not agent.sees_all_teams and ticket["claimed_by"] != agent.id:
+            raise Conflict(f"ticket {ticket['id']} is not held by you; claim it first",
+                           status_now=ticket["status"])
+        hit = conn.execute(_SHOWN_SQL, (ref, T.parse_id(ticket_id))).fetchone()["hit"]
+        if not hit:
+            raise NotFound(f"ticket {ticket['id']} shows no masked value {ref}")
+        try:
+            value = svc.port.reveal_value(conn, ticket, message_id=message_id, start=start, end=end)
+        except OriginalGone as exc:
+            raise NotFound(f"the original of {ref} is gone: {exc}") from None
+        except DeliveryUnavailable as exc:
+            raise Unavailable(str(exc)) from None
+        payload = {"ref": ref, "label": hit.get("label"), "reason": reason}
+        event = T.record_event(conn, ticket, agent, "pii_revealed", payload, notes=notes)
+        _admin_record(conn, agent, {**personal.mask_obj(payload, keep=("ref",)), "ticket_id": str(ticket["id"]),
+                                    "event_id": event["id"]})
+    audit.info("pii_revealed ticket=%s agent=%s ref=%s label=%s reason=%s", ticket["id"], agent.name, ref,
+               hit.get("label"), personal.mask(reason))
+    return {"ticket_id": str(ticket["id"]), "ref": ref, "label": hit.get("label"), "value": value,
+            "event_id": event["id"]}
+
+
+def _admin_record(conn: psycopg.Connection, agent: Agent, payload: dict[str, Any]) -> None:
+    conn.execute("INSERT INTO handoff_admin_events (actor, action, agent_id, payload) VALUES (%s, 'pii_revealed', %s, %s)",
+                 (agent.actor, agent.id, json.dumps(payload, ensure_ascii=False, default=str)))
+
+
+class RevealIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    ref: str = Field(pattern=REF.pattern, max_length=60, description="A `personal[].ref` of the ticket's "
+                     "context package or events (`m<message id>:<start>-<end>`).")
+    reason: str = Field(min_length=REASON_MIN, max_length=REASON_MAX, description="Why the value is needed: "
+                        "recorded in the ticket's events and the audit log.")
+
+
+class RevealOut(BaseModel):
+    ticket_id: str
+    ref: str
+    label: str | None = None
+    value: str = Field(description="The value in clear, as the customer wrote it.")
+    event_id: int = Field(description="The `pii_revealed` event that records this reveal.")
+
+
+router = APIRouter(prefix="/v1/handoff", tags=["handoff"], route_class=ProblemRoute, responses=doc(401, 422))
+
+
+@router.post("/tickets/{ticket_id}/reveal", response_model=RevealOut,
+             summary="Reveal one masked personal value, for a reason",
+             description="The context package and events show personal data masked; each masked value of a "
+                         "message has a `ref`. Needs the reveal permission (supervisors, admins, granted agents; "
+                         "an agent must hold the ticket). Recorded as a `pii_revealed` event (who, which ref, "
+                         "why; never the value) and in the audit log. Not cached.",
+             responses=doc(403, 404, 409, 503))
+async def reveal_value(ticket_id: UUID, body: RevealIn, call: CallerDep, response: Response) -> dict[str, Any]:
+    response.headers["Cache-Control"] = "no-store"
+    return await call.run(lambda agent: reveal(call.svc, agent, ticket_id, ref=body.ref, reason=body.reason))
