@@ -209,6 +209,7 @@ def test_every_outcome_is_audited(flaky_gateway, caller, pool):
     flaky_gateway.call("echo", {"value": "a"}, caller)
     flaky_gateway.call("wrong_shape", {}, caller)
     flaky_gateway.call("echo", {"value": "x" * 50}, caller)
+    assert flaky_gateway.flush_audit()   # reads and refused calls are written by the audit thread
     with pool.connection() as conn:
         rows = conn.execute("SELECT tool, status, attempts, output, caller_customer, conversation_id, turn_id"
                             " FROM tool_calls ORDER BY created_at").fetchall()
