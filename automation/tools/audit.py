@@ -237,10 +237,10 @@ def _snapshot(value: Any) -> str | None:
 
 def _rows(source, where: str, params: tuple) -> list[dict[str, Any]]:
     """``source``: a pool, or an open connection (e.g. the turn's own transaction, which sees committed rows)."""
-    if hasattr(source, "connection"):
-        with source.connection() as conn:
-            return _fetch(conn, where, params)
-    return _fetch(source, where, params)
+    if isinstance(source, psycopg.Connection):
+        return _fetch(source, where, params)
+    with source.connection() as conn:
+        return _fetch(conn, where, params)
 
 
 def _fetch(conn, where: str, params: tuple) -> list[dict[str, Any]]:
@@ -268,6 +268,12 @@ def calls_for_turns(source, turn_ids: list[str]) -> dict[str, list[dict[str, Any
     return out
 
 
+def calls_outside(source, conversation_id: str, turn_ids: list[str]) -> list[dict[str, Any]]:
+    """The conversation's calls that name none of ``turn_ids`` (e.g. a flow resumed by an approver)."""
+    return _rows(source, "conversation_id = %s AND (turn_id IS NULL OR NOT (turn_id = ANY(%s)))"
+                 " ORDER BY created_at, id", (str(conversation_id), [str(t) for t in turn_ids]))
+
+
 def calls_for_conversation(source, conversation_id: str, *, limit: int = 50) -> list[dict[str, Any]]:
     """The conversation's most recent calls (at most ``limit``), oldest first."""
     rows = _rows(source, "conversation_id = %s ORDER BY created_at DESC, id DESC LIMIT %s",
@@ -275,7 +281,7 @@ def calls_for_conversation(source, conversation_id: str, *, limit: int = 50) -> 
     return rows[::-1]
 
 
-SUMMARY_FIELDS = ("id", "tool", "risk", "status", "latency_ms", "attempts", "idempotency_key", "input", "output",
+SUMMARY_FIELDS = ("id", "turn_id", "tool", "risk", "status", "latency_ms", "attempts", "idempotency_key", "input", "output",
                   "error", "created_at")
 
 
