@@ -61,8 +61,8 @@ def flaky_gateway(pool, tmp_path, api):
               inp={"type": "object", "properties": {"seconds": {"type": "number"}}}),
         _tool("wrong_shape", "flaky"),
         _tool("not_json", "flaky"),
-        _tool("refuses", "flaky", breaker=1),
-        _tool("crashes", "flaky"),
+        _tool("refuses", "flaky", breaker=1, timeout=10),   # an answer, not a timeout, even on a busy machine
+        _tool("crashes", "flaky", timeout=10),
         _tool("hits", "flaky", out={"type": "object", "required": ["hits"]}),
         _tool("http_order", "api", http="{method: GET, path: '/orders/{order_id}'}", inp=order_in, out=order_out),
         _tool("http_boom", "api", http="{method: GET, path: /boom}", out=ANY, breaker=2),
