@@ -16,6 +16,9 @@ Redactor = Callable[[str], str]
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 # 7+ digits, optionally broken by spaces, dots or dashes (138-1234-5678, 4242 4242 4242 4242)
 _DIGITS = re.compile(r"(?<![\w])\+?\d(?:[ .-]?\d){6,}(?![\w])|\d{7,}")
+# a whole value that is only a date or a timestamp (paid_at, shipped_at, ...) holds nothing personal; the
+# project's masker would weigh each digit run of it as a possible phone number (~50 us a timestamp)
+_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2})?)?")
 PERSONAL_FIELDS = frozenset({"phone", "email", "address", "new_address", "tax_id", "id_number", "card_number"})
 
 
@@ -29,7 +32,7 @@ def redact_value(value: Any, redact: Redactor = mask_text, *, _key: str | None =
     if _key is not None and _key.lower() in PERSONAL_FIELDS and value not in (None, "", [], {}):
         return "[redacted]"
     if isinstance(value, str):
-        return redact(value)
+        return value if _TIMESTAMP.fullmatch(value) else redact(value)
     if isinstance(value, dict):
         return {k: redact_value(v, redact, _key=str(k)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from router.cli import agents, conversations, db, index, keys, models, outbox, privacy, rag, report, routing, serve
+from router.cli import agents, conversations, db, index, keys, models, outbox, privacy, rag, report, routing, serve, shop
 
 app = typer.Typer(
     name="switchboard",
@@ -25,6 +25,7 @@ app.add_typer(privacy.retention_app, name="retention")
 app.add_typer(privacy.customers_app, name="customers")
 app.add_typer(keys.app, name="keys")
 app.add_typer(conversations.app, name="eval")
+app.add_typer(shop.app, name="shop")
 app.command("serve")(serve.serve)
 app.command("report")(report.report)
 

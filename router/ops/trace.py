@@ -3,14 +3,15 @@
 Every inbound message produced one ``turns`` row whose ``trace`` holds the stage timings, the
 classification and escalation verdicts, the retrieval candidates and the state transitions of
 that turn (stored redacted by the pipeline). This module joins it with what happened around
-it — the transition history, what was sent back and whether it was delivered, ticket events
-(an agent claiming, answering, resolving), CSAT — so a bad reply can be located and explained
+it — the transition history, the tool calls the turn made (``tool_calls``, from the gateway's audit), what
+was sent back and whether it was delivered, ticket events (an agent claiming, answering, resolving), CSAT — so a bad reply can be located and explained
 after the fact. Personal data is masked in everything returned.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -66,6 +67,19 @@ def _flow(trace: dict[str, Any]) -> dict[str, Any] | None:
     return {"workflow": wf.get("workflow"), "instance_id": wf.get("instance_id"), "status": wf.get("status"),
             "step": wf.get("step"), "awaiting": wf.get("awaiting"), "outcome": wf.get("outcome"),
             "drift": wf.get("drift"), "steps": wf.get("steps") or []}
+
+
+def _tool_calls(conn, conversation_id: str, turns: list[dict[str, Any]]) -> list[tuple[dict[str, Any], int | None]]:
+    """Every audited tool call of the conversation (redacted when written) with the index of its turn, or
+    None for a call made outside a turn; in the order they happened."""
+    from automation.tools.audit import calls_for_turns, calls_outside, summarise
+
+    index = {t["turn_id"]: i for i, t in enumerate(turns)}
+    out = []
+    for turn_id, rows in calls_for_turns(conn, list(index)).items():
+        out.extend((c, index[turn_id]) for c in summarise(rows))
+    out.extend((c, None) for c in summarise(calls_outside(conn, conversation_id, list(index))))
+    return out
 
 
 def load_trace(conn: psycopg.Connection, conversation_id: str) -> dict[str, Any] | None:
@@ -147,6 +161,7 @@ def load_trace(conn: psycopg.Connection, conversation_id: str) -> dict[str, Any]
             "decision": t["decision"],
             "escalation": trace.get("escalation"),
             "retrieval": _retrieval(trace, chunks),
+            "tool_calls": [],
             "ticket": trace.get("ticket") or ({"added_to": trace["added_to_ticket"]}
                                               if trace.get("added_to_ticket") else None),
             "flow": _flow(trace),
@@ -184,6 +199,13 @@ def load_trace(conn: psycopg.Connection, conversation_id: str) -> dict[str, Any]
                         "at": m["receipt_at"].isoformat() if m["receipt_at"] else None}}}
         i = owner_by_message(m["id"])
         (out_turns[i]["outbound"] if i is not None else unowned).append({"type": "outbound", **item})
+    for call, owner in _tool_calls(conn, conversation_id, out_turns):
+        if owner is not None:
+            out_turns[owner]["tool_calls"].append(call)
+        else:   # made outside a turn (a flow resumed by an approver's decision): where it happened
+            i = owner_by_time(datetime.fromisoformat(call["created_at"]))
+            (out_turns[i]["events_after"] if i is not None else unowned).append(
+                {"type": "tool_call", "at": call["created_at"], **call})
     for turn in out_turns:
         turn["events_after"].sort(key=lambda e: e["at"])
 

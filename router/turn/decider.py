@@ -43,6 +43,7 @@ TIER_STATE = {"L1": "l1_resolving", "L2": "l2_assisting", "L3": "l3_queuing"}
 TRANSCRIPT_LIMIT = 50     # messages of the conversation in a ticket's context package
 TRAIL_LIMIT = 20          # earlier decisions in the context package
 EVIDENCE_LIMIT = 5
+TOOL_CALL_LIMIT = 20      # recent tool calls of the conversation in the context package
 OUTCOMES = TURN_OUTCOMES   # what a turn did for the customer (the deflection metric and report)
 
 
@@ -412,7 +413,7 @@ class _Turn:
         from router.turn.flows import caller_of
 
         engine = self.r.flows
-        caller = caller_of(self.conv)
+        caller = caller_of(self.conv, turn_id=self.ctx.turn_id)
         if caller is None:
             return None
         lang = self.lang if self.lang in ("zh", "en") else (detect_lang(self.text) or "en")
@@ -587,6 +588,7 @@ class _Turn:
             "harness": self.trace.get("harness"),
             "transitions": list(self.transitions),
             "memory": self.session_memory(),
+            "tool_calls": self.tool_calls(),
         }
 
     def session_memory(self) -> dict[str, Any] | None:
@@ -603,3 +605,22 @@ class _Turn:
         except Exception:  # noqa: BLE001 - memory is a courtesy to the agent, never a reason to lose the ticket
             log.exception("session memory could not be loaded for the context package")
             return None
+
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """The conversation's recent tool calls as audited (redacted): tool, status, latency, attempts, data,
+        the error of a failed one; read on the turn's connection, which sees the committed audit rows."""
+        engine = self.r.flows
+        if engine is None:
+            return []
+        from automation.tools.audit import calls_for_conversation, summarise
+
+        flush = getattr(engine.tools, "flush_audit", None)
+        if flush is not None:
+            flush(2.0)   # this turn's reads are written by the audit thread: wait for them
+        try:
+            with self.conn.transaction():   # a savepoint: a failed read must not abort the turn
+                rows = calls_for_conversation(self.conn, str(self.conv["id"]), limit=TOOL_CALL_LIMIT)
+        except Exception:  # noqa: BLE001 - the ticket opens without them
+            log.exception("the tool calls of the context package could not be read")
+            return []
+        return [{**c, "this_turn": c.get("turn_id") == self.ctx.turn_id} for c in summarise(rows)]

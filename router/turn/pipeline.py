@@ -53,6 +53,8 @@ class TurnContext:
     # run with the connection once the turn has committed (e.g. NOTIFY the queue screens: a
     # NOTIFY inside the turn would serialise every turn's commit behind Postgres's notify lock)
     after_commit: list[Callable[[psycopg.Connection], None]] = field(default_factory=list)
+    # the turn row's id, known before the decider runs so what the turn does elsewhere (tool calls) names it
+    turn_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
 
 @dataclass
@@ -226,7 +228,7 @@ class Pipeline:
         """The turn row (decision, redacted trace) and the exact response a retry will get again."""
         trace = {"timings_ms": {k: round(v * 1000, 3) for k, v in ctx.timings.items()},
                  "decision": result.decision.model_dump(mode="json"), **(result.trace or {})}
-        turn_id = uuid.uuid4()     # known before the insert, so the row is written once with its response
+        turn_id = ctx.turn_id      # known before the insert, so the row is written once with its response
         out = TurnOut(
             conversation_id=str(conversation["id"]),
             external_conversation_id=conversation["external_id"],

@@ -28,6 +28,7 @@ class Trailhead:
     @property
     def calls(self) -> list[dict]:
         """Every call the gateway audited, in order (tool, status, idempotency key)."""
+        assert self.gateway.flush_audit()
         with self._pool.connection() as conn:
             rows = conn.execute("SELECT tool, status, idempotency_key FROM tool_calls ORDER BY created_at").fetchall()
         return [dict(r) if isinstance(r, dict) else {"tool": r[0], "status": r[1], "idempotency_key": r[2]} for r in rows]

@@ -141,6 +141,7 @@ def test_the_audit_rows(shop_gateway, pool):
     shop_gateway.call("get_customer", {}, caller)
     shop_gateway.call("request_refund", {"order_id": "100235", "amount": 10, "reason": "call me at 13800138001"},
                       caller, idempotency_key="k-audit")
+    assert shop_gateway.flush_audit()
     with pool.connection() as conn:
         rows = conn.execute("SELECT * FROM tool_calls ORDER BY created_at").fetchall()
     assert [(r["tool"], r["status"], r["risk"]) for r in rows] == [

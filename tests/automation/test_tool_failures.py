@@ -61,8 +61,8 @@ def flaky_gateway(pool, tmp_path, api):
               inp={"type": "object", "properties": {"seconds": {"type": "number"}}}),
         _tool("wrong_shape", "flaky"),
         _tool("not_json", "flaky"),
-        _tool("refuses", "flaky", breaker=1),
-        _tool("crashes", "flaky"),
+        _tool("refuses", "flaky", breaker=1, timeout=10),   # an answer, not a timeout, even on a busy machine
+        _tool("crashes", "flaky", timeout=10),
         _tool("hits", "flaky", out={"type": "object", "required": ["hits"]}),
         _tool("http_order", "api", http="{method: GET, path: '/orders/{order_id}'}", inp=order_in, out=order_out),
         _tool("http_boom", "api", http="{method: GET, path: /boom}", out=ANY, breaker=2),
@@ -209,6 +209,7 @@ def test_every_outcome_is_audited(flaky_gateway, caller, pool):
     flaky_gateway.call("echo", {"value": "a"}, caller)
     flaky_gateway.call("wrong_shape", {}, caller)
     flaky_gateway.call("echo", {"value": "x" * 50}, caller)
+    assert flaky_gateway.flush_audit()   # reads and refused calls are written by the audit thread
     with pool.connection() as conn:
         rows = conn.execute("SELECT tool, status, attempts, output, caller_customer, conversation_id, turn_id"
                             " FROM tool_calls ORDER BY created_at").fetchall()

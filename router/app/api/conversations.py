@@ -39,6 +39,9 @@ TraceReader = Annotated[Any, Depends(require_roles(
 )
 async def get_trace(conversation_id: uuid.UUID, services: ServicesDep, who: TraceReader) -> dict[str, Any]:
     def load():
+        flush = getattr(services.tools, "flush_audit", None)
+        if flush is not None:
+            flush(2.0)   # the tool calls of a turn just answered are written by the audit thread
         with services.pool.connection() as conn:
             return load_trace(conn, str(conversation_id))
 
