@@ -53,8 +53,8 @@ def describe_error(exc: BaseException) -> str:
     """One line for an expected error; settings errors name the environment variable and what it accepts."""
     from pydantic import ValidationError
 
-    if isinstance(exc, ValidationError) and exc.title in ("Settings", "HandoffSettings"):
-        prefix = "SWITCHBOARD_HANDOFF_" if exc.title == "HandoffSettings" else "SWITCHBOARD_"
+    if isinstance(exc, ValidationError) and exc.title in ("Settings", "HandoffConfig"):
+        prefix = "SWITCHBOARD_HANDOFF_" if exc.title == "HandoffConfig" else "SWITCHBOARD_"
         parts = []
         for err in exc.errors():
             field = ".".join(str(p) for p in err.get("loc", ())) or "?"
