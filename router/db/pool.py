@@ -9,7 +9,11 @@
   between tries (the library's delay doubles without a ceiling: after a 40 s outage it had reached
   16 s, and serving resumed 17 s after the database did);
 - connection-level driver errors raised while a connection is held or acquired leave the pool as
-  :class:`~router.db.errors.DatabaseUnavailable`, so nothing above this layer handles driver shapes.
+  :class:`~router.db.errors.DatabaseUnavailable`, so nothing above this layer handles driver shapes;
+- a *clean* restart is recognised (sessions ended with ``admin_shutdown``, or the server answering
+  "the database system is shutting down / starting up"): for ``restart_window`` seconds reconnection
+  polls every ``restart_poll`` seconds instead of backing off, because such a server is back within a
+  second or so and every request waiting for a connection should get one the moment it is.
 
 ``timeout`` (how long ``connection()`` waits for a free connection) is the fail-fast bound: the
 gateway sets it to ``SWITCHBOARD_DB_ACQUIRE_TIMEOUT`` so ingress answers 503 within it.
@@ -17,7 +21,7 @@ gateway sets it to ``SWITCHBOARD_DB_ACQUIRE_TIMEOUT`` so ingress answers 503 wit
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from time import monotonic
 
@@ -40,29 +44,71 @@ def _configure(conn: psycopg.Connection) -> None:
     conn.commit()
 
 
+#: what a server says while it shuts down or starts up on purpose (a connection attempt's FATAL message)
+_RESTART_MESSAGES = ("the database system is shutting down", "the database system is starting up",
+                     "the database system is not yet accepting connections")
+
+
+def restart_sign(exc: BaseException) -> bool:
+    """Whether ``exc`` says the server is going down or coming up on purpose (not a crash or a network fault)."""
+    if getattr(exc, "sqlstate", None) in ("57P01", "57P03"):   # admin_shutdown, cannot_connect_now
+        return True
+    text = str(exc)
+    return any(m in text for m in _RESTART_MESSAGES)
+
+
 class _CappedBackoff(AttemptWithBackoff):
-    """Reconnection delays: 0.1 s, doubling, at most ``cap`` seconds."""
+    """Reconnection delays: 0.1 s, doubling, at most ``cap()`` seconds (asked at every try)."""
 
     INITIAL_DELAY = 0.1
 
-    def __init__(self, *, timeout: float, cap: float):
+    def __init__(self, *, timeout: float, cap: Callable[[], float]):
         super().__init__(timeout=timeout)
         self.cap = cap
 
     def update_delay(self, now: float) -> None:
         super().update_delay(now)
-        self.delay = min(self.delay, self.cap)
+        self.delay = min(self.delay, self.cap())
 
 
 class Pool(ConnectionPool):
-    def __init__(self, *args, reconnect_max_delay: float = 0.5, **kwargs):
+    def __init__(self, *args, reconnect_max_delay: float = 0.5, restart_poll: float = 0.1,
+                 restart_window: float = 10.0, **kwargs):
         self.reconnect_max_delay = reconnect_max_delay
+        self.restart_poll = restart_poll
+        self.restart_window = restart_window
+        self.restart_seen_at: float | None = None   # monotonic time of the last sign of a clean restart
+        self.restarts_seen = 0
         super().__init__(*args, **kwargs)
+
+    def note_restart(self) -> None:
+        """A sign of a clean restart: poll for the server's return instead of backing off, for a while."""
+        now = monotonic()
+        if self.restart_seen_at is None or now - self.restart_seen_at > self.restart_window:
+            self.restarts_seen += 1
+        self.restart_seen_at = now
+
+    def restarting(self) -> bool:
+        return self.restart_seen_at is not None and monotonic() - self.restart_seen_at <= self.restart_window
+
+    def reconnect_delay_cap(self) -> float:
+        return min(self.restart_poll, self.reconnect_max_delay) if self.restarting() else self.reconnect_max_delay
+
+    def _note(self, exc: BaseException) -> None:
+        if restart_sign(exc):
+            self.note_restart()
+
+    def _connect(self, timeout: float | None = None) -> psycopg.Connection:
+        try:
+            return super()._connect(timeout)
+        except Exception as exc:
+            self._note(exc)
+            raise
 
     def _add_connection(self, attempt, growing: bool = False) -> None:
         # psycopg_pool creates the first attempt here and passes it on to each rescheduled try
         if attempt is None:
-            attempt = _CappedBackoff(timeout=self.reconnect_timeout, cap=self.reconnect_max_delay)
+            attempt = _CappedBackoff(timeout=self.reconnect_timeout, cap=self.reconnect_delay_cap)
         super()._add_connection(attempt, growing=growing)
 
     def getconn(self, timeout: float | None = None) -> psycopg.Connection:
@@ -76,7 +122,8 @@ class Pool(ConnectionPool):
                 raise classify(exc) or exc from exc
             try:
                 ConnectionPool.check_connection(conn)
-            except Exception:  # noqa: BLE001 - dead: give it back (the pool discards and replaces it)
+            except Exception as exc:  # noqa: BLE001 - dead: give it back (the pool discards and replaces it)
+                self._note(exc)
                 self.putconn(conn)
                 if monotonic() >= deadline:
                     raise DatabaseUnavailable("pool_timeout", "no live connection") from None
@@ -95,6 +142,7 @@ class Pool(ConnectionPool):
             mapped = classify(exc, conn)
             if mapped is None:
                 raise
+            self._note(exc)
             raise mapped from exc
         finally:
             self.putconn(conn)
