@@ -204,6 +204,8 @@ class GuardedGenerator:
         try:
             text = outside_transaction(key, lambda: self._call(masked, passages), available=self._free)
         except NotComputed:
+            if not self._free():
+                raise TimeoutError("every generator slot is busy: the extractive answer stands") from None
             raise TimeoutError("no generated answer for this evidence: the extractive answer stands") from None
         return "" if text is PENDING else text
 
