@@ -288,3 +288,33 @@ def test_stop_checkpoints_while_still_serving(private_pg):
     server.stop()
     assert server.checkpoint() is False            # not running: nothing to flush, no error
     server.start()
+
+
+def test_a_server_known_to_be_down_is_answered_sooner_than_the_full_wait(private_pg):
+    from router.db import open_pool
+    from router.db.errors import DatabaseUnavailable
+
+    server, uri = private_pg
+    if not server.status().running:
+        server.start()
+    pool = open_pool(uri, min_size=1, max_size=2, acquire_timeout=5.0, reconnect_max_delay=0.2)
+    try:
+        server.stop()
+        with pytest.raises(DatabaseUnavailable):       # the first request waits the full bound
+            with pool.connection():
+                pass
+        assert _wait_for(pool.known_down, timeout=10)
+        t0 = time.monotonic()
+        with pytest.raises(DatabaseUnavailable) as exc:
+            with pool.connection():
+                pass
+        assert exc.value.cause == "pool_timeout"
+        assert time.monotonic() - t0 < 4.0             # the short wait, not the 5 s bound
+        server.start()
+        assert _wait_for(lambda: not pool.known_down(), timeout=20)
+        with pool.connection() as conn:
+            assert conn.execute("SELECT 1 AS one").fetchone()["one"] == 1
+    finally:
+        if not server.status().running:
+            server.start()
+        pool.close()
