@@ -15,8 +15,10 @@ from keys_testkit import issue_integration_key
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
+from hypothesis.stateful import rule
 from ops_testkit import agent_token, wire_gateway
 from schemathesis import GenerationMode
+from schemathesis.generation.stateful.state_machine import StepInput
 
 from router.app.factory import create_app
 from router.app.keys import CHANNELS
@@ -124,12 +126,23 @@ def test_stateful_runs_follow_the_links_into_ticket_actions_and_feedback(service
                 "message_id": f"queue-m{i}", "text": "转人工"})
             assert r.status_code == 200 and r.json()["ticket_id"], r.text
 
-        schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+        # the endless event streams stay out (covered by the handoff tests)
+        schema = schemathesis.openapi.from_asgi("/openapi.json", app).exclude(path_regex=r"/events$")
         calls: Counter = Counter()
         linked: Counter = Counter()
         errors: list[str] = []
 
-        class Workflow(schema.as_state_machine()):
+        base = schema.as_state_machine()
+        answers = base.bundles["POST /v1/messages -> 200"]
+
+        class Workflow(base):
+            # schemathesis takes /v1/messages for a consumer of conversations (its ids look like foreign
+            # keys) and never starts a scenario there: this rule does, and its 200s feed the feedback link
+            @rule(target=answers, case=schema["/v1/messages"]["POST"].as_strategy(
+                generation_mode=GenerationMode.POSITIVE))
+            def send_a_message(self, case):
+                return self.step(StepInput.initial(case))
+
             def get_call_kwargs(self, case):
                 path = case.operation.path
                 if path.endswith("/feedback"):
@@ -142,17 +155,10 @@ def test_stateful_runs_follow_the_links_into_ticket_actions_and_feedback(service
                     linked[(case.operation.label, response.status_code)] += 1
                 if response.status_code >= 500:
                     errors.append(f"{case.operation.label} -> {response.status_code}: {response.text[:300]}")
-                try:
-                    super().validate_response(response, case, additional_checks, **kwargs)
-                except Exception as exc:  # noqa: BLE001 - exploratory
-                    failures.append(f"{case.operation.label} {response.status_code}: {str(exc)[:400]}")
 
-        failures: list[str] = []
         Workflow.run(settings=settings(max_examples=SCENARIOS, stateful_step_count=STEPS, deadline=None,
                                        database=None, derandomize=True, suppress_health_check=list(HealthCheck)))
 
-    print("FAILURES", len(failures), "\n".join(sorted(set(failures))[:30]))
-    print("CALLS", dict(calls))
     assert errors == [], "\n".join(errors[:20])
     # the links were followed with the ids and tokens of real answers: actions on a claimed ticket and a
     # feedback authenticated by its token answered something other than 401/404
