@@ -109,6 +109,7 @@ class Fault:
         self.down_at: float | None = None
         self.back_at: float | None = None
         self.notes: list[str] = []
+        self.checkpoint_seconds: float | None = None
 
     def _start(self) -> None:
         """What `switchboard db start` runs (in this process, so the moment the server is back is exact)."""
@@ -133,8 +134,13 @@ class Fault:
 
         server = EmbeddedPostgres(self.home / "pg")
         if self.kind == "clean":
+            # `db stop` flushes first while still serving (EmbeddedPostgres.checkpoint), then stops: the
+            # outage starts with the stop proper
+            t = time.monotonic()
+            server.checkpoint()
+            self.checkpoint_seconds = round(time.monotonic() - t, 3)
             self.down_at = time.monotonic()
-            server.stop()
+            server.stop(checkpoint_first=False)
             self._start()
         else:
             pid = server.status().pid
@@ -263,6 +269,7 @@ def summarise(run: str, kind: str, n: int, out: dict, fault: Fault, stored: dict
         "answers_500": statuses.get(500, 0),
         "errors": sum(v for k, v in statuses.items() if not (200 <= k < 300)),
         "db_down_seconds": round(fault.back_at - fault.down_at, 2) if fault.down_at else None,
+        "checkpoint_before_stop_seconds": fault.checkpoint_seconds,
         "first_2xx_after_db_back_seconds": round(first_ok_after, 3) if first_ok_after is not None else None,
         "responses_503": len(s503),
         "responses_503_with_retry_after": sum(1 for a in s503 if a[3]),
@@ -380,6 +387,7 @@ def main() -> None:
             out = asyncio.run(one_run())
             bar.close()
             summary = summarise(run, kind, args.messages, out, fault, stored_counts(dsn, run))
+            summary["load_average_1m"] = round(os.getloadavg()[0], 2)
             summary["targets"] = targets(summary)
             results["runs"].append(summary)
             if not args.json:
@@ -406,13 +414,16 @@ def main() -> None:
 
 
 def _print_run(r: dict) -> None:
-    print(f"\n== {r['run']}: db down {r['db_down_seconds']} s")
+    flush = (f" (after a {r['checkpoint_before_stop_seconds']} s checkpoint while serving)"
+             if r.get("checkpoint_before_stop_seconds") is not None else "")
+    print(f"\n== {r['run']}: db down {r['db_down_seconds']} s{flush}")
     print(f"  sent {r['sent']} / acknowledged {r['acknowledged']} / stored once {r['stored_once']} / "
           f"lost {r['lost']} / duplicated {r['duplicated']}  ({r['attempts']} attempts)")
     print(f"  during the outage: {r['outage_status_codes'] or 'no errors'}   all answers: {r['status_codes']}")
     print(f"  first 2xx {r['first_2xx_after_db_back_seconds']} s after the database was back; "
           f"503s {r['responses_503']} ({r['responses_503_with_retry_after']} with Retry-After, slowest "
           f"{r['slowest_503_seconds']} s)")
+    print(f"  load average (1 min) at the end of the run: {r.get('load_average_1m')}")
     print("  targets: " + ", ".join(f"{k}={'ok' if v else 'MISSED'}" for k, v in r["targets"].items()))
 
 

@@ -222,30 +222,54 @@ def make_knowledge_base(settings, pool, encoder, *, knowledge_dir=None, reranker
 
 
 class GuardedGenerator:
-    """The optional answer generator as a third party should see it: redacted, bounded, never waited for.
+    """The optional answer generator as a third party should see it: redacted, bounded, never in the transaction.
 
-    It runs inside the turn (the answer is part of the decision, decided in the turn's transaction), so
-    it is kept short instead: the question goes out with personal data masked (router.ops.observability),
-    the HTTP call has its own timeout (SWITCHBOARD_RAG_GENERATOR_TIMEOUT_SECONDS), and at most
-    SWITCHBOARD_RAG_GENERATOR_CONCURRENCY turns call it at once; a turn that finds every slot taken
-    does not wait (and hold its connection and conversation lock): it keeps the extractive answer.
+    Generation takes seconds, so it never runs with the conversation locked or a pooled connection held:
+    inside a turn the call goes through :func:`router.turn.pipeline.outside_transaction` (the pipeline
+    decides once, rolls back, generates with nothing held, and decides again under the lock; the
+    generated text is used only if that decision asks for it with the same question and passages, and
+    the knowledge base still checks every sentence against them). The question goes out with personal
+    data masked (router.ops.observability), the HTTP call has its own timeout
+    (SWITCHBOARD_RAG_GENERATOR_TIMEOUT_SECONDS), and at most SWITCHBOARD_RAG_GENERATOR_CONCURRENCY calls
+    run at once; when every slot is taken the turn does not wait: the extractive answer stands.
     """
 
     def __init__(self, inner, *, max_concurrent: int):
         import threading
 
         self.inner = inner
-        self._slots = threading.BoundedSemaphore(max(1, max_concurrent))
+        self.max_concurrent = max(1, max_concurrent)
+        self._lock = threading.Lock()
+        self.in_use = 0
+
+    def _free(self) -> bool:
+        return self.in_use < self.max_concurrent
+
+    def _call(self, masked: str, passages) -> str:
+        with self._lock:
+            if self.in_use >= self.max_concurrent:
+                raise TimeoutError("every generator slot is busy: the extractive answer stands")
+            self.in_use += 1
+        try:
+            return self.inner.generate(masked, passages)
+        finally:
+            with self._lock:
+                self.in_use -= 1
 
     def generate(self, query: str, passages) -> str:
         from router.ops.observability import redact
+        from router.turn.pipeline import PENDING, NotComputed, outside_transaction
 
-        if not self._slots.acquire(blocking=False):
-            raise TimeoutError("every generator slot is busy: the extractive answer stands")
+        masked = redact(query) or ""
+        key = ("generator", masked,
+               tuple((h.chunk_id, getattr(getattr(h, "chunk", None), "text", None)) for h in passages))
         try:
-            return self.inner.generate(redact(query) or "", passages)
-        finally:
-            self._slots.release()
+            text = outside_transaction(key, lambda: self._call(masked, passages), available=self._free)
+        except NotComputed:
+            if not self._free():
+                raise TimeoutError("every generator slot is busy: the extractive answer stands") from None
+            raise TimeoutError("no generated answer for this evidence: the extractive answer stands") from None
+        return "" if text is PENDING else text
 
     def close(self) -> None:
         close = getattr(self.inner, "close", None)

@@ -29,6 +29,13 @@ def _adapter_classes() -> dict[str, type]:
 ADAPTERS = ("web", "wechat", "whatsapp", "telegram", "sms", "chatwoot")
 
 
+def handshake_channels() -> tuple[str, ...]:
+    """The channels that answer a GET verification handshake (the others answer 405)."""
+    from router.channels.base import BaseAdapter
+
+    return tuple(n for n, cls in _adapter_classes().items() if cls.handshake is not BaseAdapter.handshake)
+
+
 def build_adapters(settings) -> dict[str, ChannelAdapter]:
     return {name: cls(settings) for name, cls in _adapter_classes().items()}
 

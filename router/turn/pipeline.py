@@ -13,6 +13,15 @@ whole turn is one transaction, so a retry is clean), and so, once, is a turn who
 under it (a database restart, a killed backend): the retry takes a fresh connection and, if the
 first attempt did commit, finds its stored turn. ``switchboard_messages_total`` counts committed
 messages; every failed attempt counts in ``switchboard_turn_failures_total`` by cause.
+
+Slow work a decision may want (the optional answer generator, an external HTTP call of seconds) never
+runs with the conversation locked or a pooled connection held: code inside the turn asks for it through
+:func:`outside_transaction`. The first pass then decides as usual, is rolled back (nothing is stored, so
+nothing can be lost or answered twice), the work runs with nothing held, and the turn runs again with the
+result at hand: the decision is re-made under the lock, and uses the result only if it asks for the same
+work again (same question, same evidence), otherwise it decides without it. A retry of the same message
+id meanwhile finds no stored message and is routed the same way; one that arrives after the commit gets
+the stored response, byte for byte.
 """
 
 from __future__ import annotations
@@ -21,7 +30,8 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +100,55 @@ def same_message(stored: dict[str, Any], conversation: dict[str, Any], msg: Inbo
                  or str(stored["integration_key_id"]) == str(msg.integration_key_id)))
 
 
+#: what :func:`outside_transaction` returns during a first pass: the value comes with the next pass
+PENDING = object()
+
+
+class _Pass:
+    """The outside-the-transaction work of one turn: results computed so far and work asked for in this pass."""
+
+    def __init__(self, ready: dict[Hashable, tuple[bool, Any]], may_defer: bool):
+        self.ready = ready              # key -> (ok, value or exception), kept across the turn's passes
+        self.may_defer = may_defer
+        self.wanted: dict[Hashable, Callable[[], Any]] = {}
+
+
+class _RollBack(Exception):
+    """Raised inside the transaction to discard a pass whose decision waits for outside work."""
+
+
+_PASS: ContextVar[_Pass | None] = ContextVar("switchboard_turn_pass", default=None)
+
+
+class NotComputed(LookupError):
+    """The work was not done before this pass (the decision asked for other work under the lock)."""
+
+
+def outside_transaction(key: Hashable, compute: Callable[[], Any], *,
+                        available: Callable[[], bool] | None = None) -> Any:
+    """The result of ``compute()``, run where no conversation lock or pooled connection is held.
+
+    Outside a turn it is simply called. In a turn's first pass it is only noted and :data:`PENDING` is
+    returned (the pass is then rolled back and ``compute`` runs with nothing held); in the next pass the
+    result for the same ``key`` is returned (or its exception raised). A key the first pass did not ask
+    for is never computed inside the transaction: :class:`NotComputed` (the caller decides without it).
+    ``available`` is asked before deferring: when it says no (e.g. every slot of a rate-limited service
+    is busy) nothing is deferred and :class:`NotComputed` is raised at once, sparing the turn a second pass.
+    """
+    scope = _PASS.get()
+    if scope is None:
+        return compute()
+    if key in scope.ready:
+        ok, value = scope.ready[key]
+        if ok:
+            return value
+        raise value
+    if scope.may_defer and (available is None or available()):
+        scope.wanted.setdefault(key, compute)
+        return PENDING
+    raise NotComputed("not computed before the turn's transaction")
+
+
 class Pipeline:
     ATTEMPTS = 5   # a turn that loses a deadlock is retried from scratch (it is one transaction)
 
@@ -109,9 +168,10 @@ class Pipeline:
         t0 = time.monotonic()
         bound = getattr(self.pool, "timeout", None) or 1.5
         acquire: float | None = None
+        ready: dict[Hashable, tuple[bool, Any]] = {}    # outside work done for this message (kept across retries)
         for attempt in range(self.ATTEMPTS):
             try:
-                return self._handle(msg, acquire)
+                return self._handle(msg, acquire, ready)
             except LOST_RACE:
                 # an agent action locked the ticket, then the conversation; this turn did the reverse
                 self.metrics.turn_failures.labels("deadlock").inc()
@@ -132,13 +192,42 @@ class Pipeline:
                 raise
         raise AssertionError("unreachable")
 
-    def _handle(self, msg: InboundMessage, acquire: float | None = None) -> tuple[dict[str, Any], bool]:
+    def _handle(self, msg: InboundMessage, acquire: float | None = None,
+                ready: dict[Hashable, tuple[bool, Any]] | None = None) -> tuple[dict[str, Any], bool]:
         t0 = time.perf_counter()
+        ready = {} if ready is None else ready
+        scope = _Pass(ready, may_defer=True)
+        while True:
+            token = _PASS.set(scope)
+            try:
+                outcome = self._attempt(msg, acquire, scope, t0)
+            except _RollBack:
+                outcome = None
+            finally:
+                _PASS.reset(token)
+            if outcome is not None:
+                return outcome
+            # the first pass asked for slow work: it runs now, with no lock and no connection held
+            self._run_outside(scope)
+            scope = _Pass(ready, may_defer=False)
+
+    def _run_outside(self, scope: _Pass) -> None:
+        for key, compute in scope.wanted.items():
+            t = time.perf_counter()
+            try:
+                scope.ready[key] = (True, compute())
+            except Exception as exc:  # noqa: BLE001 - handed to the next pass, whose caller decides without it
+                scope.ready[key] = (False, exc)
+            self.metrics.stage_seconds.labels("outside").observe(time.perf_counter() - t)
+
+    def _attempt(self, msg: InboundMessage, acquire: float | None, scope: _Pass, t0: float):
         with self.pool.connection(acquire) as conn:
             with conn.transaction():
                 response, ctx, result = self._turn(conn, msg)
                 if ctx is None:
                     return response, True
+                if scope.wanted:
+                    raise _RollBack()
             self.metrics.messages.labels(channel_label(msg.channel)).inc()   # committed
             for hook in ctx.after_commit:
                 try:

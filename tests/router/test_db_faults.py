@@ -230,3 +230,91 @@ def test_a_clean_restart_costs_the_next_request_nothing(private_client):
     server.start()
     r = client.post("/v1/messages", json=_msg(conversation_id=conv, message_id=_unique("m")))
     assert r.status_code == 200, r.text
+
+
+def test_a_clean_restart_is_recognised_and_the_pool_polls_for_the_server(private_client):
+    client, svc, server = private_client
+    pool = svc.pool
+    conv = _unique("conv")
+    assert client.post("/v1/messages", json=_msg(conversation_id=conv, message_id=_unique("m"))).status_code == 200
+    seen = pool.restarts_seen
+    normal = pool.reconnect_delay_cap()
+    server.stop()
+    try:
+        # a request while it is down: 503 at once; the dead connections told the pool why they died
+        r = client.post("/v1/messages", json=_msg(conversation_id=conv, message_id=_unique("m")))
+        assert r.status_code == 503 and "retry-after" in r.headers
+        assert pool.restarting() and pool.restarts_seen == seen + 1
+        assert pool.reconnect_delay_cap() == pool.restart_poll < normal    # polls instead of backing off
+    finally:
+        server.start()
+    assert _wait_for(lambda: client.post("/v1/messages", json=_msg(conversation_id=conv, message_id=_unique("m")))
+                     .status_code == 200, timeout=20, step=0.05)
+
+
+def test_restart_signs_are_told_apart_from_other_connection_failures(private_pg, tmp_path):
+    from router.db.pool import restart_sign
+
+    server, uri = private_pg
+    if not server.status().running:
+        server.start()
+    with psycopg.connect(uri, autocommit=True) as admin, psycopg.connect(uri) as victim:
+        pid = victim.info.backend_pid
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(psycopg.OperationalError) as lost:
+            victim.execute("SELECT 1")
+    assert restart_sign(lost.value)                # admin_shutdown (57P01): ended on purpose
+    with pytest.raises(psycopg.OperationalError) as refused:
+        psycopg.connect(f"postgresql://postgres@/x?host={tmp_path}", connect_timeout=2)
+    assert not restart_sign(refused.value)         # nobody listening: no sign of a restart
+    assert not restart_sign(RuntimeError("the database is fine"))
+
+
+def test_stop_checkpoints_while_still_serving(private_pg):
+    server, uri = private_pg
+    if not server.status().running:
+        server.start()
+
+    def requested() -> int:
+        with psycopg.connect(uri) as conn:
+            return conn.execute("SELECT num_requested FROM pg_stat_checkpointer").fetchone()[0]
+
+    before = requested()
+    with psycopg.connect(uri) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS scratch_dirty (n int)")
+        conn.execute("INSERT INTO scratch_dirty SELECT generate_series(1, 5000)")
+    assert server.checkpoint() is True
+    assert requested() == before + 1
+    server.stop()
+    assert server.checkpoint() is False            # not running: nothing to flush, no error
+    server.start()
+
+
+def test_a_server_known_to_be_down_is_answered_sooner_than_the_full_wait(private_pg):
+    from router.db import open_pool
+    from router.db.errors import DatabaseUnavailable
+
+    server, uri = private_pg
+    if not server.status().running:
+        server.start()
+    pool = open_pool(uri, min_size=1, max_size=2, acquire_timeout=5.0, reconnect_max_delay=0.2)
+    try:
+        server.stop()
+        with pytest.raises(DatabaseUnavailable):       # the first request waits the full bound
+            with pool.connection():
+                pass
+        assert _wait_for(pool.known_down, timeout=10)
+        t0 = time.monotonic()
+        with pytest.raises(DatabaseUnavailable) as exc:
+            with pool.connection():
+                pass
+        assert exc.value.cause == "pool_timeout"
+        assert time.monotonic() - t0 < 4.0             # the short wait, not the 5 s bound
+        server.start()
+        assert _wait_for(lambda: not pool.known_down(), timeout=20)
+        with pool.connection() as conn:
+            assert conn.execute("SELECT 1 AS one").fetchone()["one"] == 1
+    finally:
+        if not server.status().running:
+            server.start()
+        pool.close()

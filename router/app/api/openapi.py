@@ -1,5 +1,5 @@
 """OpenAPI links, so a stateful client (schemathesis) follows a claimed ticket into its actions and a
-message answer into its feedback, as a person would."""
+message answer into its feedback, as a person would; and the channel names the webhook paths accept."""
 
 from __future__ import annotations
 
@@ -35,6 +35,29 @@ def _links(spec: dict) -> None:
         }}
 
 
+def _channels(spec: dict) -> None:
+    """The ``{channel}`` of the webhook paths is one of the registry's channels (any other is 404), and only
+    the channels with a verification handshake answer its GET (the others 405): the schema says so."""
+    from router.channels.registry import ADAPTERS, handshake_channels
+
+    for path, ops in spec.get("paths", {}).items():
+        if "{channel}" not in path:
+            continue
+        for method, op in ops.items():
+            names = list(handshake_channels() if method == "get" else ADAPTERS)
+            for param in op.get("parameters", []):
+                if param.get("in") == "path" and param.get("name") == "channel":
+                    param["schema"] = {**param.get("schema", {}), "type": "string", "enum": names}
+
+
+def _constraints(spec: dict) -> None:
+    """Rules the models check in code, stated in the schema (a transfer names a team, an agent, or both)."""
+    transfer = spec.get("components", {}).get("schemas", {}).get("TransferIn")
+    if transfer is not None:
+        transfer["anyOf"] = [{"required": [name], "properties": {name: {"type": "string"}}}
+                             for name in ("team", "agent")]
+
+
 def install_links(app: FastAPI) -> None:
     build = app.openapi
 
@@ -42,6 +65,8 @@ def install_links(app: FastAPI) -> None:
         if app.openapi_schema is None:
             spec = build()
             _links(spec)
+            _channels(spec)
+            _constraints(spec)
             app.openapi_schema = spec
         return app.openapi_schema
 
