@@ -104,12 +104,18 @@ class TransferIn(_In):
     note: str | None = Field(default=None, max_length=2000)
 
 
+# at least one character that is not white space (the characters Python's str.strip removes), so a text of
+# spaces or control separators is refused by the schema exactly as the service refuses it
+HAS_CONTENT = r"[^\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+
+
 class TextIn(_In):
-    text: str = Field(min_length=1, description="Above the configured limit (4000 characters) the answer is 413.")
+    text: str = Field(min_length=1, pattern=HAS_CONTENT,
+                      description="Above the configured limit (4000 characters) the answer is 413.")
 
 
 class RejectIn(_In):
-    reason: str = Field(min_length=1, max_length=500)
+    reason: str = Field(min_length=1, max_length=500, pattern=HAS_CONTENT)
 
 
 class ResolveIn(_In):
