@@ -383,6 +383,8 @@ def calibrate(rows: Sequence[dict[str, Any]], *, seed: int = 13, dev_share: floa
             "n_heldout": sum(1 for r in held if r.get("dataset") == d),
             "dev": answer_rates([r for r in dev_c if r.get("dataset") == d], chosen),
             "heldout": answer_rates([r for r in held_c if r.get("dataset") == d], chosen),
+            # every query with the fitted model: what `rag eval --mode answer` reports once it is the default
+            "all": answer_rates([r for r in _with_confidence(rows, model) if r.get("dataset") == d], chosen),
             "heldout_sweep": [answer_rates([r for r in held_c if r.get("dataset") == d], t) for t in SWEEP],
         }
     return report

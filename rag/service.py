@@ -87,17 +87,18 @@ class RetrievalConfig:
     ef_search: int = 100
     rerank_top_n: int = 20
     answer_passages: int = 3           # passages returned with an answer (the evidence)
-    answer_threshold: float = 0.5      # confidence below this: no answer, L2 gets the evidence
+    answer_threshold: float = 0.57     # confidence below this: no answer, L2 gets the evidence
     # confidence = sigmoid(slope * (cosine - center[lang]) + question_weight * (question - cosine)
     #                      + coverage_weight * (coverage - 0.5) + margin_weight * margin), see confidence().
     # The weights are a logistic regression fitted on a dev split of the two dev retrieval sets with
     # multilingual-e5-small (`switchboard rag eval --mode answer --calibrate`); another encoder or
     # knowledge base needs its own fit.
-    confidence_center: dict[str, float] = field(default_factory=lambda: {"en": 0.845, "zh": 0.875})
-    confidence_slope: float = 60.0
-    coverage_weight: float = 2.5
-    question_weight: float = 0.0
-    margin_weight: float = 0.0
+    # (the zh center keeps the old offset of +0.03 over en: Chinese cosines run higher)
+    confidence_center: dict[str, float] = field(default_factory=lambda: {"en": 0.915, "zh": 0.945})
+    confidence_slope: float = 23.8
+    coverage_weight: float = 3.35
+    question_weight: float = 24.3
+    margin_weight: float = 29.0
     same_language: bool = True         # answer from a passage in the query's language when one is retrieved
     chunk_chars: int = DEFAULT_TARGET_CHARS
     chunk_overlap: int = DEFAULT_OVERLAP_CHARS

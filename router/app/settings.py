@@ -85,13 +85,14 @@ class Settings(BaseSettings, ChannelSettings):  # channel secrets/URLs + outbox:
     rag_max_shrink: float = Field(default=0.5, ge=0, le=1, description="Largest share of the serving documents an "
                                   "index rebuild or sync may drop; more (or an empty result) is refused unless "
                                   "--allow-shrink.")
-    rag_answer_threshold: float = Field(default=0.5, ge=0, le=1, description="Below this confidence: no answer, L2.")
+    rag_answer_threshold: float = Field(default=0.57, ge=0, le=1, description="Below this confidence: no answer, "
+                                        "L2 (`switchboard rag calibrate` fits it).")
     rag_confidence_center: dict[str, float] = Field(
-        default_factory=lambda: {"en": 0.845, "zh": 0.875},
-        description="Encoder cosine at which an answer is a coin flip, per query language (JSON); tuned for "
-        "multilingual-e5-small on the bundled KB.")
-    rag_confidence_slope: float = Field(default=60.0, description="Logistic slope on the cosine.")
-    rag_coverage_weight: float = Field(default=2.5, description="Logistic weight of the share of query words "
+        default_factory=lambda: {"en": 0.915, "zh": 0.945},
+        description="Encoder cosine at which an answer is a coin flip, per query language (JSON); fitted for "
+        "multilingual-e5-small (`switchboard rag calibrate`).")
+    rag_confidence_slope: float = Field(default=23.8, description="Logistic slope on the cosine.")
+    rag_coverage_weight: float = Field(default=3.35, description="Logistic weight of the share of query words "
                                        "found in the passage.")
     rag_generator_url: str | None = Field(default=None, description="OpenAI-compatible endpoint that may rephrase "
                                           "answers (every sentence must be supported); unset = extractive only.")
