@@ -88,7 +88,7 @@ class Settings(BaseSettings, ChannelSettings):  # channel secrets/URLs + outbox:
     rag_answer_threshold: float = Field(default=0.57, ge=0, le=1, description="Below this confidence: no answer, "
                                         "L2 (`switchboard rag calibrate` fits it).")
     rag_confidence_center: dict[str, float] = Field(
-        default_factory=lambda: {"en": 0.915, "zh": 0.945},
+        default_factory=lambda: {"en": 0.915, "zh": 0.915},
         description="Encoder cosine at which an answer is a coin flip, per query language (JSON); fitted for "
         "multilingual-e5-small (`switchboard rag calibrate`).")
     rag_confidence_slope: float = Field(default=23.8, description="Logistic slope on the cosine.")
