@@ -27,13 +27,17 @@ class RetrievalConfig:
     ef_search: int = 100
     rerank_top_n: int = 20
     answer_passages: int = 3           # passages returned with an answer (the evidence)
-    answer_threshold: float = 0.5      # confidence below this: no answer, L2 gets the evidence
-    # confidence = sigmoid(slope * (cosine - center[lang]) + coverage_weight * (coverage - 0.5)); the
-    # centers are where multilingual-e5-small puts in-scope vs out-of-scope questions on the bundled
-    # KB (Chinese cosines run higher); another encoder or knowledge base needs its own.
-    confidence_center: dict[str, float] = field(default_factory=lambda: {"en": 0.845, "zh": 0.875})
-    confidence_slope: float = 60.0
-    coverage_weight: float = 2.5
+    answer_threshold: float = 0.57     # confidence below this: no answer, L2 gets the evidence
+    # confidence = sigmoid(slope * (cosine - center[lang]) + question_weight * (question - cosine)
+    #                      + coverage_weight * (coverage - 0.5) + margin_weight * margin), see confidence().
+    # The weights are a logistic regression fitted on the StackFAQ dev half with multilingual-e5-small
+    # (`switchboard rag eval --mode answer --rows` then `switchboard rag calibrate`); the zh center is
+    # en's until it is fitted on Chinese data. Another encoder or knowledge base needs its own fit.
+    confidence_center: dict[str, float] = field(default_factory=lambda: {"en": 0.915, "zh": 0.915})
+    confidence_slope: float = 23.8
+    coverage_weight: float = 3.35
+    question_weight: float = 24.3
+    margin_weight: float = 29.0
     same_language: bool = True         # answer from a passage in the query's language when one is retrieved
     chunk_chars: int = DEFAULT_TARGET_CHARS
     chunk_overlap: int = DEFAULT_OVERLAP_CHARS
@@ -59,11 +63,11 @@ class RagSettings(BaseModel):
                                   "documents an index rebuild or sync may drop; more (or an empty result) is "
                                   "refused unless --allow-shrink.")
     rag_answer_threshold: float = Field(default=_D.answer_threshold, ge=0, le=1,
-                                        description="Below this confidence: no answer, L2.")
+                                        description="Below this confidence: no answer, L2 (`switchboard rag calibrate` fits it).")
     rag_confidence_center: dict[str, float] = Field(
         default_factory=lambda: dict(_D.confidence_center),
-        description="Encoder cosine at which an answer is a coin flip, per query language (JSON); tuned for "
-        "multilingual-e5-small on the bundled KB.")
+        description="Encoder cosine at which an answer is a coin flip, per query language (JSON); fitted for "
+        "multilingual-e5-small (`switchboard rag calibrate`).")
     rag_confidence_slope: float = Field(default=_D.confidence_slope, description="Logistic slope on the cosine.")
     rag_coverage_weight: float = Field(default=_D.coverage_weight, description="Logistic weight of the share of "
                                        "query words found in the passage.")

@@ -139,6 +139,7 @@ def evaluate_beir(kb: Any, folder: str | Path, modes: Sequence[str], *, split: s
 
 ANSWER_METRICS = ("answered_correct_rate", "wrong_answer_rate", "unanswerable_abstain_rate")
 SWEEP = tuple(round(0.05 * i, 2) for i in range(1, 20))
+SWEEP_FINE = tuple(round(0.01 * i, 2) for i in range(1, 100))
 
 
 def split_unanswerable(data: BeirData, seed: int = 13, share: float = 0.5) -> tuple[set[str], set[str]]:
@@ -188,21 +189,6 @@ def answer_rates(rows: Sequence[dict[str, Any]], threshold: float) -> dict[str, 
     }
 
 
-def _signals(kb: Any, query: str, ans: Any) -> dict[str, Any]:
-    """What the confidence is made of, per query (for calibrating it): cosines of the two best
-    documents, keyword coverage of the best passage, and where BM25 ranked it."""
-    hits = ans.passages or []
-    if not hits:
-        return {}
-    top = hits[0]
-    doc = top.chunk.doc_id if top.chunk else None
-    second = next((h for h in hits[1:] if h.chunk and h.chunk.doc_id != doc), None)
-    rw = kb.rewriter.rewrite(query)
-    return {"cos1": top.scores.get("dense"), "cos2": second.scores.get("dense") if second else None,
-            "coverage": round(kb.coverage(rw.keywords, top), 4), "bm25": top.scores.get("bm25"),
-            "lang": rw.lang}
-
-
 def evaluate_answers(kb: Any, folder: str | Path, *, split: str = "test", seed: int = 13, share: float = 0.5,
                      threshold: float | None = None, query_ids: Sequence[str] | None = None,
                      sample: int | None = None, progress: bool = False, keep: bool = False,
@@ -241,9 +227,11 @@ def evaluate_answers(kb: Any, folder: str | Path, *, split: str = "test", seed: 
             ans = kb.answer(data.queries[qid], generation=generation)
             latencies.append(time.perf_counter() - t)
             cited = next((c.get("doc_id") for c in ans.citations if c.get("doc_id")), None)
-            rows.append({"query_id": qid, "unanswerable": qid in gone, "confidence": float(ans.confidence),
-                         "cited": cited, "relevant_cited": cited in data.qrels[qid],
-                         **({"signals": _signals(kb, data.queries[qid], ans)} if with_rows else {})})
+            top = ans.passages[0].chunk.doc_id if ans.passages and ans.passages[0].chunk else None
+            rows.append({"query_id": qid, "dataset": Path(folder).name, "unanswerable": qid in gone,
+                         "confidence": float(ans.confidence), "cited": cited,
+                         "relevant_cited": cited in data.qrels[qid],
+                         "top_relevant": top in data.qrels[qid] and qid not in gone, "signals": dict(ans.signals)})
     finally:
         if not keep:
             kb.generations.drop(generation)
@@ -257,8 +245,149 @@ def evaluate_answers(kb: Any, folder: str | Path, *, split: str = "test", seed: 
         "sweep": [answer_rates(rows, t) for t in sorted({*SWEEP, default})],
         "latency_ms_p50": round(float(np.percentile(lat, 50)), 2) if len(lat) else None,
         "latency_ms_p95": round(float(np.percentile(lat, 95)), 2) if len(lat) else None,
+        "confidence_model": confidence_model(kb.config),
+        # the queries `rag calibrate` (same seed, half for dev) never fitted on: the honest figures
+        "heldout": answer_rates(calibration_split(rows, seed)[1], default),
         **({"rows": rows} if with_rows else {}),
     }
+
+
+def confidence_model(config: Any) -> dict[str, Any]:
+    """The confidence's parameters as configured (what `rag calibrate` fits)."""
+    return {"answer_threshold": config.answer_threshold, "confidence_center": dict(config.confidence_center),
+            "confidence_slope": config.confidence_slope, "question_weight": config.question_weight,
+            "coverage_weight": config.coverage_weight, "margin_weight": config.margin_weight}
+
+
+def _features(sig: dict[str, Any]) -> list[float] | None:
+    """The confidence's linear terms (see KnowledgeBase.confidence); None when it is 0 by rule."""
+    from rag.service import MARGIN_CAP
+
+    cos = sig.get("cosine")
+    if cos is None:
+        return None
+    q = sig.get("question")
+    m = sig.get("margin")
+    return [cos, (q if q is not None else cos) - cos, float(sig.get("coverage") or 0.0) - 0.5,
+            min(m if m is not None else MARGIN_CAP, MARGIN_CAP)]
+
+
+def calibration_split(rows: Sequence[dict[str, Any]], seed: int = 13, dev_share: float = 0.5) -> tuple[list, list]:
+    """(dev, held-out) rows: a seeded share of each dataset's queries to fit on, the rest to report on."""
+    import random
+
+    dev, held = [], []
+    by_set: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_set.setdefault(str(r.get("dataset", "")), []).append(r)
+    for name in sorted(by_set):
+        part = sorted(by_set[name], key=lambda r: str(r["query_id"]))
+        random.Random(f"{seed}:{name}").shuffle(part)
+        cut = round(len(part) * dev_share)
+        dev += part[:cut]
+        held += part[cut:]
+    return dev, held
+
+
+def _with_confidence(rows: Sequence[dict[str, Any]], model: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for r in rows:
+        f = _features(r["signals"])
+        if f is None:
+            conf = 0.0
+        else:
+            lang = r["signals"].get("lang")
+            centers = model["confidence_center"]
+            center = centers.get(lang, sum(centers.values()) / len(centers))
+            z = (model["confidence_slope"] * (f[0] - center) + model["question_weight"] * f[1]
+                 + model["coverage_weight"] * f[2] + model["margin_weight"] * f[3])
+            conf = 1.0 / (1.0 + np.exp(-max(min(z, 50.0), -50.0)))
+        out.append({**r, "confidence": float(conf)})
+    return out
+
+
+def _fit(rows: Sequence[dict[str, Any]], langs: Sequence[str]) -> dict[str, Any] | None:
+    """Logistic regression of "the best passage is relevant" on the confidence's terms, one intercept per
+    language, written as the confidence's parameters (None: nothing to fit on)."""
+    from sklearn.linear_model import LogisticRegression
+
+    fit_rows = [r for r in rows if _features(r["signals"]) is not None]
+    if not fit_rows or len({bool(r["top_relevant"]) for r in fit_rows}) < 2:
+        return None
+    x = np.array([_features(r["signals"]) + [float(str(r["signals"].get("lang")) == lg) for lg in langs]
+                  for r in fit_rows])
+    y = np.array([bool(r["top_relevant"]) for r in fit_rows])
+    lr = LogisticRegression(C=100.0, fit_intercept=False, max_iter=5000).fit(x, y)
+    w = [float(v) for v in lr.coef_[0]]
+    slope = w[0] if abs(w[0]) > 1e-6 else 1e-6
+    return {"confidence_slope": round(slope, 3), "question_weight": round(w[1], 3),
+            "coverage_weight": round(w[2], 3), "margin_weight": round(w[3], 3),
+            "confidence_center": {lg: round(-w[4 + i] / slope, 4) for i, lg in enumerate(langs)}}
+
+
+def _cross_fitted(rows: Sequence[dict[str, Any]], langs: Sequence[str], seed: int, folds: int = 5) -> list[dict]:
+    """Each row's confidence from a model fitted on the other folds."""
+    import random
+
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    out: list[dict[str, Any]] = [dict(r) for r in rows]
+    for k in range(folds):
+        test = {i for j, i in enumerate(order) if j % folds == k}
+        model = _fit([r for i, r in enumerate(rows) if i not in test], langs)
+        if model is None:
+            continue
+        for i, r in zip(sorted(test), _with_confidence([rows[i] for i in sorted(test)], model), strict=True):
+            out[i] = r
+    return out
+
+
+def calibrate(rows: Sequence[dict[str, Any]], *, seed: int = 13, dev_share: float = 0.5, max_wrong: float = 0.05,
+              target: Sequence[str] | None = None) -> dict[str, Any]:
+    """Fit the confidence on a dev split of ``rows`` (from ``rag eval --mode answer --rows``) and pick the
+    answer threshold; report on the held-out split, which the fit never saw.
+
+    The model is a logistic regression of "the best passage cites a relevant document" on the
+    confidence's terms, with one intercept per language (the per-language centers). The threshold is
+    the lowest at which the wrong-answer rate on the dev split of every ``target`` dataset (default:
+    all) is at most ``max_wrong``: below it the bot answers more, above it it errs less.
+    """
+    dev, held = calibration_split(rows, seed, dev_share)
+    langs = sorted({str(r["signals"].get("lang")) for r in rows if _features(r["signals"]) is not None})
+    model = _fit(dev, langs)
+    if model is None:
+        raise EvalError("calibration needs dev queries both answered correctly and not")
+    # the threshold is chosen on cross-fitted dev confidences (each from a fit that did not see the query):
+    # in-sample confidences are optimistic and would pick a threshold that errs more on new queries
+    dev_c = _cross_fitted(dev, langs, seed)
+    held_c = _with_confidence(held, model)
+    sets = sorted({str(r.get("dataset", "")) for r in rows})
+    targets = list(target) if target else sets
+    unknown = set(targets) - set(sets)
+    if unknown:
+        raise EvalError(f"--target {sorted(unknown)}: no such dataset in the rows ({sets})")
+    chosen = None
+    for t in SWEEP_FINE:
+        if all((answer_rates([r for r in dev_c if r.get("dataset") == d], t)["wrong_answer_rate"] or 0) <= max_wrong
+               for d in targets):
+            chosen = t
+            break
+    if chosen is None:
+        chosen = SWEEP_FINE[-1]
+    model["answer_threshold"] = chosen
+    report: dict[str, Any] = {"seed": seed, "dev_share": dev_share, "max_wrong": max_wrong, "targets": targets,
+                              "model": model, "datasets": {}}
+    for d in sets:
+        report["datasets"][d] = {
+            "n_dev": sum(1 for r in dev if r.get("dataset") == d),
+            "n_heldout": sum(1 for r in held if r.get("dataset") == d),
+            "dev": answer_rates([r for r in dev_c if r.get("dataset") == d], chosen),
+            "heldout": answer_rates([r for r in held_c if r.get("dataset") == d], chosen),
+            # every query with the fitted model: what `rag eval --mode answer` reports once it is the default
+            "all": answer_rates([r for r in _with_confidence(rows, model) if r.get("dataset") == d], chosen),
+            "heldout_sweep": [answer_rates([r for r in held_c if r.get("dataset") == d], t) for t in SWEEP],
+        }
+    return report
 
 
 def answer_table(report: dict[str, Any]) -> str:

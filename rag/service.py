@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 
 from rag.answer import Generator, citation, extract, unsupported_sentences
+from rag.chunk import split_sentences
 from rag.config import RetrievalConfig
 from rag.dense import DenseStore
 from rag.fusion import fuse
@@ -32,6 +34,34 @@ log = logging.getLogger(__name__)
 def _stem(word: str) -> str:
     """Plural-insensitive comparison for Latin words (parcel / parcels)."""
     return word[:-1] if len(word) > 3 and word.isascii() and word.endswith("s") else word
+
+_QA_PREFIX = re.compile(r"^(?:q|问)\s*[:：]\s*", re.I)
+QUESTION_UNITS = 4          # question sentences of a passage compared with the query, at most
+SHORT_PASSAGE = 160         # a passage this short (a one-line FAQ entry) is itself a question unit
+
+
+def question_units(chunk: Any) -> list[str]:
+    """What a passage says it answers: its title and section, its FAQ questions, or the whole text when short.
+
+    An FAQ answer is found by what is asked, so the query is compared with these (both encoded as
+    queries: question against question) rather than with the passage's answer text.
+    """
+    units: list[str] = []
+    for head in (chunk.title, chunk.section):
+        head = (head or "").strip()
+        if head and head not in units:
+            units.append(head)
+    questions = [_QA_PREFIX.sub("", q).strip() for q in split_sentences(chunk.text or "")
+                 if q.rstrip().endswith(("?", "？"))]
+    units.extend(q for q in questions[:QUESTION_UNITS] if q and q not in units)
+    text = (chunk.text or "").strip()
+    if text and len(text) <= SHORT_PASSAGE and text not in units:
+        units.append(text)
+    return units
+
+
+MARGIN_CAP = 0.1            # a lead beyond this over the next document says nothing more
+
 
 SAMPLE_KB = Path(__file__).resolve().parent / "samples" / "kb"
 MODES = ("bm25", "dense", "hybrid", "rerank")
@@ -191,23 +221,53 @@ class KnowledgeBase:
         wanted = {_stem(w) for w in keywords}
         return len(wanted & words) / len(wanted)
 
-    def confidence(self, rw: RewrittenQuery, hits: Sequence[Hit]) -> float:
+    def question_similarity(self, rw: RewrittenQuery, hit: Hit) -> float | None:
+        """The query's best cosine to what the passage says it answers (:func:`question_units`), or None."""
+        units = question_units(hit.chunk) if hit.chunk is not None else []
+        if not units or not rw.dense.strip():
+            return None
+        vecs = self.encoder.encode_queries([rw.dense, *units])
+        return float(max(vecs[1:] @ vecs[0]))
+
+    def signals(self, rw: RewrittenQuery, hits: Sequence[Hit]) -> dict[str, Any]:
+        """What the confidence is computed from, for the best passage: its dense cosine, the query's
+        cosine to the passage's own question, keyword coverage, and the cosine margin to the next document."""
+        if not hits:
+            return {}
+        top = hits[0]
+        cos = top.scores.get("dense")
+        doc = top.chunk.doc_id if top.chunk else None
+        second = max((h.scores["dense"] for h in hits[1:]
+                      if h.chunk and h.chunk.doc_id != doc and h.scores.get("dense") is not None), default=None)
+        question = self.question_similarity(rw, top) if cos is not None else None
+        return {"cosine": cos, "question": question, "coverage": round(self.coverage(rw.keywords, top), 4),
+                "margin": (cos - second) if cos is not None and second is not None else None,
+                "lang": rw.lang}
+
+    def confidence(self, rw: RewrittenQuery, hits: Sequence[Hit], signals: dict[str, Any] | None = None) -> float:
         """How likely the best passage answers the query, in (0, 1).
 
-        A logistic of two signals that separate in-scope from out-of-scope questions in both
-        languages: the encoder's cosine for the passage (relative to a per-language center) and
-        how many of the query's words the passage contains.
+        A logistic of signals that separate answerable from unanswerable questions in both languages:
+        the encoder's cosine for the passage (relative to a per-language center), how much closer the
+        query is to the passage's own question than to its text (a paraphrase of the FAQ question is
+        the strongest evidence), how many of the query's words the passage contains, and how far the
+        best document stands above the next one. A missing signal counts as neutral.
         """
         if not hits:
             return 0.0
-        top = hits[0]
         cfg = self.config
-        cos = top.scores.get("dense")
+        sig = signals if signals is not None else self.signals(rw, hits)
+        cos = sig.get("cosine")
         if cos is None:             # found by BM25 only: the encoder did not rank it in its top candidates
             return 0.0
         centers = cfg.confidence_center or {}
         center = centers.get(rw.lang, sum(centers.values()) / len(centers) if centers else 0.85)
-        z = cfg.confidence_slope * (cos - center) + cfg.coverage_weight * (self.coverage(rw.keywords, top) - 0.5)
+        question = sig.get("question")
+        margin = sig.get("margin")
+        z = (cfg.confidence_slope * (cos - center)
+             + cfg.question_weight * ((question if question is not None else cos) - cos)
+             + cfg.coverage_weight * (sig.get("coverage", 0.0) - 0.5)
+             + cfg.margin_weight * min(margin if margin is not None else MARGIN_CAP, MARGIN_CAP))
         return float(1.0 / (1.0 + math.exp(-max(min(z, 50.0), -50.0))))
 
     def answer(self, query: str, *, generation: str | None = None) -> Answer:
@@ -234,11 +294,12 @@ class KnowledgeBase:
             if same:
                 hits = same + [h for h in hits if h not in same]
         passages = hits[: cfg.answer_passages]
-        confidence = self.confidence(rw, passages)
+        signals = self.signals(rw, hits) if passages else {}     # all hits: the margin looks past the passages
+        confidence = self.confidence(rw, passages, signals)
         if not passages or confidence < cfg.answer_threshold:
             timings["answer"] = time.perf_counter() - t
             timings["total"] = time.perf_counter() - t0
-            return Answer(answered=False, query=query, confidence=confidence, passages=passages,
+            return Answer(answered=False, query=query, confidence=confidence, passages=passages, signals=signals,
                           citations=[citation(h) for h in passages], timings=timings, rewritten_query=rw.lexical,
                           reason=(f"confidence {confidence:.2f} below the answer threshold {cfg.answer_threshold:.2f}"
                                   if passages else "no passage found"))
@@ -259,4 +320,5 @@ class KnowledgeBase:
         timings["answer"] = time.perf_counter() - t
         timings["total"] = time.perf_counter() - t0
         return Answer(answered=True, query=query, text=text, citations=[citation(best)], confidence=confidence,
+                      signals=signals,
                       passages=passages, timings=timings, rewritten_query=rw.lexical, reason=reason)

@@ -55,6 +55,7 @@ class Answer:
     reason: str | None = None                                       # why there is no answer
     timings: dict[str, float] = field(default_factory=dict)         # seconds per stage: rewrite, bm25, dense, fuse, rerank, answer
     rewritten_query: str | None = None
+    signals: dict[str, Any] = field(default_factory=dict)           # what the confidence was computed from
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -164,6 +164,59 @@ def _answer_eval(beir: Path, reranker: Path | None, split: str, keep: bool, seed
     emit(report, as_json, text)
 
 
+@app.command("calibrate")
+def calibrate_cmd(
+    rows: list[Path] = typer.Option(..., "--rows", help="JSONL from `rag eval --mode answer --rows FILE` "
+                                    "(repeat for several sets, e.g. one per language)."),
+    seed: int = typer.Option(13, "--seed", help="Seed of the dev / held-out split of each set's queries."),
+    dev_share: float = typer.Option(0.5, "--dev-share", min=0.05, max=0.95, help="Share of queries fitted on."),
+    max_wrong: float = typer.Option(0.05, "--max-wrong", min=0.0, max=1.0,
+                                    help="Highest wrong-answer rate (of all queries) the threshold may allow."),
+    target: list[str] = typer.Option(None, "--target", help="Dataset(s) whose dev wrong-answer rate sets the "
+                                     "threshold (default: every set in the rows)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Fit the answer confidence and threshold on a dev split; report the held-out split.
+
+    Prints the values to set (SWITCHBOARD_RAG_ANSWER_THRESHOLD, SWITCHBOARD_RAG_CONFIDENCE_CENTER, ...).
+    """
+    import json
+
+    from rag.eval import EvalError, calibrate
+
+    loaded = []
+    for path in rows:
+        if not path.is_file():
+            fail(f"{path}: no such rows file", as_json, code=2)
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+                r["signals"], r["query_id"]   # noqa: B018 - both are required
+            except (ValueError, KeyError, TypeError):
+                fail(f"{path}:{n}: not a row of `rag eval --mode answer --rows`", as_json, code=2)
+            loaded.append(r)
+    try:
+        report = calibrate(loaded, seed=seed, dev_share=dev_share, max_wrong=max_wrong, target=target or None)
+    except EvalError as exc:
+        fail(str(exc), as_json, code=2)
+    m = report["model"]
+    lines = [f"fitted on {dev_share:.0%} of each set's queries (seed {seed}); threshold {m['answer_threshold']} "
+             f"(dev wrong answers <= {max_wrong} on {', '.join(report['targets'])})"]
+    for d, r in report["datasets"].items():
+        h = r["heldout"]
+        lines.append(f"{d}: held-out {r['n_heldout']} queries: answered correctly {h['answered_correct_rate']}, "
+                     f"wrong {h['wrong_answer_rate']}, abstained on unanswerable {h['unanswerable_abstain_rate']}")
+    lines.append("settings: " + " ".join([
+        f"SWITCHBOARD_RAG_ANSWER_THRESHOLD={m['answer_threshold']}",
+        f"SWITCHBOARD_RAG_CONFIDENCE_CENTER='{json.dumps(m['confidence_center'])}'",
+        f"SWITCHBOARD_RAG_CONFIDENCE_SLOPE={m['confidence_slope']}",
+        f"SWITCHBOARD_RAG_COVERAGE_WEIGHT={m['coverage_weight']}"])
+                 + f"; RetrievalConfig question_weight={m['question_weight']} margin_weight={m['margin_weight']}")
+    emit(report, as_json, "\n".join(lines))
+
+
 @app.command("train-reranker")
 def train_reranker_cmd(
     beir: str = typer.Option(..., "--beir", help="BEIR directory: corpus.jsonl, queries.jsonl, qrels/test.tsv."),

@@ -100,3 +100,39 @@ def test_answer_mode_end_to_end(cli, beir):  # noqa: F811
     assert everything["answered_correct_rate"] >= 0.7
     text, _ = cli("rag", "eval", "--beir", str(beir), "--mode", "answer", "--seed", "7")
     assert "answered correctly" in text.stdout and "| threshold |" in text.stdout
+
+
+def test_answer_rows_carry_the_signals_and_calibrate_reports_the_heldout(cli, beir, tmp_path):  # noqa: F811
+    rows = tmp_path / "rows.jsonl"
+    result, out = cli("rag", "eval", "--beir", str(beir), "--mode", "answer", "--seed", "7", "--rows", str(rows),
+                      "--json")
+    assert result.exit_code == 0, result.stdout
+    model = out["confidence_model"]
+    assert {"answer_threshold", "confidence_center", "confidence_slope", "question_weight", "coverage_weight",
+            "margin_weight"} <= set(model) and model["answer_threshold"] == out["threshold"]
+    held = out["heldout"]                     # the calibration's held-out half of the queries, at the threshold
+    assert set(held) >= {"answered_correct_rate", "wrong_answer_rate", "unanswerable_abstain_rate"}
+    lines = [json.loads(line) for line in rows.read_text(encoding="utf-8").splitlines()]
+    assert len(lines) == 24 and all(r["dataset"] == "generated" for r in lines)
+    for r in lines:
+        sig = r["signals"]
+        assert {"cosine", "question", "coverage", "margin", "lang"} <= set(sig)
+        assert sig["question"] is not None and -1.0 <= sig["question"] <= 1.0   # every passage has a title
+        assert r["top_relevant"] == (r["relevant_cited"] and not r["unanswerable"])
+    result, cal = cli("rag", "calibrate", "--rows", str(rows), "--seed", "7", "--json")
+    assert result.exit_code == 0, result.stdout
+    d = cal["datasets"]["generated"]
+    assert d["n_dev"] + d["n_heldout"] == 24 and d["n_dev"] == 12
+    assert 0.0 < cal["model"]["answer_threshold"] < 1.0
+    # the threshold is the lowest meeting the wrong-answer cap on the dev half
+    assert d["dev"]["wrong_answer_rate"] <= 0.05 or cal["model"]["answer_threshold"] == 0.99
+    for key in ("answered_correct_rate", "wrong_answer_rate", "unanswerable_abstain_rate"):
+        assert 0.0 <= d["heldout"][key] <= 1.0
+    assert set(cal["model"]["confidence_center"]) == {r["signals"]["lang"] for r in lines}
+    # seeded: the same rows and seed give the same fit
+    _, again = cli("rag", "calibrate", "--rows", str(rows), "--seed", "7", "--json")
+    assert again["model"] == cal["model"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"query_id": "q"}\n', encoding="utf-8")
+    result, err = cli("rag", "calibrate", "--rows", str(bad), "--json")
+    assert result.exit_code == 2
