@@ -14,14 +14,10 @@ import json
 import logging
 import re
 from typing import Any
-from uuid import UUID
 
 import psycopg
-from fastapi import APIRouter, Response
-from pydantic import BaseModel, ConfigDict, Field
 
 from handoff import tickets as T
-from handoff.api.deps import CallerDep, ProblemRoute, doc
 from handoff.errors import Conflict, Forbidden, Invalid, NotFound, Unavailable
 from handoff.models import Agent
 from handoff.ports import DeliveryUnavailable, OriginalGone
@@ -109,35 +105,3 @@ def reveal(svc, agent: Agent, ticket_id, *, ref: str, reason: str) -> dict[str, 
 def _admin_record(conn: psycopg.Connection, agent: Agent, payload: dict[str, Any]) -> None:
     conn.execute("INSERT INTO handoff_admin_events (actor, action, agent_id, payload) VALUES (%s, 'pii_revealed', %s, %s)",
                  (agent.actor, agent.id, json.dumps(payload, ensure_ascii=False, default=str)))
-
-
-class RevealIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
-
-    ref: str = Field(pattern=REF.pattern, max_length=60, description="A `personal[].ref` of the ticket's "
-                     "context package or events (`m<message id>:<start>-<end>`).")
-    reason: str = Field(min_length=REASON_MIN, max_length=REASON_MAX, description="Why the value is needed: "
-                        "recorded in the ticket's events and the audit log.")
-
-
-class RevealOut(BaseModel):
-    ticket_id: str
-    ref: str
-    label: str | None = None
-    value: str = Field(description="The value in clear, as the customer wrote it.")
-    event_id: int = Field(description="The `pii_revealed` event that records this reveal.")
-
-
-router = APIRouter(prefix="/v1/handoff", tags=["handoff"], route_class=ProblemRoute, responses=doc(401, 422))
-
-
-@router.post("/tickets/{ticket_id}/reveal", response_model=RevealOut,
-             summary="Reveal one masked personal value, for a reason",
-             description="The context package and events show personal data masked; each masked value of a "
-                         "message has a `ref`. Needs the reveal permission (supervisors, admins, granted agents; "
-                         "an agent must hold the ticket). Recorded as a `pii_revealed` event (who, which ref, "
-                         "why; never the value) and in the audit log. Not cached.",
-             responses=doc(403, 404, 409, 503))
-async def reveal_value(ticket_id: UUID, body: RevealIn, call: CallerDep, response: Response) -> dict[str, Any]:
-    response.headers["Cache-Control"] = "no-store"
-    return await call.run(lambda agent: reveal(call.svc, agent, ticket_id, ref=body.ref, reason=body.reason))

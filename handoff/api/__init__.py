@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, FastAPI
 
-from handoff import reveal
-from handoff.api import events, queue, tickets
+from handoff.api import events, queue, reveal, tickets
 from handoff.api.deps import (
     STATE_KEY,
     AgentDep,
