@@ -23,7 +23,8 @@ from automation.tools.base import Caller, ToolGateway
 from automation.workflows import memory as M
 from automation.workflows import store
 from automation.workflows.expr import (Envs, ExpressionError, Scope, same_value, evaluate, evaluate_bool,
-                                       evaluate_columns, evaluate_value, format_value, render, render_each)
+                                       evaluate_columns, evaluate_each, evaluate_value, format_value, render,
+                                       render_each)
 from automation.workflows.spec import RISK_ORDER, Step, Workflow, WorkflowSet
 from automation.workflows import requests as R
 from automation.workflows import understand as U
