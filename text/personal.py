@@ -29,6 +29,7 @@ covers the whole value as the customer typed it.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -322,7 +323,18 @@ def _email_ip_spans(v: str, out: list[tuple[str, int, int]]) -> None:
                 out.append(("email", start, end))
     if has_ip and _MAYBE_IP.search(v):
         for r in ip_rec.analyze(latin, ["IP_ADDRESS"], None):
-            out.append(("ip", r.start, r.end))
+            if not _own_address(latin[r.start:r.end]):
+                out.append(("ip", r.start, r.end))
+
+
+def _own_address(text: str) -> bool:
+    """Loopback and unspecified addresses (127.0.0.1, ::1, 0.0.0.0) name this machine, never a person: the
+    address a server is bound to stays readable in its own log."""
+    try:
+        ip = ipaddress.ip_address(text.strip("[]"))
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_unspecified
 
 
 # -------------------------------------------------------------------------------- passports, addresses

@@ -179,3 +179,10 @@ def test_a_cut_anywhere_inside_a_corpus_value_leaves_none_of_it():
                           if value[k:k + 3] in out and value[k:k + 3] not in rest]
                 assert not leaked, (text, value, cut, out)
     assert cuts > 3000
+
+
+def test_the_machine_own_addresses_stay_and_a_customer_address_is_masked():
+    # a server's ready line names where it listens; a customer's address is personal data
+    assert personal.mask("Uvicorn running on http://127.0.0.1:8000") == "Uvicorn running on http://127.0.0.1:8000"
+    assert personal.mask("listening on 0.0.0.0:8000 and [::1]:8000") == "listening on 0.0.0.0:8000 and [::1]:8000"
+    assert "203.0.113.7" not in personal.mask("my IP is 203.0.113.7, please unblock it")
