@@ -46,6 +46,20 @@ def dotted(path: tuple) -> str:
     return out
 
 
+def named_field(path: tuple, data: Any, section: str) -> str:
+    """A field path with the name of its list entry, e.g. ``intents[3](refund).rules[0].pattern``: an entry of
+    ``data[section]`` that has a ``name`` is shown by it, so an error points at something a person wrote."""
+    text = dotted(path)
+    if len(path) >= 2 and path[0] == section and isinstance(path[1], int):
+        try:
+            name = data[section][path[1]].get("name")
+        except (KeyError, IndexError, TypeError, AttributeError):
+            name = None
+        if name:
+            text = text.replace(f"{section}[{path[1]}]", f"{section}[{path[1]}]({name})", 1)
+    return text
+
+
 def line_for(path: tuple, marks: dict[tuple, int]) -> int | None:
     """The line of ``path``, or of its nearest ancestor that has one."""
     p = tuple(path)

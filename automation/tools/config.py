@@ -22,7 +22,7 @@ from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from automation.tools.base import Binding, BreakerPolicy, RateLimit, RetryPolicy, ToolSpec
-from failures.yaml_source import SourceError, construct, dotted, line_for, syntax_error
+from failures.yaml_source import SourceError, construct, dotted, line_for, named_field, syntax_error
 
 BUNDLED_TOOLS = Path(__file__).resolve().parent / "samples" / "tools.yaml"
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -250,21 +250,6 @@ class ToolsFile(BaseModel):
         return self
 
 
-# --- field names (lines and YAML positions: failures.yaml_source) -------------------------------------------
-
-
-def _named(path: tuple, data: Any) -> str:
-    text = dotted(path)
-    if len(path) >= 2 and path[0] == "tools" and isinstance(path[1], int):
-        try:
-            name = data["tools"][path[1]].get("name")
-        except (KeyError, IndexError, TypeError, AttributeError):
-            name = None
-        if name:
-            text = text.replace(f"tools[{path[1]}]", f"tools[{path[1]}]({name})", 1)
-    return text
-
-
 def _substitute(data: Any, path: tuple, variables: Mapping[str, str], marks: dict, file: str | None) -> Any:
     """Resolve ``${VAR}`` / ``${VAR:-default}`` in every string under ``servers``."""
     if isinstance(data, dict):
@@ -322,7 +307,7 @@ def parse_tools(text: str, *, file: str | None = None, variables: Mapping[str, s
             loc = _data_path(loc, data)
             if err["type"] == "extra_forbidden":
                 message = "unknown field"
-            errors.append({"file": file, "line": line_for(loc, marks), "field": _named(loc, data),
+            errors.append({"file": file, "line": line_for(loc, marks), "field": named_field(loc, data, "tools"),
                            "message": message})
         first = errors[0]
         raise ToolConfigError(first["message"], file=file, line=first["line"], field=first["field"],

@@ -41,7 +41,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from failures.yaml_source import SourceError, construct, dotted, line_for, syntax_error
+from failures.yaml_source import SourceError, construct, line_for, named_field, syntax_error
 
 Tier = Literal["L1", "L2", "L3"]
 TIERS = ("L1", "L2", "L3")
@@ -192,22 +192,6 @@ class _AtPath(ValueError):
         self.path = path
 
 
-# --- field names (lines and YAML positions: failures.yaml_source) ------------------------------------------
-
-
-def _named(path: tuple, data: Any) -> str:
-    """A field path with the intent's name, e.g. ``intents[3](refund).rules[0].pattern``."""
-    text = dotted(path)
-    if len(path) >= 2 and path[0] == "intents" and isinstance(path[1], int):
-        try:
-            name = data["intents"][path[1]].get("name")
-        except (KeyError, IndexError, TypeError, AttributeError):
-            name = None
-        if name:
-            text = text.replace(f"intents[{path[1]}]", f"intents[{path[1]}]({name})", 1)
-    return text
-
-
 def parse_intents(text: str, *, file: str | None = None) -> IntentConfig:
     """Parse and validate intents YAML text; raise IntentConfigError naming line and field."""
     try:
@@ -236,7 +220,7 @@ def parse_intents(text: str, *, file: str | None = None) -> IntentConfig:
             loc = tuple(p for p in loc if isinstance(p, int) or p in _known_keys(data, loc))
             if err["type"] == "extra_forbidden":
                 message = f"unknown field (allowed: {', '.join(_allowed_for(loc))})"
-            errors.append({"file": file, "line": line_for(loc, marks), "field": _named(loc, data),
+            errors.append({"file": file, "line": line_for(loc, marks), "field": named_field(loc, data, "intents"),
                            "message": message})
         first = errors[0]
         raise IntentConfigError(first["message"], file=file, line=first["line"], field=first["field"],
