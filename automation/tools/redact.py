@@ -1,8 +1,9 @@
 """A small, dependency-free redactor for the audit: masks e-mail addresses, long digit runs (phones, cards,
 tracking and tax numbers) and the values of fields that hold personal data.
 
-Stand-in until the shared ``text`` package provides the project-wide masker: the composer passes that one as
-``redact=`` to ``load_tool_gateway`` and every string of the audit goes through it instead of ``mask_text``.
+The fallback for a gateway built on its own (tests, a script): the gateway wires the project-wide masker
+(``text.personal.mask``) as ``redact=`` to ``load_tool_gateway``, and every string of the audit goes through
+that one instead of ``mask_text``.
 """
 
 from __future__ import annotations
