@@ -151,7 +151,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from router.db import EmbeddedPostgres, migrate, open_pool
-    from router.ops.metrics import Metrics
+    from router.telemetry.metrics import Metrics
     from router.ops.report import build_report
     from router.ops.trace import load_trace
 

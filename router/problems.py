@@ -12,7 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from failures.problem import PROBLEM_JSON, problem_response
 from router.db.errors import DatabaseUnavailable, classify
-from router.ops.observability import request_id_var
+from router.telemetry.logs import request_id_var
 
 log = logging.getLogger(__name__)
 __all__ = ["PROBLEM_JSON", "Problem", "problem_response", "install_problem_handlers"]

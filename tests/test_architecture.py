@@ -8,6 +8,7 @@ the working tree. Contracts reserved for packages that do not exist yet
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -86,6 +87,8 @@ def _copy_tree(tmp_path: Path) -> Path:
     ("rag/__init__.py", "import router.turn.pipeline", "rag and handoff never import router"),
     ("router/channels/base.py", "from router.turn import guards", "channels never import the turn logic"),
     ("router/ops/trace.py", "from router.app import services", "router's packages form layers"),
+    ("router/outbox/store.py", "from router.ops import trace", "router's packages form layers"),
+    ("router/telemetry/logs.py", "import router.outbox.store", "router's packages form layers"),
     ("router/app/services.py", "from router.app import composition", "no import cycles between sibling modules"),
 ])
 def test_a_forbidden_import_breaks_a_contract(lint_imports, tmp_path, module, line, contract):
@@ -117,3 +120,21 @@ def test_the_shared_failures_leaf_imports_none_of_the_packages(lint_imports, tmp
     result = _lint(copy, tmp_path)
     assert result.returncode != 0
     assert "failures (problem documents" in result.stdout.split("Broken contracts", 1)[-1], result.stdout
+
+
+OUTBOX_SQL = re.compile(r"\b(?:FROM|JOIN|UPDATE|INTO|TABLE)\s+outbox(?:_\w+)?\b", re.IGNORECASE)
+
+
+def test_the_outbox_tables_are_read_and_written_only_in_router_outbox():
+    """router/outbox/ is the one owner of the outbox's SQL: everything else calls its functions."""
+    owner = REPO / "router" / "outbox"
+    scanned, outside = 0, []
+    for package in ("router", "rag", "handoff", "automation", "text", "failures", "examples"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            scanned += 1
+            if owner not in path.parents:
+                text = path.read_text(encoding="utf-8")
+                outside += [f"{path.relative_to(REPO)}: {m.group(0)}" for m in OUTBOX_SQL.finditer(text)]
+    assert scanned > 100
+    assert outside == [], outside
+    assert OUTBOX_SQL.search((owner / "store.py").read_text(encoding="utf-8"))    # the pattern does find SQL

@@ -13,8 +13,8 @@ from pathlib import Path
 from router.app.services import Services, limit_threads, pool_options, resolve_dsn
 from router.app.settings import Settings
 from router.db import migrate, open_pool
-from router.ops.metrics import Metrics
 from router.schemas import CHANNEL_NAMES
+from router.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +229,7 @@ class GuardedGenerator:
     decides once, rolls back, generates with nothing held, and decides again under the lock; the
     generated text is used only if that decision asks for it with the same question and passages, and
     the knowledge base still checks every sentence against them). The question goes out with personal
-    data masked (router.ops.observability), the HTTP call has its own timeout
+    data masked (router.telemetry.logs), the HTTP call has its own timeout
     (SWITCHBOARD_RAG_GENERATOR_TIMEOUT_SECONDS), and at most SWITCHBOARD_RAG_GENERATOR_CONCURRENCY calls
     run at once; when every slot is taken the turn does not wait: the extractive answer stands.
     """
@@ -257,7 +257,7 @@ class GuardedGenerator:
                 self.in_use -= 1
 
     def generate(self, query: str, passages) -> str:
-        from router.ops.observability import redact
+        from router.telemetry.logs import redact
         from router.turn.pipeline import PENDING, NotComputed, outside_transaction
 
         masked = redact(query) or ""

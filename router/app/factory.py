@@ -16,7 +16,7 @@ from router.app.middleware import (
     RequestMetricsMiddleware,
     UnhandledErrorMiddleware,
 )
-from router.ops.observability import configure_logging
+from router.telemetry.logs import configure_logging
 from router.turn.pipeline import Pipeline
 from router.problems import install_problem_handlers
 from router.app.composition import build_services

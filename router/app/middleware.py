@@ -10,7 +10,7 @@ import json
 import logging
 import time
 
-from router.ops.observability import accept_request_id, request_id_var
+from router.telemetry.logs import accept_request_id, request_id_var
 
 
 class UnhandledErrorMiddleware:

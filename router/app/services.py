@@ -16,7 +16,7 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 
 from router.db import EmbeddedPostgres
-from router.ops.metrics import Metrics
+from router.telemetry.metrics import Metrics
 from router.app.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ def serve(
     from router.app.factory import create_app
     from router.cli._common import settings
     from router.app.keys import LOOPBACK
-    from router.ops.observability import configure_logging
+    from router.telemetry.logs import configure_logging
 
     if dev_key:
         os.environ["SWITCHBOARD_DEV_KEY"] = "1"     # the workers read it too

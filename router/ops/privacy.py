@@ -1,4 +1,5 @@
-"""Retention and erasure of customer data (PIPL / GDPR) in the router's tables; handoff erases its own.
+"""Retention and erasure of customer data (PIPL / GDPR) in the router's tables; the outbox and handoff erase
+their own (:mod:`router.outbox.privacy`, :mod:`handoff.privacy`).
 
 - :func:`expire`: message texts and metadata older than the retention period are blanked, with what
   repeats them (outbox payloads of finished rows, reply texts in the stored responses, feedback
@@ -11,21 +12,19 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any
 
 import psycopg
 
 import handoff.privacy
-
-ERASED_PAYLOAD = json.dumps({"text": "", "erased": True})
+from router.outbox import privacy as outbox_privacy
 
 
 def expire(conn: psycopg.Connection, days: int) -> dict[str, int]:
     """Blank what customers wrote (and what echoes it) before ``now() - days``; returns rows touched per column."""
     cutoff = "now() - make_interval(days => %(days)s)"
-    p = {"days": days, "erased": ERASED_PAYLOAD}
+    p = {"days": days}
     touched = {
         "messages.text": conn.execute(
             f"""UPDATE messages SET text = '', metadata = '{{}}'::jsonb
@@ -33,18 +32,15 @@ def expire(conn: psycopg.Connection, days: int) -> dict[str, int]:
         "turns.response": conn.execute(
             f"""UPDATE turns SET response = jsonb_set(response, '{{reply,text}}', '""')
                  WHERE created_at < {cutoff} AND response #>> '{{reply,text}}' <> ''""", p).rowcount,
-        "outbox.payload": conn.execute(
-            f"""UPDATE outbox SET payload = (payload - 'text') || %(erased)s::jsonb, last_error = NULL
-                 WHERE created_at < {cutoff} AND status IN ('delivered', 'dead')
-                   AND NOT coalesce((payload ->> 'erased')::boolean, false)""", p).rowcount,
-        "outbox_attempts.error": conn.execute(
-            f"UPDATE outbox_attempts SET error = NULL WHERE created_at < {cutoff} AND error IS NOT NULL", p).rowcount,
+    }
+    touched.update(outbox_privacy.expire(conn, days))
+    touched.update({
         "feedback.comment": conn.execute(
             f"UPDATE feedback SET comment = NULL WHERE created_at < {cutoff} AND comment IS NOT NULL", p).rowcount,
         "conversation_counters.last_question": conn.execute(
             f"""UPDATE conversation_counters SET last_question = NULL
                  WHERE updated_at < {cutoff} AND last_question IS NOT NULL""", p).rowcount,
-    }
+    })
     touched.update(handoff.privacy.expire(conn, days))
     return touched
 
@@ -54,7 +50,7 @@ def forget(conn: psycopg.Connection, customer_id: str) -> dict[str, Any]:
     alias = f"forgotten:{uuid.uuid4().hex}"
     convs = [r["id"] for r in conn.execute(
         "SELECT id FROM conversations WHERE customer_id = %s FOR UPDATE", (customer_id,)).fetchall()]
-    p = {"ids": convs, "cust": customer_id, "alias": alias, "erased": ERASED_PAYLOAD}
+    p = {"ids": convs, "cust": customer_id, "alias": alias}
     touched: dict[str, int] = {}
 
     def run(name: str, sql: str) -> None:
@@ -70,15 +66,7 @@ def forget(conn: psycopg.Connection, customer_id: str) -> dict[str, Any]:
                                   trace = jsonb_build_object('erased', true, 'timings_ms', trace -> 'timings_ms',
                                                              'decision', (trace -> 'decision') - 'explanation')
                      WHERE conversation_id = ANY(%(ids)s)""")
-    run("outbox", """UPDATE outbox SET payload = %(erased)s::jsonb, last_error = 'erased on request',
-                            status = CASE WHEN status IN ('pending', 'sending') THEN 'dead' ELSE status END,
-                            dead_at = CASE WHEN status IN ('pending', 'sending') THEN now() ELSE dead_at END,
-                            lease_until = NULL
-                      WHERE conversation_id = ANY(%(ids)s)""")
-    run("outbox_attempts", """UPDATE outbox_attempts SET error = NULL
-                               WHERE outbox_id IN (SELECT id FROM outbox WHERE conversation_id = ANY(%(ids)s))""")
-    run("outbox_receipts", """UPDATE outbox_receipts SET error_title = NULL, error_detail = NULL
-                               WHERE outbox_id IN (SELECT id FROM outbox WHERE conversation_id = ANY(%(ids)s))""")
+    touched.update(outbox_privacy.forget(conn, convs))
     run("feedback", "UPDATE feedback SET comment = NULL WHERE conversation_id = ANY(%(ids)s)")
     run("conversation_counters", """UPDATE conversation_counters SET last_question = NULL
                                      WHERE conversation_id = ANY(%(ids)s)""")

@@ -111,7 +111,7 @@ def build_report(conn: psycopg.Connection, since: datetime, until: datetime | No
                  channels: Collection[str] | None = None) -> dict[str, Any]:
     """All figures for [since, until) as one JSON-ready dict; ``channels``: the registry's names (others are
     ``other``; None keeps the stored strings, for callers that have no registry)."""
-    from router.ops.metrics import OTHER
+    from router.telemetry.metrics import OTHER
 
     def channel_key(channel: Any) -> str:
         return channel if channels is None or channel in channels else OTHER
@@ -256,8 +256,8 @@ def _flows(conn, since: datetime, until: datetime) -> dict[str, Any]:
 
 
 def _deflection(rows, key) -> dict[str, Any]:
-    from router.ops.metrics import REPLY_LANGUAGES as LANGUAGES
-    from router.ops.metrics import TURN_OUTCOMES as OUTCOMES
+    from router.telemetry.metrics import REPLY_LANGUAGES as LANGUAGES
+    from router.telemetry.metrics import TURN_OUTCOMES as OUTCOMES
 
     def empty() -> dict[str, int]:
         return {o: 0 for o in OUTCOMES}

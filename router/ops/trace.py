@@ -18,7 +18,8 @@ import psycopg
 
 from automation.workflows.store import conversation_flows
 from handoff.queries import conversation_ticket_events
-from router.ops.observability import BUSINESS_KEYS, redact, redact_obj
+from router.outbox.store import deliveries_by_message
+from router.telemetry.logs import BUSINESS_KEYS, redact, redact_obj
 
 # stage order of a turn as the router runs it; anything else recorded is appended after these
 STAGE_ORDER = ("harness", "rules", "classify", "embedding", "retrieval", "rerank", "answer", "handoff", "decide")
@@ -103,16 +104,11 @@ def load_trace(conn: psycopg.Connection, conversation_id: str) -> dict[str, Any]
     inbound_ids = [r["id"] for r in conn.execute(
         "SELECT id FROM messages WHERE conversation_id = %s AND direction = 'in' ORDER BY id", (conversation_id,))]
     outbound = conn.execute(
-        """
-        SELECT m.id, m.sender, m.text, m.received_at, o.id AS outbox_id, o.kind, o.status, o.attempts,
-               o.last_error, o.delivered_at, o.dead_at, o.provider_message_id,
-               o.receipt_status, o.receipt_at, o.receipt_error,
-               (SELECT max(p.parts) FROM outbox_parts p WHERE p.outbox_id = o.id) AS parts
-        FROM messages m LEFT JOIN outbox o ON o.message_id = m.id
-        WHERE m.conversation_id = %s AND m.direction = 'out' ORDER BY m.id
-        """,
+        "SELECT id, sender, text, received_at FROM messages WHERE conversation_id = %s AND direction = 'out' "
+        "ORDER BY id",
         (conversation_id,),
     ).fetchall()
+    deliveries = deliveries_by_message(conn, conversation_id)
     transitions = conn.execute(
         "SELECT id, session_no, from_state, to_state, reason, actor, message_id, ticket_id, created_at "
         "FROM conversation_transitions WHERE conversation_id = %s ORDER BY id",
@@ -186,19 +182,21 @@ def load_trace(conn: psycopg.Connection, conversation_id: str) -> dict[str, Any]
         i = owner_by_time(ev["at"])
         (out_turns[i]["events_after"] if i is not None else unowned).append(item)
     for m in outbound:
-        item = {"message_id": m["id"], "sender": m["sender"], "text": m["text"], "kind": m["kind"],
-                "at": m["received_at"].isoformat(),
-                "delivery": None if m["outbox_id"] is None else {
-                    "outbox_id": m["outbox_id"], "status": m["status"], "attempts": m["attempts"],
-                    "last_error": m["last_error"], "provider_message_id": m["provider_message_id"],
-                    "delivered_at": m["delivered_at"].isoformat() if m["delivered_at"] else None,
-                    "dead_at": m["dead_at"].isoformat() if m["dead_at"] else None,
-                    "parts": m["parts"],    # set when the text went out in several parts
-                    "receipt": None if m["receipt_status"] is None else {
-                        "status": m["receipt_status"], "error": m["receipt_error"],
-                        "at": m["receipt_at"].isoformat() if m["receipt_at"] else None}}}
         i = owner_by_message(m["id"])
-        (out_turns[i]["outbound"] if i is not None else unowned).append({"type": "outbound", **item})
+        for o in deliveries.get(m["id"]) or [None]:    # a message written without an outbox row: no delivery
+            item = {"message_id": m["id"], "sender": m["sender"], "text": m["text"],
+                    "kind": None if o is None else o["kind"],
+                    "at": m["received_at"].isoformat(),
+                    "delivery": None if o is None else {
+                        "outbox_id": o["outbox_id"], "status": o["status"], "attempts": o["attempts"],
+                        "last_error": o["last_error"], "provider_message_id": o["provider_message_id"],
+                        "delivered_at": o["delivered_at"].isoformat() if o["delivered_at"] else None,
+                        "dead_at": o["dead_at"].isoformat() if o["dead_at"] else None,
+                        "parts": o["parts"],    # set when the text went out in several parts
+                        "receipt": None if o["receipt_status"] is None else {
+                            "status": o["receipt_status"], "error": o["receipt_error"],
+                            "at": o["receipt_at"].isoformat() if o["receipt_at"] else None}}}
+            (out_turns[i]["outbound"] if i is not None else unowned).append({"type": "outbound", **item})
     for call, owner in _tool_calls(conn, conversation_id, out_turns):
         if owner is not None:
             out_turns[owner]["tool_calls"].append(call)

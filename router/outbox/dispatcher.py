@@ -26,7 +26,7 @@ import httpx
 
 from router.channels.delivery import Delivery, DeliveryError, Sender, SendResult
 from router.channels.registry import build_senders, channel_label
-from router.ops.observability import redact, redact_obj
+from router.telemetry.logs import redact, redact_obj
 from text.personal import mask_clip
 from router.outbox.ratelimit import ChannelLimits
 

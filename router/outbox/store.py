@@ -1,4 +1,4 @@
-"""Writing to the transactional outbox. Delivery (retries, dead letters) is the dispatcher's job."""
+"""Writing to the transactional outbox and reading it back. Delivery (retries, dead letters) is the dispatcher's job."""
 
 from __future__ import annotations
 
@@ -55,6 +55,26 @@ def deliveries_since(conn: psycopg.Connection, conversation_id: Any, since: Any,
         """,
         {"c": conversation_id, "since": since, "n": limit},
     ).fetchall()
+
+
+def deliveries_by_message(conn: psycopg.Connection, conversation_id: Any) -> dict[int, list[dict[str, Any]]]:
+    """The conversation's outbox rows that carry a transcript message, keyed by message id (in row order): status,
+    attempts, last error, provider id, delivery receipt and the number of parts when a text went out in several;
+    what a conversation's trace shows under each outbound message."""
+    rows = conn.execute(
+        """
+        SELECT o.message_id, o.id AS outbox_id, o.kind, o.status, o.attempts, o.last_error, o.delivered_at,
+               o.dead_at, o.provider_message_id, o.receipt_status, o.receipt_at, o.receipt_error,
+               (SELECT max(p.parts) FROM outbox_parts p WHERE p.outbox_id = o.id) AS parts
+        FROM outbox o
+        WHERE o.conversation_id = %s AND o.message_id IS NOT NULL ORDER BY o.id
+        """,
+        (conversation_id,),
+    ).fetchall()
+    out: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        out.setdefault(r["message_id"], []).append(r)
+    return out
 
 
 def due_count(conn: psycopg.Connection) -> int:

@@ -27,7 +27,7 @@ import time
 from contextlib import contextmanager
 from typing import Any
 
-from router.ops.metrics import TURN_OUTCOMES
+from router.telemetry.metrics import TURN_OUTCOMES
 from router.turn import language
 from router.turn import state as sm
 from router.turn.escalation import EscalationPolicy, Policy

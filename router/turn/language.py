@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from router.ops.metrics import REPLY_LANGUAGES as LANGUAGES  # one closed set with /metrics
+from router.telemetry.metrics import REPLY_LANGUAGES as LANGUAGES  # one closed set with /metrics
 DEFAULT = "en"
 
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3000-\u303f\uff01-\uff0f]")

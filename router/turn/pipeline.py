@@ -40,9 +40,9 @@ import psycopg
 from failures.retry import LOST_RACE, pause
 from router.channels.registry import channel_label
 from router.db.errors import DatabaseUnavailable
-from router.ops.observability import BUSINESS_KEYS, redact_obj
 from router.problems import Problem
 from router.schemas import Decision, InboundMessage, TurnOut
+from router.telemetry.logs import BUSINESS_KEYS, redact_obj
 
 log = logging.getLogger(__name__)
 

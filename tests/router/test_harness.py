@@ -10,7 +10,7 @@ from router.classify import IntentClassifier
 from router.turn.escalation import Policy, PolicyError, load_policy
 from router.turn.guards import Harness, customer_flags, normalise, set_sensitive, squash
 from router.classify.intents import BUNDLED_INTENTS, load_intents
-from router.ops.metrics import Metrics
+from router.telemetry.metrics import Metrics
 from router.turn.pipeline import Pipeline
 from router.problems import Problem
 from router.schemas import InboundMessage

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from ops_testkit import agent_token, msg, wire_gateway
 from keys_testkit import authorize
 
-from router.ops.observability import JsonFormatter, _RequestIdFilter, redact, redact_obj, request_id_var
+from router.telemetry.logs import JsonFormatter, _RequestIdFilter, redact, redact_obj, request_id_var
 
 PROBLEM = "application/problem+json"
 PII = {

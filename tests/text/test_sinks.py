@@ -22,7 +22,7 @@ from keys_testkit import authorize  # noqa: E402
 from channels_support import SECRETS, RecordingServer, channel_app, channel_settings  # noqa: E402
 from ops_testkit import agent_token, msg, wire_gateway  # noqa: E402
 
-from router.ops.observability import configure_logging  # noqa: E402
+from router.telemetry.logs import configure_logging  # noqa: E402
 
 PERSONAL = {
     "phone": "138 1234 5678",
