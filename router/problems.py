@@ -35,7 +35,8 @@ def _rid() -> str | None:
     return request_id_var.get()
 
 
-def install_problem_handlers(app: FastAPI) -> None:
+def install_problem_handlers(app: FastAPI, *, retry_after: int) -> None:
+    """Answer errors as problem documents; a lost database is a 503 with ``Retry-After: retry_after`` seconds."""
     @app.exception_handler(Problem)
     async def _problem(request: Request, exc: Problem):
         return problem_response(exc.status, exc.detail, title=exc.title, type_=exc.type,
@@ -61,11 +62,9 @@ def install_problem_handlers(app: FastAPI) -> None:
         return problem_response(exc.status_code, detail, instance=request.url.path, request_id=_rid(),
                                 headers=getattr(exc, "headers", None))
 
-    retry_after = str(getattr(getattr(app.state, "settings", None), "db_retry_after", None) or 2)
-
     @app.exception_handler(DatabaseUnavailable)
     async def _database(request: Request, exc: DatabaseUnavailable):
-        return database_unavailable_response(request.url.path, exc, retry_after)
+        return database_unavailable_response(request.url.path, exc, str(retry_after))
 
     # Anything else unforeseen is answered by UnhandledErrorMiddleware (router/middleware.py): it runs
     # inside the request-id middleware, so the 500 keeps its X-Request-ID and is logged once.

@@ -74,7 +74,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         lifespan=lifespan,
     )
     app.state.settings = settings
-    install_problem_handlers(app)
+    install_problem_handlers(app, retry_after=settings.db_retry_after)
 
     app.add_middleware(UnhandledErrorMiddleware, retry_after=settings.db_retry_after)
     app.add_middleware(RequestMetricsMiddleware)

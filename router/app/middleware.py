@@ -22,7 +22,7 @@ class UnhandledErrorMiddleware:
     unreachable); it does not propagate.
     """
 
-    def __init__(self, app, retry_after: int = 2):
+    def __init__(self, app, retry_after: int):
         self.app = app
         self.retry_after = str(retry_after)
 

@@ -105,7 +105,7 @@ def readyz(services: ServicesDep) -> JSONResponse:
         body.update({"type": "about:blank", "title": "Service Unavailable", "status": 503,
                      "detail": "Failing checks: " + ", ".join(k for k, c in checks.items() if not c["ok"])})
         return JSONResponse(body, status_code=503, media_type="application/problem+json",
-                            headers={"Retry-After": str(getattr(services.settings, "db_retry_after", 2))})
+                            headers={"Retry-After": str(services.settings.db_retry_after)})
     return JSONResponse(body)
 
 
