@@ -79,7 +79,7 @@ def test_two_concurrent_migrator_processes_do_not_collide(fresh_db, tmp_path):
     script = tmp_path / "racer.py"
     script.write_text(_RACER)
     start_at = str(time.time() + 2.0)
-    repo = str(Path(__file__).resolve().parents[2])
+    repo = str(Path(__file__).resolve().parents[3])
     procs = [
         subprocess.Popen([sys.executable, str(script), dsn, start_at], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, cwd=repo)

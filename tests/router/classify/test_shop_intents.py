@@ -15,7 +15,7 @@ from router.classify.intents import load_intents
 
 pytestmark = pytest.mark.slow
 
-CASES = [json.loads(line) for line in (Path(__file__).resolve().parents[1] / "automation" / "shop_conversations.jsonl")
+CASES = [json.loads(line) for line in (Path(__file__).resolve().parents[2] / "automation" / "shop_conversations.jsonl")
          .read_text(encoding="utf-8").splitlines() if line.strip()]
 
 

@@ -208,7 +208,7 @@ def test_the_conversation_eval_checks_flow_outcomes_slots_and_tool_effects(svc):
             channel=m["channel"], conversation_external_id=m["conversation_id"], customer_id=m["customer_id"],
             message_external_id=m["message_id"], text=m["text"]))[0]
 
-    samples = Path(__file__).resolve().parents[2] / "router" / "samples" / "conversations.jsonl"
+    samples = Path(__file__).resolve().parents[3] / "router" / "samples" / "conversations.jsonl"
     (case,) = [c for c in load_cases(samples) if c["id"] == "refund-flow-en"]
     wrong = copy.deepcopy(case)
     wrong["id"] = "refund-flow-wrong"

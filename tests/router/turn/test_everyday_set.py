@@ -23,8 +23,8 @@ from router.schemas import InboundMessage
 
 pytestmark = pytest.mark.slow
 
-EVERYDAY = Path(__file__).resolve().parent.parent / "fixtures" / "everyday.jsonl"
-SAMPLES = Path(__file__).resolve().parents[2] / "router" / "samples" / "conversations.jsonl"
+EVERYDAY = Path(__file__).resolve().parents[2] / "fixtures" / "everyday.jsonl"
+SAMPLES = Path(__file__).resolve().parents[3] / "router" / "samples" / "conversations.jsonl"
 SMALL_TALK = ("greeting", "thanks", "goodbye", "bot_identity", "capabilities")
 HAN = re.compile(r"[\u4e00-\u9fff]")
 

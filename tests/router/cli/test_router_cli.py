@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from router.cli import app
 from router.classify.intents import load_intents
 
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "intents_small"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "intents_small"
 REQUIRED = {"in_scope_accuracy", "oos_recall", "oos_precision", "macro_f1", "n", "latency_ms_p50", "latency_ms_p95",
             "encoder"}
 
@@ -105,7 +105,7 @@ def test_fit_writes_an_intents_file_that_loads_and_classifies(run, tmp_path, min
 def test_fit_on_top_of_an_intents_file_keeps_its_rules_and_tiers(run, tmp_path):
     out = tmp_path / "merged.yaml"
     result = run("router", "fit", "--train", str(FIXTURE / "train.jsonl"), "--intents",
-                 str(Path(__file__).resolve().parents[2] / "router" / "samples" / "intents.yaml"), "--out", str(out),
+                 str(Path(__file__).resolve().parents[3] / "router" / "samples" / "intents.yaml"), "--out", str(out),
                  "--tier", "L2", "--json")
     assert result.exit_code == 0, result.stdout
     merged = load_intents(out)

@@ -13,7 +13,7 @@ from router.classify.evaluate import read_jsonl
 from router.classify.fit import config_from_rows, fit_scoring, needs_fit, refit_config
 from router.classify.intents import load_intents, parse_intents
 
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "intents_small"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "intents_small"
 
 
 @pytest.fixture(scope="module")
