@@ -99,13 +99,17 @@ class ChannelGateway:
         route.channel_user_id, route.customer_id = scrub(route.channel_user_id), scrub(route.customer_id)
         route.address, route.profile = scrub(route.address), scrub(route.profile)
         msg.metadata.setdefault("channel_user_id", route.channel_user_id)   # who wrote, in a group chat
-        with self.pool.connection() as conn:
+
+        def resolve(conn):
             conn.autocommit = True
             try:
-                msg.customer_id = resolve_customer(conn, adapter.name, parsed.route, msg.conversation_external_id)
+                return resolve_customer(conn, adapter.name, parsed.route, msg.conversation_external_id)
             finally:
                 if not conn.closed:
                     conn.autocommit = False
+
+        # the steps around the turn are idempotent: repeated on a fresh connection if the session dies (Pool.run)
+        msg.customer_id = self.pool.run(resolve)
         parsed.message = msg
         with self._turns:
             response, replayed = self.pipeline.handle(msg)
@@ -116,21 +120,26 @@ class ChannelGateway:
         if reply and turn_id and not replayed and getattr(self.pipeline.decider, "queues_replies", False):
             reply = None      # queued in the turn's own transaction (a replay is checked: it may predate that)
         if reply and turn_id and not actions:
-            with self.pool.connection() as conn:
-                if reply_already_queued(conn, turn_id):   # the usual case: the router queued it in the turn
-                    reply = None
+            if self.pool.run(lambda conn: reply_already_queued(conn, turn_id)):   # the usual case: queued in the turn
+                reply = None
         if (reply or actions) and turn_id:
-            with self.pool.connection() as conn, conn.transaction():
-                turn = _lock_turn(conn, response["turn_id"])
-                if turn is not None:
-                    if reply:
-                        citations = (response.get("reply") or {}).get("citations") or []
-                        extra = {"citations": citations} if citations else None
-                        if ensure_reply_queued(conn, turn, adapter.name, reply, extra) is not None:
-                            log.info("reply queued after the turn", extra={"fields": {"turn_id": str(turn["id"])}})
-                    for action in actions:
-                        queue_action(conn, turn["conversation_id"], adapter.name, action)
+            self.pool.run(lambda conn: self._queue_after_turn(conn, adapter, response, reply, actions))
         return outcome
+
+    @staticmethod
+    def _queue_after_turn(conn, adapter: ChannelAdapter, response: dict, reply: str | None, actions) -> None:
+        """The reply and the channel's actions into the outbox (their dedupe keys make a repeat harmless)."""
+        with conn.transaction():
+            turn = _lock_turn(conn, response["turn_id"])
+            if turn is None:
+                return
+            if reply:
+                citations = (response.get("reply") or {}).get("citations") or []
+                extra = {"citations": citations} if citations else None
+                if ensure_reply_queued(conn, turn, adapter.name, reply, extra) is not None:
+                    log.info("reply queued after the turn", extra={"fields": {"turn_id": str(turn["id"])}})
+            for action in actions:
+                queue_action(conn, turn["conversation_id"], adapter.name, action)
 
     def process_all(self, adapter: ChannelAdapter, messages: list[ParsedMessage]) -> list[Outcome]:
         return [self.process(adapter, pm) for pm in messages]

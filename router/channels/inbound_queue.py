@@ -28,17 +28,20 @@ MAX_ATTEMPTS = 50   # then the row stays, status 'failed', for an operator (neve
 
 
 def hold(pool, channel: str, pm: ParsedMessage, *, retry_after: float) -> None:
-    """Store the message durably (committed on return); the worker picks it up after ``retry_after`` s."""
-    with pool.connection() as conn:
-        conn.execute(
-            """
-            INSERT INTO inbound_queue (channel, external_id, message, route, next_attempt_at)
-            VALUES (%s, %s, %s, %s, now() + make_interval(secs => %s))
-            ON CONFLICT (channel, external_id) DO NOTHING
-            """,
-            (channel, pm.message.message_external_id, pm.message.model_dump_json(),
-             json.dumps(dataclasses.asdict(pm.route), ensure_ascii=False, default=str), retry_after),
-        )
+    """Store the message durably (committed on return); the worker picks it up after ``retry_after`` s.
+
+    Repeated on a fresh connection if the session dies (``Pool.run``): the conflict clause makes it harmless.
+    """
+    params = (channel, pm.message.message_external_id, pm.message.model_dump_json(),
+              json.dumps(dataclasses.asdict(pm.route), ensure_ascii=False, default=str), retry_after)
+    pool.run(lambda conn: conn.execute(
+        """
+        INSERT INTO inbound_queue (channel, external_id, message, route, next_attempt_at)
+        VALUES (%s, %s, %s, %s, now() + make_interval(secs => %s))
+        ON CONFLICT (channel, external_id) DO NOTHING
+        """,
+        params,
+    ))
 
 
 def _parsed(row: dict[str, Any]) -> ParsedMessage:

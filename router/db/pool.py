@@ -20,6 +20,13 @@
 ``timeout`` (how long ``connection()`` waits for a free connection) is the fail-fast bound: the
 gateway sets it to ``SWITCHBOARD_DB_ACQUIRE_TIMEOUT`` so ingress answers 503 within it; once connecting
 has failed for over a second (and it is no clean restart) the wait is ``known_down_wait`` (0.5 s).
+
+A unit of work whose connection dies under it is repeated on a fresh connection (:meth:`Pool.run`, and
+the turn's own loop through :meth:`Pool.retry_wait`): once in any case, and again within the acquire
+bound while the server itself is away. ``admin_shutdown`` (57P01) alone does not say which: a clean
+stop and ``pg_terminate_backend`` send the same; the evidence is whether a fresh connection can be made
+(refused or "shutting down / starting up": the server is restarting; made: only that session was ended,
+and a second loss is answered 503).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from time import monotonic
+from typing import TypeVar
 
 import psycopg
 from pgvector.psycopg import register_vector
@@ -35,6 +43,8 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from psycopg_pool.base import AttemptWithBackoff
 
 from router.db.errors import DatabaseUnavailable, classify
+
+T = TypeVar("T")
 
 
 def _configure(conn: psycopg.Connection) -> None:
@@ -84,6 +94,7 @@ class Pool(ConnectionPool):
         self.restarts_seen = 0
         self.known_down_wait = known_down_wait
         self.down_since: float | None = None         # first failed connection attempt since the last success
+        self.connect_failed_at: float | None = None  # the last failed connection attempt
         super().__init__(*args, **kwargs)
 
     def note_restart(self) -> None:
@@ -99,9 +110,15 @@ class Pool(ConnectionPool):
     def reconnect_delay_cap(self) -> float:
         return min(self.restart_poll, self.reconnect_max_delay) if self.restarting() else self.reconnect_max_delay
 
-    def _note(self, exc: BaseException) -> None:
-        if restart_sign(exc):
-            self.note_restart()
+    def _note(self, exc: BaseException, conn: psycopg.Connection | None = None) -> None:
+        if not restart_sign(exc):
+            return
+        if conn is not None and self.restart_seen_at is not None and \
+                getattr(conn, "_created_at", self.restart_seen_at) < self.restart_seen_at:
+            # a session the known restart ended, found only now (e.g. idle in the pool): no news. Moving the
+            # sign later would discard the good connections made since the server came back.
+            return
+        self.note_restart()
 
     def known_down(self) -> bool:
         """Connecting has failed for over a second, and it is no clean restart: waiting the full bound is futile."""
@@ -112,8 +129,9 @@ class Pool(ConnectionPool):
         try:
             conn = super()._connect(timeout)
         except Exception as exc:
+            self.connect_failed_at = monotonic()
             if self.down_since is None:
-                self.down_since = monotonic()
+                self.down_since = self.connect_failed_at
             self._note(exc)
             raise
         self.down_since = None
@@ -152,7 +170,7 @@ class Pool(ConnectionPool):
             try:
                 ConnectionPool.check_connection(conn)
             except Exception as exc:  # noqa: BLE001 - dead: give it back (the pool discards and replaces it)
-                self._note(exc)
+                self._note(exc, conn)
                 self.putconn(conn)
                 if monotonic() >= deadline:
                     raise DatabaseUnavailable("pool_timeout", "no live connection") from None
@@ -171,10 +189,59 @@ class Pool(ConnectionPool):
             mapped = classify(exc, conn)
             if mapped is None:
                 raise
-            self._note(exc)
+            self._note(exc, conn)
             raise mapped from exc
         finally:
             self.putconn(conn)
+
+    def server_away(self, since: float) -> bool:
+        """Whether the server itself is away, not only one session: a connection attempt failed after
+        ``since``, or one made now fails (a stop or restart refuses or answers "shutting down"; after
+        ``pg_terminate_backend`` the server still accepts)."""
+        failed = self.connect_failed_at
+        if failed is not None and failed >= since:
+            return True
+        try:
+            self._connect(timeout=1.0).close()
+        except Exception:  # noqa: BLE001 - any failure to connect is the evidence asked for
+            return True
+        return False
+
+    def retry_wait(self, exc: DatabaseUnavailable, *, started: float, losses: int) -> float | None:
+        """How long the next attempt of a unit of work may wait for a connection, or None: give up (503).
+
+        ``started``: when the work arrived (the 503 still comes within about one acquire bound of it);
+        ``losses``: how many attempts lost their connection so far. The first loss is retried at once (a
+        fresh connection may work now); later ones only while time is left and the server has been away
+        since the work arrived (a clean restart: requests wait for it within the bound).
+        """
+        if not exc.retryable:
+            return None
+        left = started + self.timeout + 0.25 - monotonic()
+        if losses <= 1:
+            return max(0.3, left)
+        if left < 0.05 or not self.server_away(started):
+            return None
+        return left
+
+    def run(self, work: Callable[[psycopg.Connection], T], timeout: float | None = None) -> T:
+        """``work(conn)`` in one transaction, repeated on a fresh connection when the connection died under it.
+
+        For idempotent units of work (reads, upserts, inserts that ignore a conflict): a repeat after a
+        lost commit finds its own row. Raises :class:`DatabaseUnavailable` as :meth:`connection` does.
+        """
+        started = monotonic()
+        losses = 0
+        wait = timeout
+        while True:
+            try:
+                with self.connection(wait) as conn:
+                    return work(conn)
+            except DatabaseUnavailable as exc:
+                losses += 1
+                wait = self.retry_wait(exc, started=started, losses=losses)
+                if wait is None:
+                    raise
 
 
 def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 10, name: str = "switchboard",

@@ -162,11 +162,11 @@ class Pipeline:
 
         Raises the decider's :class:`Problem` when it refuses the message (after committing it, flagged).
         """
-        reconnected = False
-        # the retry after a lost connection waits for a fresh one only until about one acquire bound after
-        # the message arrived (at least a moment): a 503 still comes within the fail-fast bound
+        losses = 0
+        # after a lost connection the turn is repeated on a fresh one: once at once, and again while the
+        # server is away (a clean restart), within about one acquire bound of the message's arrival
+        # (Pool.retry_wait): a 503 still comes within the fail-fast bound
         t0 = time.monotonic()
-        bound = getattr(self.pool, "timeout", None) or 1.5
         acquire: float | None = None
         ready: dict[Hashable, tuple[bool, Any]] = {}    # outside work done for this message (kept across retries)
         for attempt in range(self.ATTEMPTS):
@@ -180,11 +180,11 @@ class Pipeline:
                 pause(attempt + 1, 0.01, 0.05)
             except DatabaseUnavailable as exc:
                 self.metrics.turn_failures.labels(exc.cause).inc()
-                if reconnected or not exc.retryable:
+                losses += 1
+                acquire = self.pool.retry_wait(exc, started=t0, losses=losses)
+                if acquire is None or attempt == self.ATTEMPTS - 1:
                     raise
-                reconnected = True   # once: the connection died under the turn; a fresh one may work at once
-                acquire = max(0.3, t0 + bound + 0.25 - time.monotonic())
-                log.info("turn lost its database connection (%s); retrying once", exc.cause)
+                log.info("turn lost its database connection (%s, %d); retrying", exc.cause, losses)
             except Problem:
                 raise
             except Exception:

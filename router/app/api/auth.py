@@ -27,11 +27,8 @@ async def optional_key(request: Request,
         return None
     pool = request.app.state.services.pool
 
-    def look():
-        with pool.connection() as conn:
-            return authenticate_key(conn, creds.credentials)
-
-    key = await run_in_threadpool(look)
+    # repeated on a fresh connection when the server ends the session under it (a clean restart)
+    key = await run_in_threadpool(pool.run, lambda conn: authenticate_key(conn, creds.credentials))
     if key is None:
         raise unauthorized("The integration key is unknown or revoked.")
     return key
@@ -52,10 +49,6 @@ async def feedback_secret_of(request: Request) -> bytes:
     services = request.app.state.services
     cached = getattr(services, "_feedback_secret", None)
     if cached is None:
-        def read():
-            with services.pool.connection() as conn:
-                return feedback_secret(conn)
-
-        cached = await run_in_threadpool(read)
+        cached = await run_in_threadpool(services.pool.run, feedback_secret)
         services._feedback_secret = cached
     return cached

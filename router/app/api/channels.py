@@ -172,13 +172,15 @@ def remember_nonce(pool, channel: str, replay: tuple[str, int], body: bytes) -> 
 
     key, keep = replay
     params = {"channel": channel, "nonce": key[:300], "digest": hashlib.sha256(body).hexdigest(), "keep": keep}
-    with pool.connection() as conn:
+    def record(conn):
         conn.autocommit = True
         try:
-            row = conn.execute(_NONCE, params).fetchone()
+            return conn.execute(_NONCE, params).fetchone()
         finally:
             if not conn.closed:
                 conn.autocommit = False
+
+    row = pool.run(record)   # a repeat after a lost answer finds its own nonce with the same body
     return bool(row and row["same"])
 
 

@@ -11,6 +11,7 @@ import shutil
 import tempfile
 import threading
 import time
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import psycopg
@@ -158,8 +159,8 @@ def private_pg():
     shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture
-def private_client(private_pg, tmp_path, minilm_path, minilm_encoder):
+@contextmanager
+def _gateway(private_pg, home: Path, minilm_path, minilm_encoder, acquire_timeout: float):
     from router.app.factory import create_app
     from router.app.composition import build_services
     from router.app.settings import Settings
@@ -167,8 +168,8 @@ def private_client(private_pg, tmp_path, minilm_path, minilm_encoder):
     server, uri = private_pg
     if not server.status().running:
         server.start()
-    s = Settings(home=tmp_path / "home", database_url=uri, embedding_model=str(minilm_path), load_sample_kb=False,
-                 log_json=False, db_acquire_timeout=0.5, db_pool_min=2, db_pool_max=4, db_retry_after=7)
+    s = Settings(home=home, database_url=uri, embedding_model=str(minilm_path), load_sample_kb=False,
+                 log_json=False, db_acquire_timeout=acquire_timeout, db_pool_min=2, db_pool_max=4, db_retry_after=7)
     svc = build_services(s, load_models=False)
     svc.encoder = minilm_encoder
     try:
@@ -179,6 +180,19 @@ def private_client(private_pg, tmp_path, minilm_path, minilm_encoder):
         if not server.status().running:
             server.start()
         svc.close()
+
+
+@pytest.fixture
+def private_client(private_pg, tmp_path, minilm_path, minilm_encoder):
+    with _gateway(private_pg, tmp_path / "home", minilm_path, minilm_encoder, acquire_timeout=0.5) as g:
+        yield g
+
+
+@pytest.fixture
+def patient_client(private_pg, tmp_path, minilm_path, minilm_encoder):
+    """A gateway whose acquire bound (10 s) comfortably holds a clean restart of the private server."""
+    with _gateway(private_pg, tmp_path / "home", minilm_path, minilm_encoder, acquire_timeout=10.0) as g:
+        yield g
 
 
 def _unique(prefix: str) -> str:
@@ -230,6 +244,60 @@ def test_a_clean_restart_costs_the_next_request_nothing(private_client):
     server.start()
     r = client.post("/v1/messages", json=_msg(conversation_id=conv, message_id=_unique("m")))
     assert r.status_code == 200, r.text
+
+
+def test_requests_in_flight_and_arriving_during_a_clean_restart_all_succeed_once(patient_client, private_pg):
+    """`db stop` + `db start` under requests: a turn and an integration-key check in flight (each held on a
+    lock, so the stop ends their sessions mid-statement) and requests arriving while the server is down all
+    wait for the server within the acquire bound and answer 200; every message is stored once."""
+    client, svc, server = patient_client
+    _, uri = private_pg
+    conv = _unique("conv")
+    assert client.post("/v1/messages", json=_msg(conversation_id=conv, message_id=_unique("m"))).status_code == 200
+    sent: dict[str, dict] = {}
+    threads = []
+
+    def post(mid: str, conversation: str) -> None:
+        out = sent[mid] = {}
+        threads.append(_post_in_thread(client, _msg(conversation_id=conversation, message_id=mid), out))
+
+    admin = psycopg.connect(uri, autocommit=True)
+    locker = psycopg.connect(uri)
+    try:
+        waiting: set[int] = set()
+        # a turn in flight: blocked on its conversation's row lock
+        locker.execute("SELECT 1 FROM conversations WHERE external_id = %s FOR UPDATE", (conv,))
+        post(_unique("in-turn"), conv)
+        waiting.add(_wait_for(lambda: _lock_waiter(admin, waiting)))
+        # an integration-key check in flight: blocked on the key table
+        locker.execute("LOCK TABLE integration_keys IN ACCESS EXCLUSIVE MODE")
+        post(_unique("in-key"), _unique("conv"))
+        waiting.add(_wait_for(lambda: _lock_waiter(admin, waiting)))
+        assert None not in waiting and len(waiting) == 2
+    finally:
+        with suppress(psycopg.Error):
+            admin.close()
+    server.stop()                     # what `switchboard db stop` runs: the two sessions end mid-statement
+    try:
+        with suppress(psycopg.Error):
+            locker.close()
+        for _ in range(3):            # arriving while the server is down
+            post(_unique("while-down"), _unique("conv"))
+        time.sleep(0.3)
+        assert all("response" not in out for out in sent.values())
+    finally:
+        server.start()                # `switchboard db start`
+    for t in threads:
+        t.join(30)
+    statuses = {mid: out["response"].status_code if "response" in out else None for mid, out in sent.items()}
+    assert set(statuses.values()) == {200}, {mid: sent[mid]["response"].text for mid in sent
+                                              if statuses[mid] != 200 and "response" in sent[mid]}
+    with svc.pool.connection() as conn:
+        rows = conn.execute(
+            "SELECT m.external_id, count(DISTINCT m.id) AS messages, count(t.id) AS turns FROM messages m "
+            "LEFT JOIN turns t ON t.message_id = m.id WHERE m.external_id = ANY(%s) GROUP BY m.external_id",
+            (list(sent),)).fetchall()
+    assert {r["external_id"]: (r["messages"], r["turns"]) for r in rows} == {mid: (1, 1) for mid in sent}
 
 
 def test_a_clean_restart_is_recognised_and_the_pool_polls_for_the_server(private_client):
