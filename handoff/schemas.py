@@ -100,7 +100,8 @@ class ReleaseIn(_In):
 
 class TransferIn(_In):
     team: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-    agent: str | None = Field(default=None, max_length=64, description="Agent name or id: they hold it at once.")
+    agent: str | None = Field(default=None, min_length=1, max_length=64,
+                              description="Agent name or id: they hold it at once.")
     note: str | None = Field(default=None, max_length=2000)
 
 

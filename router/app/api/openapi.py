@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from router.problems import PROBLEM_JSON
+
 TICKET_PREFIX = "/v1/handoff/tickets/{ticket_id}"
 
 
@@ -58,6 +60,32 @@ def _constraints(spec: dict) -> None:
                              for name in ("team", "agent")]
 
 
+def _absent_not_null(spec: dict) -> None:
+    """A query or header parameter is left out, never sent as null: FastAPI writes ``str | None`` as
+    ``anyOf [string, null]``, and a client following the schema would send the text "null" (a 422)."""
+    for ops in spec.get("paths", {}).values():
+        for op in ops.values():
+            for param in op.get("parameters", []):
+                schema = param.get("schema", {})
+                branches = [b for b in schema.get("anyOf", ()) if b != {"type": "null"}]
+                if len(branches) == 1 and len(schema["anyOf"]) == 2:
+                    rest = {k: v for k, v in schema.items() if k != "anyOf"}
+                    param["schema"] = {**branches[0], **rest}
+
+
+def _problem_documents(spec: dict) -> None:
+    """Every error answer is an RFC 9457 problem document (router.problems): FastAPI's default 422 says
+    application/json with its own validation-error shape, and the handoff errors list both media types."""
+    problem = ({"$ref": "#/components/schemas/ProblemOut"}
+               if "ProblemOut" in spec.get("components", {}).get("schemas", {}) else {})
+    for ops in spec.get("paths", {}).values():
+        for op in ops.values():
+            for code, response in op.get("responses", {}).items():
+                content = response.get("content")
+                if code[0] in "45" and content and set(content) <= {"application/json", PROBLEM_JSON}:
+                    response["content"] = {PROBLEM_JSON: {"schema": problem}}
+
+
 def install_links(app: FastAPI) -> None:
     build = app.openapi
 
@@ -67,6 +95,8 @@ def install_links(app: FastAPI) -> None:
             _links(spec)
             _channels(spec)
             _constraints(spec)
+            _absent_not_null(spec)
+            _problem_documents(spec)
             app.openapi_schema = spec
         return app.openapi_schema
 
