@@ -10,11 +10,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from handoff.api.deps import CallerDep, ProblemRoute, doc
 from handoff.reveal import REASON_MAX, REASON_MIN, REF, reveal
-from handoff.schemas import HAS_CONTENT
+from handoff.schemas import NOT_SPACE
 
-# REASON_MIN characters once white space is stripped, as the service counts them: two characters that are not
-# white space, REASON_MIN - 1 apart
-REASON_PATTERN = f"{HAS_CONTENT}[\\s\\S]{{{REASON_MIN - 2},}}{HAS_CONTENT}"
+# REASON_MIN characters once white space is stripped, as the service counts them (two characters that are not
+# white space, REASON_MIN - 1 apart), and no NUL
+REASON_PATTERN = rf"^[^\x00]*{NOT_SPACE}[^\x00]{{{REASON_MIN - 2},}}{NOT_SPACE}[^\x00]*$"
 
 
 class RevealIn(BaseModel):

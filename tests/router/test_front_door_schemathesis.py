@@ -223,3 +223,33 @@ def test_stateful_runs_follow_the_links_into_ticket_actions_and_feedback(service
     followed = sum(n for (link, code), n in pair_linked.items() if link == FEEDBACK_LINK and 200 <= code < 300)
     assert followed > 0, dict(pair_linked)
     assert rated > 0 and pair_calls[("POST /v1/messages", 200)] > 0
+
+
+def test_a_nul_character_in_any_request_string_is_422_never_500(services, tmp_path):
+    """Postgres text cannot hold U+0000: the fuzz found 500s wherever such a string reached a query (a team
+    filter, a note, a reason, a comment). Every one is now 422, and the schema says no request string holds it."""
+    app = _configured(services, tmp_path)
+    with TestClient(app) as client:
+        key = issue_integration_key(services.pool, list(CHANNELS))
+        admin = {"Authorization": f"Bearer {agent_token(services, 'nul-admin', 'admin')}"}
+        first = client.post("/v1/messages", headers={"Authorization": f"Bearer {key}"}, json={
+            "channel": "web", "conversation_id": "nul-c", "customer_id": "nul-u", "message_id": "nul-m",
+            "text": "转人工"}).json()
+        ticket = f"/v1/handoff/tickets/{first['ticket_id']}"
+        answers = [
+            client.get("/v1/handoff/tickets", params={"team": "a\x00b"}, headers=admin),
+            client.post(f"{ticket}/transfer", json={"team": "billing", "note": "a\x00b"}, headers=admin),
+            client.post(f"{ticket}/transfer", json={"agent": "a\x00"}, headers=admin),
+            client.post(f"{ticket}/resolve", json={"outcome": "solved", "note": "\x00"}, headers=admin),
+            client.post(f"{ticket}/cancel", json={"reason": "x\x00"}, headers=admin),
+            client.post(f"{ticket}/messages", json={"text": "hi\x00"}, headers=admin),
+            client.post(f"/v1/conversations/{first['conversation_id']}/feedback",
+                        headers={"Authorization": f"Bearer {key}"}, json={"csat": 3, "comment": "a\x00"}),
+        ]
+        assert [r.status_code for r in answers] == [422] * len(answers), [r.text[:120] for r in answers]
+        assert all(r.headers["content-type"].startswith("application/problem+json") for r in answers)
+        ticket_now = client.get(ticket, headers=admin).json()
+        assert ticket_now["status"] == "queued" and ticket_now["team"] != "billing"     # nothing half-done
+        spec = client.get("/openapi.json").json()
+    note = spec["components"]["schemas"]["TransferIn"]["properties"]["note"]
+    assert {"type": "string", "pattern": r"^[^\x00]*$"}.items() <= (note.get("anyOf") or [note])[0].items()

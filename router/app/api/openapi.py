@@ -86,6 +86,43 @@ def _problem_documents(spec: dict) -> None:
                     response["content"] = {PROBLEM_JSON: {"schema": problem}}
 
 
+NO_NUL = r"^[^\x00]*$"
+
+
+def _no_nul(spec: dict) -> None:
+    """No request string may hold U+0000 (Postgres text cannot; router.problems.holds_nul answers 422): said on
+    every request string that has no pattern of its own (the patterns in the code exclude it themselves)."""
+    components = spec.get("components", {}).get("schemas", {})
+    seen: set[str] = set()
+
+    def walk(schema):
+        if isinstance(schema, list):
+            for item in schema:
+                walk(item)
+            return
+        if not isinstance(schema, dict):
+            return
+        ref = schema.get("$ref", "")
+        if ref.startswith("#/components/schemas/"):
+            name = ref.rsplit("/", 1)[1]
+            if name not in seen:
+                seen.add(name)
+                walk(components.get(name))
+            return
+        if schema.get("type") == "string" and not {"pattern", "enum", "const", "format"} & set(schema):
+            schema["pattern"] = NO_NUL
+        for key in ("items", "additionalProperties", "anyOf", "oneOf", "allOf"):
+            walk(schema.get(key))
+        walk(list((schema.get("properties") or {}).values()))
+
+    for ops in spec.get("paths", {}).values():
+        for op in ops.values():
+            for param in op.get("parameters", []):
+                walk(param.get("schema"))
+            for media in (op.get("requestBody", {}).get("content") or {}).values():
+                walk(media.get("schema"))
+
+
 def install_links(app: FastAPI) -> None:
     build = app.openapi
 
@@ -97,6 +134,7 @@ def install_links(app: FastAPI) -> None:
             _constraints(spec)
             _absent_not_null(spec)
             _problem_documents(spec)
+            _no_nul(spec)
             app.openapi_schema = spec
         return app.openapi_schema
 
