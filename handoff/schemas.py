@@ -100,13 +100,17 @@ class ReleaseIn(_In):
 
 class TransferIn(_In):
     team: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-    agent: str | None = Field(default=None, max_length=64, description="Agent name or id: they hold it at once.")
+    agent: str | None = Field(default=None, min_length=1, max_length=64,
+                              description="Agent name or id: they hold it at once.")
     note: str | None = Field(default=None, max_length=2000)
 
 
-# at least one character that is not white space (the characters Python's str.strip removes), so a text of
-# spaces or control separators is refused by the schema exactly as the service refuses it
-HAS_CONTENT = r"[^\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+# a character that is neither white space (the characters Python's str.strip removes) nor NUL (Postgres text
+# cannot hold it)
+NOT_SPACE = r"[^\x00\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+# at least one such character and no NUL, so a text of spaces or control separators is refused by the schema
+# exactly as the service refuses it
+HAS_CONTENT = rf"^[^\x00]*{NOT_SPACE}[^\x00]*$"
 
 
 class TextIn(_In):

@@ -78,11 +78,27 @@ def database_unavailable_response(path: str, exc: DatabaseUnavailable, retry_aft
                             headers={"Retry-After": retry_after})
 
 
+NUL_DETAIL = "Text may not contain the NUL character (U+0000)."
+
+
+def holds_nul(exc: BaseException) -> bool:
+    """Postgres text cannot hold U+0000, and psycopg refuses such a value before sending it: whichever field
+    carried it, the request was malformed (the OpenAPI says so for every request string). In a JSON value it
+    reaches the server as an escape the server refuses."""
+    import psycopg
+
+    if isinstance(exc, psycopg.errors.UntranslatableCharacter):     # inside JSON: "\u0000 cannot be converted"
+        return "\\u0000" in str(exc)
+    return isinstance(exc, psycopg.DataError) and "NUL (0x00)" in str(exc)
+
+
 def unexpected_response(path: str, exc: BaseException, retry_after: str) -> JSONResponse:
     """The answer to an exception no route handled: 503 if it is a lost database, else a logged 500."""
     mapped = classify(exc)
     if mapped is not None:
         return database_unavailable_response(path, mapped, retry_after)
+    if holds_nul(exc):
+        return problem_response(422, NUL_DETAIL, instance=path, request_id=_rid())
     log.error("unhandled error on %s", path, exc_info=exc, extra={"request_id": request_id_var.get()})
     return problem_response(500, "An unexpected error occurred; it has been logged with this request id.",
                             instance=path, request_id=_rid())

@@ -10,6 +10,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from handoff.api.deps import CallerDep, ProblemRoute, doc
 from handoff.reveal import REASON_MAX, REASON_MIN, REF, reveal
+from handoff.schemas import NOT_SPACE
+
+# REASON_MIN characters once white space is stripped, as the service counts them (two characters that are not
+# white space, REASON_MIN - 1 apart), and no NUL
+REASON_PATTERN = rf"^[^\x00]*{NOT_SPACE}[^\x00]{{{REASON_MIN - 2},}}{NOT_SPACE}[^\x00]*$"
 
 
 class RevealIn(BaseModel):
@@ -17,7 +22,7 @@ class RevealIn(BaseModel):
 
     ref: str = Field(pattern=REF.pattern, max_length=60, description="A `personal[].ref` of the ticket's "
                      "context package or events (`m<message id>:<start>-<end>`).")
-    reason: str = Field(min_length=REASON_MIN, max_length=REASON_MAX, description="Why the value is needed: "
+    reason: str = Field(min_length=REASON_MIN, max_length=REASON_MAX, pattern=REASON_PATTERN, description="Why the value is needed: "
                         "recorded in the ticket's events and the audit log.")
 
 

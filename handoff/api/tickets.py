@@ -42,7 +42,8 @@ async def list_tickets(
     team: Annotated[list[str] | None, Query()] = None,
     priority: Annotated[list[Priority] | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=1000)] = None,
+    cursor: Annotated[str | None, Query(max_length=1000, description=(
+        "The next_cursor of a previous page, as given; any other value is 422."))] = None,
 ) -> dict[str, Any]:
     items, next_cursor = await call.run(lambda agent: call.svc.list_tickets(
         agent, status=status, kind=kind, team=team, priority=priority, limit=limit, cursor=cursor))

@@ -5,13 +5,13 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Response
+from fastapi import APIRouter, Depends, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
 from handoff.api import ProblemRoute, require_roles
 from router.turn import state as sm
-from router.app.api.auth import OptionalKeyDep, feedback_secret_of, unauthorized
+from router.app.api.auth import ConversationTokenDep, OptionalKeyDep, feedback_secret_of, unauthorized
 from router.app.api.deps import ServicesDep
 from router.app.keys import feedback_token_ok
 from router.problems import Problem
@@ -137,10 +137,7 @@ def record_feedback(conn, conversation_id: str, body: FeedbackIn) -> tuple[dict[
 )
 async def post_feedback(conversation_id: uuid.UUID, body: FeedbackIn, services: ServicesDep,
                         response: Response, key: OptionalKeyDep,
-                        conversation_token: Annotated[str | None, Header(
-                            alias="X-Conversation-Token", max_length=100, pattern=r"^sbf_[0-9a-f]{40}$",
-                            description="The feedback_token of a POST /v1/messages answer in this conversation.",
-                        )] = None,
+                        conversation_token: ConversationTokenDep,
                         secret: bytes = Depends(feedback_secret_of)) -> dict[str, Any]:
     if key is None and conversation_token is None:
         raise unauthorized("Rating needs an integration key or the conversation's X-Conversation-Token.")

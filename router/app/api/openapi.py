@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from router.problems import PROBLEM_JSON
+
 TICKET_PREFIX = "/v1/handoff/tickets/{ticket_id}"
 
 
@@ -58,6 +60,69 @@ def _constraints(spec: dict) -> None:
                              for name in ("team", "agent")]
 
 
+def _absent_not_null(spec: dict) -> None:
+    """A query or header parameter is left out, never sent as null: FastAPI writes ``str | None`` as
+    ``anyOf [string, null]``, and a client following the schema would send the text "null" (a 422)."""
+    for ops in spec.get("paths", {}).values():
+        for op in ops.values():
+            for param in op.get("parameters", []):
+                schema = param.get("schema", {})
+                branches = [b for b in schema.get("anyOf", ()) if b != {"type": "null"}]
+                if len(branches) == 1 and len(schema["anyOf"]) == 2:
+                    rest = {k: v for k, v in schema.items() if k != "anyOf"}
+                    param["schema"] = {**branches[0], **rest}
+
+
+def _problem_documents(spec: dict) -> None:
+    """Every error answer is an RFC 9457 problem document (router.problems): FastAPI's default 422 says
+    application/json with its own validation-error shape, and the handoff errors list both media types."""
+    problem = ({"$ref": "#/components/schemas/ProblemOut"}
+               if "ProblemOut" in spec.get("components", {}).get("schemas", {}) else {})
+    for ops in spec.get("paths", {}).values():
+        for op in ops.values():
+            for code, response in op.get("responses", {}).items():
+                content = response.get("content")
+                if code[0] in "45" and content and set(content) <= {"application/json", PROBLEM_JSON}:
+                    response["content"] = {PROBLEM_JSON: {"schema": problem}}
+
+
+NO_NUL = r"^[^\x00]*$"
+
+
+def _no_nul(spec: dict) -> None:
+    """No request string may hold U+0000 (Postgres text cannot; router.problems.holds_nul answers 422): said on
+    every request string that has no pattern of its own (the patterns in the code exclude it themselves)."""
+    components = spec.get("components", {}).get("schemas", {})
+    seen: set[str] = set()
+
+    def walk(schema):
+        if isinstance(schema, list):
+            for item in schema:
+                walk(item)
+            return
+        if not isinstance(schema, dict):
+            return
+        ref = schema.get("$ref", "")
+        if ref.startswith("#/components/schemas/"):
+            name = ref.rsplit("/", 1)[1]
+            if name not in seen:
+                seen.add(name)
+                walk(components.get(name))
+            return
+        if schema.get("type") == "string" and not {"pattern", "enum", "const", "format"} & set(schema):
+            schema["pattern"] = NO_NUL
+        for key in ("items", "additionalProperties", "anyOf", "oneOf", "allOf"):
+            walk(schema.get(key))
+        walk(list((schema.get("properties") or {}).values()))
+
+    for ops in spec.get("paths", {}).values():
+        for op in ops.values():
+            for param in op.get("parameters", []):
+                walk(param.get("schema"))
+            for media in (op.get("requestBody", {}).get("content") or {}).values():
+                walk(media.get("schema"))
+
+
 def install_links(app: FastAPI) -> None:
     build = app.openapi
 
@@ -67,6 +132,9 @@ def install_links(app: FastAPI) -> None:
             _links(spec)
             _channels(spec)
             _constraints(spec)
+            _absent_not_null(spec)
+            _problem_documents(spec)
+            _no_nul(spec)
             app.openapi_schema = spec
         return app.openapi_schema
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import psycopg
 import pytest
@@ -32,6 +33,24 @@ def test_readyz_ok(client):
     checks = r.json()["checks"]
     assert checks["database"]["ok"] and checks["migrations"]["detail"] == "current"
     assert checks["encoder"]["ok"]
+
+
+def _sessions_opened(dsn: str) -> int:
+    """Connections ever established to this database (the server's own count, whoever opened them)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()").fetchone()[0]
+
+
+def test_readyz_polled_every_few_milliseconds_opens_no_connection(client, services):
+    """Each poll once opened a fresh connection; now the verdict borrows a pooled one at most once a second."""
+    client.get("/readyz")
+    before = _sessions_opened(services.dsn)
+    polls, t0 = 0, time.monotonic()
+    while time.monotonic() - t0 < 2.5:
+        assert client.get("/readyz").status_code == 200
+        polls += 1
+    opened = _sessions_opened(services.dsn) - before
+    assert polls >= 20 and opened <= 3, (polls, opened)   # the counting connections themselves, at most
 
 
 def test_readyz_503_when_database_is_gone(client, services, pg_server):

@@ -179,6 +179,11 @@ def test_feedback_needs_a_key_or_the_conversations_token(bare):
     r = client.post(url, json={"csat": 1})
     assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
     assert client.post(url, json={"csat": 1}, headers={"X-Conversation-Token": other["feedback_token"]}).status_code == 401
+    # a malformed Authorization header is refused, not ignored in favour of the (valid) token
+    for broken in ("Bearer ", "Basic eDp5", "sbk_no_scheme"):
+        r = client.post(url, json={"csat": 1}, headers={"Authorization": broken,
+                                                        "X-Conversation-Token": mine["feedback_token"]})
+        assert r.status_code == 401, (broken, r.text)
     app_key = issue_integration_key(services.pool, ["app"])
     assert client.post(url, json={"csat": 1}, headers=bearer(app_key)).status_code == 403
     assert count(services.pool, "SELECT count(*) AS n FROM feedback") == 0

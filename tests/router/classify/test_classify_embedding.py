@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import textwrap
 from pathlib import Path
 
@@ -157,6 +158,35 @@ def test_batch_equals_single_and_head_cache_round_trips(fitted, minilm_encoder, 
     again = IntentClassifier.from_config(config, minilm_encoder, cache_dir=tmp_path)
     for t in texts:
         assert again.classify(t).confidence == pytest.approx(cached.classify(t).confidence, abs=1e-6)
+
+
+class _Plant:
+    """Unpickling this creates a file: proof that a cache entry ran code while being loaded."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_a_planted_cache_entry_never_runs_code(fitted, minilm_encoder, tmp_path):
+    """Caches under $SWITCHBOARD_HOME/cache were loaded with pickle: whoever could write there ran code in the
+    gateway. An entry carrying a pickled object, even with a matching digest, is rebuilt and never unpickled."""
+    config, _ = fitted
+    cache = tmp_path / "cache"
+    first = IntentClassifier.from_config(config, minilm_encoder, cache_dir=cache)
+    [entry] = cache.glob("*.npz")
+    marker = tmp_path / "code-ran"
+    with entry.open("wb") as f:
+        np.savez(f, C=np.array([_Plant(marker)], dtype=object), lexical=np.array([_Plant(marker)], dtype=object))
+    entry.with_suffix(".sha256").write_text(hashlib.sha256(entry.read_bytes()).hexdigest() + "\n")
+    again = IntentClassifier.from_config(config, minilm_encoder, cache_dir=cache)
+    assert not marker.exists()
+    assert again.classify("where is my order").confidence == pytest.approx(
+        first.classify("where is my order").confidence, abs=1e-6)
+    with np.load(entry, allow_pickle=False) as z:     # rebuilt: arrays only again
+        assert float(z["C"][0]) > 0
 
 
 def test_reload_swaps_the_config(fitted, minilm_encoder):
