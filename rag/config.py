@@ -71,6 +71,10 @@ class RagSettings(BaseModel):
     rag_confidence_slope: float = Field(default=_D.confidence_slope, description="Logistic slope on the cosine.")
     rag_coverage_weight: float = Field(default=_D.coverage_weight, description="Logistic weight of the share of "
                                        "query words found in the passage.")
+    rag_question_weight: float = Field(default=_D.question_weight, description="Logistic weight of how much closer "
+                                       "the query is to the passage's own questions than to its text.")
+    rag_margin_weight: float = Field(default=_D.margin_weight, description="Logistic weight of the best document's "
+                                     "cosine lead over the next (capped at 0.1).")
     rag_generator_url: str | None = Field(default=None, description="OpenAI-compatible endpoint that may rephrase "
                                           "answers (every sentence must be supported); unset = extractive only.")
     rag_generator_model: str | None = None
@@ -87,6 +91,7 @@ class RagSettings(BaseModel):
             weights=(self.rag_bm25_weight, self.rag_dense_weight), rrf_k=self.rag_rrf_k,
             ef_search=self.rag_ef_search, answer_threshold=self.rag_answer_threshold,
             confidence_center=dict(self.rag_confidence_center), confidence_slope=self.rag_confidence_slope,
-            coverage_weight=self.rag_coverage_weight, chunk_chars=self.rag_chunk_chars,
+            coverage_weight=self.rag_coverage_weight, question_weight=self.rag_question_weight,
+            margin_weight=self.rag_margin_weight, chunk_chars=self.rag_chunk_chars,
             chunk_overlap=self.rag_chunk_overlap, max_shrink=self.rag_max_shrink,
         )
