@@ -20,6 +20,7 @@ from rag.types import Hit
 
 _QUESTION_END = re.compile(r"[?？]\s*[”’\"']?$")
 _QA_PREFIX = re.compile(r"^(?:q|a|问|答)\s*[:：]\s*", re.I)
+_FAQ_QUESTION = re.compile(r"^(?:q|问)\s*[:：]", re.I)
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 
 
@@ -71,6 +72,20 @@ def extract(passage: str, keywords: Sequence[str], tokenizer: SearchTokenizer, *
                     chosen.add(i)
     else:
         chosen = {0, 1} if len(sentences) > 1 else {0}
+    # a sentence of an FAQ question line ("Q: I paid by card. When ...?") brings the whole question and the
+    # answer's first sentence: a question is read whole, and what it asks is answered on the next line
+    line_of: list[int] = []
+    for i, (_, new_line) in enumerate(units):
+        line_of.append(i if new_line or i == 0 else line_of[-1])
+    for i in sorted(chosen):
+        start = line_of[i]
+        if not _FAQ_QUESTION.match(sentences[start]):
+            continue
+        line = [j for j in range(start, len(units)) if line_of[j] == start]
+        chosen.update(line)
+        after = line[-1] + 1
+        if after < len(sentences) and not _FAQ_QUESTION.match(sentences[after]):
+            chosen.add(after)
     # a sentence that introduces a list ("...as follows:") brings the list items after it
     for i in sorted(chosen):
         if not sentences[i].rstrip().endswith((":", "：")):

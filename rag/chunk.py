@@ -4,7 +4,9 @@ A chunk never crosses a section (heading) boundary, so its section path says exa
 came from, and it only breaks between sentences (。！？；!? and `.` before a space or end) unless
 one sentence alone is longer than the target. The last sentences of a chunk are repeated at
 the start of the next one (``overlap_chars``) so an answer that straddles a break is still
-found whole in one chunk.
+found whole in one chunk. An FAQ entry (a ``Q:`` / ``问：`` line and the answer up to the next one)
+is a chunk of its own: packed together, the entries of a section share one vector and one
+extract, and a question about one payment method was answered with the line of another.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ _SENT_END = re.compile(
     r"|(?:(?<!\b[A-Za-z])(?<!\be\.g)(?<!\bi\.e)(?<!\bvs)(?<!\bMr)(?<!\bDr)(?<!\bNo)\.[”’\"')\]]*(?=\s|$))"
 )
 _SOFT_BREAK = re.compile(r"[，,、：:）)]\s*|\s+")
+_FAQ_QUESTION = re.compile(r"^(?:q|问)\s*[:：]", re.I)
 
 
 @dataclass
@@ -157,6 +160,17 @@ def pack(units_in: list[tuple[str, bool]], target_chars: int, overlap_chars: int
     return pieces
 
 
+def faq_entries(units: list[tuple[str, bool]]) -> list[list[tuple[str, bool]]]:
+    """A section's sentences cut before each line that opens an FAQ question (``Q:``, ``问：``): the text
+    before the first question, then one group per question with its answer. One group when there is none."""
+    groups: list[list[tuple[str, bool]]] = [[]]
+    for u in units:
+        if u[1] and _FAQ_QUESTION.match(u[0]) and groups[-1]:
+            groups.append([])
+        groups[-1].append(u)
+    return [g for g in groups if g]
+
+
 def heading_line(title: str, section: str) -> str:
     """The context line put in front of a chunk's text for embedding and BM25 ("Title > Section")."""
     parts = [p for p in (title.strip(), section.strip()) if p]
@@ -190,7 +204,8 @@ def chunk_document(
         if not sentences:
             continue
         section_path = " > ".join(p for p in section.path if p)
-        for piece in pack(sentences, target_chars, overlap_chars, max_chars):
+        pieces = [p for entry in faq_entries(sentences) for p in pack(entry, target_chars, overlap_chars, max_chars)]
+        for piece in pieces:
             c = Chunk(
                 chunk_id=f"{doc.doc_id}#{len(chunks)}",
                 doc_id=doc.doc_id,

@@ -31,8 +31,10 @@ class RetrievalConfig:
     # confidence = sigmoid(slope * (cosine - center[lang]) + question_weight * (question - cosine)
     #                      + coverage_weight * (coverage - 0.5) + margin_weight * margin), see confidence().
     # The weights are a logistic regression fitted on the StackFAQ dev half with multilingual-e5-small
-    # (`switchboard rag eval --mode answer --rows` then `switchboard rag calibrate`); the zh center is
-    # en's until it is fitted on Chinese data. Another encoder or knowledge base needs its own fit.
+    # (`switchboard rag eval --mode answer --rows` then `switchboard rag calibrate`). The zh center is en's:
+    # oppo_zh's incomplete labels call unjudged paraphrases wrong, and a fit on them (center 1.06) answered
+    # 20 % of its held-out queries correctly (README, Answerability). Another encoder or knowledge base
+    # needs its own fit.
     confidence_center: dict[str, float] = field(default_factory=lambda: {"en": 0.915, "zh": 0.915})
     confidence_slope: float = 23.8
     coverage_weight: float = 3.35
@@ -71,6 +73,10 @@ class RagSettings(BaseModel):
     rag_confidence_slope: float = Field(default=_D.confidence_slope, description="Logistic slope on the cosine.")
     rag_coverage_weight: float = Field(default=_D.coverage_weight, description="Logistic weight of the share of "
                                        "query words found in the passage.")
+    rag_question_weight: float = Field(default=_D.question_weight, description="Logistic weight of how much closer "
+                                       "the query is to the passage's own questions than to its text.")
+    rag_margin_weight: float = Field(default=_D.margin_weight, description="Logistic weight of the best document's "
+                                     "cosine lead over the next (capped at 0.1).")
     rag_generator_url: str | None = Field(default=None, description="OpenAI-compatible endpoint that may rephrase "
                                           "answers (every sentence must be supported); unset = extractive only.")
     rag_generator_model: str | None = None
@@ -87,6 +93,7 @@ class RagSettings(BaseModel):
             weights=(self.rag_bm25_weight, self.rag_dense_weight), rrf_k=self.rag_rrf_k,
             ef_search=self.rag_ef_search, answer_threshold=self.rag_answer_threshold,
             confidence_center=dict(self.rag_confidence_center), confidence_slope=self.rag_confidence_slope,
-            coverage_weight=self.rag_coverage_weight, chunk_chars=self.rag_chunk_chars,
+            coverage_weight=self.rag_coverage_weight, question_weight=self.rag_question_weight,
+            margin_weight=self.rag_margin_weight, chunk_chars=self.rag_chunk_chars,
             chunk_overlap=self.rag_chunk_overlap, max_shrink=self.rag_max_shrink,
         )

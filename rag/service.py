@@ -41,7 +41,8 @@ SHORT_PASSAGE = 160         # a passage this short (a one-line FAQ entry) is its
 
 
 def question_units(chunk: Any) -> list[str]:
-    """What a passage says it answers: its title and section, its FAQ questions, or the whole text when short.
+    """What a passage says it answers: its title and section, its FAQ questions (a ``Q:`` line whole, else
+    the sentences ending in a question mark), or the whole text when short.
 
     An FAQ answer is found by what is asked, so the query is compared with these (both encoded as
     queries: question against question) rather than with the passage's answer text.
@@ -51,8 +52,12 @@ def question_units(chunk: Any) -> list[str]:
         head = (head or "").strip()
         if head and head not in units:
             units.append(head)
-    questions = [_QA_PREFIX.sub("", q).strip() for q in split_sentences(chunk.text or "")
-                 if q.rstrip().endswith(("?", "？"))]
+    questions = []
+    for line in (chunk.text or "").splitlines():
+        if _QA_PREFIX.match(line.strip()):          # an FAQ question line, whole ("I paid by card. When ...?")
+            questions.append(_QA_PREFIX.sub("", line.strip()).strip())
+        else:
+            questions.extend(q.strip() for q in split_sentences(line) if q.rstrip().endswith(("?", "？")))
     units.extend(q for q in questions[:QUESTION_UNITS] if q and q not in units)
     text = (chunk.text or "").strip()
     if text and len(text) <= SHORT_PASSAGE and text not in units:

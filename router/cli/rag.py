@@ -212,8 +212,9 @@ def calibrate_cmd(
         f"SWITCHBOARD_RAG_ANSWER_THRESHOLD={m['answer_threshold']}",
         f"SWITCHBOARD_RAG_CONFIDENCE_CENTER='{json.dumps(m['confidence_center'])}'",
         f"SWITCHBOARD_RAG_CONFIDENCE_SLOPE={m['confidence_slope']}",
-        f"SWITCHBOARD_RAG_COVERAGE_WEIGHT={m['coverage_weight']}"])
-                 + f"; RetrievalConfig question_weight={m['question_weight']} margin_weight={m['margin_weight']}")
+        f"SWITCHBOARD_RAG_COVERAGE_WEIGHT={m['coverage_weight']}",
+        f"SWITCHBOARD_RAG_QUESTION_WEIGHT={m['question_weight']}",
+        f"SWITCHBOARD_RAG_MARGIN_WEIGHT={m['margin_weight']}"]))
     emit(report, as_json, "\n".join(lines))
 
 

@@ -136,3 +136,20 @@ def test_answer_rows_carry_the_signals_and_calibrate_reports_the_heldout(cli, be
     bad.write_text('{"query_id": "q"}\n', encoding="utf-8")
     result, err = cli("rag", "calibrate", "--rows", str(bad), "--json")
     assert result.exit_code == 2
+
+
+def test_the_settings_calibrate_prints_are_the_model_rag_eval_then_uses(cli, beir, tmp_path, monkeypatch):  # noqa: F811
+    import shlex
+
+    rows = tmp_path / "rows.jsonl"
+    cli("rag", "eval", "--beir", str(beir), "--mode", "answer", "--seed", "7", "--rows", str(rows), "--json")
+    _, cal = cli("rag", "calibrate", "--rows", str(rows), "--seed", "7", "--json")
+    text, _ = cli("rag", "calibrate", "--rows", str(rows), "--seed", "7")
+    [line] = [ln for ln in text.stdout.splitlines() if ln.startswith("settings: ")]
+    printed = dict(item.split("=", 1) for item in shlex.split(line.removeprefix("settings: ")))
+    assert {"SWITCHBOARD_RAG_QUESTION_WEIGHT", "SWITCHBOARD_RAG_MARGIN_WEIGHT"} <= set(printed)
+    for name, value in printed.items():
+        monkeypatch.setenv(name, value)
+    result, out = cli("rag", "eval", "--beir", str(beir), "--mode", "answer", "--seed", "7", "--json")
+    assert result.exit_code == 0, result.stdout
+    assert out["confidence_model"] == cal["model"]        # every fitted parameter is a setting, read back whole

@@ -71,6 +71,23 @@ def test_a_single_sentence_longer_than_max_is_hard_split():
     assert sum(len(c.text.split()) for c in chunks) == 500
 
 
+def test_each_faq_entry_is_a_chunk_of_its_own_with_its_whole_answer():
+    faq = ("Common questions.\nQ: How long does a refund to Alipay take?\nA: 1–3 business days.\n"
+           "Q: I paid with a Visa card. When will I see my refund?\nA: Card refunds take 3–7 business days.\n"
+           "Q: Where is my refund?\nA: Check the payment method. Then contact us.\n"
+           "问：退款到支付宝要多久？\n答：1–3个工作日到账。")
+    chunks = chunk_document(_doc([(["FAQ"], faq)]), target_chars=400, overlap_chars=80)
+    assert [c.text for c in chunks] == [
+        "Common questions.",
+        "Q: How long does a refund to Alipay take?\nA: 1–3 business days.",
+        "Q: I paid with a Visa card. When will I see my refund?\nA: Card refunds take 3–7 business days.",
+        "Q: Where is my refund?\nA: Check the payment method. Then contact us.",
+        "问：退款到支付宝要多久？\n答：1–3个工作日到账。"]
+    # a "Q:" inside a sentence is not an entry
+    [one] = chunk_document(_doc([(["S"], "Write Q: then the question. It is read.")]))
+    assert one.text == "Write Q: then the question. It is read."
+
+
 def test_content_hash_covers_title_section_and_text():
     a = chunk_document(_doc([(["S"], "Same text.")]))[0]
     b = chunk_document(_doc([(["S"], "Same text.")]))[0]
