@@ -100,16 +100,10 @@ class ChannelGateway:
         route.address, route.profile = scrub(route.address), scrub(route.profile)
         msg.metadata.setdefault("channel_user_id", route.channel_user_id)   # who wrote, in a group chat
 
-        def resolve(conn):
-            conn.autocommit = True
-            try:
-                return resolve_customer(conn, adapter.name, parsed.route, msg.conversation_external_id)
-            finally:
-                if not conn.closed:
-                    conn.autocommit = False
-
         # the steps around the turn are idempotent: repeated on a fresh connection if the session dies (Pool.run)
-        msg.customer_id = self.pool.run(resolve)
+        msg.customer_id = self.pool.run(
+            lambda conn: resolve_customer(conn, adapter.name, parsed.route, msg.conversation_external_id),
+            autocommit=True)
         parsed.message = msg
         with self._turns:
             response, replayed = self.pipeline.handle(msg)

@@ -224,11 +224,14 @@ class Pool(ConnectionPool):
             return None
         return left
 
-    def run(self, work: Callable[[psycopg.Connection], T], timeout: float | None = None) -> T:
+    def run(self, work: Callable[[psycopg.Connection], T], timeout: float | None = None, *,
+            autocommit: bool = False) -> T:
         """``work(conn)`` in one transaction, repeated on a fresh connection when the connection died under it.
 
         For idempotent units of work (reads, upserts, inserts that ignore a conflict): a repeat after a
-        lost commit finds its own row. Raises :class:`DatabaseUnavailable` as :meth:`connection` does.
+        lost commit finds its own row. ``autocommit``: each statement commits on its own (one statement of
+        work needs no BEGIN/COMMIT round trips); the connection goes back to the pool as it came.
+        Raises :class:`DatabaseUnavailable` as :meth:`connection` does.
         """
         started = monotonic()
         losses = 0
@@ -236,7 +239,14 @@ class Pool(ConnectionPool):
         while True:
             try:
                 with self.connection(wait) as conn:
-                    return work(conn)
+                    if not autocommit:
+                        return work(conn)
+                    conn.autocommit = True
+                    try:
+                        return work(conn)
+                    finally:
+                        if not conn.closed:
+                            conn.autocommit = False
             except DatabaseUnavailable as exc:
                 losses += 1
                 wait = self.retry_wait(exc, started=started, losses=losses)

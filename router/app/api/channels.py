@@ -172,15 +172,8 @@ def remember_nonce(pool, channel: str, replay: tuple[str, int], body: bytes) -> 
 
     key, keep = replay
     params = {"channel": channel, "nonce": key[:300], "digest": hashlib.sha256(body).hexdigest(), "keep": keep}
-    def record(conn):
-        conn.autocommit = True
-        try:
-            return conn.execute(_NONCE, params).fetchone()
-        finally:
-            if not conn.closed:
-                conn.autocommit = False
-
-    row = pool.run(record)   # a repeat after a lost answer finds its own nonce with the same body
+    # a repeat after a lost answer finds its own nonce with the same body
+    row = pool.run(lambda conn: conn.execute(_NONCE, params).fetchone(), autocommit=True)
     return bool(row and row["same"])
 
 
