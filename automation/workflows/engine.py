@@ -31,6 +31,18 @@ from automation.workflows import understand as U
 
 MAX_STEPS_PER_TURN = 400
 MAX_ATTEMPTS = 3
+WAITING_KINDS = ("ask", "split", "choose", "confirm")
+
+# What a waiting flow reads a customer's message as, before any classifier or escalation rule judges it:
+#   answer      a value for the step (a slot, a choice, yes/no)
+#   correction  a new value for an earlier answer ("no, make it 30", "不对，地址是…")
+#   cancel      a change of mind ("never mind", "算了，不取消了")
+#   waiting     a message while a person reviews the request (approval pending)
+#   digression  a confident other topic: served, then the flow asks its question again
+#   unclear     none of these: the step asks again with a hint (at most MAX_ATTEMPTS, then a person)
+# The first five are the flow's own: the router's "unclear turn" and "repeated question" rules never count them.
+READINGS = ("answer", "correction", "cancel", "waiting", "digression", "unclear")
+CLAIMED = frozenset({"answer", "correction", "cancel", "waiting", "unclear"})
 
 TEXT = {
     "retry": {"zh": "抱歉，我没有听明白。", "en": "Sorry, I didn't catch that."},
@@ -118,6 +130,7 @@ class FlowTurn:
     approval: ApprovalRequest | None = None
     trace: list[StepTrace] = field(default_factory=list)
     drift: bool = False                   # a confident other intent: answer it, then ask `reply` again
+    reading: str | None = None            # what the waiting step read the message as (see READINGS)
     outcome: str | None = None            # completed | refused | cancelled | rejected | escalated | ...
     reasks: int = 0
 
@@ -225,6 +238,66 @@ class FlowEngine:
         run = _Run(lang)
         return self._run(conn, inst, wf, caller, run, text=None, entities=entities or {})
 
+    def read(self, instance: dict, text: str, entities: dict | None = None, *, intent: str | None = None,
+             intent_confidence: float | None = None) -> str:
+        """What the flow's waiting step reads ``text`` as (one of READINGS), changing nothing.
+
+        The turn asks this before its classifier and escalation rules judge the message: an answer to the
+        bot's own question ("50", "是的", an invoice title) is the flow's, never an unclear new message."""
+        entities = entities or {}
+        wf, gone = self._pinned(dict(instance, history=list(instance.get("history") or [])))
+        R.VOCABULARY.set(wf.vocabulary)
+        if gone:
+            return "unclear"
+        if instance["status"] == "waiting_approval":
+            return "cancel" if U.is_cancel(text) or U.changes_mind(text) else "waiting"
+        step = wf.steps.get(instance["step"]) if instance["step"] else None
+        if step is None or step.kind not in WAITING_KINDS or instance["status"] != "waiting":
+            return "answer"
+        try:
+            strength = self._answer_strength(instance, wf, step, text, entities)
+        except ExpressionError:
+            return "unclear"
+        free = step.kind in ("ask", "split") and step.arg in wf.slots and _free_text(wf.slots[step.arg])
+        mind = U.changes_mind(text, whole=free)
+        if mind and step.kind == "confirm" and U.yes_no(text, entities) is not True \
+                and not (U.is_correction(text) and self._correction(instance, wf, text, entities) is not None):
+            return "cancel"   # "no thanks, leave it as it is" at a confirmation drops the task, not just this value
+        if strength != "strong" and (mind or U.is_cancel(text)):
+            return "cancel"
+        other = (intent is not None and intent_confidence is not None and intent_confidence >= self.drift_threshold
+                 and intent not in wf.intents)
+        if other and free and not U.is_question(text) and len(U.norm(text).split()) < 4 \
+                and len(re.findall(r"[\u4e00-\u9fff]", text)) < 6:
+            other = False   # "personal", "个人" as an invoice title: a guess on a word or two is not another topic
+        if strength == "strong" or (strength == "weak" and not other and not U.is_question(text)):
+            return "answer"
+        if U.is_correction(text) and (self._correction(instance, wf, text, entities, skip=step.arg) is not None or (
+                step.kind == "confirm" and self._free_correction(instance, wf, step, text) is not None)):
+            return "correction"
+        if other:
+            return "digression"
+        return "unclear"
+
+    def correcting(self, conn, conversation_id: str, text: str, entities: dict | None = None,
+                   window_seconds: float = 1800) -> str | None:
+        """The workflow a message restarts with a corrected value, or None (changes nothing).
+
+        "where is my order 100999?" -> "I couldn't find order 100999." -> "sorry, I meant 100241": the flow ended
+        refused a moment ago, and the message gives another value for a slot it had (a correction cue, or little
+        more than the value). The same workflow then starts again from that message."""
+        last = store.last(conn, conversation_id)
+        if last is None or last["status"] != "completed" or last["outcome"] != "refused":
+            return None
+        if time.time() - last["updated_at"].timestamp() > window_seconds:
+            return None
+        wf = self.workflows.workflows.get(last["workflow"])
+        if wf is None:
+            return None
+        if not (U.is_correction(text) or not U.is_free_value(U.strip_correction(text))):
+            return None
+        return wf.name if self._correction(last, wf, text, entities or {}) is not None else None
+
     def advance(self, conn, instance: dict | str, caller: Caller, text: str, entities: dict | None = None,
                 lang: str = "en", intent: str | None = None, intent_confidence: float | None = None) -> FlowTurn:
         inst = store.get(conn, instance["id"] if isinstance(instance, dict) else instance, lock=True)
@@ -234,30 +307,34 @@ class FlowEngine:
         run = _Run(lang)
         if inst["status"] not in store.ACTIVE:
             return self._turn(inst, wf, run)
+        reading = self.read(inst, text, entities, intent=intent, intent_confidence=intent_confidence)
         inst["lang"] = lang
         inst["pending"]["message"] = text or ""
         if gone:
             return self._gone(conn, inst, wf, run, gone)
+        turn = self._advance(conn, inst, wf, caller, run, reading, text, entities)
+        turn.reading = reading
+        return turn
+
+    def _advance(self, conn, inst: dict, wf: Workflow, caller: Caller, run: _Run, reading: str, text: str,
+                 entities: dict) -> FlowTurn:
         if inst["status"] == "waiting_approval":
-            if U.is_cancel(text):   # "算了" while a human reviews: the request is withdrawn, nothing runs
+            if reading == "cancel":   # "算了" while a human reviews: the request is withdrawn, nothing runs
                 return self._withdraw(conn, inst, wf, run, "the customer cancelled the request")
             # the decision is in a human's hands now: only resolve_approval moves the flow on
-            run.say(_t("still_reviewing", lang))
+            run.say(_t("still_reviewing", run.lang))
             return self._turn(inst, wf, run)
         step = wf.steps.get(inst["step"]) if inst["step"] else None
-        if step is not None and inst["status"] == "waiting" and U.is_cancel(text) and not (
-                step.kind in ("ask", "split", "choose", "confirm") and self._answers(inst, wf, step, text, entities)):
+        if reading == "cancel":
             return self._cancel(conn, inst, wf, run, "customer")
-        if step is not None and step.kind in ("ask", "split", "choose", "confirm") and inst["status"] == "waiting":
-            if (intent and intent_confidence is not None and intent_confidence >= self.drift_threshold
-                    and intent not in wf.intents and not self._answers(inst, wf, step, text, entities)):
-                inst["attempts"]["_reasks"] = inst["attempts"].get("_reasks", 0) + 1
-                inst["history"].append({"event": "drift", "intent": intent, "step": step.id, "at": time.time()})
-                self._prompt(inst, wf, step, run, again=False)
-                store.save(conn, inst)
-                turn = self._turn(inst, wf, run)
-                turn.drift = True
-                return turn
+        if reading == "digression" and step is not None:
+            inst["attempts"]["_reasks"] = inst["attempts"].get("_reasks", 0) + 1
+            inst["history"].append({"event": "drift", "step": step.id, "at": time.time()})
+            self._prompt(inst, wf, step, run, again=False)
+            store.save(conn, inst)
+            turn = self._turn(inst, wf, run)
+            turn.drift = True
+            return turn
         return self._run(conn, inst, wf, caller, run, text=text, entities=entities)
 
     def memory(self, conn, caller: Caller, lang: str = "en") -> dict:
@@ -601,9 +678,27 @@ class FlowEngine:
                     or self._stated(wf, step.arg, text, entities) is not None)
         return False
 
+    def _answer_strength(self, inst: dict, wf: Workflow, step: Step, text: str, entities: dict) -> str | None:
+        """How surely ``text`` answers the waiting ``step``: ``strong`` (a validated value, a yes/no, a choice by
+        number, id or name), ``weak`` (free text, a fuzzy or encoder choice: an answer unless the message is
+        plainly something else) or None (no answer)."""
+        if not self._answers(inst, wf, step, text, entities):
+            return None
+        if step.kind == "choose":
+            if self._stated(wf, step.arg, text, entities) is not None:
+                return "strong"
+            ids, texts = self._option_texts(inst, step, self._options(inst, step))
+            how = U.choose(text, ids, texts, similarity=self.similarity).how
+            return "strong" if how in ("number", "id", "exact") else "weak"
+        if step.kind == "ask" and _free_text(wf.slots[step.arg]):
+            return "weak"
+        return "strong"
+
     def _correction(self, inst: dict, wf: Workflow, text: str, entities: dict,
                     skip: str | None = None) -> tuple[str, Any] | None:
-        """A new value for an already filled slot ("不是这个，是100235"): (slot, value)."""
+        """A new value for an already filled slot ("不是这个，是100235", "sorry, 25 not 45"): (slot, value)."""
+        if U.is_correction(text):
+            text = U.drop_negated(text)
         for name, slot in wf.slots.items():
             ent = slot.validate.get("entity")
             if name == skip or name not in inst["slots"] or ent in (None, "text", "yes_no"):

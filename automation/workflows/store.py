@@ -39,6 +39,13 @@ def active(conn, conversation_id: str, *, lock: bool = False) -> dict | None:
     return _plain(row) if row else None
 
 
+def last(conn, conversation_id: str) -> dict | None:
+    """The conversation's most recent flow, whatever its status."""
+    row = _cur(conn).execute("SELECT * FROM flow_instances WHERE conversation_id = %s ORDER BY created_at DESC, id "
+                             "LIMIT 1", (conversation_id,)).fetchone()
+    return _plain(row) if row else None
+
+
 def get(conn, instance_id: str, *, lock: bool = False) -> dict | None:
     sql = "SELECT * FROM flow_instances WHERE id = %s"
     row = _cur(conn).execute(sql + (" FOR UPDATE" if lock else ""), (str(instance_id),)).fetchone()

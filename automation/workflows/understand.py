@@ -25,7 +25,8 @@ NO = {"不", "不是", "不要", "不用", "否", "不对", "不行", "不同意
       "don't", "do not", "not that", "wrong", "no thanks", "no thank you"}
 CANCEL = ("算了", "不用了", "取消", "不办了", "不要了", "never mind", "nevermind", "forget it", "cancel",
           "stop", "quit")
-CORRECTION = re.compile(r"(不是|不对|错了|应该是|改成|改为|\bnot\b|\bactually\b|\binstead\b|\bwrong\b|\bi meant?\b)", re.I)
+CORRECTION = re.compile(r"(不是|不对|错了|应该是|改成|改为|不好意思|打错|说错|搞错|弄错|写错|\bnot\b|\bactually\b|\binstead\b"
+                        r"|\bwrong\b|\bi meant?\b|\boops\b|\bmy (?:mistake|bad)\b|\bsorry\b|\btypo\b)", re.I)
 _ORDER_ID = re.compile(r"(?<![A-Za-z0-9])(?:\d{5,12}|[A-Z]{1,4}[-#]?\d{3,10})(?![A-Za-z0-9])|#[A-Za-z0-9]{3,12}")
 _AMOUNT = re.compile(r"(?P<cur>[¥￥$€£]|USD|CNY|RMB|EUR|元|块)?\s*(?P<num>\d+(?:\.\d{1,2})?)\s*(?P<cur2>元|块|USD|CNY|RMB|EUR|dollars?)?", re.I)
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
@@ -66,6 +67,49 @@ def yes_no(text: str, entities: dict | None = None) -> bool | None:
 def is_cancel(text: str) -> bool:
     t = norm(text)
     return any(t == c or t.startswith(c) or (len(c) > 3 and c in t) for c in CANCEL)
+
+
+# A change of mind, wherever it stands in the message ("wait, never mind", "等等，算了，不取消了"): the customer
+# drops the task. Phrases, not single words, so an answer that merely contains "no" or "keep" is not one.
+_CHANGE_OF_MIND = re.compile(
+    r"\b(?:never\s*mind|nvm|forget\s+(?:it|about\s+it|that)|(?:i\s+)?chang(?:ed|e)\s+my\s+mind|change\s+of\s+plans?"
+    r"|don'?t\s+(?:bother|do\s+(?:it|that)|cancel(?:\s+it)?|change\s+(?:it|anything)|refund(?:\s+it)?"
+    r"|want\s+(?:it|that|to)\s+any\s*more)|do\s+not\s+(?:bother|do\s+(?:it|that)|cancel)"
+    r"|leave\s+it(?:\s+as\s+(?:it\s+)?is)?|keep\s+(?:it|the\s+order|my\s+order|them)|i'?ll\s+keep|scratch\s+that"
+    r"|cancel\s+(?:that|this|the\s+request|my\s+request)|stop\s+(?:it|that|this|please)|^stop$|^cancel$|^quit$"
+    r"|let\s+me\s+think(?:\s+about\s+it)?|doesn'?t\s+matter)"
+    r"|算了|不办了|不弄了|没事了|先不|暂时不|不取消了|不用取消|别取消|不退了|不用退|别退了|不改了|不用改|别改了"
+    r"|不开了|再想想|考虑一下|再考虑|不想(?:退|改|取消|开|办)了|取消吧|停止", re.I)
+# declining ("no need", "不用了"): a change of mind, except where the bot asked something one may decline (a tax id)
+_DECLINE = re.compile(r"\b(?:no\s+need|not\s+needed(?:\s+any\s*more)?|not\s+any\s*more|no\s+thanks?(?:\s+you)?$"
+                      r"|don'?t\s+need\s+(?:it|that|to)|i'?m\s+good\s*(?:thanks)?$)|不用了|不要了|不需要了|不必了", re.I)
+_MIND_FILLER = re.compile(r"\b(?:wait|hmm+|um+|oh|ah|actually|sorry|no|nope|please|thanks?|thank\s+you|ok(?:ay)?|then|just"
+                          r"|i|it|the|that|this|request|order|refund|as|is)\b|等等|等一下|嗯+|哦|啊|其实|那个|还是|吧|了|谢谢|哈"
+                          r"|[\s,，.。!！?？~…;；:：]", re.I)
+
+
+def changes_mind(text: str, *, whole: bool = False) -> bool:
+    """A change of mind or a cancel ("never mind", "actually no, I changed my mind, keep it", "等等，算了，不取消了").
+
+    ``whole``: for steps where any text is an answer (a title, a tax id "not needed"): only a clear change of
+    mind that is (nearly) the whole message."""
+    t = unicodedata.normalize("NFKC", text or "").strip()
+    if not t or len(t) > 200:
+        return False
+    if not whole:
+        return bool(_CHANGE_OF_MIND.search(t) or _DECLINE.search(t))
+    if not _CHANGE_OF_MIND.search(t):
+        return False
+    rest = _MIND_FILLER.sub("", _DECLINE.sub("", _CHANGE_OF_MIND.sub("", t)))
+    return len(rest) <= 2
+
+
+_NEGATED = re.compile(r"\b(?:not|instead\s+of|rather\s+than)\s+[^\s,，.。;；!！?？]+|不是[^\s,，.。;；!！?？是]+", re.I)
+
+
+def drop_negated(text: str) -> str:
+    """A correction without the value it rejects ("sorry, 25 not 45" -> "sorry, 25"; "不是30，是18" -> "，是18")."""
+    return _NEGATED.sub(" ", text or "")
 
 
 def is_correction(text: str) -> bool:
@@ -240,9 +284,17 @@ _CORRECTION_LEAD = re.compile(r"^(?:\s|[,，.。:：!！;；]|no\b|nope\b|not\s+
                               r"|instead\b|不对|不是|错了|应该是|改成|改为|换成|这个|那个|是)+", re.I)
 
 
+# "the address should be ...", "the title is ...", "地址应该是…", "抬头是…": the slot's name before the new value
+_NAMED_VALUE = re.compile(r"^(?:(?:the\s+)?(?:new\s+|correct\s+|right\s+)?[a-z]+(?:\s+[a-z]+)?\s+(?:should\s+be|must\s+be"
+                          r"|is\s+actually|is)\s+|it'?s\s+|it\s+is\s+)"
+                          r"|^(?:新的|正确的)?[\u4e00-\u9fff]{1,4}?(?:应该是|应为|改成|改为|是|为)", re.I)
+
+
 def strip_correction(text: str) -> str:
-    """The new value of a correction without its lead ("no, it should be 21 Oak Road" -> "21 Oak Road")."""
-    return _CORRECTION_LEAD.sub("", (text or "").strip()).strip()
+    """The new value of a correction without its lead ("no, the address should be 21 Oak Road" -> "21 Oak Road")."""
+    rest = _CORRECTION_LEAD.sub("", (text or "").strip()).strip()
+    named = _NAMED_VALUE.sub("", rest, count=1).strip()
+    return named if len(named) >= 2 else rest
 
 
 _FILLER = re.compile(r"(?<![A-Za-z0-9])(?:#?[A-Z]{0,4}[-#]?\d{3,12}|order|number|no\.?|not|the|one|that|this|it|is|i|mean|meant|订单|号|单)"
@@ -251,4 +303,5 @@ _FILLER = re.compile(r"(?<![A-Za-z0-9])(?:#?[A-Z]{0,4}[-#]?\d{3,12}|order|number
 
 def is_free_value(text: str) -> bool:
     """More than an order number and filler words ("21 Oak Road, Portland, OR 97201", an address or a title)."""
-    return len(_FILLER.sub("", text or "")) >= 6
+    rest = _FILLER.sub("", text or "")
+    return len(rest) + 2 * len(re.findall(r"[\u4e00-\u9fff]", rest)) >= 6   # a Han character weighs like 3 letters

@@ -104,11 +104,22 @@ class Intent(BaseModel):
                               "reply from the policy, e.g. small talk) or `workflow <name>` (questions about the "
                               "customer's own data); absent = by tier (L1 from the knowledge base)")
 
+    with_order: str | None = Field(default=None, description="how the bot serves it when the message names an "
+                                   "order number: `workflow <name>` (\"the tracking number of order 100234\" is "
+                                   "about the customer's own order, not a policy question)")
+
     @field_validator("serve")
     @classmethod
     def _serve(cls, v: str | None) -> str | None:
         if v is not None and not re.fullmatch(r"(?:reply|workflow)\s+[A-Za-z0-9_.-]{1,100}", v.strip()):
             raise ValueError(f"serve is `reply <template>` or `workflow <name>` (got {v!r})")
+        return " ".join(v.split()) if v is not None else None
+
+    @field_validator("with_order")
+    @classmethod
+    def _with_order(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"workflow\s+[A-Za-z0-9_.-]{1,100}", v.strip()):
+            raise ValueError(f"with_order is `workflow <name>` (got {v!r})")
         return " ".join(v.split()) if v is not None else None
 
     @property
@@ -174,7 +185,7 @@ class IntentConfig(BaseModel):
     def to_yaml(self) -> str:
         data = self.model_dump(mode="json", exclude_none=True)
         for intent in data["intents"]:
-            for key in ("rules", "examples", "serve"):
+            for key in ("rules", "examples", "serve", "with_order"):
                 if not intent.get(key):
                     intent.pop(key, None)
             if not intent.get("description"):
@@ -239,7 +250,7 @@ def _known_keys(data: Any, loc: tuple) -> set:
         else:
             break
     return keys | {"intents", "rules", "examples", "name", "tier", "pattern", "any", "priority", "type",
-                   "threshold", "description", "unknown_tier", "version", "scoring", "oos_examples", "serve"}
+                   "threshold", "description", "unknown_tier", "version", "scoring", "oos_examples", "serve", "with_order"}
 
 
 def _allowed_for(loc: tuple) -> list[str]:

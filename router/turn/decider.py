@@ -27,6 +27,7 @@ import time
 from contextlib import contextmanager
 from typing import Any
 
+from automation.workflows.engine import CLAIMED
 from router.telemetry.metrics import TURN_OUTCOMES
 from router.turn import language
 from router.turn import state as sm
@@ -323,24 +324,39 @@ class _Turn:
         counters = sm.load_counters(self.conn, self.conv)
         planned = c.tier if c.tier in TIER_STATE else "L2"
         smalltalk = served is not None and served[0] == "reply"
+        engine = self.r.flows
+        # a waiting flow reads the message first: an answer to its own question ("100235", "50", "是的"), a
+        # correction or a change of mind is the flow's, whatever the classifier guessed; only a digression
+        # (a confident other topic) is served as its own request before the flow asks again
+        reading = self.read_in_flow(c)
+        in_flow = reading is not None
+        # "sorry, I meant 100241" right after "I couldn't find order 100999": the same task again, corrected
+        restart = self.correcting(c) if reading is None else None
+        claimed = reading in CLAIMED or restart is not None
+        task = self.task_workflow(c, served)
+        runs_here = task is not None
+        # the loop guard counts knowledge-base rounds; a workflow's turns (a fourth task) are normal work
+        target = None if (smalltalk or claimed or runs_here) else TIER_STATE[planned]
         verdict = self.r.escalation.evaluate(text=self.text, classification=c, counters=counters,
-                                             target_state=None if smalltalk else TIER_STATE[planned])
+                                             target_state=target, claimed=claimed)
         # "are you a real person?" matched by a small-talk rule asks who is talking, not for a person
         asks_who = verdict.rule == "human_request" and c.decided_by == "rules"
-        engine = self.r.flows
-        # an answer to the flow's pending question ("100235", "yes") is the flow's, not small talk to answer
-        # or something to clarify; the engine says when it is really another topic (drift)
-        in_flow = engine is not None and engine.active(self.conn, str(self.conv["id"])) is not None
         if smalltalk and not in_flow and (not verdict.escalate or asks_who) \
                 and not verdict.checks["dissatisfied"]["signal"]:
             return self.small_talk(c, served[1], verdict)
         self.save_verdict(verdict)
+        if not verdict.escalate and restart is not None:
+            self.move("classifying", "message")
+            flow = self.run_flow(c, workflow=restart)
+            if flow is not None:
+                return self.flow_outcome(c, flow)
         if not verdict.escalate and not in_flow and c.intent is None \
                 and self.r.policy.unknown == "clarify_then_escalate" and verdict.counters["low_confidence_streak"] <= 1:
             return self.clarify(c)
-        runs_here = engine is not None and c.intent is not None and engine.workflows.for_intent(c.intent) is not None
         if not verdict.escalate and not in_flow and not runs_here and served is not None and served[0] == "workflow":
             return self.serve_workflow(c, served[1])
+        if reading == "digression" and not verdict.escalate:
+            return self.digression(c, served, verdict, planned, smalltalk)
         self.move("classifying", "message")
         if verdict.escalate:
             esc = Escalation(rule=verdict.rule, reason=verdict.reason, priority=verdict.priority)
@@ -348,7 +364,7 @@ class _Turn:
             ticket_id = self.open_l3(decision, reason=esc.reason, priority=esc.priority, classification=c)
             return self.result(decision, reply=self.send(self.say("ack_l3"), kind="ack"),
                                ticket_id=ticket_id)
-        flow = self.run_flow(c) if self.r.flows is not None else None
+        flow = self.run_flow(c, workflow=task) if self.r.flows is not None else None
         if flow is not None and not flow.drift:
             return self.flow_outcome(c, flow)
         result = self.small_talk(c, served[1], verdict) if smalltalk else self.route_tier(c, planned)
@@ -357,6 +373,56 @@ class _Turn:
             self.send(flow.reply, kind="reply", suggestions=flow.quick_replies)
             result.reply = {**result.reply, "text": f"{result.reply['text']}\n\n{flow.reply}"}
         return result
+
+    def task_workflow(self, c, served) -> str | None:
+        """The workflow this message starts when no flow is active: the one serving the intent, or the one
+        ``serve: workflow`` / ``with_order`` names; None when the engine has neither."""
+        engine = self.r.flows
+        if engine is None or c.intent is None:
+            return None
+        if served is not None and served[0] == "workflow" and served[1] in engine.workflows.workflows:
+            return served[1]
+        wf = engine.workflows.for_intent(c.intent)
+        return wf.name if wf is not None else None
+
+    def digression(self, c, served, verdict, planned: str, smalltalk: bool) -> TurnResult:
+        """Another topic while a flow waits: served as its own request, then the flow asks its question again."""
+        flow = self.run_flow(c)
+        if smalltalk:
+            result = self.small_talk(c, served[1], verdict)
+        else:
+            self.move("classifying", "message")
+            result = self.route_tier(c, planned)
+        if flow is not None and result.ticket_id is None and result.reply is not None:
+            self.send(flow.reply, kind="reply", suggestions=flow.quick_replies)
+            result.reply = {**result.reply, "text": f"{result.reply['text']}\n\n{flow.reply}"}
+        return result
+
+    def correcting(self, c) -> str | None:
+        """The workflow this message restarts with a corrected value (see FlowEngine.correcting), or None."""
+        engine = self.r.flows
+        if engine is None or (c.intent is not None and c.decided_by == "rules"
+                              and engine.workflows.for_intent(c.intent) is None):
+            return None
+        workflow = engine.correcting(self.conn, str(self.conv["id"]), self.text, c.entities or {})
+        if workflow is not None:
+            self.trace["reading"] = "correction"
+        return workflow
+
+    def read_in_flow(self, c) -> str | None:
+        """What the conversation's waiting flow reads this message as (automation.workflows READINGS), or None
+        when no flow is active. Nothing changes here; ``run_flow`` then acts on it."""
+        engine = self.r.flows
+        if engine is None:
+            return None
+        instance = engine.active(self.conn, str(self.conv["id"]))
+        if instance is None:
+            return None
+        with self.stage("workflow"):
+            reading = engine.read(instance, self.text, c.entities or {}, intent=c.intent,
+                                  intent_confidence=float(c.confidence))
+        self.trace["reading"] = reading
+        return reading
 
     def route_tier(self, c, planned: str) -> TurnResult:
         if planned == "L1":
@@ -373,7 +439,11 @@ class _Turn:
 
     def served_by(self, c) -> tuple[str, str] | None:
         intent = self.r.classifier.config.intent(c.intent) if c.intent else None
-        return intent.served_by if intent is not None else None
+        if intent is None:
+            return None
+        if getattr(intent, "with_order", None) and (c.entities or {}).get("order_numbers"):
+            return "workflow", intent.with_order.split(" ", 1)[1]   # about one of the customer's own orders
+        return intent.served_by
 
     def small_talk(self, c, template: str, verdict) -> TurnResult:
         """A greeting, thanks, "are you a bot": the template reply; state, counters and any flow untouched."""
@@ -411,8 +481,9 @@ class _Turn:
 
     # -- workflows --
 
-    def run_flow(self, c):
-        """Advance the conversation's active workflow, or start the one serving the intent; None: no flow."""
+    def run_flow(self, c, workflow: str | None = None):
+        """Advance the conversation's active workflow, or start ``workflow`` or the one serving the intent;
+        None: no flow."""
         from rag.chunk import detect_lang
         from router.turn.flows import caller_of
 
@@ -428,7 +499,8 @@ class _Turn:
                 t = engine.advance(self.conn, instance, caller, self.text, entities, lang=lang, intent=c.intent,
                                    intent_confidence=float(c.confidence))
             else:
-                wf = engine.workflows.for_intent(c.intent) if c.intent else None
+                wf = (engine.workflows.workflows.get(workflow) if workflow else
+                      engine.workflows.for_intent(c.intent) if c.intent else None)
                 if wf is None:
                     return None
                 t = engine.start(self.conn, wf.name, caller, self.text, entities, lang=lang)

@@ -89,9 +89,9 @@ class Replies(BaseModel):
     clarify: LocalText = {"en": "Sorry, I did not quite get that. I can help with orders, delivery, returns and "
                                 "refunds, payments, invoices and your account. What would you like to do?",
                           "zh": "抱歉，我没太明白。我可以帮您查询订单和物流、办理退货退款、解答支付、发票和账户问题。请问您需要什么帮助？"}
-    ask_order_number: LocalText = {"en": "I can look into that. What is your order number? (It starts with NW, "
-                                         "e.g. NW20261015083142.)",
-                                   "zh": "好的，我来帮您查询。请提供您的订单号（以 NW 开头，例如 NW20261015083142）。"}
+    ask_order_number: LocalText = {"en": "I can look into that. What is your order number? (You'll find it in your "
+                                         "order confirmation.)",
+                                   "zh": "好的，我来帮您查询。请提供您的订单号（见订单确认信息）。"}
 
     def model_post_init(self, __context) -> None:
         for key, value in (self.model_extra or {}).items():
@@ -268,16 +268,23 @@ class EscalationPolicy:
     # -- the rules --
 
     def evaluate(self, *, text: str, classification: Any, counters: dict[str, Any],
-                 target_state: str | None) -> EscalationVerdict:
+                 target_state: str | None, claimed: bool = False) -> EscalationVerdict:
         """Check every rule for one routed message; ``counters`` are this session's (see router.turn.state).
 
         ``target_state`` is where the conversation would go without an escalation (None: it stays
         where it is, so the loop guard has nothing to count).
+
+        ``claimed``: a waiting workflow read the message as its own (an answer, a correction, a change of
+        mind, a re-ask). Then only what the customer says outright counts (a phrase asking for a person,
+        a dissatisfied phrase, a refund over the limit, a rule-matched intent): the classifier's guess
+        about "50" or "个人" is not an intent, the turn is not unclear and an answer is not a repeated question.
         """
         cfg = self.config
         intent = getattr(classification, "intent", None)
         confidence = float(getattr(classification, "confidence", 0.0) or 0.0)
         entities = getattr(classification, "entities", None) or {}
+        if claimed and getattr(classification, "decided_by", None) != "rules":
+            intent = None   # a guess about an answer; rule matches (a lexicon hit) still count
         checks: dict[str, dict[str, Any]] = {}
         fired: list[tuple[str, str]] = []
 
@@ -307,16 +314,17 @@ class EscalationPolicy:
         if checks["dissatisfied"]["fired"]:
             fired.append(("dissatisfied", f"{streak} dissatisfied turns in a row"))
 
-        same = self.same_question(counters.get("last_question"), text)
-        repeats = counters.get("repeat_count", 0) + 1 if same["same"] else 1
+        same = {"same": False, "by": "workflow"} if claimed else self.same_question(counters.get("last_question"), text)
+        repeats = counters.get("repeat_count", 0) + 1 if same["same"] else 0 if claimed else 1
         checks["repeated_question"] = {"fired": repeats >= cfg.repeat_times, "times": repeats, **same}
         if checks["repeated_question"]["fired"]:
             fired.append(("repeated_question", f"the same question asked {repeats} times without resolution"))
 
-        low = intent is None or confidence < cfg.low_confidence_below
+        low = not claimed and (intent is None or confidence < cfg.low_confidence_below)
         low_streak = counters.get("low_confidence_streak", 0) + 1 if low else 0
         checks["low_confidence"] = {"fired": low_streak >= cfg.low_confidence_turns, "streak": low_streak,
-                                    "confidence": round(confidence, 4), "unknown": intent is None}
+                                    "confidence": round(confidence, 4), "unknown": intent is None,
+                                    "claimed_by_workflow": claimed}
         if checks["low_confidence"]["fired"]:
             fired.append(("low_confidence", f"{low_streak} turns in a row the intent was unclear"))
 
@@ -329,7 +337,7 @@ class EscalationPolicy:
 
         verdict = EscalationVerdict(checks=checks, counters={
             "dissatisfied_streak": streak, "low_confidence_streak": low_streak, "repeat_count": repeats,
-            "last_question": text,
+            "last_question": None if claimed else text,
         })
         if fired:
             order = {r: i for i, r in enumerate(RULES)}

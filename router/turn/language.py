@@ -21,8 +21,15 @@ LATIN_PER_HAN = 3.0        # Latin letters weighing as much as one Han character
 MIN_LATIN_LETTERS = 4      # fewer Latin letters (and no Han) than this: too short to tell ("ok", "thx")
 
 
+# what is not language: e-mail addresses, links and codes with digits (a tax id 91330106MA2B3C4D5E, an order
+# number, a product code HP-220) say nothing about the customer's language
+_NOT_WORDS = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+|https?://[^\s\u3400-\u9fff]+|www\.[^\s\u3400-\u9fff]+"
+                        r"|[A-Za-z0-9_-]*\d[A-Za-z0-9_-]*")
+
+
 def detect(text: str) -> str | None:
     """``zh`` / ``en`` when the text says, else None (too short or no letters at all)."""
+    text = _NOT_WORDS.sub(" ", text or "")
     han = len(_HAN_ONLY.findall(text or ""))
     latin = len(_LATIN.findall(text or ""))
     if han == 0 and latin < MIN_LATIN_LETTERS:

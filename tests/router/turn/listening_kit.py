@@ -1,0 +1,344 @@
+"""A conversation set of the project's own, shaped like the field's task-oriented evaluations.
+
+Each case is a customer with a goal (a workflow of the bundled example shop, an order, the values to
+give) and a pattern (how they talk: one answer per message, a correction, a change of mind, a
+digression, a wrong-then-right number, answers that look like other intents, two requests in one
+message). A small user simulator answers whatever the bot asks (``flow.awaiting``) with a phrasing drawn
+from a pool, so the same case can be run k times with different words (pass^k). Every turn goes through
+the whole gateway (HTTP, guards, classifier, escalation rules, workflows, the MCP shop) and the shop's
+own records judge the outcome: the right write exactly once (or none), no ticket, no success claimed
+without a success result, replies in the customer's language.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+WRONG_ORDER = "100999"
+
+# -- the customers' goals: (workflow, customer, order, lang-independent values) --------------------------
+TASKS: dict[str, list[dict[str, Any]]] = {
+    "order_status": [
+        {"customer": "c1", "order": "100234", "expect": ["SF1402837465299"]},
+        {"customer": "c2", "order": "100241", "expect": ["FedEx", "794644790138"]},
+        {"customer": "c4", "order": "100260", "expect": []},
+        {"customer": "c6", "order": "100280", "expect": []},
+        {"customer": "c3", "order": "100251", "expect": []},
+    ],
+    "refund": [
+        {"customer": "c5", "order": "100270", "amount": 50, "amount2": 30},
+        {"customer": "c2", "order": "100240", "amount": 20, "amount2": 12.5},
+        {"customer": "c1", "order": "100230", "amount": 45, "amount2": 25},
+        {"customer": "c3", "order": "100251", "amount": 30, "amount2": 18},
+        {"customer": "c6", "order": "100280", "amount": 15, "amount2": 40},
+    ],
+    "change_address": [
+        {"customer": "c1", "order": "100235"},
+        {"customer": "c2", "order": "100242"},
+        {"customer": "c5", "order": "100271"},
+        {"customer": "c4", "order": "100261"},
+        {"customer": "c3", "order": "100252"},
+    ],
+    "invoice": [
+        {"customer": "c2", "order": "100240"},
+        {"customer": "c5", "order": "100270"},
+        {"customer": "c1", "order": "100230"},
+        {"customer": "c3", "order": "100251"},
+        {"customer": "c6", "order": "100280"},
+    ],
+    "cancel_order": [
+        {"customer": "c1", "order": "100235"},
+        {"customer": "c2", "order": "100242"},
+        {"customer": "c5", "order": "100271"},
+        {"customer": "c4", "order": "100261"},
+        {"customer": "c3", "order": "100252"},
+    ],
+}
+
+WRITE_TOOL = {"refund": "request_refund", "change_address": "change_address", "invoice": "issue_invoice",
+              "cancel_order": "cancel_order", "order_status": None}
+
+# what a reply says only after the shop confirmed the write (the workflows' `done` replies)
+SUCCESS = {"request_refund": ("Refunded ", "已为订单"), "change_address": ("will now go to", "的地址已改为"),
+           "issue_invoice": (" issued to ", "已开具"), "cancel_order": (" is cancelled", "已取消，将退款")}
+
+# -- phrasing pools ----------------------------------------------------------------------------------------
+P: dict[str, dict[str, list[str]]] = {
+    "open:order_status": {
+        "en": ["where is my order", "what's the status of my order?", "has my order shipped yet", "I want to check my order",
+               "can you check on my order for me"],
+        "zh": ["我的订单到哪了", "帮我查一下订单", "我的订单现在什么状态", "查询一下我的订单", "订单发货了吗"]},
+    "open+order:order_status": {
+        "en": ["where is my order {order}", "what's the status of order {order}?", "has order {order} shipped",
+               "can you check order {order}"],
+        "zh": ["我的订单{order}到哪了", "查一下订单{order}", "订单{order}发货了吗", "订单{order}现在什么状态"]},
+    "open:refund": {
+        "en": ["I want my money back", "I'd like a refund", "can I get a refund please", "I want to request a refund",
+               "refund please"],
+        "zh": ["我要退款", "我想申请退款", "东西坏了，我要退钱", "帮我退款", "我要退款，东西有问题"]},
+    "open+order:refund": {
+        "en": ["I want a refund for order {order}", "please refund order {order}", "I need a refund on order {order}"],
+        "zh": ["订单{order}我要退款", "我要退款，订单号{order}", "帮我把订单{order}退款"]},
+    "open:change_address": {
+        "en": ["I need to change my delivery address", "I put the wrong shipping address on my order",
+               "can you update the delivery address of my order", "I want to change the address of my order"],
+        "zh": ["我要修改收货地址", "收货地址填错了，帮我改一下", "我想改一下订单的收货地址", "帮我改下收货地址"]},
+    "open+order:change_address": {
+        "en": ["please change the delivery address of order {order}", "I need to update the address on order {order}"],
+        "zh": ["订单{order}的收货地址要改一下", "帮我修改订单{order}的收货地址"]},
+    "open:invoice": {
+        "en": ["I need an invoice", "can I get an invoice for my order", "please issue an invoice for my purchase",
+               "I would like an invoice"],
+        "zh": ["我要开发票", "帮我开一张发票", "我想给订单开个发票", "麻烦开一下发票"]},
+    "open+order:invoice": {
+        "en": ["I need an invoice for order {order}", "please issue an invoice for order {order}"],
+        "zh": ["订单{order}帮我开发票", "我要给订单{order}开发票"]},
+    "open:cancel_order": {
+        "en": ["I want to cancel my order", "please cancel my order", "I'd like to cancel an order", "cancel my order"],
+        "zh": ["我要取消订单", "帮我取消订单", "我想取消一个订单", "这单不要了，帮我取消"]},
+    "open+order:cancel_order": {
+        "en": ["I want to cancel order {order}", "please cancel order {order}", "cancel order {order}"],
+        "zh": ["我要取消订单{order}", "帮我取消订单{order}", "订单{order}不要了，取消吧"]},
+    "order_id": {"en": ["{order}", "it's {order}", "order {order}", "#{order}", "the order number is {order}"],
+                 "zh": ["{order}", "订单号{order}", "是{order}", "{order}这个", "单号是{order}"]},
+    "amount": {"en": ["{amount}", "{amount} please", "refund {amount}", "just {amount}"],
+               "zh": ["{amount}", "{amount}元", "退{amount}块", "{amount}块钱"]},
+    "address": {"en": ["21 Oak Road, Portland, OR 97201", "Flat 3, 12 King Street, London W1 4AB",
+                       "88 Harbour Street, Sydney NSW 2000"],
+                "zh": ["杭州市西湖区文三路90号", "上海市浦东新区世纪大道100号", "北京市朝阳区建国路88号SOHO现代城A座"]},
+    "address2": {"en": ["5 Elm Street, Boston, MA 02108", "9 Queen Road, Leeds LS1 2AB"],
+                 "zh": ["南京市鼓楼区中山路18号", "广州市天河区体育西路1号"]},
+    "title": {"en": ["Acme Trading Ltd.", "John Smith", "personal", "Blue Sky Studio LLC"],
+              "zh": ["个人", "杭州某某科技有限公司", "张三", "上海星辰贸易有限公司"]},
+    "title2": {"en": ["Northwind Traders", "Jane Doe"], "zh": ["李四", "深圳前海科技有限公司"]},
+    "tax_id": {"en": ["none", "no", "not needed", "91330106MA2B3C4D5E"],
+               "zh": ["无", "不需要", "没有", "91330106MA2B3C4D5E"]},
+    "yes": {"en": ["yes", "yes please", "sure", "ok", "go ahead", "yep", "correct", "that's right"],
+            "zh": ["是的", "好的", "确认", "可以", "对", "嗯", "没问题", "好"]},
+    "change_of_mind": {"en": ["never mind", "actually no, I changed my mind, keep it", "forget it",
+                              "I changed my mind", "no thanks, leave it as it is", "actually, don't bother"],
+                       "zh": ["算了", "等等，算了，不用了", "不用了", "我再想想，先不弄了", "不要了，谢谢", "算了算了"]},
+    "digression": {"en": ["what payment methods do you accept?", "how do I use a coupon?", "are you a bot?"],
+                   "zh": ["支持哪些支付方式？", "优惠券怎么用？", "你是机器人吗"]},
+    "correct_amount": {"en": ["no, make it {amount2}", "sorry, {amount2} not {amount}", "actually make it {amount2}"],
+                       "zh": ["不对，退{amount2}", "改成{amount2}", "不是，应该是{amount2}"]},
+    "correct_address": {"en": ["no, the address should be {address2}", "wrong, it's {address2}"],
+                        "zh": ["不对，地址是{address2}", "地址应该是{address2}"]},
+    "correct_title": {"en": ["no, the title should be {title2}", "actually the title is {title2}"],
+                      "zh": ["不对，抬头是{title2}", "抬头应该是{title2}"]},
+    "right_order": {"en": ["sorry, I meant {order}", "oops, it's {order}", "my mistake, the order is {order}"],
+                    "zh": ["不好意思，是{order}", "打错了，应该是{order}", "说错了，是{order}"]},
+}
+
+PATTERNS = ("happy", "inline", "correction", "change_of_mind", "digression", "wrong_then_right", "lookalike")
+
+
+@dataclass
+class Case:
+    id: str
+    workflow: str
+    lang: str
+    pattern: str
+    task: dict[str, Any]
+
+
+@dataclass
+class Outcome:
+    case: Case
+    seed: int
+    passed: bool
+    why: list[str] = field(default_factory=list)
+    transcript: list[tuple[str, str]] = field(default_factory=list)
+    turns: int = 0
+
+
+def cases() -> list[Case]:
+    """Every (workflow, customer, language, pattern) that applies: 5 x 5 x 2 x 6-7."""
+    out = []
+    for wf, tasks in TASKS.items():
+        for n, task in enumerate(tasks):
+            for lang in ("en", "zh"):
+                for pattern in PATTERNS:
+                    if pattern == "correction" and wf in ("order_status", "cancel_order"):
+                        continue   # nothing to correct at a confirmation they do not have / a single value
+                    out.append(Case(f"{wf}-{task['customer']}-{lang}-{pattern}", wf, lang, pattern, task))
+    return out
+
+
+class Simulator:
+    """One run of a case: answers the bot's questions, applies the pattern's move once, judges the result."""
+
+    def __init__(self, case: Case, seed: int, send):
+        self.case, self.seed, self.send = case, seed, send
+        self.rng = random.Random(f"{case.id}:{seed}")
+        self.lang = case.lang
+        self.values = self._values()
+        self.moved = False
+        self.transcript: list[tuple[str, str]] = []
+        self.why: list[str] = []
+        self.replies: list[dict] = []
+
+    def _values(self) -> dict[str, Any]:
+        t, lang, pick = self.case.task, self.case.lang, self.rng.choice
+        amount = t.get("amount")
+        fmt = (lambda a: f"{a:g}") if amount is not None else str
+        v = {"order": t["order"], "amount": fmt(amount) if amount is not None else None,
+             "amount2": fmt(t["amount2"]) if t.get("amount2") is not None else None,
+             "address": pick(P["address"][lang]), "address2": pick(P["address2"][lang]),
+             "title": pick(P["title"][lang]), "title2": pick(P["title2"][lang]), "tax_id": pick(P["tax_id"][lang])}
+        if self.case.pattern == "lookalike":   # answers that look like other intents
+            v["title"] = "个人" if lang == "zh" else "personal"
+            v["tax_id"] = "无" if lang == "zh" else "none"
+        return v
+
+    def say(self, key: str, **extra) -> str:
+        return self.rng.choice(P[key][self.lang]).format(**{**self.values, **extra})
+
+    def post(self, text: str) -> dict:
+        out = self.send(text)
+        self.transcript.append((text, (out.get("reply") or {}).get("text") or ""))
+        self.replies.append(out)
+        if out.get("ticket_id"):
+            self.why.append(f"a ticket opened after {text!r}")
+        return out
+
+    def answer(self, awaiting: str | None) -> str | None:
+        c = self.case
+        if awaiting == "order_id":
+            return self.say("order_id")
+        if awaiting == "amount":
+            return self.say("amount")
+        if awaiting in ("address", "title", "tax_id"):
+            return self.values[awaiting] if awaiting != "tax_id" or c.pattern == "lookalike" else self.say("tax_id")
+        if awaiting == "confirmation":
+            if c.pattern == "lookalike":
+                return "好" if self.lang == "zh" else "ok"
+            return self.say("yes")
+        return None
+
+    def run(self, max_turns: int = 12) -> Outcome:
+        c = self.case
+        opening = c.pattern in ("inline",) and f"open+order:{c.workflow}" or f"open:{c.workflow}"
+        if c.pattern == "wrong_then_right":
+            out = self.post(self.rng.choice(P[f"open+order:{c.workflow}"][self.lang]).format(order=WRONG_ORDER))
+            out = self.post(self.say("right_order"))
+            self.moved = True
+        else:
+            out = self.post(self.say(opening))
+        for _ in range(max_turns):
+            if self.why:
+                break
+            flow = out.get("flow") or {}
+            if flow.get("status") not in ("waiting",):
+                break
+            awaiting = flow.get("awaiting")
+            move = self.move(awaiting)
+            if move is not None:
+                out = move
+                continue
+            text = self.answer(awaiting)
+            if text is None:
+                self.why.append(f"the bot waits for {awaiting!r}, which this customer cannot answer")
+                break
+            out = self.post(text)
+        return Outcome(c, self.seed, False, self.why, self.transcript, len(self.transcript))
+
+    def move(self, awaiting: str | None) -> dict | None:
+        """The pattern's one move, at the first point it applies; the response that follows it."""
+        c = self.case
+        if self.moved:
+            return None
+        if c.pattern == "change_of_mind" and (awaiting == "confirmation" or c.workflow == "order_status"):
+            self.moved = True
+            out = self.post(self.say("change_of_mind"))
+            if (out.get("flow") or {}).get("status") not in ("cancelled",):
+                self.why.append(f"a change of mind did not end the flow: {(out.get('flow') or {}).get('status')}")
+            return out
+        if c.pattern == "digression" and awaiting is not None:
+            self.moved = True
+            out = self.post(self.say("digression"))
+            flow = out.get("flow") or {}
+            if flow.get("status") != "waiting" or flow.get("awaiting") != awaiting:
+                self.why.append(f"the flow did not resume after a digression: {flow}")
+            return out
+        if c.pattern == "correction" and awaiting == "confirmation":
+            self.moved = True
+            key = {"refund": "correct_amount", "change_address": "correct_address", "invoice": "correct_title"}[c.workflow]
+            out = self.post(self.say(key))
+            fixed = {"refund": "amount2", "change_address": "address2", "invoice": "title2"}[c.workflow]
+            slot = {"refund": "amount", "change_address": "address", "invoice": "title"}[c.workflow]
+            self.values[slot] = self.values[fixed]
+            return out
+        return None
+
+
+def expected_write(case: Case, values: dict[str, Any]) -> dict[str, Any] | None:
+    tool = WRITE_TOOL[case.workflow]
+    if tool is None or case.pattern == "change_of_mind":
+        return None
+    args: dict[str, Any] = {"order_id": case.task["order"]}
+    if case.workflow == "refund":
+        args["amount"] = float(values["amount"])
+    elif case.workflow == "change_address":
+        args["address"] = values["address"]
+    elif case.workflow == "invoice":
+        args["title"] = values["title"]
+    return {"tool": tool, "arguments": args}
+
+
+def judge(sim: Simulator, writes: list[dict], tickets: int) -> Outcome:
+    """The shop's records decide: the expected write once with the right arguments (or none), no ticket,
+    no success reply without a success result, every reply in the customer's language."""
+    case, why = sim.case, list(sim.why)
+    want = expected_write(case, sim.values)
+    made = [{**w, "arguments": {**w["arguments"], "order_id": w["order_id"]}} for w in writes]
+    if want is None:
+        if made:
+            why.append(f"writes without a confirmed request: {[w['tool'] for w in made]}")
+    else:
+        mine = [w for w in made if w["tool"] == want["tool"]]
+        if len(mine) != 1 or len(made) != 1:
+            why.append(f"expected one {want['tool']}, the shop has {[w['tool'] for w in made]}")
+        else:
+            got = mine[0]["arguments"]
+            for k, v in want["arguments"].items():
+                if (float(got.get(k)) if isinstance(v, float) else got.get(k)) != v:
+                    why.append(f"{want['tool']} {k}={got.get(k)!r}, expected {v!r}")
+    claimed = [t for _, t in sim.transcript for tool, marks in SUCCESS.items() if any(m in t for m in marks)]
+    if claimed and not writes:
+        why.append(f"a success reply without a write: {claimed[0]!r}")
+    if tickets:
+        why.append(f"{tickets} ticket(s)")
+    if case.workflow == "order_status" and case.pattern != "change_of_mind":
+        text = " ".join(t for _, t in sim.transcript)
+        if case.task["order"] not in text or not all(e in text for e in case.task["expect"]):
+            why.append("the order's status was not given")
+    wrong_lang = [r.get("reply", {}).get("lang") for r in sim.replies
+                  if r.get("reply") and r["reply"].get("lang") not in (case.lang, None)]
+    if wrong_lang:
+        why.append(f"replies in {wrong_lang} for a {case.lang} conversation")
+    return Outcome(case, sim.seed, not why, why, sim.transcript, len(sim.transcript))
+
+
+_conv = itertools.count()
+
+
+def run_case(case: Case, seed: int, *, post, shop_reset, shop_writes, tickets_of) -> Outcome:
+    """One run of ``case`` on a freshly loaded shop; ``post(customer, conversation, text)`` sends a message."""
+    shop_reset()
+    conversation = f"{case.id}-{seed}-{next(_conv)}"
+    sim = Simulator(case, seed, lambda text: post(case.task["customer"], conversation, text))
+    sim.run()
+    return judge(sim, shop_writes(), tickets_of(conversation))
+
+
+def pass_hat_k(outcomes: list[Outcome], k: int) -> float:
+    """pass^k: the share of cases whose first k runs all passed."""
+    by_case: dict[str, list[bool]] = {}
+    for o in outcomes:
+        by_case.setdefault(o.case.id, []).append(o.passed)
+    runs = [v[:k] for v in by_case.values() if len(v) >= k]
+    return sum(all(v) for v in runs) / len(runs) if runs else 0.0

@@ -1,0 +1,97 @@
+"""The listening conversation set (listening_kit) through the whole gateway, judged by the shop's records.
+
+Every case runs once here (pass^1 per pattern); ``benchmarks/listening.py`` runs each k times with other
+phrasings and reports pass^k. Targets of the set: task completion >= 95 % per pattern, and never a write
+without a confirmation, a success reply without a success result, or a needless ticket.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+import re
+from pathlib import Path
+
+import psycopg
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+
+from keys_testkit import authorize
+from listening_kit import cases, run_case
+from routing_kit import kb_template, routing_services, rows
+
+pytestmark = pytest.mark.slow
+
+_ids = itertools.count()
+SEEDS = int(os.environ.get("SWITCHBOARD_LISTENING_SEEDS", "1"))
+
+
+@pytest.fixture
+def svc(fresh_db, pg_server, template_dsn, e5_encoder, tmp_path):
+    from router.turn.escalation import SAMPLE_POLICY
+
+    policy = yaml.safe_load(SAMPLE_POLICY.read_text(encoding="utf-8"))
+    policy["harness"]["quota"]["max_messages"] = 100000   # one customer talks through hundreds of cases here
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy, allow_unicode=True), encoding="utf-8")
+    tools = (Path(__file__).resolve().parents[3] / "automation/tools/samples/tools.yaml").read_text(encoding="utf-8")
+    tools_path = tmp_path / "tools.yaml"   # the shop's per-customer rate limits would stop a customer's 40th refund
+    tools_path.write_text(re.sub(r"rate_limit: \{calls: \d+", "rate_limit: {calls: 100000", tools), encoding="utf-8")
+    _, uri = pg_server
+    template_name = psycopg.conninfo.conninfo_to_dict(template_dsn)["dbname"]
+    name, home, kb_dir = kb_template(uri, template_name, e5_encoder)
+    s = routing_services(fresh_db(name), home, e5_encoder, kb_dir, flows=True, policy_file=path, tools_file=tools_path)
+    assert s.flows is not None
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def api(svc):
+    from router.app.factory import create_app
+
+    with TestClient(create_app(services=svc)) as c:
+        authorize(c, svc.pool)
+        yield c
+
+
+def test_the_listening_set_completes_by_the_shops_records(api, svc):
+    from examples.shop.store import Shop
+
+    shop = Shop(svc.dsn, max_size=1)
+
+    def post(customer, conversation, text):
+        r = api.post("/v1/messages", json={"channel": "web", "conversation_id": conversation, "customer_id": customer,
+                                           "message_id": f"ls-{next(_ids)}", "text": text})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def writes():
+        return rows(svc.pool, "SELECT tool, order_id, arguments FROM shop.writes ORDER BY id")
+
+    def tickets_of(conversation):
+        return rows(svc.pool, "SELECT count(*) AS n FROM tickets t JOIN conversations c "
+                              "ON c.id::text = t.conversation_id::text WHERE c.external_id = %s", conversation)[0]["n"]
+
+    try:
+        outcomes = [run_case(c, seed, post=post, shop_reset=shop.load, shop_writes=writes, tickets_of=tickets_of)
+                    for seed in range(SEEDS) for c in cases()]
+    finally:
+        shop.close()
+    by_pattern: dict[str, list] = collections.defaultdict(list)
+    for o in outcomes:
+        by_pattern[o.case.pattern].append(o)
+    report = {p: f"{sum(o.passed for o in v)}/{len(v)}" for p, v in sorted(by_pattern.items())}
+    failures = [f"{o.case.id}#{o.seed}: {'; '.join(o.why)} :: {o.transcript}" for o in outcomes if not o.passed]
+    print("\nlistening set, passed per pattern:", report)
+    for f in failures:
+        print(" -", f[:600])
+    assert len(outcomes) >= 300
+    for pattern, v in by_pattern.items():
+        assert sum(o.passed for o in v) >= 0.95 * len(v), (pattern, report, failures[:20])
+    # the three that must never happen, whatever the pattern
+    never = [f for f in failures if "without a confirmed request" in f or "success reply without" in f
+             or "ticket" in f]
+    assert not never, never[:20]
