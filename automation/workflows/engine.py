@@ -33,6 +33,10 @@ MAX_STEPS_PER_TURN = 400
 MAX_ATTEMPTS = 3
 WAITING_KINDS = ("ask", "split", "choose", "confirm")
 
+# the approval levels in the customer's words ("需要主管审核", never "需要supervisor审核")
+TIER_WORDS = {"zh": {"supervisor": "主管", "manager": "经理", "director": "总监", "auto": "自动"},
+              "en": {"supervisor": "supervisor", "manager": "manager", "director": "director", "auto": "automatic"}}
+
 # What a waiting flow reads a customer's message as, before any classifier or escalation rule judges it:
 #   answer      a value for the step (a slot, a choice, yes/no)
 #   correction  a new value for an earlier answer ("no, make it 30", "不对，地址是…")
@@ -67,6 +71,7 @@ TEXT = {
                 "en": "Sorry, the process for this request has just been updated; a colleague will take it "
                       "from here. Please hold on."},
     "broken": {"zh": "抱歉，这个流程出了问题，我把您转给同事。", "en": "Sorry, something went wrong in this process; a colleague will take over."},
+    "resume": {"zh": "回到您刚才的{task}：", "en": "Back to your earlier request ({task}):"},
 }
 
 
@@ -270,14 +275,48 @@ class FlowEngine:
         if other and free and not U.is_question(text) and len(U.norm(text).split()) < 4 \
                 and len(re.findall(r"[\u4e00-\u9fff]", text)) < 6:
             other = False   # "personal", "个人" as an invoice title: a guess on a word or two is not another topic
-        if strength == "strong" or (strength == "weak" and not other and not U.is_question(text)):
-            return "answer"
+        if strength == "strong" or (strength == "weak" and not U.is_question(text)):
+            return "answer"   # a fuzzy choice ("the one with the boots") answers even when it sounds like a topic
         if U.is_correction(text) and (self._correction(instance, wf, text, entities, skip=step.arg) is not None or (
                 step.kind == "confirm" and self._free_correction(instance, wf, step, text) is not None)):
             return "correction"
         if other:
             return "digression"
         return "unclear"
+
+    def suspend(self, conn, instance: dict, *, because: str) -> None:
+        """Interrupt a waiting flow for another task of the customer's (``because``: that task's workflow); it asks
+        its question again once that task ends (``resume``)."""
+        inst = store.get(conn, instance["id"], lock=True)
+        if inst is None or inst["status"] != "waiting":
+            return
+        inst["status"] = "suspended"
+        inst["history"].append({"event": "suspended", "for": because, "step": inst["step"], "at": time.time()})
+        store.save(conn, inst)
+
+    def resume(self, conn, conversation_id: str, lang: str) -> FlowTurn | None:
+        """The most recently interrupted flow takes its place again and repeats its question; None when there is
+        none or another flow is active. A flow whose definition is gone ends cancelled, quietly."""
+        if store.active(conn, conversation_id) is not None:
+            return None
+        inst = store.suspended(conn, conversation_id, lock=True)
+        if inst is None:
+            return None
+        wf, gone = self._pinned(inst)
+        step = wf.steps.get(inst["step"]) if inst["step"] else None
+        run = _Run(lang)
+        if gone or step is None or step.kind not in WAITING_KINDS:
+            self._finish(inst, "cancelled", "cancelled")
+            store.save(conn, inst)
+            return None
+        R.VOCABULARY.set(wf.vocabulary)
+        inst["status"], inst["lang"] = "waiting", lang
+        inst["history"].append({"event": "resumed", "step": step.id, "at": time.time()})
+        task = wf.description.get(lang) or wf.description.get("en") or wf.name
+        run.say(_t("resume", lang, task=task))
+        self._prompt(inst, wf, step, run, again=False)
+        store.save(conn, inst)
+        return self._turn(inst, wf, run)
 
     def correcting(self, conn, conversation_id: str, text: str, entities: dict | None = None,
                    window_seconds: float = 1800) -> str | None:
@@ -1136,7 +1175,8 @@ class FlowEngine:
                                 "ticket": str(ticket), "at": time.time()})
         run.approval = request
         run.say(self._text(step.get("waiting"), inst, wf, run.lang)
-                or _t("waiting_approval", run.lang, amount=f"{amount:.2f}", currency=currency or "", tier=tier))
+                or _t("waiting_approval", run.lang, amount=f"{amount:.2f}", currency=currency or "",
+                      tier=TIER_WORDS.get(run.lang, {}).get(tier, tier)))
         return "stop"
 
     def _do_reply(self, conn, inst, wf, step, caller, run, text, entities):

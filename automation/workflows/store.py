@@ -14,6 +14,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 ACTIVE = ("waiting", "running", "waiting_approval")
+PAUSED = ("suspended",)      # interrupted by another task; resumed when that one ends
 _JSON = ("caller", "slots", "bindings", "attempts", "loops", "pending", "history")
 _COLUMNS = ("step", "status", "outcome", "lang", "caller", "slots", "bindings", "attempts", "loops", "pending",
             "generation", "approval_ticket", "history")
@@ -36,6 +37,14 @@ def create(conn, *, conversation_id: str, workflow: str, version: int, step: str
 def active(conn, conversation_id: str, *, lock: bool = False) -> dict | None:
     sql = "SELECT * FROM flow_instances WHERE conversation_id = %s AND status = ANY(%s)"
     row = _cur(conn).execute(sql + (" FOR UPDATE" if lock else ""), (conversation_id, list(ACTIVE))).fetchone()
+    return _plain(row) if row else None
+
+
+def suspended(conn, conversation_id: str, *, lock: bool = False) -> dict | None:
+    """The conversation's most recently interrupted flow, if any."""
+    sql = ("SELECT * FROM flow_instances WHERE conversation_id = %s AND status = 'suspended' "
+           "ORDER BY updated_at DESC, id LIMIT 1")
+    row = _cur(conn).execute(sql + (" FOR UPDATE" if lock else ""), (conversation_id,)).fetchone()
     return _plain(row) if row else None
 
 
@@ -82,7 +91,7 @@ def customer_outcomes(conn, channel: str, customer_id: str, *, limit: int = 5,
     """A customer's finished flows in other conversations, newest first (session memory's outcomes)."""
     rows = _cur(conn).execute(
         """SELECT id, conversation_id, workflow, status, outcome, slots, updated_at FROM flow_instances
-           WHERE caller->>'channel' = %s AND caller->>'customer_id' = %s AND status <> ALL(%s)
+           WHERE caller->>'channel' = %s AND caller->>'customer_id' = %s AND status <> ALL(%s) AND status <> 'suspended'
              AND conversation_id IS DISTINCT FROM %s
            ORDER BY created_at DESC LIMIT %s""",
         (channel, customer_id, list(ACTIVE), exclude_conversation, limit)).fetchall()
@@ -140,7 +149,7 @@ def completion_by_workflow(conn, since, until) -> dict[str, dict]:
                   count(*) FILTER (WHERE status = 'completed' AND outcome IS DISTINCT FROM 'completed') AS refused,
                   count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
                   count(*) FILTER (WHERE status = 'escalated') AS escalated,
-                  count(*) FILTER (WHERE status = ANY(%(active)s)) AS active
+                  count(*) FILTER (WHERE status = ANY(%(active)s) OR status = 'suspended') AS active
            FROM flow_instances WHERE created_at >= %(since)s AND created_at < %(until)s
            GROUP BY workflow ORDER BY workflow""",
         {"since": since, "until": until, "active": list(ACTIVE)}).fetchall()

@@ -66,6 +66,14 @@ _HASH_ID = re.compile(r"[#＃](?P<id>(?=[A-Za-z0-9-]*\d)[A-Za-z0-9][A-Za-z0-9-]{
 # a bare id of a short letter prefix and a long run of digits (NW20261015083142): the answer to
 # "what is your order number?" usually comes without the words "order number"
 _BARE_ID = re.compile(r"(?<![A-Za-z0-9])(?P<id>[A-Za-z]{2,4}\d{8,24})(?![A-Za-z0-9])")
+# a bare run of digits in a message about an order or its delivery ("帮我查一下100241的物流", "has 100241 shipped"):
+# not a price (no currency next to it), a decimal, nor a Chinese mobile number
+_BARE_DIGITS = re.compile(r"(?<![A-Za-z0-9.,¥￥$€£])(?P<id>\d{6,12})(?![A-Za-z0-9.,%]|\s*(?:元|块|rmb|cny|usd|yuan|dollars?)\b|元|块)",
+                          re.IGNORECASE)
+_ORDER_TALK = re.compile(r"物流|快递|包裹|发货|到哪|单号|签收|退款|退货|发票|取消|地址|查一下|查询"
+                         r"|\b(?:order|package|parcel|delivery|deliver(?:ed)?|ship(?:ped|ping|ment)?|track(?:ing)?|refund"
+                         r"|return|invoice|cancel|address)\b", re.IGNORECASE)
+_MOBILE = re.compile(r"1[3-9]\d{9}")
 
 
 def _cn_number(text: str) -> float | None:
@@ -143,6 +151,11 @@ def extract_order_numbers(text: str) -> list[str]:
         for m in pattern.finditer(t):
             oid = m.group("id").upper()
             if oid not in out:
+                out.append(oid)
+    if not out and _ORDER_TALK.search(t):
+        for m in _BARE_DIGITS.finditer(t):
+            oid = m.group("id")
+            if not _MOBILE.fullmatch(oid) and oid not in out:
                 out.append(oid)
     return out
 

@@ -320,6 +320,67 @@ class _Turn:
         if self.conv["state"] == "feedback_pending" and self.r.escalation.is_dissatisfied(self.text):
             sm.save_counters(self.conn, self.conv["id"], feedback="negative")
         c = self.classify()
+        extras = self.serve_other_requests()
+        if extras is not None:   # "cancel 100235 and tell me your return policy": the questions answered, the task next
+            c = self.classify()
+        result = self.route_one(c)
+        if extras:
+            text = "\n\n".join([e["text"] for e in extras] + ([result.reply["text"]] if result.reply else []))
+            citations = [x for e in extras for x in e.get("citations") or []]
+            base = result.reply or {"suggestions": [], "lang": self.lang}
+            result.reply = {**base, "text": text, "citations": citations + list(base.get("citations") or [])}
+        return result
+
+    def serve_other_requests(self) -> list[dict] | None:
+        """Several requests in one message (router.classify.segments): each question the knowledge base answers
+        is answered now, in order, and the turn goes on with the remaining request (``self.text`` becomes it).
+        None when the message is one request (or its parts are not all requests the bot can place)."""
+        from router.classify.segments import split_requests
+
+        engine = self.r.flows
+        if self.r.rag is None or (engine is not None and engine.active(self.conn, str(self.conv["id"])) is not None):
+            return None
+        parts = split_requests(self.text)
+        if len(parts) < 2:
+            return None
+        with self.stage("classify"):
+            placed = [(p, self.r.classifier.classify(p)) for p in parts]
+        if any(x.intent is None for _, x in placed) or len({x.intent for _, x in placed}) < 2:
+            return None
+        if any(self.r.escalation.asks_for_person(p) for p in parts):
+            return None
+        kinds = []
+        for p, x in placed:
+            served = self.served_by(x)
+            kinds.append("talk" if served is not None and served[0] == "reply" else
+                         "question" if x.tier == "L1" and served is None else "request")
+        questions = [i for i, k in enumerate(kinds) if k == "question"]
+        requests = [i for i, k in enumerate(kinds) if k == "request"]
+        if not questions or len(requests) > 1:
+            return None
+        main = requests[0] if requests else questions[0]
+        answers = []
+        for i in questions:
+            if i == main:
+                continue
+            with self.stage("retrieval"):
+                try:
+                    answer = self.r.rag.answer(parts[i])
+                except Exception:  # noqa: BLE001 - the main request is still served
+                    log.exception("knowledge base failed on one request of several")
+                    return None
+            if not (answer.answered and answer.text):
+                return None   # not confidently answerable: the whole message goes the usual way (a person may look)
+            citations = _citations(answer.citations)
+            sent = self.send(answer.text, kind="reply", citations=citations)
+            if sent is not None:
+                answers.append(sent)
+        self.trace["requests"] = [{"text": p, "intent": x.intent, "kind": k, "main": i == main}
+                                  for i, ((p, x), k) in enumerate(zip(placed, kinds))]
+        self.text = parts[main]
+        return answers
+
+    def route_one(self, c) -> TurnResult:
         served = self.served_by(c)
         counters = sm.load_counters(self.conn, self.conv)
         planned = c.tier if c.tier in TIER_STATE else "L2"
@@ -341,6 +402,9 @@ class _Turn:
                                              target_state=target, claimed=claimed)
         # "are you a real person?" matched by a small-talk rule asks who is talking, not for a person
         asks_who = verdict.rule == "human_request" and c.decided_by == "rules"
+        if (not in_flow and not verdict.escalate and verdict.checks["human_request"].get("identity_question")
+                and not smalltalk and "bot_identity" in self.r.policy.replies.names()):
+            served, smalltalk = ("reply", "bot_identity"), True   # the classifier heard "a person"; it was a question
         if smalltalk and not in_flow and (not verdict.escalate or asks_who) \
                 and not verdict.checks["dissatisfied"]["signal"]:
             return self.small_talk(c, served[1], verdict)
@@ -385,8 +449,31 @@ class _Turn:
         wf = engine.workflows.for_intent(c.intent)
         return wf.name if wf is not None else None
 
+    def resume_interrupted(self, t):
+        """A flow that ended this turn gives the floor back to the task it interrupted (its question again)."""
+        engine = self.r.flows
+        if engine is None or t.status in ("waiting", "waiting_approval"):
+            return None
+        resumed = engine.resume(self.conn, str(self.conv["id"]), self.lang if self.lang in ("zh", "en") else "en")
+        if resumed is not None:
+            self.flow = resumed.as_response()
+            self.trace.setdefault("workflow", {})["resumed"] = {"workflow": resumed.workflow,
+                                                                "instance_id": resumed.instance_id}
+        return resumed
+
     def digression(self, c, served, verdict, planned: str, smalltalk: bool) -> TurnResult:
-        """Another topic while a flow waits: served as its own request, then the flow asks its question again."""
+        """Another topic while a flow waits: served as its own request, then the flow asks its question again.
+        Another task of the customer's (a workflow) interrupts the waiting flow, which resumes when it ends."""
+        engine = self.r.flows
+        task = self.task_workflow(c, served) if not smalltalk else None
+        if task is not None and engine is not None:
+            waiting = engine.active(self.conn, str(self.conv["id"]))
+            if waiting is not None and waiting["workflow"] != task:
+                engine.suspend(self.conn, waiting, because=task)
+                self.move("classifying", "message")
+                flow = self.run_flow(c, workflow=task)
+                if flow is not None:
+                    return self.flow_outcome(c, flow)
         flow = self.run_flow(c)
         if smalltalk:
             result = self.small_talk(c, served[1], verdict)
@@ -530,7 +617,10 @@ class _Turn:
             return self.result(decision, reply=self.send(text, kind="ack"), ticket_id=ticket_id)
         # the bot answered this turn (a flow that waits for the customer keeps its place in flow_instances)
         self.move("l1_resolving", f"workflow {t.workflow}")
-        reply = self.send(t.reply, kind="reply", suggestions=t.quick_replies) if t.reply else None
+        resumed = self.resume_interrupted(t)
+        text = "\n\n".join(x for x in (t.reply, resumed.reply if resumed is not None else None) if x)
+        quick = resumed.quick_replies if resumed is not None else t.quick_replies
+        reply = self.send(text, kind="reply", suggestions=quick) if text else None
         self.move("l1_resolved", f"workflow {t.workflow} {t.outcome or t.status}")
         decision = self.decision_of(c, "L1", None, workflow=self.flow)
         return self.result(decision, reply=reply)

@@ -19,6 +19,7 @@ harness and the fixed replies; the file is validated on load and errors name the
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -213,6 +214,27 @@ class EscalationVerdict:
         return self.rule is not None
 
 
+# "are you actually a person?", "tell me if you are a human or a computer", "你到底是不是真人": a question about who
+# is talking, not a request for a person; a request verb ("let me talk to a human", "转人工") is never one.
+_IDENTITY = re.compile(
+    r"\b(?:are|r)\s+(?:you|u|ya)\b[^.?!。？！]{0,30}?\b(?:human|person|people|bot|robot|machine|computer|ai|real|"
+    r"automated|chatbot|live|program)\b"
+    r"|\byou(?:'re|\s+are|\s+r)\s+(?:actually\s+|really\s+|just\s+)?(?:a\s+|an\s+)?(?:human|person|bot|robot|machine|"
+    r"computer|ai|real\s+person|chatbot|program)\b"
+    r"|\b(?:is\s+this|am\s+i\s+(?:talking|chatting|speaking)\s+(?:to|with))\s+(?:a\s+|an\s+)?(?:actual\s+|real\s+)?"
+    r"(?:human|person|bot|robot|machine|computer|ai|automated|chatbot)\b"
+    r"|(?:你|您|这)(?:到底|究竟|真的)?(?:是不是|是)[^，。？！,?!]{0,4}(?:真人|机器人|机器|人工智能|ai|AI|程序|人吗|人还是|人类)",
+    re.I)
+_REQUEST_VERB = re.compile(r"\b(?:talk|speak|chat|connect|transfer|put\s+me|get\s+me|give\s+me|let\s+me|want|need|"
+                           r"prefer|switch)\b|转|找|要|接|叫|换", re.I)
+
+
+def asks_identity(text: str) -> bool:
+    """A question about whether the bot is a person, never a request to talk to one."""
+    t = text or ""
+    return len(t) <= 200 and bool(_IDENTITY.search(t)) and not _REQUEST_VERB.search(t)
+
+
 def _refund_amount(entities: dict[str, Any] | None) -> dict[str, Any] | None:
     amounts = [a for a in (entities or {}).get("amounts", []) if isinstance(a.get("value"), int | float)]
     return max(amounts, key=lambda a: a["value"]) if amounts else None
@@ -294,7 +316,11 @@ class EscalationPolicy:
 
         phrase = self._human.find(text)
         by_intent = intent in cfg.human_intents
-        checks["human_request"] = {"fired": bool(phrase or by_intent), "phrase": phrase, "intent": by_intent}
+        identity = bool(phrase or by_intent) and asks_identity(text)
+        if identity:   # "are you a real person?" asks who is talking
+            phrase, by_intent = None, False
+        checks["human_request"] = {"fired": bool(phrase or by_intent), "phrase": phrase, "intent": by_intent,
+                                   "identity_question": identity}
         if phrase or by_intent:
             fired.append(("human_request", f"the customer asked for a person ({phrase or 'intent ' + str(intent)})"))
 

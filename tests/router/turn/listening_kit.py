@@ -123,6 +123,10 @@ P: dict[str, dict[str, list[str]]] = {
                        "zh": ["算了", "等等，算了，不用了", "不用了", "我再想想，先不弄了", "不要了，谢谢", "算了算了"]},
     "digression": {"en": ["what payment methods do you accept?", "how do I use a coupon?", "are you a bot?"],
                    "zh": ["支持哪些支付方式？", "优惠券怎么用？", "你是机器人吗"]},
+    "question": {"en": ["what payment methods do you accept?", "how do I use a coupon?"],
+                 "zh": ["支持哪些支付方式？", "优惠券怎么用？"]},
+    "join": {"en": ["{task} and also {question}", "{task}. By the way, {question}", "{task}, also {question}"],
+             "zh": ["{task}，另外{question}", "{task}。还有，{question}", "{task}，顺便问一下{question}"]},
     "correct_amount": {"en": ["no, make it {amount2}", "sorry, {amount2} not {amount}", "actually make it {amount2}"],
                        "zh": ["不对，退{amount2}", "改成{amount2}", "不是，应该是{amount2}"]},
     "correct_address": {"en": ["no, the address should be {address2}", "wrong, it's {address2}"],
@@ -133,7 +137,8 @@ P: dict[str, dict[str, list[str]]] = {
                     "zh": ["不好意思，是{order}", "打错了，应该是{order}", "说错了，是{order}"]},
 }
 
-PATTERNS = ("happy", "inline", "correction", "change_of_mind", "digression", "wrong_then_right", "lookalike")
+PATTERNS = ("happy", "inline", "correction", "change_of_mind", "digression", "wrong_then_right", "lookalike",
+            "two_requests")
 
 
 @dataclass
@@ -155,11 +160,11 @@ class Outcome:
     turns: int = 0
 
 
-def cases() -> list[Case]:
-    """Every (workflow, customer, language, pattern) that applies: 5 x 5 x 2 x 6-7."""
+def cases(per_workflow: int | None = None) -> list[Case]:
+    """Every (workflow, customer, language, pattern) that applies: 5 workflows x 5 customers x 2 languages x 7-8."""
     out = []
     for wf, tasks in TASKS.items():
-        for n, task in enumerate(tasks):
+        for n, task in enumerate(tasks[:per_workflow]):
             for lang in ("en", "zh"):
                 for pattern in PATTERNS:
                     if pattern == "correction" and wf in ("order_status", "cancel_order"):
@@ -222,7 +227,15 @@ class Simulator:
     def run(self, max_turns: int = 12) -> Outcome:
         c = self.case
         opening = c.pattern in ("inline",) and f"open+order:{c.workflow}" or f"open:{c.workflow}"
-        if c.pattern == "wrong_then_right":
+        if c.pattern == "two_requests":   # a task and a question in one message: both served, in one reply
+            task = self.rng.choice(P[f"open+order:{c.workflow}"][self.lang]).format(**self.values)
+            out = self.post(self.say("join", task=task.rstrip("?？"), question=self.say("question")))
+            if not (out.get("reply") or {}).get("citations"):
+                self.why.append("the question of a two-request message was not answered from the knowledge base")
+            if not out.get("flow"):
+                self.why.append("the task of a two-request message did not start")
+            self.moved = True
+        elif c.pattern == "wrong_then_right":
             out = self.post(self.rng.choice(P[f"open+order:{c.workflow}"][self.lang]).format(order=WRONG_ORDER))
             out = self.post(self.say("right_order"))
             self.moved = True

@@ -64,7 +64,8 @@ def test_human_request_by_phrase_or_intent(policy, classifier, text):
 
 def test_human_request_by_intent_alone(policy):
     v = evaluate(policy, "get me someone who can actually help", known("x", "human_agent", "L3"))
-    assert v.rule == "human_request" and v.checks["human_request"] == {"fired": True, "phrase": None, "intent": True}
+    assert v.rule == "human_request" and v.checks["human_request"] == {"fired": True, "phrase": None, "intent": True,
+                                                                     "identity_question": False}
 
 
 @pytest.mark.parametrize("text", ["where is my order", "我的订单到哪了", "the humanities book I ordered is late",
@@ -205,3 +206,82 @@ def test_positive_feedback(policy, text, positive):
 def test_defaults_are_safe_without_a_file():
     p = EscalationPolicy(EscalationConfig())
     assert evaluate(p, "转人工", unknown("转人工")).rule == "human_request"
+
+
+# -- turns a waiting workflow claimed (an answer, a correction, a change of mind, a re-ask) ----------------------
+
+def claimed(policy, text, c, counters=None):
+    return policy.evaluate(text=text, classification=c, counters=counters or {}, target_state=None, claimed=True)
+
+
+def test_answers_to_the_bots_own_question_are_never_unclear_turns(policy):
+    """"100270" then "50" while a refund waits: two unplaced messages by the classifier, two answers to the flow."""
+    v1 = claimed(policy, "100270", unknown("100270"))
+    v2 = claimed(policy, "50", unknown("50"), counters=v1.counters)
+    assert v1.rule is None and v2.rule is None
+    assert v2.counters["low_confidence_streak"] == 0 and v2.checks["low_confidence"]["claimed_by_workflow"]
+    # the same two messages outside a flow: the second is the second unclear turn in a row
+    u1 = evaluate(policy, "100270", unknown("100270"))
+    assert evaluate(policy, "50", unknown("50"), counters=u1.counters).rule == "low_confidence"
+
+
+def test_a_claimed_turn_resets_the_unclear_streak(policy):
+    first = evaluate(policy, "asdf qwer", unknown("asdf qwer"))
+    assert first.counters["low_confidence_streak"] == 1
+    answer = claimed(policy, "是的", unknown("是的"), counters=first.counters)
+    after = evaluate(policy, "嗯嗯那个东西", unknown("嗯嗯那个东西"), counters=answer.counters)
+    assert answer.counters["low_confidence_streak"] == 0 and after.rule is None
+
+
+def test_two_confirmations_are_not_a_repeated_question(policy):
+    v1 = claimed(policy, "yes", known("yes", "greeting"))
+    v2 = claimed(policy, "yes", known("yes", "greeting"), counters=v1.counters)
+    assert v2.rule is None and not v2.checks["repeated_question"]["fired"] and v2.counters["last_question"] is None
+    # outside a flow the same question twice still fires
+    q1 = evaluate(policy, "how do refunds work", known("how do refunds work", "faq"))
+    assert evaluate(policy, "how do refunds work", known("how do refunds work", "faq"),
+                    counters=q1.counters).rule == "repeated_question"
+
+
+def test_a_guess_about_an_answer_is_not_a_request_for_a_person(policy):
+    """"个人" as an invoice title, classified human_agent by the embeddings: the flow's answer, no handoff."""
+    assert claimed(policy, "个人", known("个人", "human_agent", tier="L3")).rule is None
+    assert claimed(policy, "personal", known("personal", "account_security", tier="L3")).rule is None
+
+
+@pytest.mark.parametrize("text,rule", [("转人工", "human_request"), ("I want to talk to a real person", "human_request"),
+                                       ("太差了，没用", "dissatisfied")])
+def test_what_the_customer_says_outright_still_escalates_in_a_flow(policy, text, rule):
+    counters = {"dissatisfied_streak": 1}
+    assert claimed(policy, text, unknown(text), counters=counters).rule == rule
+
+
+def test_a_refund_over_the_limit_still_escalates_in_a_flow(policy):
+    text = "我要退款800元"
+    assert claimed(policy, text, unknown(text)).rule == "refund_amount"
+
+
+def test_rule_matched_intents_still_count_in_a_flow(policy):
+    c = Classification("account_security", "L3", 1.0, "rules", {"channel": "rules"}, extract_entities("x"))
+    assert claimed(policy, "my account was hacked", c).rule == "account_security"
+
+
+def test_the_loop_guard_counts_no_workflow_turns(policy):
+    """A fourth task in one session: workflow turns pass no target state, so the guard has nothing to count."""
+    counters = {"state_entries": {"l1_resolving": 5}}
+    assert claimed(policy, "100241", unknown("100241"), counters=counters).rule is None
+    assert evaluate(policy, "what is the return policy", known("what is the return policy", "faq"),
+                    counters=counters).rule == "loop_guard"
+
+
+@pytest.mark.parametrize("text", ["are you actually a person", "tell me if you are a human or a computer",
+                                  "are you a real person?", "你到底是不是真人", "is this a bot or a human"])
+def test_questions_about_the_bot_are_not_requests_for_a_person(policy, text):
+    v = evaluate(policy, text, known(text, "human_agent", tier="L3"))
+    assert v.rule is None and v.checks["human_request"]["identity_question"]
+
+
+@pytest.mark.parametrize("text", ["I want to talk to a real person", "let me speak to a human", "转人工",
+                                  "你是机器人吗 我要找人工"])
+def test_requests_for_a_person_are_still_requests(policy, text):
+    assert evaluate(policy, text, unknown(text)).rule == "human_request"

@@ -110,3 +110,80 @@ def test_money_back_amount_answered_in_its_own_message_en(api, svc):
     refunds = [w for w in order(svc, "100240")["writes"] if w["tool"] == "request_refund"]
     assert len(refunds) == 1 and float(refunds[0]["arguments"]["amount"]) == 20.0
     assert tickets_of(svc, "l-en-refund") == 0
+
+
+def writes_of(svc, tool: str) -> list[dict]:
+    return rows(svc.pool, "SELECT order_id, arguments FROM shop.writes WHERE tool = %s ORDER BY id", tool)
+
+
+def test_a_change_of_mind_ends_the_task_politely_and_writes_nothing(api, svc):
+    en = talk(api, "c1", "l-mind-en", "I want to cancel order 100235", "actually no, I changed my mind, keep it")
+    zh = talk(api, "c2", "l-mind-zh", "我要取消订单100242", "等等，算了，不取消了")
+    for out in (en, zh):
+        assert out[0]["flow"]["awaiting"] == "confirmation"
+        assert out[1]["flow"]["status"] == "cancelled" and out[1]["ticket_id"] is None
+    assert writes_of(svc, "cancel_order") == []
+    assert "nothing further will be done" in en[1]["reply"]["text"] and "不会再做后续操作" in zh[1]["reply"]["text"]
+    # the next "never mind" is small talk, not a ticket
+    again = say(api, "never mind", customer="c1", conversation="l-mind-en")
+    assert again["ticket_id"] is None and tickets_of(svc, "l-mind-en") == 0
+
+
+def test_a_wrong_order_number_then_the_right_one(api, svc):
+    out = talk(api, "c2", "l-wrong", "where is my order 100999?", "sorry, I meant 100241")
+    assert "couldn't find order 100999" in out[0]["reply"]["text"]
+    assert "794644790138" in out[1]["reply"]["text"] and out[1]["ticket_id"] is None
+
+
+def test_a_task_and_a_question_in_one_message_are_both_served(api, svc):
+    out = say(api, "cancel 100235 and tell me what payment methods you accept", customer="c1", conversation="l-two")
+    assert out["reply"]["citations"], out["reply"]          # the question, from the knowledge base
+    assert out["flow"]["workflow"] == "cancel_order" and out["flow"]["awaiting"] == "confirmation"
+    assert out["reply"]["text"].rstrip().endswith("?")       # the task's question comes last: it waits for the answer
+    done = say(api, "yes", customer="c1", conversation="l-two")
+    assert done["flow"]["status"] == "completed" and len(writes_of(svc, "cancel_order")) == 1
+    zh = say(api, "查订单100251的物流，另外支持哪些支付方式？", customer="c3", conversation="l-two-zh")
+    assert zh["reply"]["citations"] and zh["flow"]["workflow"] == "order_status" and zh["ticket_id"] is None
+    assert "订单 100251" in zh["reply"]["text"]
+
+
+@pytest.mark.parametrize("text,customer,needle", [
+    ("我的快递到哪了", "c4", "100260"), ("where's my package?", "c6", "100280"),
+    ("查询订单100234的快递单号", "c1", "SF1402837465299"), ("帮我查一下100241的物流", "c2", "794644790138")])
+def test_logistics_questions_reach_the_shop(api, svc, text, customer, needle):
+    out = say(api, text, customer=customer, conversation=f"l-log-{abs(hash(text))}")
+    if out["flow"] and out["flow"]["status"] == "waiting":   # several orders: the customer picks one
+        out = say(api, needle if needle.isdigit() else "100234", customer=customer,
+                  conversation=f"l-log-{abs(hash(text))}")
+    assert out["ticket_id"] is None and out["flow"]["workflow"] == "order_status", out
+    assert needle in out["reply"]["text"] and "NW" not in out["reply"]["text"]
+
+
+def test_another_order_mid_task_is_looked_up_then_the_task_resumes(api, svc):
+    out = talk(api, "c5", "l-stack", "我要退款，锅坏了", "100270", "另外我的订单100271到哪了？")
+    resumed = out[-1]
+    assert "100271" in resumed["reply"]["text"] and "已付款" in resumed["reply"]["text"]
+    assert resumed["flow"]["workflow"] == "refund" and resumed["flow"]["awaiting"] == "amount", resumed
+    rest = talk(api, "c5", "l-stack", "50", "是的")
+    assert rest[-1]["flow"]["status"] == "completed" and len(writes_of(svc, "request_refund")) == 1
+    assert tickets_of(svc, "l-stack") == 0
+
+
+def test_several_tasks_in_one_session_are_normal(api, svc):
+    for n, order in enumerate(["100234", "100235", "100236", "100230", "100234"]):
+        out = say(api, f"where is my order {order}", customer="c1", conversation="l-many")
+        assert out["ticket_id"] is None and order in out["reply"]["text"], (n, out)
+    assert tickets_of(svc, "l-many") == 0
+
+
+@pytest.mark.parametrize("text", ["tell me if you are a human or a computer", "are you actually a person",
+                                  "你到底是不是真人"])
+def test_are_you_a_human_is_answered_not_escalated(api, svc, text):
+    out = say(api, text, customer="c9", conversation=f"l-who-{abs(hash(text))}")
+    assert out["ticket_id"] is None and out["decision"]["tier"] != "L3", out
+
+
+def test_a_latin_tax_id_keeps_the_conversation_in_chinese(api, svc):
+    out = talk(api, "c2", "l-tax", "我要给订单100240开发票", "个人", "91330106MA2B3C4D5E")
+    assert all(o["reply"]["lang"] == "zh" for o in out), [o["reply"] for o in out]
+    assert "确认" in out[-1]["reply"]["text"] and out[-1]["flow"]["awaiting"] == "confirmation"

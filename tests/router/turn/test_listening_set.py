@@ -8,6 +8,7 @@ without a confirmation, a success reply without a success result, or a needless 
 from __future__ import annotations
 
 import collections
+import json
 import itertools
 import os
 import re
@@ -19,7 +20,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 from keys_testkit import authorize
-from listening_kit import cases, run_case
+from listening_kit import cases, pass_hat_k, run_case
 from routing_kit import kb_template, routing_services, rows
 
 pytestmark = pytest.mark.slow
@@ -77,7 +78,7 @@ def test_the_listening_set_completes_by_the_shops_records(api, svc):
 
     try:
         outcomes = [run_case(c, seed, post=post, shop_reset=shop.load, shop_writes=writes, tickets_of=tickets_of)
-                    for seed in range(SEEDS) for c in cases()]
+                    for seed in range(SEEDS) for c in cases(per_workflow=4)]
     finally:
         shop.close()
     by_pattern: dict[str, list] = collections.defaultdict(list)
@@ -85,7 +86,15 @@ def test_the_listening_set_completes_by_the_shops_records(api, svc):
         by_pattern[o.case.pattern].append(o)
     report = {p: f"{sum(o.passed for o in v)}/{len(v)}" for p, v in sorted(by_pattern.items())}
     failures = [f"{o.case.id}#{o.seed}: {'; '.join(o.why)} :: {o.transcript}" for o in outcomes if not o.passed]
-    print("\nlistening set, passed per pattern:", report)
+    figures = {"cases": len({o.case.id for o in outcomes}), "runs": len(outcomes), "seeds": SEEDS,
+               "pass^1": round(pass_hat_k(outcomes, 1), 4), f"pass^{SEEDS}": round(pass_hat_k(outcomes, SEEDS), 4),
+               "per_pattern": {p: {"pass^1": round(pass_hat_k(v, 1), 4), f"pass^{SEEDS}": round(pass_hat_k(v, SEEDS), 4)}
+                               for p, v in sorted(by_pattern.items())},
+               "turns": sum(o.turns for o in outcomes)}
+    if os.environ.get("SWITCHBOARD_LISTENING_REPORT"):
+        Path(os.environ["SWITCHBOARD_LISTENING_REPORT"]).write_text(json.dumps(figures, indent=2), encoding="utf-8")
+    print("\nlistening set:", json.dumps(figures))
+    print("passed per pattern:", report)
     for f in failures:
         print(" -", f[:600])
     assert len(outcomes) >= 300
