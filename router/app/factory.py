@@ -28,16 +28,21 @@ log = logging.getLogger(__name__)
 
 def _finish_wiring(services: Services) -> None:
     if services.pipeline is None:
-        services.pipeline = Pipeline(services.pool, services.metrics)
+        from router.app.composition import conversation_owner
+
+        services.pipeline = Pipeline(services.pool, services.metrics, owner=conversation_owner(services.settings))
 
 
 def announce_dev_key(services: Services) -> None:
-    """``make run``'s local integration key: created and printed once, refused beyond loopback."""
-    from router.app.keys import LOOPBACK, ensure_dev_key
+    """``make run``'s local integration key: created and printed once; beyond loopback only when explicitly allowed
+    (router/app/exposure.py)."""
+    from router.app.exposure import refusal
+    from router.app.keys import ensure_dev_key
 
-    if services.settings.host not in LOOPBACK:
-        raise RuntimeError(f"SWITCHBOARD_DEV_KEY is for development on loopback only, not {services.settings.host}: "
-                           "issue keys with `switchboard keys issue`")
+    why = refusal(services.settings)
+    if why is not None:
+        raise RuntimeError(f"SWITCHBOARD_DEV_KEY is for development on loopback: {why}; issue keys with "
+                           "`switchboard keys issue`")
     with services.pool.connection() as conn:
         key, path, created = ensure_dev_key(conn, services.settings.home)
     if created:
@@ -54,6 +59,9 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        from router.app.exposure import check
+
+        check(settings)      # warns about what is open; refuses it beyond loopback unless allowed
         owned = services is None
         svc = services or await run_in_threadpool(build_services, settings)
         _finish_wiring(svc)
