@@ -29,8 +29,12 @@ log = logging.getLogger(__name__)
 def _finish_wiring(services: Services) -> None:
     if services.pipeline is None:
         from router.app.composition import conversation_owner
+        from router.turn.admission import Admission
+        from router.turn.escalation import load_policy
 
-        services.pipeline = Pipeline(services.pool, services.metrics, owner=conversation_owner(services.settings))
+        quota = load_policy(services.settings.policy_file).harness.quota
+        services.pipeline = Pipeline(services.pool, services.metrics, owner=conversation_owner(services.settings),
+                                     admission=Admission(services.pool, quota, services.metrics))
 
 
 def announce_dev_key(services: Services) -> None:

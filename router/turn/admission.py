@@ -5,7 +5,8 @@ the policy's ``harness.quota``:
 
 - **concurrent turns** per customer, per integration key and per channel, in this process: a turn holds a
   pooled connection (and a message into a busy conversation waits for its lock holding one), so one
-  customer or one key must not be able to hold them all. One more is 429 with ``Retry-After: 1``.
+  customer or one key must not be able to hold them all. One more waits up to ``wait_seconds`` holding
+  nothing (a short burst, a retried delivery), then is 429 with ``Retry-After: 1``.
 - **quotas per integration key and overall**, in fixed windows counted in Postgres (``admission_counters``)
   so every process and pod shares them. Over either is 429 with Retry-After (the seconds left in the
   window). A message id already stored (a retry, a replay) is not counted again. A message refused by one
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -59,7 +61,7 @@ class Admission:
         self.pool = pool
         self.quota = quota
         self.metrics = metrics
-        self._lock = threading.Lock()
+        self._free = threading.Condition()
         self._running: dict[tuple[str, str], int] = {}
 
     @contextmanager
@@ -83,28 +85,36 @@ class Admission:
         return [s for s in slots if s[1] is not None]
 
     def _enter(self, msg: InboundMessage) -> list[tuple[str, str]]:
+        """Take a slot of each cap, waiting up to ``wait_seconds`` (holding no connection) for a full one."""
         slots = self._slots(msg)
-        with self._lock:
-            for slot, cap, who in slots:
-                if self._running.get(slot, 0) >= cap:
+        deadline = time.monotonic() + self.quota.concurrent_turns.wait_seconds
+        with self._free:
+            while True:
+                full = next(((cap, who) for slot, cap, who in slots if self._running.get(slot, 0) >= cap), None)
+                if full is None:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
                     self._refused("concurrent")
-                    raise too_many(f"Too many messages at once: {who} has {cap} being answered.", 1)
+                    raise too_many(f"Too many messages at once: {full[1]} has {full[0]} being answered.", 1)
+                self._free.wait(left)
             for slot, _, _ in slots:
                 self._running[slot] = self._running.get(slot, 0) + 1
         return [slot for slot, _, _ in slots]
 
     def _leave(self, held: list[tuple[str, str]]) -> None:
-        with self._lock:
+        with self._free:
             for slot in held:
                 n = self._running.get(slot, 0) - 1
                 if n > 0:
                     self._running[slot] = n
                 else:
                     self._running.pop(slot, None)
+            self._free.notify_all()
 
     def running(self) -> int:
         """Turns holding a slot now (tests, diagnostics)."""
-        with self._lock:
+        with self._free:
             return sum(n for (kind, _), n in self._running.items() if kind == "channel")
 
     # -- quotas per key and overall (every process) --

@@ -95,6 +95,8 @@ class ConcurrencyConfig(BaseModel):
     per_customer: int | None = Field(2, ge=1)
     per_key: int | None = Field(32, ge=1, description="Per integration key (the direct API).")
     per_channel: int | None = Field(64, ge=1)
+    wait_seconds: float = Field(2.0, ge=0, le=30, description="How long a message over a cap waits for a free "
+                                "slot (holding no connection) before its 429.")
 
 
 class QuotaConfig(BaseModel):
