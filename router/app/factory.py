@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 
 from router.app.api import health, messages
+from router.app.api.docs import install_docs
 from router.app.api.openapi import install_links
 from router.app.middleware import (
     BodySizeLimitMiddleware,
@@ -84,6 +85,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         version="0.1.0",
         summary="Three-tier routing gateway for customer service.",
         lifespan=lifespan,
+        docs_url=None, redoc_url=None, openapi_url=None,   # router/app/api/docs.py: behind authentication
     )
     app.state.settings = settings
     install_problem_handlers(app, retry_after=settings.db_retry_after)
@@ -94,6 +96,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     app.add_middleware(RequestIdMiddleware)  # outermost: every response, even a 413, carries the id
 
     install_links(app)
+    install_docs(app, settings.api_docs)
     app.include_router(health.router)
     app.include_router(messages.router)
     _include_capabilities(app)

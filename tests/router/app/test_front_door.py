@@ -310,19 +310,19 @@ def test_metric_labels_come_from_closed_sets(bare):
     for i in range(30):
         client.post("/v1/messages", json=body(channel=f"c{i}", message_id=f"x{i}"), headers=bearer(key))
     client.post("/v1/messages", json=body(), headers=bearer(key))
-    text = client.get("/metrics").text
+    text = client.get("/metrics", headers=bearer(key)).text
     channels = {line.split('channel="')[1].split('"')[0] for line in text.splitlines()
                 if line.startswith("switchboard_messages_total{")}
     assert channels == {"web"}
     assert not any(f'"c{i}"' in text for i in range(30))
     for i in range(5):                                   # made-up HTTP methods are not series either
         client.request(f"X{i}", "/v1/messages")
-    text = client.get("/metrics").text
+    text = client.get("/metrics", headers=bearer(key)).text
     assert not any(f'method="X{i}"' in text for i in range(5)) and 'method="other"' in text
     # what reaches a metric from elsewhere is folded into "other"
     services.metrics.messages.labels("c-from-nowhere").inc()
     services.metrics.decisions.labels("L9", "made-up-intent", "guess").inc()
-    text = client.get("/metrics").text
+    text = client.get("/metrics", headers=bearer(key)).text
     assert 'switchboard_messages_total{channel="other"} 1.0' in text
     assert 'switchboard_decisions_total{decided_by="other",intent="other",tier="other"} 1.0' in text
 
