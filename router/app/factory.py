@@ -92,7 +92,8 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
 
     app.add_middleware(UnhandledErrorMiddleware, retry_after=settings.db_retry_after)
     app.add_middleware(RequestMetricsMiddleware)
-    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes,
+                       read_timeout=settings.read_timeout_seconds)
     app.add_middleware(RequestIdMiddleware)  # outermost: every response, even a 413, carries the id
 
     install_links(app)

@@ -49,12 +49,21 @@ def serve(
         typer.secho(f"error: {why}", fg="red", err=True)
         raise typer.Exit(2)
     _check_files(s)
+    # the request head's deadline (router/app/http_protocol.py), read by every worker
+    os.environ["SWITCHBOARD_READ_TIMEOUT_SECONDS"] = str(s.read_timeout_seconds)
     n = workers or s.workers
     if n == 1:
         app = create_app(s)
-        uvicorn.run(app, host=s.host, port=s.port, log_config=None, timeout_graceful_shutdown=10)
+        uvicorn.run(app, host=s.host, port=s.port, log_config=None, timeout_graceful_shutdown=10, **http_options())
         return
     _serve_workers(s, s.host, s.port, n)
+
+
+def http_options() -> dict:
+    """uvicorn's h11 with a deadline for the request head; idle kept-alive connections closed after 5 s."""
+    from router.app.http_protocol import DeadlineH11Protocol
+
+    return {"http": DeadlineH11Protocol, "timeout_keep_alive": 5}
 
 
 def _check_files(s) -> None:
@@ -94,7 +103,7 @@ def _serve_workers(s, host: str, port: int, workers: int) -> None:
     os.environ.update({"SWITCHBOARD_HOST": host, "SWITCHBOARD_PORT": str(port)})   # each worker's settings
     try:
         uvicorn.run("router.app.factory:main_app", factory=True, host=host, port=port, workers=workers, log_config=None,
-                    timeout_graceful_shutdown=10)
+                    timeout_graceful_shutdown=10, **http_options())
     finally:
         if not given:
             shutil.rmtree(metrics_dir, ignore_errors=True)
