@@ -103,9 +103,9 @@ class QuotaConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     max_messages: int = Field(20, ge=1, description="Routed messages allowed per customer and window.")
     window_seconds: int = Field(60, ge=1)
-    per_key: RateConfig = Field(default_factory=lambda: RateConfig(max_messages=1200, window_seconds=60),
+    per_key: RateConfig = Field(default_factory=lambda: RateConfig(max_messages=6000, window_seconds=60),
                                 description="Messages per integration key (the direct API), across its customers.")
-    total: RateConfig = Field(default_factory=lambda: RateConfig(max_messages=6000, window_seconds=60),
+    total: RateConfig = Field(default_factory=lambda: RateConfig(max_messages=12000, window_seconds=60),
                               description="Messages into the gateway as a whole (every channel and key).")
     concurrent_turns: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
 
