@@ -11,10 +11,10 @@ it is refused with 409, or, by policy, routed into that customer's own conversat
 the turn and its tools always act for the message's own customer. A message is admitted first
 (router.turn.admission: concurrent turns and the per-key and overall quotas, 429); a decider may refuse it
 too (the per-customer quota: 429). A refused message is rolled back: nothing is stored, and a retry of the
-same message id after the wait is routed as a new message. A deadlock with a concurrent ticket change is retried from the start (the
-whole turn is one transaction, so a retry is clean), and so, once, is a turn whose connection died
-under it (a database restart, a killed backend): the retry takes a fresh connection and, if the
-first attempt did commit, finds its stored turn. ``switchboard_messages_total`` counts committed
+same message id after the wait is routed as a new message. A deadlock with a concurrent ticket change is
+retried from the start (the whole turn is one transaction, so a retry is clean), and so, once, is a turn
+whose connection died under it (a database restart, a killed backend): the retry takes a fresh connection
+and, if the first attempt did commit, finds its stored turn. ``switchboard_messages_total`` counts committed
 messages; every failed attempt counts in ``switchboard_turn_failures_total`` by cause.
 
 Slow work a decision may want (the optional answer generator, an external HTTP call of seconds) never
