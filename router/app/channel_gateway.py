@@ -1,8 +1,9 @@
 """From a verified, parsed webhook delivery to routed turns and queued outbound messages.
 
-Per message: (1) the channel identity is mapped to a customer and the conversation's return
-address is remembered (one small transaction; repeating it is harmless), (2) the pipeline routes
-the message in its own transaction (idempotent on the channel's message id), (3) the turn's reply
+Per message: (1) the channel identity is mapped to a customer (one small transaction; repeating it
+is harmless), (2) the pipeline routes the message in its own transaction (idempotent on the channel's
+message id), remembering the conversation's return address once the conversation is known to be this
+customer's, (3) the turn's reply
 is made sure to be in the outbox and the channel's follow-up actions are queued, both under a
 lock on the turn row and with idempotency keys, so a retried delivery (the channel's, after a
 crash between 2 and 3) completes what is missing and never queues anything twice.
@@ -34,13 +35,6 @@ WITH ident AS (
         WHERE channel_identities.last_seen_at < now() - interval '10 minutes'
            OR NOT channel_identities.profile @> EXCLUDED.profile
     RETURNING customer_id
-), route AS (
-    INSERT INTO channel_routes (channel, conversation_external_id, channel_user_id, address)
-    VALUES (%(channel)s, %(conversation)s, %(user)s, %(address)s)
-    ON CONFLICT (channel, conversation_external_id) DO UPDATE
-        SET address = EXCLUDED.address, channel_user_id = EXCLUDED.channel_user_id, updated_at = now()
-        WHERE channel_routes.address IS DISTINCT FROM EXCLUDED.address
-           OR channel_routes.channel_user_id IS DISTINCT FROM EXCLUDED.channel_user_id
 )
 SELECT customer_id, set_config('synchronous_commit', 'off', true) AS async_commit FROM ident
 UNION ALL
@@ -50,18 +44,35 @@ LIMIT 1
 """
 
 
-def resolve_customer(conn: psycopg.Connection, channel: str, route: Route, conversation_external_id: str) -> str:
-    """The customer id of a channel identity (created on first sight), and the conversation's address.
+_ROUTE = """
+INSERT INTO channel_routes (channel, conversation_external_id, channel_user_id, address)
+VALUES (%(channel)s, %(conversation)s, %(user)s, %(address)s)
+ON CONFLICT (channel, conversation_external_id) DO UPDATE
+    SET address = EXCLUDED.address, channel_user_id = EXCLUDED.channel_user_id, updated_at = now()
+    WHERE channel_routes.address IS DISTINCT FROM EXCLUDED.address
+       OR channel_routes.channel_user_id IS DISTINCT FROM EXCLUDED.channel_user_id
+"""
 
-    One statement; rows are rewritten only when something changed (or last seen > 10 min ago). Run
+
+def remember_route(conn: psycopg.Connection, channel: str, route: Route, conversation: dict[str, Any]) -> None:
+    """The conversation's return address, written in the turn's transaction once the pipeline has the
+    conversation row locked and known to be this customer's: a message refused as another customer's
+    (or moved to their own conversation) never redirects the replies of the conversation it named."""
+    conn.execute(_ROUTE, {"channel": channel, "conversation": conversation["external_id"],
+                          "user": route.channel_user_id, "address": json.dumps(route.address, ensure_ascii=False)})
+
+
+def resolve_customer(conn: psycopg.Connection, channel: str, route: Route, conversation_external_id: str) -> str:
+    """The customer id of a channel identity (created on first sight).
+
+    One statement; the row is rewritten only when something changed (or last seen > 10 min ago). Run
     on an autocommit connection it is its own transaction, one round trip, committed without
     waiting for the WAL flush (``set_config(..., true)`` in the statement): losing this on a crash
     costs nothing, the channel's retry writes it again, and the turn's own commit flushes it anyway.
     """
-    params = {"channel": channel, "user": route.channel_user_id, "conversation": conversation_external_id,
+    params = {"channel": channel, "user": route.channel_user_id,
               "customer": route.customer_id or f"{channel}:{route.channel_user_id}",
-              "profile": json.dumps(route.profile, ensure_ascii=False),
-              "address": json.dumps(route.address, ensure_ascii=False)}
+              "profile": json.dumps(route.profile, ensure_ascii=False)}
     row = conn.execute(_RESOLVE, params).fetchone()
     if row is None:  # a concurrent first sight committed after this statement's snapshot: read it now
         row = conn.execute("SELECT customer_id FROM channel_identities WHERE channel = %s AND channel_user_id = %s",
@@ -106,7 +117,8 @@ class ChannelGateway:
             autocommit=True)
         parsed.message = msg
         with self._turns:
-            response, replayed = self.pipeline.handle(msg)
+            response, replayed = self.pipeline.handle(
+                msg, on_conversation=lambda conn, conversation: remember_route(conn, adapter.name, route, conversation))
         outcome = Outcome(msg, response, replayed)
         actions = adapter.after_turn(outcome)
         reply = outcome.reply_text

@@ -315,6 +315,7 @@ def wire_router(services: Services) -> None:
     """The routing pipeline: harness, classifier, escalation, state machine, then rag / handoff by tier."""
     from router.turn.decider import Decider
     from router.turn.escalation import load_policy
+    from router.turn.admission import Admission
     from router.turn.pipeline import Pipeline
 
     if services.classifier is None:
@@ -324,7 +325,14 @@ def wire_router(services: Services) -> None:
     policy = load_policy(services.settings.policy_file)
     decider = Decider(policy=policy, classifier=services.classifier, rag=services.rag, handoff=services.handoff,
                       encoder=services.encoder, metrics=services.metrics, flows=services.flows)
-    services.pipeline = Pipeline(services.pool, services.metrics, decider)
+    services.pipeline = Pipeline(services.pool, services.metrics, decider, owner=conversation_owner(services.settings),
+                                 admission=Admission(services.pool, policy.harness.quota, services.metrics))
+
+
+def conversation_owner(settings):
+    """What another customer's message into a conversation does, per channel (settings.conversation_owner*)."""
+    by_channel = dict(settings.conversation_owner_by_channel)
+    return lambda channel: by_channel.get(channel, settings.conversation_owner)
 
 
 def wire_dispatcher(services: Services) -> None:

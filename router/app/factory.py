@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 
 from router.app.api import health, messages
+from router.app.api.docs import install_docs
 from router.app.api.openapi import install_links
 from router.app.middleware import (
     BodySizeLimitMiddleware,
@@ -28,16 +29,25 @@ log = logging.getLogger(__name__)
 
 def _finish_wiring(services: Services) -> None:
     if services.pipeline is None:
-        services.pipeline = Pipeline(services.pool, services.metrics)
+        from router.app.composition import conversation_owner
+        from router.turn.admission import Admission
+        from router.turn.escalation import load_policy
+
+        quota = load_policy(services.settings.policy_file).harness.quota
+        services.pipeline = Pipeline(services.pool, services.metrics, owner=conversation_owner(services.settings),
+                                     admission=Admission(services.pool, quota, services.metrics))
 
 
 def announce_dev_key(services: Services) -> None:
-    """``make run``'s local integration key: created and printed once, refused beyond loopback."""
-    from router.app.keys import LOOPBACK, ensure_dev_key
+    """``make run``'s local integration key: created and printed once; beyond loopback only when explicitly allowed
+    (router/app/exposure.py)."""
+    from router.app.exposure import refusal
+    from router.app.keys import ensure_dev_key
 
-    if services.settings.host not in LOOPBACK:
-        raise RuntimeError(f"SWITCHBOARD_DEV_KEY is for development on loopback only, not {services.settings.host}: "
-                           "issue keys with `switchboard keys issue`")
+    why = refusal(services.settings)
+    if why is not None:
+        raise RuntimeError(f"SWITCHBOARD_DEV_KEY is for development on loopback: {why}; issue keys with "
+                           "`switchboard keys issue`")
     with services.pool.connection() as conn:
         key, path, created = ensure_dev_key(conn, services.settings.home)
     if created:
@@ -54,6 +64,9 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        from router.app.exposure import check
+
+        check(settings)      # warns about what is open; refuses it beyond loopback unless allowed
         owned = services is None
         svc = services or await run_in_threadpool(build_services, settings)
         _finish_wiring(svc)
@@ -72,16 +85,19 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         version="0.1.0",
         summary="Three-tier routing gateway for customer service.",
         lifespan=lifespan,
+        docs_url=None, redoc_url=None, openapi_url=None,   # router/app/api/docs.py: behind authentication
     )
     app.state.settings = settings
     install_problem_handlers(app, retry_after=settings.db_retry_after)
 
     app.add_middleware(UnhandledErrorMiddleware, retry_after=settings.db_retry_after)
     app.add_middleware(RequestMetricsMiddleware)
-    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes,
+                       read_timeout=settings.read_timeout_seconds)
     app.add_middleware(RequestIdMiddleware)  # outermost: every response, even a 413, carries the id
 
     install_links(app)
+    install_docs(app, settings.api_docs)
     app.include_router(health.router)
     app.include_router(messages.router)
     _include_capabilities(app)

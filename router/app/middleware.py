@@ -6,6 +6,7 @@ the bytes actually received (chunked bodies), so an oversized body never reaches
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -73,25 +74,35 @@ class RequestIdMiddleware:
             request_id_var.reset(token)
 
 
-async def _send_413(send, limit: int, path: str):
+async def _send_problem(send, status: int, title: str, detail: str, path: str, close: bool = False):
     body = json.dumps({
         "type": "about:blank",
-        "title": "Content Too Large",
-        "status": 413,
-        "detail": f"The request body exceeds the limit of {limit} bytes.",
+        "title": title,
+        "status": status,
+        "detail": detail,
         "instance": path,
         "request_id": request_id_var.get(),
     }).encode()
-    await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", b"application/problem+json"),
-                            (b"content-length", str(len(body)).encode())]})
+    headers = [(b"content-type", b"application/problem+json"), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
+async def _send_413(send, limit: int, path: str):
+    await _send_problem(send, 413, "Content Too Large", f"The request body exceeds the limit of {limit} bytes.", path)
+
+
 class BodySizeLimitMiddleware:
-    def __init__(self, app, max_bytes: int):
+    """The size limit, and a deadline for the whole body (408): a client trickling its body byte by byte
+    must not hold a connection and a worker's buffer for ever (the request head has its own deadline in
+    router/app/http_protocol.py)."""
+
+    def __init__(self, app, max_bytes: int, read_timeout: float | None = None):
         self.app = app
         self.max_bytes = max_bytes
+        self.read_timeout = read_timeout
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
@@ -108,16 +119,21 @@ class BodySizeLimitMiddleware:
         chunks: list[bytes] = []
         size = 0
         more = True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                return await _send_413(send, self.max_bytes, scope.get("path", ""))
-            chunks.append(chunk)
-            more = message.get("more_body", False)
+        try:
+            async with asyncio.timeout(self.read_timeout):
+                while more:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > self.max_bytes:
+                        return await _send_413(send, self.max_bytes, scope.get("path", ""))
+                    chunks.append(chunk)
+                    more = message.get("more_body", False)
+        except TimeoutError:
+            return await _send_problem(send, 408, "Request Timeout", f"The request body did not arrive within "
+                                       f"{self.read_timeout:g} s.", scope.get("path", ""), close=True)
         body = b"".join(chunks)
         sent = False
 

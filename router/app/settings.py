@@ -62,7 +62,26 @@ class Settings(BaseSettings, ChannelSettings, RagSettings):
                          "the messages/s of 1. Each loads the models (~1.3 GB resident) and its own pools.")
     dev_key: bool = Field(default=False, description="Development only (`make run`): create a local integration "
                           "key for web and app in $SWITCHBOARD_HOME/dev-integration-key and print it once; the gateway "
-                          "refuses to start with it unless bound to loopback.")
+                          "refuses to start with it beyond loopback unless SWITCHBOARD_ALLOW_UNAUTHENTICATED is set.")
+    allow_unauthenticated: bool = Field(default=False, description="Serve on a non-loopback address although "
+                                        "something is open without authentication (an unsigned web webhook, the "
+                                        "development key): router/app/exposure.py. Each is logged as a warning.")
+    api_docs: Literal["authenticated", "public", "off"] = Field(
+        default="authenticated", description="/docs, /redoc and /openapi.json: for any valid agent token or "
+        "integration key (Bearer), public, or not served. Swagger UI and ReDoc load their assets from this server.")
+    metrics_access: Literal["authenticated", "public", "off"] = Field(
+        default="authenticated", description="/metrics: for any valid agent token or integration key (Bearer), "
+        "public (e.g. a Prometheus inside the cluster), or not served. Health probes are always open.")
+    conversation_owner: Literal["refuse", "separate"] = Field(
+        default="refuse", description="A conversation belongs to the customer of its first message. Another "
+        "customer's message into it is refused (409, nothing stored) or starts that customer's own conversation "
+        "(its id becomes '<conversation id>~<customer id>').")
+    conversation_owner_by_channel: dict[str, Literal["refuse", "separate"]] = Field(
+        default_factory=lambda: {"telegram": "separate"}, description="conversation_owner per channel (JSON in the "
+        "env): in a Telegram group every member gets their own conversation, its replies still go to the group.")
+    read_timeout_seconds: float = Field(default=15.0, gt=0, le=300, description="A request's body must arrive "
+                                        "within this many seconds (408 otherwise); idle keep-alive connections are "
+                                        "closed after 5 s (uvicorn's timeout_keep_alive).")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_json: bool = True
     phone_regions: list[str] = Field(default_factory=list, description="The deployment's countries (ISO 3166 "

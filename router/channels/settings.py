@@ -29,7 +29,13 @@ class ChannelSettings(BaseModel):
 
     # -- web (the /v1/messages shape on /v1/channels/web/webhook)
     web_hmac_secret: SecretStr | None = Field(
-        default=None, description="Shared secret: when set, web webhooks need X-Switchboard-Signature: sha256=<hex>."
+        default=None, description="Shared secret: web webhooks need X-Switchboard-Signature: sha256=<hex>. Unset: "
+        "the web webhook answers 404 (web and app traffic goes to /v1/messages with an integration key)."
+    )
+    web_unsigned: bool = Field(
+        default=False, description="Accept unsigned web webhooks when no SWITCHBOARD_WEB_HMAC_SECRET is set: anyone "
+        "who reaches the port then speaks for any customer id. Only behind the site's own backend; beyond "
+        "loopback the gateway refuses to start with it unless SWITCHBOARD_ALLOW_UNAUTHENTICATED is set."
     )
     web_signature_window_seconds: int = Field(
         default=300, ge=1, description="A signed web request's X-Switchboard-Timestamp may be this far from now."

@@ -15,7 +15,11 @@ def serve(
     port: int = typer.Option(None, min=1, max=65535, help="Port (default from SWITCHBOARD_PORT, 8000)."),
     workers: int = typer.Option(None, min=1, help="Worker processes (default from SWITCHBOARD_WORKERS, 1)."),
     dev_key: bool = typer.Option(False, "--dev-key", help="Development: create and print a local integration key "
-                                 "(web, app) once, kept in $SWITCHBOARD_HOME/dev-integration-key; loopback only."),
+                                 "(web, app) once, kept in $SWITCHBOARD_HOME/dev-integration-key; loopback only "
+                                 "unless --allow-unauthenticated."),
+    allow_unauthenticated: bool = typer.Option(
+        False, "--allow-unauthenticated", help="Serve on a non-loopback address although something answers without "
+        "authentication (the dev key, SWITCHBOARD_WEB_UNSIGNED); default from SWITCHBOARD_ALLOW_UNAUTHENTICATED."),
 ) -> None:
     """Serve the gateway; on Ctrl-C it drains requests, closes the pool and stops the embedded database it started.
 
@@ -26,11 +30,13 @@ def serve(
 
     from router.app.factory import create_app
     from router.cli._common import settings
-    from router.app.keys import LOOPBACK
+    from router.app.exposure import refusal
     from router.telemetry.logs import configure_logging
 
     if dev_key:
         os.environ["SWITCHBOARD_DEV_KEY"] = "1"     # the workers read it too
+    if allow_unauthenticated:
+        os.environ["SWITCHBOARD_ALLOW_UNAUTHENTICATED"] = "1"
     s = settings()
     given = {k: v for k, v in (("host", host), ("port", port)) if v}
     if given:   # the app's "ready" log line then names the address really bound
@@ -38,16 +44,26 @@ def serve(
     configure_logging(s.log_level, s.log_json)
     if host:
         os.environ["SWITCHBOARD_HOST"] = host
-    if s.dev_key and s.host not in LOOPBACK:
-        typer.secho(f"error: --dev-key (SWITCHBOARD_DEV_KEY) needs a loopback address, not {s.host}", fg="red", err=True)
+    why = refusal(s)
+    if why is not None:
+        typer.secho(f"error: {why}", fg="red", err=True)
         raise typer.Exit(2)
     _check_files(s)
+    # the request head's deadline (router/app/http_protocol.py), read by every worker
+    os.environ["SWITCHBOARD_READ_TIMEOUT_SECONDS"] = str(s.read_timeout_seconds)
     n = workers or s.workers
     if n == 1:
         app = create_app(s)
-        uvicorn.run(app, host=s.host, port=s.port, log_config=None, timeout_graceful_shutdown=10)
+        uvicorn.run(app, host=s.host, port=s.port, log_config=None, timeout_graceful_shutdown=10, **http_options())
         return
     _serve_workers(s, s.host, s.port, n)
+
+
+def http_options() -> dict:
+    """uvicorn's h11 with a deadline for the request head; idle kept-alive connections closed after 5 s."""
+    from router.app.http_protocol import DeadlineH11Protocol
+
+    return {"http": DeadlineH11Protocol, "timeout_keep_alive": 5}
 
 
 def _check_files(s) -> None:
@@ -87,7 +103,7 @@ def _serve_workers(s, host: str, port: int, workers: int) -> None:
     os.environ.update({"SWITCHBOARD_HOST": host, "SWITCHBOARD_PORT": str(port)})   # each worker's settings
     try:
         uvicorn.run("router.app.factory:main_app", factory=True, host=host, port=port, workers=workers, log_config=None,
-                    timeout_graceful_shutdown=10)
+                    timeout_graceful_shutdown=10, **http_options())
     finally:
         if not given:
             shutil.rmtree(metrics_dir, ignore_errors=True)

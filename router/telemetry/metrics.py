@@ -67,6 +67,9 @@ class Metrics:
         self.turn_failures = Counter(
             "switchboard_turn_failures", "Failed turn attempts (rolled back) by cause: pool_timeout, connection_lost, "
             "server_shutdown, connect_failed, deadlock, error", ["cause"], registry=r)
+        self.refused = Counter(
+            "switchboard_messages_refused", "Messages refused with nothing stored, by reason: conversation_owner (409), "
+            "quota_customer, quota_key, quota_total, concurrent (429)", ["reason"], registry=r)
         self.duplicates = Counter(
             "switchboard_duplicate_messages", "Retried deliveries answered from the stored turn", ["channel"], registry=r
         )

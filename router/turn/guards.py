@@ -10,7 +10,8 @@ Checks, in this order, each one deciding the turn on its own when it fires:
    ticket and a safe fixed reply (unless the customer is do-not-contact, then only the ticket).
 3. ``do_not_contact``: a stopped customer gets no bot reply and nothing outbound.
 4. ``quota``: more than N routed messages per window from one customer -> HTTP 429 with
-   Retry-After; the message is stored (flagged), never routed.
+   Retry-After; the pipeline rolls the message back, nothing is stored (the per-key and overall quotas
+   and the caps on concurrent turns, configured beside it, are checked before the turn: router.turn.admission).
 5. ``sensitive``: a customer flagged sensitive goes to L3 (or gets a standard script, by config).
 
 Matching works on a normalised form (NFKC, lower case, traditional -> simplified Chinese), so
@@ -81,10 +82,32 @@ def _phrases(by_lang: dict[str, list[str]] | list[str]) -> list[str]:
 # -- configuration -------------------------------------------------------------------------------
 
 
+class RateConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_messages: int | None = Field(None, ge=1, description="Messages admitted per window; null: no limit.")
+    window_seconds: int = Field(60, ge=1)
+
+
+class ConcurrencyConfig(BaseModel):
+    """Turns running at once in one gateway process; one more is 429 with Retry-After (null: no cap)."""
+
+    model_config = ConfigDict(extra="forbid")
+    per_customer: int | None = Field(2, ge=1)
+    per_key: int | None = Field(32, ge=1, description="Per integration key (the direct API).")
+    per_channel: int | None = Field(64, ge=1)
+    wait_seconds: float = Field(2.0, ge=0, le=30, description="How long a message over a cap waits for a free "
+                                "slot (holding no connection) before its 429.")
+
+
 class QuotaConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     max_messages: int = Field(20, ge=1, description="Routed messages allowed per customer and window.")
     window_seconds: int = Field(60, ge=1)
+    per_key: RateConfig = Field(default_factory=lambda: RateConfig(max_messages=6000, window_seconds=60),
+                                description="Messages per integration key (the direct API), across its customers.")
+    total: RateConfig = Field(default_factory=lambda: RateConfig(max_messages=12000, window_seconds=60),
+                              description="Messages into the gateway as a whole (every channel and key).")
+    concurrent_turns: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
 
 
 class HarnessConfig(BaseModel):

@@ -6,12 +6,15 @@ time, so the state machine never races itself), then the message is inserted wit
 duplicate delivery finds the first one's turn and gets exactly the same response back,
 and nothing new is stored.
 
-A decider may refuse a message (the rate quota: HTTP 429). The message is then kept, flagged
-``throttled``, with no turn: nothing is lost, and a retry of the same message id after the wait
-is routed normally. A deadlock with a concurrent ticket change is retried from the start (the
-whole turn is one transaction, so a retry is clean), and so, once, is a turn whose connection died
-under it (a database restart, a killed backend): the retry takes a fresh connection and, if the
-first attempt did commit, finds its stored turn. ``switchboard_messages_total`` counts committed
+A conversation belongs to the customer of its first message (per channel): another customer's message into
+it is refused with 409, or, by policy, routed into that customer's own conversation (``<id>~<customer>``), so
+the turn and its tools always act for the message's own customer. A message is admitted first
+(router.turn.admission: concurrent turns and the per-key and overall quotas, 429); a decider may refuse it
+too (the per-customer quota: 429). A refused message is rolled back: nothing is stored, and a retry of the
+same message id after the wait is routed as a new message. A deadlock with a concurrent ticket change is
+retried from the start (the whole turn is one transaction, so a retry is clean), and so, once, is a turn
+whose connection died under it (a database restart, a killed backend): the retry takes a fresh connection
+and, if the first attempt did commit, finds its stored turn. ``switchboard_messages_total`` counts committed
 messages; every failed attempt counts in ``switchboard_turn_failures_total`` by cause.
 
 Slow work a decision may want (the optional answer generator, an external HTTP call of seconds) never
@@ -74,7 +77,7 @@ class TurnResult:
     reply: dict[str, Any] | None = None
     ticket_id: str | None = None
     trace: dict[str, Any] | None = None   # stages, candidates, transitions: stored redacted with the turn
-    reject: Problem | None = None         # refuse the message (e.g. 429): stored flagged, no turn, raised after commit
+    reject: Problem | None = None         # refuse the message (e.g. 429): rolled back, nothing stored, raised
     lang: str | None = None               # the reply language the decider chose (router.turn.language)
     flow: dict[str, Any] | None = None    # the workflow's state when one answered (FlowTurn.as_response())
 
@@ -149,19 +152,50 @@ def outside_transaction(key: Hashable, compute: Callable[[], Any], *,
     raise NotComputed("not computed before the turn's transaction")
 
 
+Owner = Callable[[str], str]   # channel -> "refuse" | "separate"
+#: what joins a conversation id and its customer id when another customer's message starts its own conversation
+SEPARATOR = "~"
+
+
+def refuse_others(channel: str) -> str:
+    return "refuse"
+
+
+class _Refused(Exception):
+    """Raised inside the transaction so a refused message rolls back; carries the problem to raise."""
+
+    def __init__(self, problem: Problem):
+        super().__init__(problem.detail)
+        self.problem = problem
+
+
 class Pipeline:
     ATTEMPTS = 5   # a turn that loses a deadlock is retried from scratch (it is one transaction)
 
-    def __init__(self, pool, metrics, decider: Decider = record_only):
+    def __init__(self, pool, metrics, decider: Decider = record_only, *, owner: Owner = refuse_others,
+                 admission=None):
         self.pool = pool
         self.metrics = metrics
         self.decider = decider
+        self.owner = owner            # what another customer's message into a conversation does
+        self.admission = admission    # router.turn.admission.Admission (None: admit everything)
 
-    def handle(self, msg: InboundMessage) -> tuple[dict[str, Any], bool]:
+    def handle(self, msg: InboundMessage,
+               on_conversation: Callable[[psycopg.Connection, dict[str, Any]], None] | None = None
+               ) -> tuple[dict[str, Any], bool]:
         """Route one message; return (response, replayed) where replayed marks a duplicate delivery.
 
-        Raises the decider's :class:`Problem` when it refuses the message (after committing it, flagged).
+        Raises :class:`Problem` when the message is refused (429 over a quota or a concurrency cap, 409 into
+        another customer's conversation); nothing of it is stored. ``on_conversation(conn, conversation)``
+        runs in the turn's transaction once the conversation row is locked and known to be the message's
+        customer's (the channel gateway stores the conversation's return address there).
         """
+        if self.admission is None:
+            return self._handle_admitted(msg, on_conversation)
+        with self.admission.admit(msg):
+            return self._handle_admitted(msg, on_conversation)
+
+    def _handle_admitted(self, msg: InboundMessage, on_conversation=None) -> tuple[dict[str, Any], bool]:
         losses = 0
         # after a lost connection the turn is repeated on a fresh one: once at once, and again while the
         # server is away (a clean restart), within about one acquire bound of the message's arrival
@@ -171,7 +205,7 @@ class Pipeline:
         ready: dict[Hashable, tuple[bool, Any]] = {}    # outside work done for this message (kept across retries)
         for attempt in range(self.ATTEMPTS):
             try:
-                return self._handle(msg, acquire, ready)
+                return self._handle(msg, acquire, ready, on_conversation)
             except LOST_RACE:
                 # an agent action locked the ticket, then the conversation; this turn did the reverse
                 self.metrics.turn_failures.labels("deadlock").inc()
@@ -193,14 +227,15 @@ class Pipeline:
         raise AssertionError("unreachable")
 
     def _handle(self, msg: InboundMessage, acquire: float | None = None,
-                ready: dict[Hashable, tuple[bool, Any]] | None = None) -> tuple[dict[str, Any], bool]:
+                ready: dict[Hashable, tuple[bool, Any]] | None = None,
+                on_conversation=None) -> tuple[dict[str, Any], bool]:
         t0 = time.perf_counter()
         ready = {} if ready is None else ready
         scope = _Pass(ready, may_defer=True)
         while True:
             token = _PASS.set(scope)
             try:
-                outcome = self._attempt(msg, acquire, scope, t0)
+                outcome = self._attempt(msg, acquire, scope, t0, on_conversation)
             except _RollBack:
                 outcome = None
             finally:
@@ -220,22 +255,26 @@ class Pipeline:
                 scope.ready[key] = (False, exc)
             self.metrics.stage_seconds.labels("outside").observe(time.perf_counter() - t)
 
-    def _attempt(self, msg: InboundMessage, acquire: float | None, scope: _Pass, t0: float):
-        with self.pool.connection(acquire) as conn:
-            with conn.transaction():
-                response, ctx, result = self._turn(conn, msg)
-                if ctx is None:
-                    return response, True
-                if scope.wanted:
-                    raise _RollBack()
-            self.metrics.messages.labels(channel_label(msg.channel)).inc()   # committed
-            for hook in ctx.after_commit:
-                try:
-                    hook(conn)
-                except Exception:  # noqa: BLE001 - the turn is committed; a failed announcement is only logged
-                    log.warning("after-commit hook failed", exc_info=True)
-        if result.reject is not None:
-            raise result.reject
+    def _attempt(self, msg: InboundMessage, acquire: float | None, scope: _Pass, t0: float, on_conversation=None):
+        try:
+            with self.pool.connection(acquire) as conn:
+                with conn.transaction():
+                    response, ctx, result = self._turn(conn, msg, on_conversation)
+                    if ctx is None:
+                        return response, True
+                    if scope.wanted:
+                        raise _RollBack()
+                    if result.reject is not None:   # refused (a quota): rolled back, nothing stored
+                        raise _Refused(result.reject)
+                self.metrics.messages.labels(channel_label(msg.channel)).inc()   # committed
+                for hook in ctx.after_commit:
+                    try:
+                        hook(conn)
+                    except Exception:  # noqa: BLE001 - the turn is committed; a failed announcement is only logged
+                        log.warning("after-commit hook failed", exc_info=True)
+        except _Refused as refused:
+            self.metrics.refused.labels("quota_customer").inc()
+            raise _stored_nothing(refused.problem) from None
         elapsed = time.perf_counter() - t0
         self.metrics.stage_seconds.labels("total").observe(elapsed)
         self._observe_stages(ctx, result)
@@ -243,17 +282,40 @@ class Pipeline:
         self.metrics.decisions.labels(d.tier or "none", d.intent or "none", d.channel or "none").inc()
         return response, False
 
-    def _turn(self, conn, msg: InboundMessage):
+    _CONVERSATION = """
+        INSERT INTO conversations (channel, external_id, customer_id)
+        VALUES (%s, %s, %s)
+        ON CONFLICT (channel, external_id) DO UPDATE
+            SET updated_at = CASE WHEN conversations.customer_id = EXCLUDED.customer_id THEN now()
+                                  ELSE conversations.updated_at END
+        RETURNING id, channel, external_id, customer_id, state, session_no, metadata
+    """
+
+    def _conversation(self, conn, msg: InboundMessage) -> dict[str, Any]:
+        """The message's conversation row, locked (the upsert locks it), and always the message's customer's.
+
+        The owner is whoever's message created the row; the check runs under the row lock, so two customers
+        racing for a new conversation id cannot both get it. Another customer's message is refused (409, and the
+        rollback stores nothing) or goes to that customer's own conversation ``<id>~<customer id>``, by policy.
+        """
+        conversation = conn.execute(self._CONVERSATION,
+                                    (msg.channel, msg.conversation_external_id, msg.customer_id)).fetchone()
+        if conversation["customer_id"] == msg.customer_id:
+            return conversation
+        if self.owner(msg.channel) == "separate":
+            own = f"{msg.conversation_external_id}{SEPARATOR}{msg.customer_id}"
+            conversation = conn.execute(self._CONVERSATION, (msg.channel, own, msg.customer_id)).fetchone()
+            if conversation["customer_id"] == msg.customer_id:
+                return conversation
+        self.metrics.refused.labels("conversation_owner").inc()
+        raise Problem(409, "This conversation belongs to another customer: start a new conversation id.",
+                      title="Conflict")
+
+    def _turn(self, conn, msg: InboundMessage, on_conversation=None):
         """The turn inside its transaction: (response, ctx, result); ctx None for an already-answered retry."""
-        conversation = conn.execute(
-            """
-            INSERT INTO conversations (channel, external_id, customer_id)
-            VALUES (%s, %s, %s)
-            ON CONFLICT (channel, external_id) DO UPDATE SET updated_at = now()
-            RETURNING id, channel, external_id, customer_id, state, session_no, metadata
-            """,
-            (msg.channel, msg.conversation_external_id, msg.customer_id),
-        ).fetchone()
+        conversation = self._conversation(conn, msg)
+        if on_conversation is not None:
+            on_conversation(conn, conversation)
         message = conn.execute(
             """
             INSERT INTO messages (conversation_id, channel, external_id, direction, sender, text, sent_at, metadata,
@@ -281,7 +343,7 @@ class Pipeline:
                 # conversation row the upsert above may have made)
                 raise Problem(409, "This message id is already used by another message.", title="Conflict")
             if stored is not None and stored["response"] is None and stored["throttled"]:
-                # refused earlier (quota): this retry is routed now
+                # kept flagged by an earlier version when refused (quota): this retry is routed now
                 message = {k: stored[k] for k in ("id", "conversation_id", "text", "sent_at")}
                 conn.execute("UPDATE messages SET throttled = false WHERE id = %s", (message["id"],))
             else:
@@ -297,9 +359,7 @@ class Pipeline:
         result = self.decider(ctx)
         ctx.timings.setdefault("decide", time.perf_counter() - t_decide)
         response = None
-        if result.reject is not None:  # kept, flagged, no turn; raised once committed
-            conn.execute("UPDATE messages SET throttled = true WHERE id = %s", (message["id"],))
-        else:
+        if result.reject is None:     # a refused message is rolled back by the caller
             response = self._store_turn(conn, conversation, message, ctx, result)
         return response, ctx, result
 
@@ -345,3 +405,11 @@ class Pipeline:
              json.dumps(redact_obj(trace, keep=BUSINESS_KEYS), ensure_ascii=False, default=str)),
         )
         return response
+
+
+def _stored_nothing(problem: Problem) -> Problem:
+    """A decider's refusal as the client sees it: the message was rolled back, so its text says so."""
+    detail = getattr(problem, "detail", None)
+    if isinstance(detail, str) and "The message was kept" in detail:
+        problem.detail = detail.replace("The message was kept", "Nothing was stored")
+    return problem

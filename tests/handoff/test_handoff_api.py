@@ -230,8 +230,10 @@ def test_stats_me_and_cancel(api, make_agent, open_ticket):
     assert c.status_code == 200 and c.json()["status"] == "cancelled" and c.json()["resolved_by"] == sue_agent.id
 
 
-def test_openapi_documents_the_queue(api):
-    spec = api.get("/openapi.json").json()
+def test_openapi_documents_the_queue(api, make_agent):
+    assert api.get("/openapi.json").status_code == 401        # an agent token (or integration key) reads it
+    _, token = make_agent("reader")
+    spec = api.get("/openapi.json", headers=bearer(token)).json()
     paths = spec["paths"]
     for p in ("/v1/handoff/tickets", "/v1/handoff/claim-next", "/v1/handoff/tickets/{ticket_id}/approve",
               "/v1/handoff/stats", "/v1/handoff/events"):
@@ -265,12 +267,12 @@ def test_wired_like_production_counts_in_metrics(services, make_agent, conversat
                         draft={"text": "d"})
     with TestClient(create_app(services=services)) as client:
         assert svc.run_sweeps()["leader"] is True
-        text = client.get("/metrics").text
+        text = client.get("/metrics", headers=bearer(token)).text
         assert 'switchboard_queue_depth{kind="assist",priority="high"} 1.0' in text
         r = client.post("/v1/handoff/claim-next", json={"kind": "handoff"}, headers=bearer(token))
         assert r.status_code == 200
         svc.run_sweeps()
-        text = client.get("/metrics").text
+        text = client.get("/metrics", headers=bearer(token)).text
     assert 'switchboard_tickets_total{event="claimed",kind="handoff"} 1.0' in text
     assert 'switchboard_tickets_total{event="opened",kind="assist"} 1.0' in text
     assert 'switchboard_queue_depth{kind="handoff",priority="normal"} 0.0' in text

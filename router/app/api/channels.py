@@ -94,7 +94,7 @@ async def channel_handshake(channel: str, request: Request, services: ServicesDe
 @router.post(
     "/{channel}/webhook",
     summary="Receive a channel's webhook delivery",
-    description="Channels: web (the /v1/messages JSON, optional X-Switchboard-Signature), wechat (Official Account "
+    description="Channels: web (the /v1/messages JSON, X-Switchboard-Signature), wechat (Official Account "
     "XML), whatsapp (Cloud API JSON), telegram (Bot API Update), sms (Twilio form), chatwoot (Agent Bot event). "
     "Idempotent on the channel's message id: a retried delivery is processed once.",
     response_class=Response,

@@ -13,10 +13,11 @@ import logging
 import threading
 import time
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
 
 from router.app.api.deps import ServicesDep
+from router.app.api.docs import access
 from router.db import discover_migrations
 from router.db.migrate import pending_on
 
@@ -109,7 +110,11 @@ def readyz(services: ServicesDep) -> JSONResponse:
     return JSONResponse(body)
 
 
-@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response,
+            dependencies=[Depends(access("metrics_access"))],
+            responses={401: {"description": "No valid integration key or agent token (SWITCHBOARD_METRICS_ACCESS="
+                                            "authenticated, the default)"},
+                       404: {"description": "Not served (SWITCHBOARD_METRICS_ACCESS=off)"}})
 def metrics(services: ServicesDep) -> Response:
     from prometheus_client import CONTENT_TYPE_LATEST
 

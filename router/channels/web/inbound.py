@@ -1,7 +1,7 @@
-"""The ``web`` channel: the ``/v1/messages`` JSON shape, optionally signed with a shared secret.
+"""The ``web`` channel: the ``/v1/messages`` JSON shape, signed with a shared secret.
 
-For a site's own backend (or chat widget server). With ``SWITCHBOARD_WEB_HMAC_SECRET`` set, every
-request needs ``X-Switchboard-Timestamp: <unix seconds>`` and ``X-Switchboard-Signature: sha256=<hex
+For a site's own backend (or chat widget server). The channel is on only with ``SWITCHBOARD_WEB_HMAC_SECRET``
+set (or, explicitly, ``SWITCHBOARD_WEB_UNSIGNED=true``; otherwise it answers 404): every request needs ``X-Switchboard-Timestamp: <unix seconds>`` and ``X-Switchboard-Signature: sha256=<hex
 HMAC-SHA256 of "<timestamp>." + the raw body>``; a timestamp more than
 ``SWITCHBOARD_WEB_SIGNATURE_WINDOW_SECONDS`` (300) away from now is refused, so a captured request
 cannot be replayed later (within the window a replay is a retry: deduplicated on the message id).
@@ -48,10 +48,18 @@ def signed_headers(secret_value: str, body: bytes, now: float | None = None) -> 
 class WebAdapter(BaseAdapter):
     name = "web"
 
+    def enabled(self) -> tuple[bool, str]:
+        if secret(self.settings.web_hmac_secret) is None and not self.settings.web_unsigned:
+            return False, ("set SWITCHBOARD_WEB_HMAC_SECRET to enable the web channel (or post to /v1/messages "
+                           "with an integration key)")
+        return True, "ok"
+
     def verify(self, request: WebhookRequest) -> None:
         key = secret(self.settings.web_hmac_secret)
         if key is None:
-            return  # unsigned mode: the endpoint is meant to sit behind the site's own backend
+            if self.settings.web_unsigned:   # explicitly configured: behind the site's own backend only
+                return
+            raise SignatureError("the web channel has no secret configured")
         ts = request.headers.get(TIMESTAMP_HEADER) or ""
         if not ts.isdigit() or len(ts) > 12:
             raise SignatureError(f"missing or bad {TIMESTAMP_HEADER} header")

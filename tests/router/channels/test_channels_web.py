@@ -65,8 +65,16 @@ def test_forged_signature_is_401_and_nothing_stored(app):
     assert set(stored(services).values()) == {0}
 
 
-def test_unsigned_mode_when_no_secret(settings, recorder):
+def test_without_a_secret_the_web_webhook_is_off_unless_unsigned_is_chosen(settings, recorder):
+    """No secret: 404 problem+json and nothing stored, whatever customer the body names; unsigned only when
+    SWITCHBOARD_WEB_UNSIGNED says so."""
     with channel_app(channel_settings(settings, recorder.url, web_hmac_secret=None)) as (client, services, _):
+        r = client.post(URL, json=MSG)
+        assert r.status_code == 404 and r.headers["content-type"].startswith("application/problem+json")
+        assert "SWITCHBOARD_WEB_HMAC_SECRET" in r.json()["detail"]
+        assert set(stored(services).values()) == {0}
+    with channel_app(channel_settings(settings, recorder.url, web_hmac_secret=None, web_unsigned=True)) as (
+            client, services, _):
         assert client.post(URL, json=MSG).status_code == 200
 
 

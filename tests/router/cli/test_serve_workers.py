@@ -85,7 +85,7 @@ def test_two_workers_share_the_database_and_report_one_set_of_metrics(dsn, tmp_p
         assert len(by_pid) == 2 and all(by_pid.values()), by_pid   # both workers routed messages
         assert sum(by_pid.values()) == n
         for _ in range(6):   # whichever worker answers the scrape reports the whole gateway
-            text = httpx.get(f"{base}/metrics", timeout=10).text
+            text = httpx.get(f"{base}/metrics", timeout=10, headers=auth).text
             total = sum(float(v) for v in re.findall(r'^switchboard_messages_total\{[^}]*\} (\S+)$', text, re.M))
             assert total == n
         import psycopg

@@ -6,6 +6,7 @@ their own (module scope), so the rest of the suite does not notice.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import tempfile
@@ -19,7 +20,12 @@ import pytest
 from fastapi.testclient import TestClient
 from keys_testkit import authorize
 
+from router.channels.web.inbound import signed_headers
+
 PROBLEM = "application/problem+json"
+
+
+WEB_SECRET = "faults-web-secret"
 
 
 def _msg(**over):
@@ -169,7 +175,8 @@ def _gateway(private_pg, home: Path, minilm_path, minilm_encoder, acquire_timeou
     if not server.status().running:
         server.start()
     s = Settings(home=home, database_url=uri, embedding_model=str(minilm_path), load_sample_kb=False,
-                 log_json=False, db_acquire_timeout=acquire_timeout, db_pool_min=2, db_pool_max=4, db_retry_after=7)
+                 log_json=False, db_acquire_timeout=acquire_timeout, db_pool_min=2, db_pool_max=4, db_retry_after=7,
+                 web_hmac_secret=WEB_SECRET)
     svc = build_services(s, load_models=False)
     svc.encoder = minilm_encoder
     try:
@@ -217,7 +224,9 @@ def test_database_down_answers_503_fast_with_retry_after_then_serves_again(priva
         # the wait bound (0.5 s here) is honoured, generously: before it was the pool's 30 s
         assert waited < 15
         # the channel webhooks answer the same way
-        w = client.post("/v1/channels/web/webhook", json=_msg(conversation_id=conv, message_id=_unique("w")))
+        raw = json.dumps(_msg(conversation_id=conv, message_id=_unique("w"))).encode()
+        w = client.post("/v1/channels/web/webhook", content=raw,
+                        headers={"Content-Type": "application/json", **signed_headers(WEB_SECRET, raw)})
         assert w.status_code == 503 and w.headers["retry-after"] == "7"
         # readiness: 503 at once, naming what failed and nothing of the exception
         ready = client.get("/readyz")

@@ -134,31 +134,33 @@ def _quota_policy(n=3, window=60) -> Policy:
         update={"quota": p.harness.quota.model_copy(update={"max_messages": n, "window_seconds": window})})})
 
 
-def test_quota_refuses_with_429_keeps_the_message_and_routes_its_retry_later(pool, rules_classifier):
+def test_quota_refuses_with_429_stores_nothing_and_routes_its_retry_later(pool, rules_classifier):
     pipe = make_pipeline(pool, rules_classifier, _quota_policy(3, 60))
     for i, text in enumerate(["order status NW20261015083142", "我的订单状态", "where is my order"]):
         send(pipe, text, conv=f"c-{i % 2}")          # the quota is per customer, across conversations
+    with pool.connection() as conn:
+        before = conn.execute("SELECT (SELECT count(*) FROM messages) AS m, (SELECT count(*) FROM conversations) AS c,"
+                              " (SELECT count(*) FROM turns) AS t").fetchone()
     with pytest.raises(Problem) as err:
-        send(pipe, "查订单", message_id="over-1")
+        send(pipe, "查订单", message_id="over-1", conv="c-new")
     p = err.value
     assert p.status == 429 and 1 <= p.extra["retry_after"] <= 60
     assert p.extra["headers"]["Retry-After"] == str(p.extra["retry_after"])
+    assert "Nothing was stored" in p.detail and "kept" not in p.detail
     with pytest.raises(Problem):                      # hammering does not count against the window
         send(pipe, "查订单!!", message_id="over-2")
-    with pool.connection() as conn:
-        row = conn.execute("SELECT m.throttled, m.metadata, t.id AS turn FROM messages m "
-                           "LEFT JOIN turns t ON t.message_id = m.id WHERE m.external_id = 'over-1'").fetchone()
-        assert row["throttled"] is True and row["turn"] is None and "throttled" not in row["metadata"]
-        # another customer is unaffected
+    with pool.connection() as conn:                   # nothing of the refused messages: not even the new conversation
+        after = conn.execute("SELECT (SELECT count(*) FROM messages) AS m, (SELECT count(*) FROM conversations) AS c,"
+                             " (SELECT count(*) FROM turns) AS t").fetchone()
+        assert after == before
+        assert conn.execute("SELECT 1 FROM messages WHERE external_id IN ('over-1', 'over-2')").fetchone() is None
+    # another customer is unaffected
     assert send(pipe, "where is my order", customer="u-2", conv="other")["decision"]["intent"] == "order_query"
     # time passes: the window slides
     with pool.connection() as conn:
         conn.execute("UPDATE messages SET received_at = received_at - interval '61 seconds'")
     out = send(pipe, "查订单", message_id="over-1")       # the same message id, retried after Retry-After
     assert out["decision"]["intent"] == "order_query"
-    with pool.connection() as conn:
-        row = conn.execute("SELECT m.throttled FROM messages m WHERE m.external_id = 'over-1'").fetchone()
-        assert row["throttled"] is False
     assert send(pipe, "查订单", message_id="over-1") == out   # and now it is an ordinary idempotent replay
 
 
