@@ -25,7 +25,7 @@ from handoff import agents as A
 from handoff import tickets as T
 from handoff.access import check_holder, check_open, check_visible, team_scope
 from handoff.config import HandoffConfig
-from handoff.errors import Conflict, Forbidden, Invalid, TooLarge, Unavailable
+from handoff.errors import Conflict, Forbidden, Invalid, NotFound, TooLarge, Unavailable
 from handoff.models import KINDS, PRIORITIES, Agent, level_rank, priority_rank
 from handoff.ports import ConversationPort, CustomerUnreachable, DeliveryUnavailable
 from handoff.queries import queue_depth
@@ -342,8 +342,8 @@ class TicketCommands:
                 updated = self._requeue(conn, notes, agent, ticket, "transferred", payload, team=new_team)
             else:
                 target = A.active_agent(conn, to_agent)
-                if target is None:
-                    raise Invalid(f"no active agent {to_agent!r}")
+                if target is None:   # like an unknown team: a name that resolves to nothing
+                    raise NotFound(f"no active agent {to_agent!r}", agent=to_agent)
                 if not target.may_see(new_team):
                     raise Invalid(f"agent {target.name!r} is not in team {new_team!r}")
                 if not target.has_skills(ticket["skills"]):
@@ -361,12 +361,13 @@ class TicketCommands:
 
     def _check_team(self, conn, team: str) -> None:
         """A transfer goes only to a team someone works in (or the default team, where tickets open): a ticket
-        sent to a misspelt team would drop out of every agent's queue."""
+        sent to a misspelt team would drop out of every agent's queue. 404, like any name that resolves to
+        nothing (422 is for requests the schema refuses)."""
         if team == self.config.default_team or A.team_exists(conn, team):
             return
         teams = sorted({*A.known_teams(conn), self.config.default_team})
-        raise Invalid(f"no team {team!r}: no active agent works in it (teams: {', '.join(teams)}); "
-                      f"add one with `switchboard agents add NAME --team {team}`", team=team, teams=teams)
+        raise NotFound(f"no team {team!r}: no active agent works in it (teams: {', '.join(teams)}); "
+                       f"add one with `switchboard agents add NAME --team {team}`", team=team, teams=teams)
 
     # -- talking to the customer and L2 decisions -----------------------------------------------
 

@@ -83,7 +83,7 @@ async def release(ticket_id: UUID, call: CallerDep, body: Annotated[ReleaseIn | 
 
 @router.post("/{ticket_id}/transfer", response_model=Ticket, summary="Transfer to a team or an agent",
              description="To a team: the ticket is queued there; the team must exist (an active agent works in "
-                         "it, or it is the default team), else 422 naming it. To an agent: they hold it at once "
+                         "it, or it is the default team), else 404 naming it. To an agent: they hold it at once "
                          "(they must be in the ticket's team).", responses=doc(403, 404, 409))
 async def transfer(ticket_id: UUID, body: TransferIn, call: CallerDep) -> dict[str, Any]:
     return await call.run(lambda agent: call.svc.transfer(agent, ticket_id, team=body.team, to_agent=body.agent,

@@ -93,7 +93,7 @@ def test_an_approval_may_still_move_and_be_cancelled(api, pool, make_agent, open
     assert port_calls(pool, t["id"])[-1] == "on_ticket_cancelled"
 
 
-def test_a_transfer_to_a_team_nobody_works_in_is_refused_and_changes_nothing(api, pool, make_agent, open_ticket):
+def test_a_transfer_to_a_team_nobody_works_in_is_404_and_changes_nothing(api, pool, make_agent, open_ticket):
     _, ana = make_agent("ana")
     _, sue = make_agent("sue", role="supervisor")
     make_agent("bo", teams=("billing",))
@@ -102,10 +102,13 @@ def test_a_transfer_to_a_team_nobody_works_in_is_refused_and_changes_nothing(api
     base = f"/v1/handoff/tickets/{t['id']}"
     assert api.post(f"{base}/claim", headers=bearer(ana)).status_code == 200
 
-    body = _problem(api.post(f"{base}/transfer", json={"team": "biling"}, headers=bearer(ana)), 422)
+    body = _problem(api.post(f"{base}/transfer", json={"team": "biling"}, headers=bearer(ana)), 404)
     assert "'biling'" in body["detail"] and body["team"] == "biling"
     assert body["teams"] == ["billing", "care", "general"]
-    _problem(api.post(f"{base}/transfer", json={"team": "nowhere", "agent": "sue"}, headers=bearer(sue)), 422)
+    _problem(api.post(f"{base}/transfer", json={"team": "nowhere", "agent": "sue"}, headers=bearer(sue)), 404)
+    nobody = _problem(api.post(f"{base}/transfer", json={"agent": "nobody"}, headers=bearer(ana)), 404)
+    assert nobody["agent"] == "nobody"
+    _problem(api.post(f"{base}/transfer", json={"note": "where to?"}, headers=bearer(ana)), 422)   # names neither
     now = _ticket(pool, t["id"])
     assert (now["team"], now["status"], now["requeues"]) == ("general", "claimed", 0)
     assert [e["action"] for e in events_of(pool, t["id"])] == ["opened", "claimed"]
@@ -114,7 +117,7 @@ def test_a_transfer_to_a_team_nobody_works_in_is_refused_and_changes_nothing(api
         from handoff import agents
 
         agents.disable_agent(conn, "cy", actor="test")
-    _problem(api.post(f"{base}/transfer", json={"team": "care"}, headers=bearer(ana)), 422)
+    _problem(api.post(f"{base}/transfer", json={"team": "care"}, headers=bearer(ana)), 404)
     moved = api.post(f"{base}/transfer", json={"team": "billing"}, headers=bearer(ana))
     assert moved.status_code == 200 and moved.json()["team"] == "billing"
     back = api.post(f"{base}/transfer", json={"team": "general", "agent": "sue"}, headers=bearer(sue))
