@@ -147,12 +147,18 @@ def disable_agent(conn: psycopg.Connection, name_or_id: str, *, actor: str = "sy
 
 def issue_token(conn: psycopg.Connection, agent_name_or_id: str, *, label: str | None = None,
                 expires_in: timedelta | None = None, actor: str = "system") -> tuple[str, dict[str, Any]]:
-    """Create a token for an active agent. Returns (plaintext, row); the plaintext is never stored."""
+    """Create a token for an active agent. Returns (plaintext, row); the plaintext is never stored.
+
+    ``expires_in`` None means the token never expires; a zero or negative length is refused rather than
+    read as "never" (a falsy zero once issued a token that never expired)."""
+    if expires_in is not None and expires_in <= timedelta(0):
+        raise Invalid(f"a token's lifetime must be positive (got {expires_in}); leave it out for a token "
+                      "that does not expire")
     agent = get_agent(conn, agent_name_or_id)
     if not agent["active"]:
         raise Conflict(f"agent {agent['name']!r} is disabled")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    expires_at = datetime.now(timezone.utc) + expires_in if expires_in else None
+    expires_at = datetime.now(timezone.utc) + expires_in if expires_in is not None else None
     row = conn.execute(
         """
         INSERT INTO handoff_tokens (agent_id, token_hash, prefix, label, expires_at)
@@ -225,6 +231,19 @@ def authenticate(conn: psycopg.Connection, token: str | None) -> Agent | None:
         return None
     row = conn.execute(_AUTH_SQL, (hash_token(token),)).fetchone()
     return Agent.from_row(row) if row else None
+
+
+def team_exists(conn: psycopg.Connection, team: str) -> bool:
+    """A team exists while an active agent works in it: teams are not a table of their own but the teams
+    agents are added with (``switchboard agents add --team``)."""
+    return conn.execute("SELECT EXISTS (SELECT 1 FROM handoff_agents WHERE active AND %s = ANY(teams)) AS hit",
+                        (team,)).fetchone()["hit"]
+
+
+def known_teams(conn: psycopg.Connection) -> list[str]:
+    """Every team an active agent works in, sorted."""
+    rows = conn.execute("SELECT DISTINCT unnest(teams) AS team FROM handoff_agents WHERE active ORDER BY 1").fetchall()
+    return [r["team"] for r in rows]
 
 
 def active_agent(conn: psycopg.Connection, name_or_id: str) -> Agent | None:

@@ -25,7 +25,7 @@ from handoff import agents as A
 from handoff import tickets as T
 from handoff.access import check_holder, check_open, check_visible, team_scope
 from handoff.config import HandoffConfig
-from handoff.errors import Conflict, Forbidden, Invalid, TooLarge, Unavailable
+from handoff.errors import Conflict, Forbidden, Invalid, NotFound, TooLarge, Unavailable
 from handoff.models import KINDS, PRIORITIES, Agent, level_rank, priority_rank
 from handoff.ports import ConversationPort, CustomerUnreachable, DeliveryUnavailable
 from handoff.queries import queue_depth
@@ -217,7 +217,10 @@ class TicketCommands:
                                   outcome="cancelled", closed_at=T.Sql("now()"),
                                   resolved_by=actor.id if isinstance(actor, Agent) else None)
         T.record_event(conn, updated, actor, "cancelled", {"reason": reason})
-        self.port.on_ticket_cancelled(conn, updated)
+        try:   # an approval ticket's waiting workflow ends in this transaction, or nothing is cancelled
+            self.port.on_ticket_cancelled(conn, updated)
+        except DeliveryUnavailable as exc:
+            raise Unavailable(f"the ticket cannot be cancelled: {exc}") from None
         self._count(updated, "cancelled")
         return updated
 
@@ -331,14 +334,16 @@ class TicketCommands:
             ticket = self._lock(conn, ticket_id)
             check_holder(agent, ticket, supervisors_too=True)
             new_team = team or ticket["team"]
+            if new_team != ticket["team"]:
+                self._check_team(conn, new_team)
             payload = {"from_team": ticket["team"], "to_team": new_team, "from_agent": ticket["claimed_by"],
                        "note": note}
             if to_agent is None:
                 updated = self._requeue(conn, notes, agent, ticket, "transferred", payload, team=new_team)
             else:
                 target = A.active_agent(conn, to_agent)
-                if target is None:
-                    raise Invalid(f"no active agent {to_agent!r}")
+                if target is None:   # like an unknown team: a name that resolves to nothing
+                    raise NotFound(f"no active agent {to_agent!r}", agent=to_agent)
                 if not target.may_see(new_team):
                     raise Invalid(f"agent {target.name!r} is not in team {new_team!r}")
                 if not target.has_skills(ticket["skills"]):
@@ -353,6 +358,16 @@ class TicketCommands:
                     self.port.on_ticket_claimed(conn, updated)
         self._count(updated, "transferred")
         return updated
+
+    def _check_team(self, conn, team: str) -> None:
+        """A transfer goes only to a team someone works in (or the default team, where tickets open): a ticket
+        sent to a misspelt team would drop out of every agent's queue. 404, like any name that resolves to
+        nothing (422 is for requests the schema refuses)."""
+        if team == self.config.default_team or A.team_exists(conn, team):
+            return
+        teams = sorted({*A.known_teams(conn), self.config.default_team})
+        raise NotFound(f"no team {team!r}: no active agent works in it (teams: {', '.join(teams)}); "
+                       f"add one with `switchboard agents add NAME --team {team}`", team=team, teams=teams)
 
     # -- talking to the customer and L2 decisions -----------------------------------------------
 
@@ -495,9 +510,10 @@ class TicketCommands:
             if ticket["draft"] is None or ticket["draft_status"] != "pending":
                 raise Conflict(f"ticket {ticket['id']} has no pending draft")
             if ticket["kind"] == "approval":   # a rejected approval ends the wait: the workflow is told
-                if not agent.may_approve(ticket["approval_level"]):
-                    raise Forbidden(f"deciding this approval needs approval level {ticket['approval_level']!r}; "
-                                    f"yours is {agent.approval_level!r}", required_level=ticket["approval_level"],
+                required = self._required_level(ticket)
+                if not agent.may_approve(required):
+                    raise Forbidden(f"deciding this approval needs approval level {required!r}; "
+                                    f"yours is {agent.approval_level!r}", required_level=required,
                                     your_level=agent.approval_level)
                 decided = self._apply_approval(conn, ticket, agent, approved=False, reason=reason)
                 updated = T.update_ticket(conn, ticket["id"], draft_status="rejected", status="resolved",
@@ -514,6 +530,19 @@ class TicketCommands:
 
     # -- closing --------------------------------------------------------------------------------
 
+    def _check_not_approval(self, ticket: dict[str, Any], action: str) -> None:
+        """An ``approval`` ticket is a workflow waiting for a decision: closing it any other way than approve,
+        reject or cancel would leave the customer's request waiting forever with nothing run. 409 for
+        everyone, whatever their level: no level makes this action right (403 would suggest one does)."""
+        if ticket["kind"] != "approval":
+            return
+        required = self._required_level(ticket)
+        raise Conflict(
+            f"approval ticket {ticket['id']} cannot be {action}: it closes only by a decision. Approve or reject "
+            f"it (approval level {required!r} or above), transfer it to someone who may, or cancel it "
+            "(supervisors and admins), which ends the waiting request and tells the customer.",
+            kind="approval", required_level=required, allowed=["approve", "reject", "cancel"])
+
     @_retrying
     def resolve(self, agent: Agent, ticket_id, *, outcome: str, note: str | None = None) -> dict[str, Any]:
         """Close the ticket with an outcome; the conversation moves on to feedback and does not bounce back."""
@@ -522,6 +551,7 @@ class TicketCommands:
         with self._action() as (conn, notes):
             ticket = self._lock(conn, ticket_id)
             check_holder(agent, ticket, supervisors_too=True)
+            self._check_not_approval(ticket, "resolved")
             updated = T.update_ticket(conn, ticket["id"], status="resolved", outcome=outcome, claimed_by=None,
                                       lease_expires_at=None, resolved_by=agent.id, closed_at=T.Sql("now()"))
             self._event(conn, notes, updated, agent, "resolved",
@@ -536,6 +566,7 @@ class TicketCommands:
         with self._action() as (conn, notes):
             ticket = self._lock(conn, ticket_id)
             check_holder(agent, ticket, supervisors_too=True)
+            self._check_not_approval(ticket, "returned to the bot")
             updated = T.update_ticket(conn, ticket["id"], status="returned_to_bot", outcome="returned_to_bot",
                                       claimed_by=None, lease_expires_at=None, resolved_by=agent.id,
                                       closed_at=T.Sql("now()"))
@@ -547,7 +578,8 @@ class TicketCommands:
 
     @_retrying
     def cancel(self, agent: Agent, ticket_id, *, reason: str) -> dict[str, Any]:
-        """Cancel from the API (supervisors and admins)."""
+        """Cancel from the API (supervisors and admins). An approval ticket's waiting workflow is cancelled with
+        it and the customer told (through the port), so nothing runs and nothing waits."""
         if not agent.sees_all_teams:
             raise Forbidden("only supervisors and admins cancel tickets")
         with self._action() as (conn, notes):

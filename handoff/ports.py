@@ -61,7 +61,9 @@ class ConversationPort(Protocol):
         """An agent handed the conversation back: the bot is in charge again."""
 
     def on_ticket_cancelled(self, conn: psycopg.Connection, ticket: dict[str, Any]) -> None:
-        """The ticket was cancelled."""
+        """The ticket was cancelled. For an ``approval`` ticket the waiting process ends too, in this transaction,
+        and the customer is told (unless they asked not to be contacted). Raises :class:`DeliveryUnavailable` when
+        nothing can end it (the cancel is then refused: an approval must not close while its process waits)."""
 
     def on_ticket_requeued(self, conn: psycopg.Connection, ticket: dict[str, Any]) -> None:
         """A claimed ticket went back to the queue (released, lease expired, transferred, agent disabled)."""

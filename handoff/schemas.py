@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Kind = Literal["assist", "handoff", "approval"]
 Status = Literal["queued", "claimed", "resolved", "returned_to_bot", "cancelled"]
@@ -99,10 +99,24 @@ class ReleaseIn(_In):
 
 
 class TransferIn(_In):
-    team: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    """A team, an agent, or both (the schema says so, so a request naming neither is malformed: 422)."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, json_schema_extra={"anyOf": [
+        {"required": ["team"], "properties": {"team": {"type": "string"}}},
+        {"required": ["agent"], "properties": {"agent": {"type": "string"}}}]})
+    team: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+                             description="An existing team (an active agent works in it, or the default team); "
+                                         "another is 404.")
     agent: str | None = Field(default=None, min_length=1, max_length=64,
-                              description="Agent name or id: they hold it at once.")
+                              description="Agent name or id: they hold it at once (an unknown or disabled one "
+                                          "is 404).")
     note: str | None = Field(default=None, max_length=2000)
+
+    @model_validator(mode="after")
+    def _names_a_target(self) -> TransferIn:
+        if self.team is None and self.agent is None:
+            raise ValueError("name a team, an agent, or both")
+        return self
 
 
 # a character that is neither white space (the characters Python's str.strip removes) nor NUL (Postgres text

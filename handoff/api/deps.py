@@ -56,7 +56,7 @@ def doc(*codes: int) -> dict[int | str, dict[str, Any]]:
         204: "Nothing to claim",
         401: "Missing, invalid, expired or revoked token",
         403: "Not your team, missing skills, or above your approval level",
-        404: "No such ticket",
+        404: "No such ticket (for a transfer: no such team or active agent)",
         409: "The ticket's state does not allow it (claimed by someone else, already closed, lease lost)",
         413: "Message text too long",
         422: "Malformed request",

@@ -82,8 +82,9 @@ async def release(ticket_id: UUID, call: CallerDep, body: Annotated[ReleaseIn | 
     return await call.run(lambda agent: call.svc.release(agent, ticket_id, reason=(body.reason if body else None)))
 
 @router.post("/{ticket_id}/transfer", response_model=Ticket, summary="Transfer to a team or an agent",
-             description="To a team: the ticket is queued there. To an agent: they hold it at once (they must "
-                         "be in the ticket's team).", responses=doc(403, 404, 409))
+             description="To a team: the ticket is queued there; the team must exist (an active agent works in "
+                         "it, or it is the default team), else 404 naming it. To an agent: they hold it at once "
+                         "(they must be in the ticket's team).", responses=doc(403, 404, 409))
 async def transfer(ticket_id: UUID, body: TransferIn, call: CallerDep) -> dict[str, Any]:
     return await call.run(lambda agent: call.svc.transfer(agent, ticket_id, team=body.team, to_agent=body.agent,
                                                           note=body.note))
@@ -122,18 +123,21 @@ async def reject(ticket_id: UUID, body: RejectIn, call: CallerDep) -> dict[str, 
     return await call.run(lambda agent: call.svc.reject(agent, ticket_id, reason=body.reason))
 
 @router.post("/{ticket_id}/resolve", response_model=Ticket, summary="Resolve with an outcome",
-             description="The conversation moves to feedback and does not bounce back into handoff by itself.",
-             responses=doc(403, 404, 409))
+             description="The conversation moves to feedback and does not bounce back into handoff by itself. "
+                         "An `approval` ticket is 409 for everyone: it closes only by approve or reject (at its "
+                         "level) or cancel.", responses=doc(403, 404, 409))
 async def resolve(ticket_id: UUID, body: ResolveIn, call: CallerDep) -> dict[str, Any]:
     return await call.run(lambda agent: call.svc.resolve(agent, ticket_id, outcome=body.outcome, note=body.note))
 
 @router.post("/{ticket_id}/return-to-bot", response_model=Ticket, summary="Hand the conversation back",
-             responses=doc(403, 404, 409))
+             description="409 on an `approval` ticket (approve, reject or cancel it).", responses=doc(403, 404, 409))
 async def return_to_bot(ticket_id: UUID, call: CallerDep, body: Annotated[NoteIn | None, Body()] = None):
     return await call.run(lambda agent: call.svc.return_to_bot(agent, ticket_id,
                                                                note=(body.note if body else None)))
 
 @router.post("/{ticket_id}/cancel", response_model=Ticket, summary="Cancel (supervisors and admins)",
-             responses=doc(403, 404, 409))
+             description="On an `approval` ticket the waiting workflow is cancelled too (nothing runs) and the "
+                         "customer is told, unless they asked not to be contacted; 503 when no workflow engine "
+                         "is wired to end it.", responses=doc(403, 404, 409, 503))
 async def cancel(ticket_id: UUID, body: CancelIn, call: CallerDep) -> dict[str, Any]:
     return await call.run(lambda agent: call.svc.cancel(agent, ticket_id, reason=body.reason))

@@ -134,18 +134,27 @@ def agents_disable(
     emit(row, as_json, f"disabled {row['name']}; {len(row['requeued'])} ticket(s) back in the queue")
 
 
+def _positive_days(value: float | None) -> float | None:
+    """0 once meant "never expires" (a falsy number): refuse it and negatives as bad usage (exit 2)."""
+    if value is not None and not value > 0:
+        raise typer.BadParameter(f"{value:g} is not a lifetime: give a number of days above 0, or leave "
+                                 "--expires-days out for a token that does not expire")
+    return value
+
+
 @tokens_app.command("issue")
 def tokens_issue(
     agent: str = typer.Argument(..., help="Agent name or id."),
     label: str = typer.Option(None, help="What the token is for (e.g. 'desk-3')."),
-    expires_days: float = typer.Option(None, min=0.0, max=36500.0, help="Expire after this many days, at most "
-                                       "36500 (default: never)."),
+    expires_days: float = typer.Option(None, max=36500.0, callback=_positive_days,
+                                       help="Expire after this many days, more than 0 and at most 36500 "
+                                            "(default: never)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Issue a token; the plaintext is printed once and only its sha256 is stored."""
     from handoff import agents
 
-    expires = timedelta(days=expires_days) if expires_days else None
+    expires = timedelta(days=expires_days) if expires_days is not None else None
     token, row = _run(as_json, lambda conn: agents.issue_token(conn, agent, label=label, expires_in=expires,
                                                                 actor=_actor()))
     emit({**row, "token": token}, as_json,

@@ -305,14 +305,18 @@ class ConversationStatePort:
         self._move(conn, ticket, {s: "idle" for s in ("l2_assisting", "l3_queuing", "l3_connected")},
                    "ticket_cancelled")
         instance_id = (ticket.get("draft") or {}).get("instance_id")
-        if ticket.get("kind") == "approval" and instance_id and self.flows is not None:
-            # cancelled by staff: the waiting flow ends too (a flow the customer cancelled is over already)
-            turn = self.flows.cancel(conn, str(instance_id), reason="approval ticket cancelled")
-            conv = self._conversation(conn, ticket) if turn.reply and turn.outcome == "cancelled" else None
-            if conv is not None and turn.reply:
-                enqueue_outbound(conn, conversation_id=conv["id"], channel=conv["channel"], text=turn.reply,
-                                 sender="bot", kind="reply",
-                                 payload={"ticket_id": str(ticket.get("id")), "workflow": turn.as_response()})
+        if ticket.get("kind") == "approval" and instance_id:
+            # cancelled by staff: the waiting flow ends too and the customer hears it (a flow the customer
+            # cancelled is over already: the engine answers without a reply and nothing is sent twice)
+            if self.flows is None:
+                raise DeliveryUnavailable("no workflow engine is wired: the waiting request cannot be ended")
+            try:
+                turn = self.flows.cancel(conn, str(instance_id), reason="approval ticket cancelled")
+            except KeyError:    # the flow row is gone (erased): nothing waits any more
+                log.warning("approval ticket %s names an unknown flow %s", ticket.get("id"), instance_id)
+                return
+            if turn.outcome == "cancelled":
+                self._tell_customer(conn, ticket, turn)
 
     flows: Any = None    # the workflow engine (set by the composition root when workflows are wired)
 
@@ -323,13 +327,23 @@ class ConversationStatePort:
         if self.flows is None or not instance_id:
             raise DeliveryUnavailable("no workflow engine is wired: the approval cannot be applied")
         turn = self.flows.resolve_approval(conn, str(instance_id), approved, approver, reason)
-        if turn.reply:
-            conv = self._conversation(conn, ticket)
-            if conv is not None:
-                enqueue_outbound(conn, conversation_id=conv["id"], channel=conv["channel"], text=turn.reply,
-                                 sender="bot", kind="reply",
-                                 payload={"ticket_id": str(ticket.get("id")), "workflow": turn.as_response()})
+        self._tell_customer(conn, ticket, turn)
         return {"workflow": turn.as_response(), "outcome": turn.outcome}
+
+    def _tell_customer(self, conn, ticket, turn) -> None:
+        """Queue a workflow's reply after a ticket decision through :meth:`_reachable`, as an agent message
+        goes: a customer who asked not to be contacted (or an unknown conversation) gets nothing, and the
+        decision itself still stands."""
+        if not turn.reply:
+            return
+        try:
+            conv = self._reachable(conn, ticket)
+        except CustomerUnreachable as exc:
+            log.info("workflow reply for ticket %s not sent: %s", ticket.get("id"), exc)
+            return
+        enqueue_outbound(conn, conversation_id=conv["id"], channel=conv["channel"], text=turn.reply,
+                         sender="bot", kind="reply",
+                         payload={"ticket_id": str(ticket.get("id")), "workflow": turn.as_response()})
 
     def reveal_value(self, conn, ticket, *, message_id, start, end):
         """One masked value's original, from the message of the ticket's conversation, only where the
@@ -345,8 +359,8 @@ class ConversationStatePort:
                 return span.value
         raise OriginalGone(f"message {message_id} holds no personal value at {start}-{end}")
 
-    def send_to_customer(self, conn, ticket, *, text, sender, agent_id):
-        """Transcript + outbox row in the ticket change's transaction; refused for do-not-contact customers."""
+    def _reachable(self, conn, ticket) -> dict[str, Any]:
+        """The ticket's conversation (locked) if its customer may be written to; else CustomerUnreachable."""
         conv = self._conversation(conn, ticket)
         if conv is None:
             raise CustomerUnreachable(f"conversation {ticket.get('conversation_id')} does not exist")
@@ -356,6 +370,11 @@ class ConversationStatePort:
         ).fetchone()
         if flags and flags["do_not_contact"]:
             raise CustomerUnreachable("the customer asked not to be contacted (STOP); nothing was sent")
+        return conv
+
+    def send_to_customer(self, conn, ticket, *, text, sender, agent_id):
+        """Transcript + outbox row in the ticket change's transaction; refused for do-not-contact customers."""
+        conv = self._reachable(conn, ticket)
         return enqueue_outbound(conn, conversation_id=conv["id"], channel=conv["channel"], text=text,
                                 sender=sender, kind="agent_message",
                                 payload={"ticket_id": str(ticket.get("id")), "agent_id": agent_id})

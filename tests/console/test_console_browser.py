@@ -99,11 +99,42 @@ def test_reject_needs_a_reason_then_edit_and_send_is_refused_and_the_agent_trans
     expect(console.get_by_role("button", name="Approve")).to_be_disabled()
     assert gateway.ticket(ticket["id"])["draft_status"] == "rejected"
 
+    gateway.agent("bea", teams=("billing",))            # transfers go only to a team someone works in
     console.get_by_label("Team to transfer to").fill("billing")
     console.get_by_role("button", name="Transfer").click()
     expect(console.locator(f"#queue-rows tr[data-ticket='{ticket['id']}']")).to_have_count(0)
     row = gateway.ticket(ticket["id"])
     assert (row["team"], row["status"], row["claimed_by"]) == ("billing", "queued", None)
+
+
+def test_an_approval_ticket_offers_no_resolve_or_return_to_bot(console, gateway):
+    """An approval closes by a decision at its level or a cancel: Resolve and Return to bot are off, a note says
+    why, and the server answers 409 to a client that calls them anyway (issue 34: resolve closed the approval
+    and left the customer's flow waiting for ever)."""
+    import uuid
+
+    with gateway.pool.connection() as conn, conn.transaction():
+        conv = conn.execute("INSERT INTO conversations (channel, external_id, customer_id, state) "
+                            "VALUES ('web', %s, 'cust-3', 'idle') RETURNING id", (f"c-{uuid.uuid4().hex[:8]}",)
+                            ).fetchone()
+        ticket = gateway.handoff.open_ticket(
+            conn, kind="approval", conversation_id=str(conv["id"]), channel="web", customer_id="cust-3",
+            reason="refund: 300 CNY needs supervisor approval", amount=300, currency="CNY",
+            context={"approval": {"workflow": "refund", "amount": 300, "currency": "CNY", "tier": "supervisor"}},
+            draft={"text": None, "instance_id": str(uuid.uuid4()), "proposed_action": "request_refund 300 CNY"})
+    token = gateway.agent("fay")
+    console.sign_in(token)
+    console.locator(f"#queue-rows tr[data-ticket='{ticket['id']}']").get_by_role("button").click()
+    expect(console.locator(f"#ticket[data-ticket='{ticket['id']}']")).to_be_visible()
+    expect(console.get_by_role("button", name="Transfer")).to_be_enabled()
+    expect(console.get_by_role("button", name="Resolve")).to_be_disabled()
+    expect(console.get_by_role("button", name="Return to bot")).to_be_disabled()
+    expect(console.locator("#close-approval")).to_be_visible()
+    expect(console.locator("#close-approval")).to_contain_text("Approve or Reject")
+    r = httpx.post(f"{gateway.url}/v1/handoff/tickets/{ticket['id']}/resolve", json={"outcome": "solved"},
+                   headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 409 and r.json()["allowed"] == ["approve", "reject", "cancel"]
+    assert gateway.ticket(ticket["id"])["status"] == "claimed"
 
 
 def test_an_agent_below_the_level_needed_cannot_approve(console, gateway):

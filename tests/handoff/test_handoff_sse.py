@@ -152,6 +152,7 @@ def test_stream_needs_a_token(live):
 def test_a_ticket_transferred_away_is_announced_to_the_team_it_left(live, hs, open_ticket, make_agent):
     _, bill = make_agent("bill", teams=("billing",))
     sue, _ = make_agent("sue", role="supervisor")
+    make_agent("cy", teams=("care",))                 # a transfer goes only to a team someone works in
     s = Stream(f"{live[0]}/v1/handoff/events", bill)
     try:
         assert s.next()[2] == 200 and s.next()[0] == "ready"

@@ -4,6 +4,7 @@ offline, and points at things that exist (HTTP routes, CLI commands, settings, c
 from __future__ import annotations
 
 import copy
+import ipaddress
 import re
 import shlex
 from pathlib import Path
@@ -191,6 +192,95 @@ def test_service_hpa_pdb_and_networkpolicy_select_the_gateway(rendered):
         assert _matches(netpol["spec"]["podSelector"]["matchLabels"], labels), w["metadata"]["name"]
     egress_ports = {p["port"] for rule in netpol["spec"]["egress"] for p in rule.get("ports", [])}
     assert {53, 5432, 9200, 443} <= egress_ports
+
+
+def _selects(selector: dict | None, labels: dict) -> bool:
+    """A label selector (matchLabels only; the manifests use no matchExpressions) against labels."""
+    assert set(selector or {}) <= {"matchLabels"}, selector
+    return _matches((selector or {}).get("matchLabels", {}), labels)
+
+
+def egress_allows(netpol: dict, *, port: int, protocol: str = "TCP", ip: str, pod: dict | None = None,
+                  namespace: dict | None = None) -> bool:
+    """Whether the policy lets its pods open ``ip:port``, as Kubernetes reads it: a rule without ``to`` reaches
+    every address; a peer with only ``podSelector`` means pods of the policy's own namespace; ``ipBlock`` is
+    the address minus its exceptions. ``pod``/``namespace``: labels of the destination when it is a pod
+    (``namespace`` None = the policy's namespace)."""
+    own = namespace is None
+    ns_labels = namespace or {"kubernetes.io/metadata.name": netpol["metadata"].get("namespace", "")}
+    address = ipaddress.ip_address(ip)
+
+    def peer_ok(peer: dict) -> bool:
+        if "ipBlock" in peer:
+            block = peer["ipBlock"]
+            return (address in ipaddress.ip_network(block["cidr"])
+                    and not any(address in ipaddress.ip_network(x) for x in block.get("except", [])))
+        if pod is None:
+            return False
+        if "namespaceSelector" in peer:
+            return _selects(peer["namespaceSelector"], ns_labels) and _selects(peer.get("podSelector"), pod)
+        return own and _selects(peer.get("podSelector"), pod)
+
+    for rule in netpol["spec"].get("egress", []):
+        ports = rule.get("ports")
+        if ports and not any(p.get("port") == port and p.get("protocol", "TCP") == protocol for p in ports):
+            continue
+        if not rule.get("to") or any(peer_ok(peer) for peer in rule["to"]):
+            return True
+    return False
+
+
+def test_networkpolicy_egress_reaches_only_the_named_services(rendered):
+    """Issue 34: egress reached any address on 5432/9200 and the cluster's own network on 443. Now each port
+    goes to the pods of the service named (the example CloudNativePG and ECK clusters, kube-dns, labelled tool
+    servers) and 443 to public addresses only."""
+    _, objs = rendered
+    netpol = _one(objs, "NetworkPolicy")
+    assert all(rule.get("to") for rule in netpol["spec"]["egress"]), "an egress rule open to every address"
+    pg_name = yaml.safe_load((K8S / "examples" / "cloudnativepg-cluster.yaml").read_text())["metadata"]["name"]
+    es_name = yaml.safe_load((K8S / "examples" / "eck-elasticsearch.yaml").read_text())["metadata"]["name"]
+    postgres = {"cnpg.io/cluster": pg_name, "cnpg.io/instanceRole": "primary"}     # labels the operators set
+    elastic = {"elasticsearch.k8s.elastic.co/cluster-name": es_name}
+    dns = {"k8s-app": "kube-dns"}
+    kube_system = {"kubernetes.io/metadata.name": "kube-system"}
+    tools = {"switchboard.io/tool-server": "true", "app": "shop"}
+    other = {"app": "something-else"}
+
+    def allows(**kw) -> bool:
+        return egress_allows(netpol, **kw)
+
+    # what must work
+    assert allows(port=53, protocol="UDP", ip="10.96.0.10", pod=dns, namespace=kube_system)
+    assert allows(port=53, protocol="TCP", ip="10.96.0.10", pod=dns, namespace=kube_system)
+    assert allows(port=5432, ip="10.1.2.3", pod=postgres)
+    assert allows(port=9200, ip="10.1.2.4", pod=elastic)
+    assert allows(port=8000, ip="10.1.2.5", pod=tools)
+    for public in ("149.154.167.220", "157.240.22.35", "54.172.60.0", "101.226.129.166"):   # channel APIs
+        assert allows(port=443, ip=public), public
+    # what must not
+    assert not allows(port=5432, ip="10.1.2.9", pod=other)                    # another pod of the namespace
+    assert not allows(port=5432, ip="10.1.2.3", pod=postgres, namespace={"kubernetes.io/metadata.name": "x"})
+    assert not allows(port=5432, ip="203.0.113.7") and not allows(port=9200, ip="203.0.113.7")  # the internet
+    assert not allows(port=9200, ip="10.1.2.9", pod=other)
+    assert not allows(port=53, protocol="UDP", ip="8.8.8.8")                  # DNS only through kube-dns
+    assert not allows(port=53, protocol="UDP", ip="10.1.2.9", pod=dns)        # "kube-dns" outside kube-system
+    assert not allows(port=8000, ip="10.1.2.9", pod=other)
+    for private in ("10.0.0.1", "10.96.0.1", "172.16.0.1", "172.31.255.254", "192.168.1.1", "100.64.0.1",
+                    "169.254.169.254", "127.0.0.1", "0.0.0.1"):
+        assert not allows(port=443, ip=private), private                      # the cluster, nodes, metadata
+        assert not allows(port=443, ip=private, pod=other), private
+    assert not allows(port=80, ip="93.184.216.34") and not allows(port=22, ip="93.184.216.34")
+
+
+def test_the_egress_check_is_not_vacuous():
+    """The policy as it was (ports without peers, 443 to 0.0.0.0/0 but the metadata address) fails the check."""
+    old = {"metadata": {"namespace": "switchboard"}, "spec": {"egress": [
+        {"ports": [{"port": 5432, "protocol": "TCP"}, {"port": 9200, "protocol": "TCP"}]},
+        {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]}}],
+         "ports": [{"port": 443, "protocol": "TCP"}]}]}}
+    assert egress_allows(old, port=5432, ip="203.0.113.7")
+    assert egress_allows(old, port=443, ip="10.96.0.1")
+    assert not egress_allows(old, port=443, ip="169.254.169.254")
 
 
 # --------------------------------------------------------------------------------- jobs and CLI

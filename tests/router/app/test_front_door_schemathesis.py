@@ -233,6 +233,10 @@ def test_a_nul_character_in_any_request_string_is_422_never_500(services, tmp_pa
     with TestClient(app) as client:
         key = issue_integration_key(services.pool, list(CHANNELS))
         admin = {"Authorization": f"Bearer {agent_token(services, 'nul-admin', 'admin')}"}
+        from handoff.agents import add_agent
+
+        with services.pool.connection() as conn:        # a transfer goes only to a team someone works in
+            add_agent(conn, "nul-billing", teams=("billing",), actor="test")
         first = client.post("/v1/messages", headers={"Authorization": f"Bearer {key}"}, json={
             "channel": "web", "conversation_id": "nul-c", "customer_id": "nul-u", "message_id": "nul-m",
             "text": "转人工"}).json()

@@ -110,16 +110,67 @@ def test_chinese_cancel_while_waiting_is_answered_in_chinese(api, svc):
     assert rows(svc.pool, "SELECT status FROM tickets WHERE id = %s", ticket["id"])[0]["status"] == "cancelled"
 
 
+def outbox_texts(svc, conversation: str) -> list[str]:
+    return [r["text"] for r in rows(svc.pool, "SELECT o.payload->>'text' AS text FROM outbox o "
+                                    "JOIN conversations c ON c.id = o.conversation_id WHERE c.external_id = %s "
+                                    "ORDER BY o.id", conversation)]
+
+
 def test_staff_cancelling_the_approval_ticket_ends_the_flow(api, svc):
     ticket = waiting_for_approval(api, svc, "conv-staff")
     _, sup = make_agent(svc.pool, "sam", role="supervisor", approval_level="supervisor")
+    sent_before = outbox_texts(svc, "conv-staff")
     r = api.post(f"/v1/handoff/tickets/{ticket['id']}/cancel", headers={"Authorization": f"Bearer {sup}"},
                  json={"reason": "duplicate request"})
     assert r.status_code == 200, r.text
-    assert flow_of(svc, ticket)["status"] == "cancelled"
+    assert (r.json()["status"], r.json()["outcome"]) == ("cancelled", "cancelled")
+    flow = flow_of(svc, ticket)
+    assert (flow["status"], flow["outcome"]) == ("cancelled", "cancelled")
+    # the customer is told, once, through the outbox (the engine's own cancelled message)
+    assert outbox_texts(svc, "conv-staff") == [*sent_before, "OK, I've stopped here; nothing further will be done."]
     # the conversation is free for a new task: a new refund starts its own flow
     assert say(api, "I want a refund of 30 for order 100234", "conv-staff")["flow"]["step"] == "confirm_refund"
     assert refunds_of(svc, "100234") == []
+
+
+def test_a_stopped_customer_hears_nothing_when_staff_cancel_but_the_flow_still_ends(api, svc):
+    ticket = waiting_for_approval(api, svc, "conv-dnc")
+    say(api, "STOP", "conv-dnc")                                    # do-not-contact from now on
+    assert flow_of(svc, ticket)["status"] == "waiting_approval"
+    sent_before = outbox_texts(svc, "conv-dnc")
+    _, sup = make_agent(svc.pool, "sam", role="supervisor", approval_level="supervisor")
+    r = api.post(f"/v1/handoff/tickets/{ticket['id']}/cancel", headers={"Authorization": f"Bearer {sup}"},
+                 json={"reason": "the customer opted out"})
+    assert r.status_code == 200, r.text
+    assert flow_of(svc, ticket)["status"] == "cancelled"
+    assert outbox_texts(svc, "conv-dnc") == sent_before              # nothing outbound after STOP
+    assert refunds_of(svc, "100234") == []
+
+
+def test_an_agent_below_the_level_cannot_close_the_approval_and_the_flow_keeps_waiting(api, svc):
+    """Issue 34 item 5: resolve "solved" by an agent who may not approve was 200, no refund ran and the flow
+    waited for ever. Now resolve and return-to-bot are 409 for everyone; the approval is decided properly."""
+    ticket = waiting_for_approval(api, svc, "conv-low")
+    _, ana = make_agent(svc.pool, "ana")                            # approval level auto (<= 50)
+    _, sue = make_agent(svc.pool, "sue", role="supervisor", approval_level="supervisor")
+    low, sup = {"Authorization": f"Bearer {ana}"}, {"Authorization": f"Bearer {sue}"}
+    base = f"/v1/handoff/tickets/{ticket['id']}"
+    assert api.post(f"{base}/claim", headers=low).status_code == 200
+    assert api.post(f"{base}/approve", headers=low).status_code == 403
+    closing = [api.post(f"{base}/resolve", headers=low, json={"outcome": "solved"}),
+               api.post(f"{base}/return-to-bot", headers=low, json={}),
+               api.post(f"{base}/resolve", headers=sup, json={"outcome": "refunded"})]   # a supervisor over ana
+    assert [r.status_code for r in closing] == [409, 409, 409], [r.text for r in closing]
+    assert all(r.json()["allowed"] == ["approve", "reject", "cancel"] for r in closing)
+    assert rows(svc.pool, "SELECT status FROM tickets WHERE id = %s", ticket["id"])[0]["status"] == "claimed"
+    assert flow_of(svc, ticket)["status"] == "waiting_approval"
+    assert refunds_of(svc, "100234") == []
+
+    assert api.post(f"{base}/transfer", headers=low, json={"agent": "sue"}).status_code == 200
+    approved = api.post(f"{base}/approve", headers=sup)
+    assert approved.status_code == 200, approved.text
+    assert flow_of(svc, ticket)["status"] == "completed"
+    assert len(refunds_of(svc, "100234")) == 1
 
 
 def test_cancel_and_approval_at_the_same_moment_apply_exactly_once(api, svc):

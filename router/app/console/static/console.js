@@ -23,6 +23,7 @@ const T = {
     replyHint: "Your message leaves through the customer's channel", send: "Send",
     outbox: "Outbox (delivery to the customer's channel)", kindCol: "Kind", text: "Text", attempts: "Attempts",
     closeTitle: "Hand over or close", teamHint: "team", transfer: "Transfer", resolve: "Resolve",
+    approvalCloses: "An approval closes only by Approve or Reject (at its level), or by a supervisor's Cancel, which ends the customer's request.",
     returnBot: "Return to bot", oSolved: "solved", oRefunded: "refunded", oDuplicate: "duplicate",
     oNoResponse: "no response", decisions: "Decisions and why", evidence: "Evidence", facts: "Customer facts",
     flow: "Flow and proposed tool call", auditLog: "Ticket log",
@@ -60,6 +61,7 @@ const T = {
     replyHint: "消息将通过客户所在渠道发出", send: "发送",
     outbox: "发件箱（发往客户渠道）", kindCol: "类别", text: "内容", attempts: "尝试次数",
     closeTitle: "转交或结束", teamHint: "团队", transfer: "转交", resolve: "解决",
+    approvalCloses: "审批工单只能通过批准或驳回（需相应级别）结束，或由主管取消（同时终止客户的请求）。",
     returnBot: "交还机器人", oSolved: "已解决", oRefunded: "已退款", oDuplicate: "重复", oNoResponse: "客户未回应",
     decisions: "决策及依据", evidence: "检索证据", facts: "客户信息", flow: "流程状态与拟调用工具", auditLog: "工单日志",
     live: "实时", reconnecting: "正在重连…", nothingToClaim: "您的团队（{teams}）目前没有可认领的工单。",
@@ -593,8 +595,11 @@ function renderTicket() {
   $("send").disabled = !held;
   $("reply-text").disabled = !held;
   $("transfer").disabled = !(held || (open && ["supervisor", "admin"].includes(state.me.role)));
-  $("resolve").disabled = !(held || (open && ["supervisor", "admin"].includes(state.me.role)));
+  // an approval closes only by a decision or a cancel: the server answers 409 to resolve and return-to-bot
+  const approval = tk.kind === "approval";
+  $("resolve").disabled = approval || !(held || (open && ["supervisor", "admin"].includes(state.me.role)));
   $("return-bot").disabled = $("resolve").disabled;
+  $("close-approval").hidden = !(approval && open);
 }
 
 function citation(c) {
