@@ -225,7 +225,7 @@ class _Turn:
     def harness_outcome(self, v: Verdict) -> TurnResult:
         if v.action == "throttle":
             problem = Problem(429, f"Too many messages: at most {v.detail['max_messages']} per "
-                                   f"{v.detail['window_seconds']} s. The message was kept; retry it after "
+                                   f"{v.detail['window_seconds']} s. Nothing was stored; retry it after "
                                    f"{v.retry_after} s.", title="Too Many Requests",
                               headers={"Retry-After": str(v.retry_after)}, retry_after=v.retry_after)
             return TurnResult(decision=Decision(channel="harness", explanation={"rule": "quota", **v.detail}),

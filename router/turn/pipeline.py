@@ -274,7 +274,7 @@ class Pipeline:
                         log.warning("after-commit hook failed", exc_info=True)
         except _Refused as refused:
             self.metrics.refused.labels("quota_customer").inc()
-            raise _stored_nothing(refused.problem) from None
+            raise refused.problem from None
         elapsed = time.perf_counter() - t0
         self.metrics.stage_seconds.labels("total").observe(elapsed)
         self._observe_stages(ctx, result)
@@ -407,9 +407,3 @@ class Pipeline:
         return response
 
 
-def _stored_nothing(problem: Problem) -> Problem:
-    """A decider's refusal as the client sees it: the message was rolled back, so its text says so."""
-    detail = getattr(problem, "detail", None)
-    if isinstance(detail, str) and "The message was kept" in detail:
-        problem.detail = detail.replace("The message was kept", "Nothing was stored")
-    return problem
