@@ -40,8 +40,9 @@ def wire_classifier(services: Services) -> None:
     config = load_intents(path)
     services.classifier = IntentClassifier.from_config(config, services.encoder,
                                                        cache_dir=services.settings.home / "cache" / "heads")
-    services.classifier.reload_on_sighup(path, cache_dir=services.settings.home / "cache" / "heads")
     clf = services.classifier
+    heads = services.settings.home / "cache" / "heads"
+    services.closers.append(on_sighup(lambda: clf.reload_file(path, cache_dir=heads), name="intents-reload"))
     services.readiness["classifier"] = lambda: (True, f"{len(clf.config.intents)} intents from {path}")
 
 
@@ -78,8 +79,9 @@ def wire_flows(services: Services) -> None:
 
     By default the bundled tools file starts the example shop over MCP stdio with this gateway's
     database URL, so the shop keeps its data in schema ``shop`` of the same Postgres. The shop
-    process starts on the first tool call; a broken tools or workflows file is logged and leaves
-    the router without workflows rather than without a gateway.
+    process starts on the first tool call. A broken tools or workflows file stops the start-up
+    (``switchboard serve`` checks both first and names the file and line): a gateway without its tools
+    would silently turn every task into a ticket.
     """
     from automation.tools import load_tool_gateway
     from automation.workflows.engine import FlowEngine
@@ -92,18 +94,10 @@ def wire_flows(services: Services) -> None:
         return
     variables = dict(os.environ)
     variables["SWITCHBOARD_DATABASE_URL"] = services.dsn
-    try:
-        gateway = load_tool_gateway(s.tools_file, pool=services.pool, variables=variables,
-                                    redact=lambda v: personal.mask(v) or "")
-    except Exception:
-        log.exception("the tools file could not be loaded: tools and workflows are off")
-        return
+    gateway = load_tool_gateway(s.tools_file, pool=services.pool, variables=variables,
+                                redact=lambda v: personal.mask(v) or "")
     services.closers.append(gateway.close)
-    try:
-        workflows = load_workflows(s.workflows_file, tools=gateway)
-    except Exception:
-        log.exception("the workflows could not be loaded: workflows are off")
-        return
+    workflows = load_workflows(s.workflows_file, tools=gateway)
     services.tools = gateway
     from handoff.queries import customer_tickets
 
@@ -117,7 +111,7 @@ def wire_flows(services: Services) -> None:
     if services.metrics is not None:
         services.metrics.allow_workflows_of(engine)
         engine.observer = services.metrics.count_flow
-    on_sighup(lambda: reload_flows(services), name="workflows-reload")
+    services.closers.append(on_sighup(lambda: reload_flows(services), name="workflows-reload"))
 
 
 def reload_flows(services: Services) -> bool:
@@ -163,22 +157,44 @@ def reload_flows(services: Services) -> bool:
     return True
 
 
-def on_sighup(fn, *, name: str) -> bool:
-    """Run ``fn`` in a thread on SIGHUP, after whatever handler is installed already (the intents' reload):
-    one signal reloads every file. Only the main thread may install handlers; elsewhere False."""
+_reloaders: list[tuple[str, object]] = []
+
+
+def on_sighup(fn, *, name: str):
+    """Run ``fn`` in a thread on SIGHUP, with every other reload registered here: one signal reloads every file.
+
+    Services are built in a worker thread at start-up, where no signal handler can be installed, so the
+    functions go into a list and one handler (:func:`install_sighup`, installed by ``switchboard serve``
+    in the main thread before the app starts, or here when called from the main thread) runs them all.
+    Returns the function that takes ``fn`` off the list (a closed Services calls it)."""
+    entry = (name, fn)
+    _reloaders.append(entry)
+    install_sighup()
+
+    def remove() -> None:
+        if entry in _reloaders:
+            _reloaders.remove(entry)
+
+    return remove
+
+
+def _on_hup(signum, frame) -> None:
+    import threading
+
+    for name, fn in list(_reloaders):
+        threading.Thread(target=fn, name=name, daemon=True).start()
+
+
+def install_sighup() -> bool:
+    """Install the SIGHUP handler that runs the registered reloads (the default action would end the
+    process). Only the main thread may install handlers; elsewhere False."""
     import signal
     import threading
 
     if not hasattr(signal, "SIGHUP") or threading.current_thread() is not threading.main_thread():
         return False
-    previous = signal.getsignal(signal.SIGHUP)
-
-    def handler(signum, frame):
-        if callable(previous):
-            previous(signum, frame)
-        threading.Thread(target=fn, name=name, daemon=True).start()
-
-    signal.signal(signal.SIGHUP, handler)
+    if signal.getsignal(signal.SIGHUP) is not _on_hup:
+        signal.signal(signal.SIGHUP, _on_hup)
     return True
 
 
