@@ -23,6 +23,7 @@ def wire_encoder(services: Services) -> None:
     from rag.encoder_backends import QueryCache, load_encoder
 
     s = services.settings
+    limit_threads(s.torch_threads)
     # one message is encoded by the classifier, the repeated-question check and retrieval: cache it
     services.encoder = QueryCache(load_encoder(s.embedding_model, s.models_dir, backend=s.embedding_backend,
                                                threads=s.torch_threads, query_backend=s.embedding_query_backend))
@@ -38,12 +39,55 @@ def wire_classifier(services: Services) -> None:
         log.warning("no intents file configured and no bundled sample: the classifier is not wired")
         return
     config = load_intents(path)
-    services.classifier = IntentClassifier.from_config(config, services.encoder,
-                                                       cache_dir=services.settings.home / "cache" / "heads")
+    services.classifier = classifier_from(config, services.encoder, services.settings.home)
     clf = services.classifier
     heads = services.settings.home / "cache" / "heads"
     services.closers.append(on_sighup(lambda: clf.reload_file(path, cache_dir=heads), name="intents-reload"))
     services.readiness["classifier"] = lambda: (True, f"{len(clf.config.intents)} intents from {path}")
+
+
+def classifier_from(config, encoder, home: Path):
+    """The intent classifier as the gateway builds it, shared with ``switchboard router classify``: the
+    examples' vectors from the embedding cache and the trained heads from the heads cache under ``home``,
+    so only the first start (or a changed intents file) encodes the examples."""
+    from router.classify import IntentClassifier
+    from router.classify.evaluate import EmbeddingCache
+
+    example_vectors = oos_vectors = None
+    if encoder is not None and any(i.examples for i in config.intents):
+        cache = EmbeddingCache(Path(home) / "cache" / "embeddings")
+        example_vectors = cache.encode(encoder, [e for i in config.intents for e in i.examples])
+        if config.oos_examples:
+            oos_vectors = cache.encode(encoder, list(config.oos_examples))
+        config = _cached_fit(config, encoder, example_vectors, oos_vectors, Path(home) / "cache" / "fits")
+    return IntentClassifier.from_config(config, encoder, example_vectors=example_vectors, oos_vectors=oos_vectors,
+                                        cache_dir=Path(home) / "cache" / "heads")
+
+
+def _cached_fit(config, encoder, example_vectors, oos_vectors, folder: Path):
+    """The threshold fit that from_config would compute at every load, kept on disk per config and encoder."""
+    import hashlib
+    import json
+
+    from router.classify import fit
+    from router.classify.evaluate import encoder_key
+
+    if not fit.needs_fit(config, encoder):
+        return config
+    payload = json.dumps([config.model_dump(mode="json"), encoder_key(encoder), fit.FIT_VERSION],
+                         ensure_ascii=False, sort_keys=True, default=str)
+    path = folder / f"load-{hashlib.sha256(payload.encode('utf-8')).hexdigest()[:32]}.json"
+    if path.is_file():
+        try:
+            return config.model_copy(update=json.loads(path.read_text(encoding="utf-8")))
+        except ValueError:
+            pass
+    fitted = fit.refit_config(config, example_vectors, oos_vectors, encoder_name=getattr(encoder, "name", None))
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"scoring": fitted.scoring, "threshold": fitted.threshold}), encoding="utf-8")
+    tmp.replace(path)
+    return fitted
 
 
 def wire_handoff(services: Services) -> None:
@@ -394,11 +438,13 @@ def wire_components(services: Services) -> None:
 
 def build_services(settings: Settings, *, load_models: bool = True) -> Services:
     """Start (or reach) the database, migrate, open the pool and load what the app needs."""
-    limit_threads(settings.torch_threads)
+    if load_models:   # a one-off command without models does not import torch (wire_encoder sets them then)
+        limit_threads(settings.torch_threads)
     from text import personal
 
     personal.configure(settings.phone_regions)
-    personal.warm_up()
+    if load_models:   # the gateway: loaded before the first message (a one-off command loads it if it masks)
+        personal.warm_up()
     dsn, embedded, started = resolve_dsn(settings)
     applied = migrate(dsn)
     if applied:
