@@ -6,6 +6,27 @@ import typer
 
 from router.cli import agents, conversations, db, index, keys, models, outbox, privacy, rag, report, routing, serve, shop
 
+
+def _flags_without_a_type() -> None:
+    """--help shows no value type for a flag: it takes none. Typer's rich help printed ``<bool>`` after every
+    flag (its plain help already leaves flags out); options that take a value keep their type."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+    if getattr(shown, "_switchboard", False):
+        return
+
+    def display_type_rich(self, ctx):
+        if getattr(self, "is_flag", False) and not getattr(self, "count", False):
+            return None
+        return shown(self, ctx)
+
+    display_type_rich._switchboard = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich
+
+
+_flags_without_a_type()
+
 app = typer.Typer(
     name="switchboard",
     help="Three-tier routing gateway for customer service.",
