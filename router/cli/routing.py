@@ -257,7 +257,8 @@ def classify(
     except IntentConfigError as exc:
         fail(str(exc), as_json, code=2)
     c = IntentClassifier.from_config(config, None).classify(text)
-    if c.explanation.get("rule") is None:   # no rule matched: the embedding channel decides
+    # no rule matched, or an encoder asked for by name: the embedding channel (as the gateway builds it)
+    if c.explanation.get("rule") is None or encoder_name or backend:
         s, encoder = _setup(encoder_name, backend)
         c = classifier_from(config, encoder, s.home).classify(text)
     emit(c.to_dict(), as_json)
