@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from router.cli import agents, conversations, db, index, keys, models, outbox, privacy, rag, report, routing, serve, shop
+from router.cli import (agents, conversations, db, index, keys, models, outbox, privacy, rag, report, routing, serve,
+                        shop, trace)
 
 
 def _flags_without_a_type() -> None:
@@ -49,6 +50,7 @@ app.add_typer(conversations.app, name="eval")
 app.add_typer(shop.app, name="shop")
 app.command("serve")(serve.serve)
 app.command("report")(report.report)
+app.command("trace")(trace.trace)
 
 
 def main() -> None:
