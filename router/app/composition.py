@@ -23,6 +23,7 @@ def wire_encoder(services: Services) -> None:
     from rag.encoder_backends import QueryCache, load_encoder
 
     s = services.settings
+    limit_threads(s.torch_threads)
     # one message is encoded by the classifier, the repeated-question check and retrieval: cache it
     services.encoder = QueryCache(load_encoder(s.embedding_model, s.models_dir, backend=s.embedding_backend,
                                                threads=s.torch_threads, query_backend=s.embedding_query_backend))
@@ -38,11 +39,55 @@ def wire_classifier(services: Services) -> None:
         log.warning("no intents file configured and no bundled sample: the classifier is not wired")
         return
     config = load_intents(path)
-    services.classifier = IntentClassifier.from_config(config, services.encoder,
-                                                       cache_dir=services.settings.home / "cache" / "heads")
-    services.classifier.reload_on_sighup(path, cache_dir=services.settings.home / "cache" / "heads")
+    services.classifier = classifier_from(config, services.encoder, services.settings.home)
     clf = services.classifier
+    heads = services.settings.home / "cache" / "heads"
+    services.closers.append(on_sighup(lambda: clf.reload_file(path, cache_dir=heads), name="intents-reload"))
     services.readiness["classifier"] = lambda: (True, f"{len(clf.config.intents)} intents from {path}")
+
+
+def classifier_from(config, encoder, home: Path):
+    """The intent classifier as the gateway builds it, shared with ``switchboard router classify``: the
+    examples' vectors from the embedding cache and the trained heads from the heads cache under ``home``,
+    so only the first start (or a changed intents file) encodes the examples."""
+    from router.classify import IntentClassifier
+    from router.classify.evaluate import EmbeddingCache
+
+    example_vectors = oos_vectors = None
+    if encoder is not None and any(i.examples for i in config.intents):
+        cache = EmbeddingCache(Path(home) / "cache" / "embeddings")
+        example_vectors = cache.encode(encoder, [e for i in config.intents for e in i.examples])
+        if config.oos_examples:
+            oos_vectors = cache.encode(encoder, list(config.oos_examples))
+        config = _cached_fit(config, encoder, example_vectors, oos_vectors, Path(home) / "cache" / "fits")
+    return IntentClassifier.from_config(config, encoder, example_vectors=example_vectors, oos_vectors=oos_vectors,
+                                        cache_dir=Path(home) / "cache" / "heads")
+
+
+def _cached_fit(config, encoder, example_vectors, oos_vectors, folder: Path):
+    """The threshold fit that from_config would compute at every load, kept on disk per config and encoder."""
+    import hashlib
+    import json
+
+    from router.classify import fit
+    from router.classify.evaluate import encoder_key
+
+    if not fit.needs_fit(config, encoder):
+        return config
+    payload = json.dumps([config.model_dump(mode="json"), encoder_key(encoder), fit.FIT_VERSION],
+                         ensure_ascii=False, sort_keys=True, default=str)
+    path = folder / f"load-{hashlib.sha256(payload.encode('utf-8')).hexdigest()[:32]}.json"
+    if path.is_file():
+        try:
+            return config.model_copy(update=json.loads(path.read_text(encoding="utf-8")))
+        except ValueError:
+            pass
+    fitted = fit.refit_config(config, example_vectors, oos_vectors, encoder_name=getattr(encoder, "name", None))
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"scoring": fitted.scoring, "threshold": fitted.threshold}), encoding="utf-8")
+    tmp.replace(path)
+    return fitted
 
 
 def wire_handoff(services: Services) -> None:
@@ -78,8 +123,9 @@ def wire_flows(services: Services) -> None:
 
     By default the bundled tools file starts the example shop over MCP stdio with this gateway's
     database URL, so the shop keeps its data in schema ``shop`` of the same Postgres. The shop
-    process starts on the first tool call; a broken tools or workflows file is logged and leaves
-    the router without workflows rather than without a gateway.
+    process starts on the first tool call. A broken tools or workflows file stops the start-up
+    (``switchboard serve`` checks both first and names the file and line): a gateway without its tools
+    would silently turn every task into a ticket.
     """
     from automation.tools import load_tool_gateway
     from automation.workflows.engine import FlowEngine
@@ -92,18 +138,10 @@ def wire_flows(services: Services) -> None:
         return
     variables = dict(os.environ)
     variables["SWITCHBOARD_DATABASE_URL"] = services.dsn
-    try:
-        gateway = load_tool_gateway(s.tools_file, pool=services.pool, variables=variables,
-                                    redact=lambda v: personal.mask(v) or "")
-    except Exception:
-        log.exception("the tools file could not be loaded: tools and workflows are off")
-        return
+    gateway = load_tool_gateway(s.tools_file, pool=services.pool, variables=variables,
+                                redact=lambda v: personal.mask(v) or "")
     services.closers.append(gateway.close)
-    try:
-        workflows = load_workflows(s.workflows_file, tools=gateway)
-    except Exception:
-        log.exception("the workflows could not be loaded: workflows are off")
-        return
+    workflows = load_workflows(s.workflows_file, tools=gateway)
     services.tools = gateway
     from handoff.queries import customer_tickets
 
@@ -117,7 +155,7 @@ def wire_flows(services: Services) -> None:
     if services.metrics is not None:
         services.metrics.allow_workflows_of(engine)
         engine.observer = services.metrics.count_flow
-    on_sighup(lambda: reload_flows(services), name="workflows-reload")
+    services.closers.append(on_sighup(lambda: reload_flows(services), name="workflows-reload"))
 
 
 def reload_flows(services: Services) -> bool:
@@ -163,22 +201,44 @@ def reload_flows(services: Services) -> bool:
     return True
 
 
-def on_sighup(fn, *, name: str) -> bool:
-    """Run ``fn`` in a thread on SIGHUP, after whatever handler is installed already (the intents' reload):
-    one signal reloads every file. Only the main thread may install handlers; elsewhere False."""
+_reloaders: list[tuple[str, object]] = []
+
+
+def on_sighup(fn, *, name: str):
+    """Run ``fn`` in a thread on SIGHUP, with every other reload registered here: one signal reloads every file.
+
+    Services are built in a worker thread at start-up, where no signal handler can be installed, so the
+    functions go into a list and one handler (:func:`install_sighup`, installed by ``switchboard serve``
+    in the main thread before the app starts, or here when called from the main thread) runs them all.
+    Returns the function that takes ``fn`` off the list (a closed Services calls it)."""
+    entry = (name, fn)
+    _reloaders.append(entry)
+    install_sighup()
+
+    def remove() -> None:
+        if entry in _reloaders:
+            _reloaders.remove(entry)
+
+    return remove
+
+
+def _on_hup(signum, frame) -> None:
+    import threading
+
+    for name, fn in list(_reloaders):
+        threading.Thread(target=fn, name=name, daemon=True).start()
+
+
+def install_sighup() -> bool:
+    """Install the SIGHUP handler that runs the registered reloads (the default action would end the
+    process). Only the main thread may install handlers; elsewhere False."""
     import signal
     import threading
 
     if not hasattr(signal, "SIGHUP") or threading.current_thread() is not threading.main_thread():
         return False
-    previous = signal.getsignal(signal.SIGHUP)
-
-    def handler(signum, frame):
-        if callable(previous):
-            previous(signum, frame)
-        threading.Thread(target=fn, name=name, daemon=True).start()
-
-    signal.signal(signal.SIGHUP, handler)
+    if signal.getsignal(signal.SIGHUP) is not _on_hup:
+        signal.signal(signal.SIGHUP, _on_hup)
     return True
 
 
@@ -386,11 +446,13 @@ def wire_components(services: Services) -> None:
 
 def build_services(settings: Settings, *, load_models: bool = True) -> Services:
     """Start (or reach) the database, migrate, open the pool and load what the app needs."""
-    limit_threads(settings.torch_threads)
+    if load_models:   # a one-off command without models does not import torch (wire_encoder sets them then)
+        limit_threads(settings.torch_threads)
     from text import personal
 
     personal.configure(settings.phone_regions)
-    personal.warm_up()
+    if load_models:   # the gateway: loaded before the first message (a one-off command loads it if it masks)
+        personal.warm_up()
     dsn, embedded, started = resolve_dsn(settings)
     applied = migrate(dsn)
     if applied:

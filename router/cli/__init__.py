@@ -4,7 +4,29 @@ from __future__ import annotations
 
 import typer
 
-from router.cli import agents, conversations, db, index, keys, models, outbox, privacy, rag, report, routing, serve, shop
+from router.cli import (agents, conversations, db, index, keys, models, outbox, privacy, rag, report, routing, serve,
+                        shop, trace)
+
+
+def _flags_without_a_type() -> None:
+    """--help shows no value type for a flag: it takes none. Typer's rich help printed ``<bool>`` after every
+    flag (its plain help already leaves flags out); options that take a value keep their type."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+    if getattr(shown, "_switchboard", False):
+        return
+
+    def display_type_rich(self, ctx):
+        if getattr(self, "is_flag", False) and not getattr(self, "count", False):
+            return None
+        return shown(self, ctx)
+
+    display_type_rich._switchboard = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich
+
+
+_flags_without_a_type()
 
 app = typer.Typer(
     name="switchboard",
@@ -28,6 +50,7 @@ app.add_typer(conversations.app, name="eval")
 app.add_typer(shop.app, name="shop")
 app.command("serve")(serve.serve)
 app.command("report")(report.report)
+app.command("trace")(trace.trace)
 
 
 def main() -> None:

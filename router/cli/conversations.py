@@ -19,11 +19,18 @@ def conversations_cmd(
                             "in-process gateway on the configured database and models."),
     header: list[str] = typer.Option(None, "--header", help="Extra HTTP header for --url, 'Name: value' "
                                      "(repeatable)."),
+    tools: Path = typer.Option(None, "--tools", help="In process: the tools file of the sandbox (default: the "
+                               "bundled example shop, started on the sandbox database). Its calls are real."),
     failures: bool = typer.Option(False, "--failures", help="List every failed expectation in the text output."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Each case is a fresh conversation; reports the pass rate per expectation and deflection
-    (conversations resolved by the bot, clarified, ticketed)."""
+    (conversations resolved by the bot, clarified, ticketed).
+
+    In process it runs in a sandbox: a throwaway database on the configured server (conversations,
+    tickets and the example shop's orders and refunds all in it, dropped at the end) and its own index
+    directory, so a run never writes to the real shop or queue. With --url the cases go to that gateway,
+    through its own tools: point it at a staging gateway. A refused key (401/403) stops the run."""
     from router.ops.conversation_eval import CaseError, load_cases
 
     try:
@@ -39,7 +46,7 @@ def conversations_cmd(
     if url:
         report = _run_live(url, header or [], cases, progress, as_json)
     else:
-        report = _run_in_process(cases, progress)
+        report = _run_in_process(cases, progress, tools)
     report["gateway"] = url or "in-process"
     lines = [f"{report['cases_passed']}/{report['cases']} cases passed ({report['gateway']})", "",
              "| expectation | passed | failed | not evaluated | pass rate |", "|---|---|---|---|---|"]
@@ -69,7 +76,13 @@ def _run_live(url: str, headers: list[str], cases, progress, as_json: bool):
         hdrs[name.strip()] = value.strip()
     with httpx.Client(base_url=url.rstrip("/"), headers=hdrs, timeout=60) as client:
         def send(message):
-            r = client.post("/v1/messages", json=message)
+            try:
+                r = client.post("/v1/messages", json=message)
+            except httpx.HTTPError as exc:
+                fail(f"{url}: {type(exc).__name__}: {exc}", as_json)
+            if r.status_code in (401, 403):   # every case would "fail": that is no result, it is a wrong key
+                fail(f"{url} refused the request ({r.status_code} {_problem_title(r)}): pass an integration key "
+                     f"for channel {message['channel']!r} with --header 'Authorization: Bearer <key>'", as_json)
             if r.status_code >= 400:
                 return {"error": r.status_code, "outcome": "none"}
             return r.json()
@@ -81,19 +94,28 @@ def _run_live(url: str, headers: list[str], cases, progress, as_json: bool):
         return run_cases(cases, send, on_case=progress, inspect=inspect)
 
 
-def _run_in_process(cases, progress):
-    from router.ops.conversation_eval import run_cases
+def _problem_title(r) -> str:
+    try:
+        return str(r.json().get("title") or r.reason_phrase)
+    except ValueError:
+        return r.reason_phrase
+
+
+def _run_in_process(cases, progress, tools: Path | None):
+    from router.cli._common import database
+    from router.ops.conversation_eval import run_cases, sandbox
     from router.schemas import InboundMessage, MessageIn
     from router.app.composition import build_services
 
-    s = settings().model_copy(update={"dispatcher_enabled": False})
-    services = build_services(s, load_models=True)
-    try:
-        def send(message):
-            return services.pipeline.handle(InboundMessage.from_api(MessageIn(**message)))[0]
-        return run_cases(cases, send, on_case=progress, inspect=lambda response: flows_of(services, response))
-    finally:
-        services.close()
+    s = settings()
+    with sandbox(s, database(s, migrate_first=False), tools_file=tools) as sandboxed:
+        services = build_services(sandboxed, load_models=True)
+        try:
+            def send(message):
+                return services.pipeline.handle(InboundMessage.from_api(MessageIn(**message)))[0]
+            return run_cases(cases, send, on_case=progress, inspect=lambda response: flows_of(services, response))
+        finally:
+            services.close()
 
 
 def flows_of(services, response) -> list[dict] | None:

@@ -244,7 +244,11 @@ def classify(
     backend: str | None = BackendOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Classify one message and show the decision with its explanation."""
+    """Classify one message and show the decision with its explanation.
+
+    The rules are asked first, as the gateway does: a message they decide needs no model. Otherwise the
+    classifier is built as the gateway builds it, from the cached example vectors and trained heads."""
+    from router.app.composition import classifier_from
     from router.classify import IntentClassifier
     from router.classify.intents import IntentConfigError, load_intents
 
@@ -252,7 +256,9 @@ def classify(
         config = load_intents(intents or settings().intents_file)
     except IntentConfigError as exc:
         fail(str(exc), as_json, code=2)
-    s, encoder = _setup(encoder_name, backend)
-    clf = IntentClassifier.from_config(config, encoder, cache_dir=s.home / "cache" / "heads")
-    c = clf.classify(text)
+    c = IntentClassifier.from_config(config, None).classify(text)
+    # no rule matched, or an encoder asked for by name: the embedding channel (as the gateway builds it)
+    if c.explanation.get("rule") is None or encoder_name or backend:
+        s, encoder = _setup(encoder_name, backend)
+        c = classifier_from(config, encoder, s.home).classify(text)
     emit(c.to_dict(), as_json)

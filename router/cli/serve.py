@@ -53,6 +53,9 @@ def serve(
     os.environ["SWITCHBOARD_READ_TIMEOUT_SECONDS"] = str(s.read_timeout_seconds)
     n = workers or s.workers
     if n == 1:
+        from router.app.composition import install_sighup
+
+        install_sighup()   # here, in the main thread: the app is wired in a worker thread, where none can be
         app = create_app(s)
         uvicorn.run(app, host=s.host, port=s.port, log_config=None, timeout_graceful_shutdown=10, **http_options())
         return
@@ -67,14 +70,42 @@ def http_options() -> dict:
 
 
 def _check_files(s) -> None:
-    """Load the policy and intents files before serving: a broken file is one line and exit 2, not a
-    traceback from the app's startup."""
+    """Load the policy, intents, tools and workflows files before serving: a broken file is its
+    file:line error and exit 2, not a traceback from the app's startup nor a gateway serving without it."""
     from router.turn.escalation import load_policy
     from router.classify.intents import load_intents
 
     load_policy(s.policy_file)
     if s.intents_file is not None:
         load_intents(s.intents_file)
+    check_flow_files(s)
+
+
+class _Specs:
+    """The tools a file declares, as the workflows' load-time check asks for them (names, specs)."""
+
+    def __init__(self, specs):
+        self._specs = {spec.name: spec for spec in specs}
+
+    def names(self) -> list[str]:
+        return sorted(self._specs)
+
+    def spec(self, name: str):
+        return self._specs[name]
+
+
+def check_flow_files(s) -> None:
+    """The tools and workflows files, parsed and checked together without starting a tool server: a broken
+    one raises (file:line: field: message) and the gateway does not start."""
+    from automation.tools.config import load_tools_file, to_specs
+    from automation.workflows.spec import load_workflows
+    from router.app.composition import tools_configured
+
+    if not tools_configured(s):
+        return
+    # the database URL is known only once the server is resolved: any value parses the same
+    config = load_tools_file(s.tools_file, variables={"SWITCHBOARD_DATABASE_URL": "postgresql://", **os.environ})
+    load_workflows(s.workflows_file, tools=_Specs(to_specs(config)))
 
 
 def worker_environment(settings_, dsn: str, workers: int, metrics_dir: str) -> dict[str, str]:

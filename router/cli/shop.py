@@ -30,13 +30,54 @@ def _table(data: dict) -> str:
     return "\n".join(lines)
 
 
+# what a write's arguments and results carry about the order itself: shown as they are
+BUSINESS = ("order_id", "customer_id", "idempotency_key", "amount", "total", "currency", "status", "carrier",
+            "tracking_no", "invoice_no", "reason", "tool")
+PERSONAL_FIELDS = {"address": "[address]", "new_address": "[address]"}
+
+
+def _masked_value(value):
+    from text import personal
+
+    if isinstance(value, dict):
+        return {k: PERSONAL_FIELDS[k] if k in PERSONAL_FIELDS and value[k] else
+                value[k] if k in BUSINESS else _masked_value(value[k]) for k in value}
+    if isinstance(value, list):
+        return [_masked_value(v) for v in value]
+    return personal.partial(value) if isinstance(value, str) else value
+
+
+def masked(data: dict) -> dict:
+    """The dump without personal data: a name's first letter, a phone as 138****8001 (the text package's
+    agent view), an address as [address], and what the detector finds in the writes' arguments masked."""
+    from text import personal
+
+    def name(n):
+        return f"{n[:1]}{'*' * min(len(n) - 1, 4)}" if n else n
+
+    def phone(p):
+        shown = personal.partial(p) if p else p
+        return "[phone]" if p and shown == p else shown   # a number the detector does not read is hidden whole
+
+    return {
+        "customers": [{**c, "name": name(c.get("name")), "phone": phone(c.get("phone"))} for c in data["customers"]],
+        "orders": [{**o, "address": "[address]" if o.get("address") else o.get("address"),
+                    "writes": [{**w, "arguments": _masked_value(w.get("arguments")),
+                                "result": _masked_value(w.get("result"))} for w in o["writes"]]}
+                   for o in data["orders"]],
+    }
+
+
 @app.command("dump")
 def dump(
     order: list[str] = typer.Option(None, "--order", help="Only this order (repeatable)."),
+    show_personal: bool = typer.Option(False, "--show-personal-data", help="Show names, phone numbers and "
+                                       "addresses as stored (masked by default)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Every order with its current status and the writes recorded against it (refunds, address changes,
-    invoices, cancellations), with their idempotency keys; exit 1 when the shop has not been loaded yet."""
+    invoices, cancellations), with their idempotency keys; exit 1 when the shop has not been loaded yet.
+    Customers' names, phone numbers and addresses are masked unless --show-personal-data."""
     from examples.shop.store import Shop, ShopError
 
     try:
@@ -56,4 +97,6 @@ def dump(
         if unknown:
             fail(f"no order {', '.join(map(repr, unknown))} in the shop", as_json, code=2)
         data["orders"] = [o for o in data["orders"] if o["order_id"] in order]
+    if not show_personal:
+        data = masked(data)
     emit(data, as_json, _table(data))

@@ -29,8 +29,12 @@ gateway's outcome) and per case (resolved by the bot, clarified only, or tickete
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +70,44 @@ def load_cases(path: str | Path) -> list[dict[str, Any]]:
     if not cases:
         raise CaseError(f"{path}: no cases")
     return cases
+
+
+@contextmanager
+def sandbox(settings, dsn: str, *, tools_file: str | Path | None = None) -> Iterator[Any]:
+    """Settings for a gateway that cannot touch the real one's data: a throwaway database created on the
+    server of ``dsn`` (migrated by the gateway; the example shop loads its sample data into it), a
+    temporary home whose index is its own (models and caches are the real ones, read-only in use), no
+    Elasticsearch, no outbox dispatcher, and the example shop started over stdio on that database
+    (``SWITCHBOARD_SHOP_URL`` is ignored) unless ``tools_file`` names other tools. Dropped on exit."""
+    import psycopg
+    from pydantic import SecretStr
+
+    name = f"switchboard_eval_{uuid.uuid4().hex[:12]}"
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.Error as exc:
+        raise ValueError(f"cannot create the sandbox database {name} ({exc}): the eval needs CREATEDB on the "
+                           "configured server, or run it against a staging gateway with --url") from None
+    params = psycopg.conninfo.conninfo_to_dict(dsn)
+    params["dbname"] = name
+    home = Path(tempfile.mkdtemp(prefix="switchboard-eval-"))
+    for shared in ("models", "cache"):
+        real = Path(settings.home) / shared
+        real.mkdir(parents=True, exist_ok=True)
+        (home / shared).symlink_to(real.resolve(), target_is_directory=True)
+    shop_url = os.environ.pop("SWITCHBOARD_SHOP_URL", None)
+    try:
+        yield settings.model_copy(update={
+            "home": home, "database_url": SecretStr(psycopg.conninfo.make_conninfo(**params)),
+            "elasticsearch_url": None, "dispatcher_enabled": False, "tools_enabled": True,
+            "tools_file": Path(tools_file) if tools_file else None})
+    finally:
+        if shop_url is not None:
+            os.environ["SWITCHBOARD_SHOP_URL"] = shop_url
+        shutil.rmtree(home, ignore_errors=True)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _observed(response: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,10 @@ events, feedback), so the figures are the same whichever pod or job asks. Defini
 
 - a **session** is one (conversation, session number) with a turn in the window; it is *routed*
   when at least one of its turns was given a tier (harness-only sessions, e.g. STOP, are not);
-- **auto-resolution**: routed sessions answered at L1 with no L2/L3 turn (no person involved);
+- **auto-resolution**: routed sessions answered at L1 with no L2/L3 turn (no person involved); a reply that
+  only asks for something (a clarification, "what is your order number?") is not an answer;
+- **clarified**: routed sessions whose bot replies were only clarifications (no answer, no person): their own
+  category, neither resolved nor transferred;
 - **transfer**: routed sessions with an L3 turn (handed to a person); **assist**: L2 but no L3;
 - **first-contact resolution**: routed sessions that reached a resolved state (an answer, a
   resolved ticket, or closed) and after which the same customer did not come back within the
@@ -13,9 +16,9 @@ events, feedback), so the figures are the same whichever pod or job asks. Defini
 - **average handling time**: from a ticket's first claim to its resolution (from ticket events),
   for tickets resolved in the window; wait = opened to first claim;
 - **CSAT**: ratings given in the window (1-5); satisfied = 4 or 5;
-- **L1 answers without a citation** must be 0: every automatic answer cites the knowledge base
-  (fixed replies of intents served by a template or a workflow, e.g. a greeting or "what is your
-  order number?", are not knowledge-base answers and are not counted);
+- **L1 answers without a citation** must be 0: every answer from the knowledge base cites it (only
+  those are counted: small talk, clarifications and workflow replies, e.g. a greeting, "what is your
+  order number?" or "Refunded 30", are not knowledge-base answers and need no citation);
 - **deflection**: routed turns by what they did for the customer (the turn's ``outcome``:
   resolved by the bot, clarified, ticketed = opened a ticket, held = added to a person's ticket,
   none), by channel and by reply language.
@@ -75,10 +78,12 @@ WITH win AS (
 ), s AS (
     SELECT t.conversation_id, t.session_no, c.customer_id, c.channel,
            min(t.created_at) AS started_at, max(t.created_at) AS last_at,
-           bool_or(t.decision ->> 'tier' IS NOT NULL) AS routed,
-           bool_or(t.decision ->> 'tier' = 'L1' AND jsonb_typeof(t.response -> 'reply') = 'object') AS l1_answered,
-           bool_or(t.decision ->> 'tier' = 'L2') AS l2,
-           bool_or(t.decision ->> 'tier' = 'L3') AS l3
+           bool_or(t.decision ->> 'tier' IS NOT NULL OR t.response ->> 'outcome' = 'clarified') AS routed,
+           bool_or(t.decision ->> 'tier' IS NOT DISTINCT FROM 'L1' AND jsonb_typeof(t.response -> 'reply') = 'object'
+                   AND t.response ->> 'outcome' IS DISTINCT FROM 'clarified') AS l1_answered,
+           bool_or(t.response ->> 'outcome' = 'clarified') AS clarified,
+           bool_or(t.decision ->> 'tier' IS NOT DISTINCT FROM 'L2') AS l2,   -- false, not null, without a tier
+           bool_or(t.decision ->> 'tier' IS NOT DISTINCT FROM 'L3') AS l3
     FROM turns t
     JOIN win USING (conversation_id, session_no)
     JOIN conversations c ON c.id = t.conversation_id
@@ -99,6 +104,7 @@ SELECT (started_at AT TIME ZONE 'UTC')::date AS day, channel,
        count(*) AS sessions,
        count(*) FILTER (WHERE routed) AS routed,
        count(*) FILTER (WHERE auto_resolved) AS auto_resolved,
+       count(*) FILTER (WHERE routed AND clarified AND NOT l1_answered AND NOT l2 AND NOT l3) AS clarified,
        count(*) FILTER (WHERE routed AND l2 AND NOT l3) AS assisted,
        count(*) FILTER (WHERE routed AND l3) AS transferred,
        count(*) FILTER (WHERE routed AND resolved) AS resolved,
@@ -122,8 +128,8 @@ def build_report(conn: psycopg.Connection, since: datetime, until: datetime | No
     p = {"since": since, "until": until, "resolved": list(RESOLVED_STATES), "recontact": recontact_window}
 
     rows = conn.execute(_SESSIONS_SQL, p).fetchall()
-    tot = {k: sum(r[k] for r in rows) for k in ("sessions", "routed", "auto_resolved", "assisted", "transferred",
-                                               "resolved", "first_contact_resolved")}
+    tot = {k: sum(r[k] for r in rows) for k in ("sessions", "routed", "auto_resolved", "clarified", "assisted",
+                                               "transferred", "resolved", "first_contact_resolved")}
     by_channel: dict[str, int] = {}
     days: dict[str, dict[str, int]] = {}
     for r in rows:
@@ -178,7 +184,7 @@ def build_report(conn: psycopg.Connection, since: datetime, until: datetime | No
         FROM turns
         WHERE created_at >= %(since)s AND created_at < %(until)s
           AND decision ->> 'tier' = 'L1' AND jsonb_typeof(response -> 'reply') = 'object'
-          AND NOT COALESCE(decision -> 'explanation' ? 'served', false)
+          AND COALESCE(decision -> 'explanation' ? 'answer', false)   -- answered from the knowledge base
         """, p).fetchone()
 
     refusals = index_refusals(conn, since, until)
@@ -204,6 +210,7 @@ def build_report(conn: psycopg.Connection, since: datetime, until: datetime | No
                                      "none": volume["untiered"]},
                    "sessions_by_channel": dict(sorted(by_channel.items()))},
         "auto_resolution": {"sessions": tot["auto_resolved"], "rate": _rate(tot["auto_resolved"], routed)},
+        "clarified": {"sessions": tot["clarified"], "rate": _rate(tot["clarified"], routed)},
         "transfer": {"sessions": tot["transferred"], "rate": _rate(tot["transferred"], routed)},
         "assist": {"sessions": tot["assisted"], "rate": _rate(tot["assisted"], routed)},
         "escalations_by_rule": escalations,
@@ -300,11 +307,12 @@ def write_charts(report: dict[str, Any], out_dir: Path) -> list[Path]:
     # 1. session outcomes
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     routed = report["volume"]["routed_sessions"]
-    labels = ["auto-resolved (L1)", "assisted (L2)", "transferred (L3)"]
-    values = [report["auto_resolution"]["sessions"], report["assist"]["sessions"], report["transfer"]["sessions"]]
+    labels = ["auto-resolved (L1)", "clarified only", "assisted (L2)", "transferred (L3)"]
+    values = [report["auto_resolution"]["sessions"], report["clarified"]["sessions"], report["assist"]["sessions"],
+              report["transfer"]["sessions"]]
     labels.append("other")
     values.append(max(routed - sum(values), 0))
-    bars = ax.bar(labels, values, color=["#2a9d8f", "#e9c46a", "#e76f51", "#a8a8a8"])
+    bars = ax.bar(labels, values, color=["#2a9d8f", "#8ab17d", "#e9c46a", "#e76f51", "#a8a8a8"])
     for bar, v in zip(bars, values, strict=True):
         pct = f" ({v / routed:.0%})" if routed else ""
         ax.annotate(f"{v}{pct}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
@@ -378,6 +386,7 @@ def render_text(report: dict[str, Any]) -> str:
         f"  sessions            {v['sessions']} ({v['routed_sessions']} routed, {v['conversations']} conversations, "
         f"{v['inbound_messages']} messages)",
         f"  auto-resolution     {pct(report['auto_resolution']['rate'])} ({report['auto_resolution']['sessions']})",
+        f"  clarified only      {pct(report['clarified']['rate'])} ({report['clarified']['sessions']})",
         f"  transfer (L3)       {pct(report['transfer']['rate'])} ({report['transfer']['sessions']})",
         f"  assisted (L2)       {pct(report['assist']['rate'])} ({report['assist']['sessions']})",
         f"  first-contact res.  {pct(report['first_contact_resolution']['rate'])}",
@@ -385,7 +394,7 @@ def render_text(report: dict[str, Any]) -> str:
         f"(wait {dur(h['average_wait_seconds'])})",
         f"  CSAT                {c['average'] if c['average'] is not None else 'n/a'} from {c['responses']} ratings "
         f"({pct(c['satisfied_rate'])} satisfied)",
-        f"  L1 answers          {report['l1_answers']['total']}, without a citation: "
+        f"  knowledge answers   {report['l1_answers']['total']}, without a citation: "
         f"{report['l1_answers']['without_citation']}" + ("" if report["checks"]["l1_answers_cited"] else "  << MUST BE 0"),
         "  deflection (turns)  " + ", ".join(f"{k} {n}" for k, n in report["deflection"]["outcomes"].items()),
         "  escalations by rule " + (", ".join(f"{k} {n}" for k, n in report["escalations_by_rule"].items()) or "none"),

@@ -10,6 +10,8 @@ after the fact. Personal data is masked in everything returned.
 
 from __future__ import annotations
 
+import uuid
+
 from bisect import bisect_right
 from datetime import datetime
 from typing import Any
@@ -81,6 +83,40 @@ def _tool_calls(conn, conversation_id: str, turns: list[dict[str, Any]]) -> list
         out.extend((c, index[turn_id]) for c in summarise(rows))
     out.extend((c, None) for c in summarise(calls_outside(conn, conversation_id, list(index))))
     return out
+
+
+class AmbiguousConversation(LookupError):
+    """The client's conversation id is used on more than one channel: the channel must be named."""
+
+    def __init__(self, reference: str, channels: list[str]):
+        self.channels = channels
+        super().__init__(f"conversation {reference!r} exists on channels {', '.join(channels)}: name the channel")
+
+
+def find_conversation(conn: psycopg.Connection, reference: str, channel: str | None = None) -> str | None:
+    """The internal id of a conversation named by its internal UUID or by the client's id (the
+    ``conversation_id`` a channel or the API sent, per ``channel``); None when there is none."""
+    try:
+        as_uuid = str(uuid.UUID(reference))
+    except ValueError:
+        as_uuid = None
+    if as_uuid is not None and channel is None:
+        row = conn.execute("SELECT id FROM conversations WHERE id = %s", (as_uuid,)).fetchone()
+        if row is not None:
+            return str(_first(row))
+    if channel is not None:
+        row = conn.execute("SELECT id FROM conversations WHERE channel = %s AND external_id = %s",
+                           (channel, reference)).fetchone()
+        return None if row is None else str(_first(row))
+    rows = conn.execute("SELECT id, channel FROM conversations WHERE external_id = %s ORDER BY channel LIMIT 20",
+                        (reference,)).fetchall()
+    if len(rows) > 1:
+        raise AmbiguousConversation(reference, [r["channel"] if isinstance(r, dict) else r[1] for r in rows])
+    return str(_first(rows[0])) if rows else None
+
+
+def _first(row):
+    return row["id"] if isinstance(row, dict) else row[0]
 
 
 def load_trace(conn: psycopg.Connection, conversation_id: str) -> dict[str, Any] | None:

@@ -97,6 +97,11 @@ class _RequestIdFilter(logging.Filter):
 
 
 def configure_logging(level: str = "INFO", json_logs: bool = True) -> None:
+    """Log to stderr through the masking formatter.
+
+    The detector the formatter masks with is loaded here, before the server starts its threads: its first
+    use imports Presidio, and two threads logging at once would import it twice and fail half-way."""
+    _personal.warm_up()
     root = logging.getLogger()
     for h in list(root.handlers):
         if getattr(h, "_switchboard", False):

@@ -158,3 +158,31 @@ def test_dockerignore_parser_follows_docker_rules():
     assert _dockerignore_excludes("var/models")
     assert not _dockerignore_excludes("router/app/factory.py")
     assert _dockerignore_excludes("router/__pycache__")
+
+
+def test_the_image_installs_the_project_with_the_lock_file_as_constraints(commands):
+    """requirements.lock pins the dependency closure the suite ran on: every requirement of pyproject
+    (torch apart: the CPU build is pinned on its own) is locked to a version its specifier accepts."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    build = dict(_stages(commands))["build"]
+    install = next(" ".join(c.value) for c in build if c.cmd == "RUN" and re.search(r"pip install \.(\s|$)",
+                                                                                   " ".join(c.value)))
+    assert re.search(r"pip install \. -c requirements\.lock", install), install
+    lock = {}
+    for line in (REPO / "requirements.lock").read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version and " " not in line, line
+            lock[canonicalize_name(name)] = version
+    assert "torch" not in lock and "switchboard" not in lock
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    for spec in project["dependencies"] + project["optional-dependencies"]["test"]:
+        req = Requirement(spec)
+        if req.name == "torch" or (req.marker is not None and not req.marker.evaluate()):
+            continue
+        name = canonicalize_name(req.name)
+        assert name in lock, f"{req.name} is not in requirements.lock"
+        assert req.specifier.contains(lock[name], prereleases=True), f"{req.name}=={lock[name]} vs {spec}"
+    assert not _dockerignore_excludes("requirements.lock")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Query, Response
+from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -15,7 +16,7 @@ from router.app.api.auth import ConversationTokenDep, OptionalKeyDep, feedback_s
 from router.app.api.deps import ServicesDep
 from router.app.keys import feedback_token_ok
 from router.problems import Problem
-from router.ops.trace import load_trace
+from router.ops.trace import AmbiguousConversation, find_conversation, load_trace
 
 router = APIRouter(prefix="/v1/conversations", tags=["conversations"], route_class=ProblemRoute)
 
@@ -32,20 +33,32 @@ TraceReader = Annotated[Any, Depends(require_roles(
     summary="Replay a conversation turn by turn",
     description="Each turn with its stages and timings, the classification and escalation verdicts, the "
     "decision explanation, the retrieval candidates with scores, the state transitions, the reply and what was "
-    "delivered, and ticket events in between. Personal data is masked. Needs an admin or supervisor token.",
+    "delivered, and ticket events in between. Personal data is masked. Needs an admin or supervisor token. "
+    "The conversation is named by its internal id or by the client's conversation_id (with ?channel= when "
+    "several channels use it).",
     responses={401: {"description": "No or invalid token", **_PROBLEM},
                403: {"description": "Not an admin or supervisor", **_PROBLEM},
-               404: {"description": "No such conversation", **_PROBLEM}},
+               404: {"description": "No such conversation", **_PROBLEM},
+               409: {"description": "The client's id is used on several channels: pass ?channel=", **_PROBLEM}},
 )
-async def get_trace(conversation_id: uuid.UUID, services: ServicesDep, who: TraceReader) -> dict[str, Any]:
+async def get_trace(services: ServicesDep, who: TraceReader,
+                    conversation_id: str = PathParam(min_length=1, max_length=200,
+                                                     description="The internal id, or the client's conversation id"),
+                    channel: str | None = Query(None, max_length=32, description="The channel of a client's "
+                                                "conversation id (needed when several channels use it)")
+                    ) -> dict[str, Any]:
     def load():
         flush = getattr(services.tools, "flush_audit", None)
         if flush is not None:
             flush(2.0)   # the tool calls of a turn just answered are written by the audit thread
         with services.pool.connection() as conn:
-            return load_trace(conn, str(conversation_id))
+            found = find_conversation(conn, conversation_id, channel)
+            return None if found is None else load_trace(conn, found)
 
-    replay = await run_in_threadpool(load)
+    try:
+        replay = await run_in_threadpool(load)
+    except AmbiguousConversation as exc:
+        raise Problem(409, f"{exc} with ?channel=.") from None
     if replay is None:
         raise Problem(404, f"There is no conversation {conversation_id}.")
     return replay

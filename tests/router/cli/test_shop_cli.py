@@ -58,11 +58,12 @@ def test_the_dump_shows_every_order_and_the_writes_against_it(cli, dsn):
         ("request_refund", "k-refund-1", 10.0)]
     assert all(o["writes"] == [] for o in data["orders"] if o["order_id"] != "100234")
 
-    # the CLI prints what the shop's own command prints
+    # with --show-personal-data the CLI prints what the shop's own command prints
     env = {**os.environ, "PYTHONPATH": str(REPO), "SWITCHBOARD_DATABASE_URL": dsn}
     own = subprocess.run([sys.executable, "-m", "examples.shop", "dump", "--json"], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=120, check=True)
-    assert json.loads(own.stdout) == data
+    code, out, _ = cli("shop", "dump", "--json", "--show-personal-data")
+    assert code == 0 and json.loads(own.stdout) == json.loads(out)
 
     code, text, _ = cli("shop", "dump")
     assert code == 0
@@ -77,6 +78,36 @@ def test_the_dump_shows_every_order_and_the_writes_against_it(cli, dsn):
     assert code == 0 and [o["order_id"] for o in json.loads(out)["orders"]] == ["100234"]
     code, out, _ = cli("shop", "dump", "--order", "999999", "--json")
     assert code == 2 and "999999" in json.loads(out)["error"]
+
+
+def test_the_dump_masks_names_phones_and_addresses_unless_asked(cli, dsn):
+    from examples.shop.store import Shop
+
+    shop = Shop(dsn, max_size=1)
+    try:
+        shop.load()
+        shop.change_address("c1", "100235", "上海市浦东新区世纪大道100号 电话 13912345678", "k-addr-1")
+        raw = shop.dump()
+    finally:
+        shop.close()
+    phones = [c["phone"] for c in raw["customers"]]
+    code, out, _ = cli("shop", "dump", "--json")
+    assert code == 0
+    for value in phones + ["13912345678", "世纪大道", "王小明", "Emily Carter"] + [o["address"] for o in raw["orders"]]:
+        assert value not in out, value
+    data = json.loads(out)
+    c1 = next(c for c in data["customers"] if c["customer_id"] == "c1")
+    assert c1["phone"] == "138****8001" and c1["name"] == "王**"
+    order = next(o for o in data["orders"] if o["order_id"] == "100235")
+    assert order["address"] == "[address]" and order["total"] == next(
+        o["total"] for o in raw["orders"] if o["order_id"] == "100235")
+    (write,) = order["writes"]
+    assert write["arguments"]["address"] == "[address]" and write["tool"] == "change_address"
+    assert write["idempotency_key"] == "k-addr-1"
+    code, text, _ = cli("shop", "dump")   # the table too
+    assert code == 0 and "13912345678" not in text and "世纪大道" not in text and "100235" in text
+    code, out, _ = cli("shop", "dump", "--json", "--show-personal-data")   # asked for: as stored
+    assert code == 0 and all(p in out for p in phones) and "13912345678" in out
 
 
 def test_help(cli):

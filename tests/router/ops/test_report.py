@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from router.ops.report import build_report, parse_since, write_charts
+from router.ops.report import build_report, parse_since, render_text, write_charts
 
 NOW = datetime.now(timezone.utc).replace(microsecond=0)
 CITED = {"text": "See the article.", "citations": [{"doc_id": "returns-en", "chunk_id": "returns-en#0"}]}
@@ -29,15 +29,18 @@ class History:
             (channel, f"ext-{uuid.uuid4().hex[:8]}", customer)).fetchone()
 
     def turn(self, conv, at: datetime, *, tier: str | None, session: int = 1, reply: dict | None = None,
-             rule: str | None = None, transitions: tuple[str, ...] = (), state: str = "idle") -> str:
+             rule: str | None = None, transitions: tuple[str, ...] = (), state: str = "idle",
+             explanation: dict | None = None, outcome: str | None = None) -> str:
         self.n += 1
         msg = self.conn.execute(
             "INSERT INTO messages (conversation_id, channel, external_id, direction, sender, text, received_at) "
             "VALUES (%s, %s, %s, 'in', 'customer', %s, %s) RETURNING id",
             (conv["id"], conv["channel"], f"m-{self.n}", f"message {self.n}", at)).fetchone()["id"]
-        decision = {"tier": tier, "intent": "x" if tier else None, "channel": "rules", "explanation": {},
+        if explanation is None:   # a reply with citations (even none) stands for an answer from the knowledge base
+            explanation = {"answer": {"confidence": 0.9}} if reply is not None and "citations" in reply else {}
+        decision = {"tier": tier, "intent": "x" if tier else None, "channel": "rules", "explanation": explanation,
                     "escalation": {"rule": rule, "reason": rule, "priority": "normal"} if rule else None}
-        response = {"reply": reply, "state": state}
+        response = {"reply": reply, "state": state, **({"outcome": outcome} if outcome else {})}
         turn_id = self.conn.execute(
             "INSERT INTO turns (conversation_id, message_id, session_no, state, decision, response, created_at) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id",
@@ -244,3 +247,40 @@ def test_parse_since():
     for bad in ("0d", "7x", "", "-1d"):
         with pytest.raises(ValueError):
             parse_since(bad, now=now)
+
+
+def test_only_knowledge_base_answers_need_a_citation_and_a_clarification_is_not_a_resolution(pool):
+    """Small talk, a workflow's reply and a clarification carry no citation and fail no check; a session
+    whose only reply asked for an order number is clarified, not auto-resolved."""
+    at = NOW - timedelta(hours=1)
+    with pool.connection() as conn, conn.transaction():
+        h = History(conn)
+        h.turn(h.conversation("hi"), at, tier="L1", reply={"text": "Hello!"}, outcome="resolved",
+               explanation={"served": "reply greeting"})
+        h.turn(h.conversation("flow"), at, tier="L1", reply={"text": "Refunded 30 to order 100234."},
+               outcome="resolved", explanation={"workflow": {"workflow": "refund", "status": "completed"}},
+               transitions=L1_OK, state="l1_resolved")
+        h.turn(h.conversation("ask"), at, tier="L1", reply={"text": "What is your order number?"},
+               outcome="clarified", explanation={"served": "workflow order_status", "missing": ["order_number"]})
+        h.turn(h.conversation("what"), at, tier=None, reply={"text": "I can help with orders, refunds..."},
+               outcome="clarified", explanation={"clarify": True})
+        h.turn(h.conversation("kb"), at, tier="L1", reply=CITED, outcome="resolved", transitions=L1_OK,
+               state="l1_resolved")
+    with pool.connection() as conn:
+        r = build_report(conn, NOW - timedelta(days=1), NOW + timedelta(seconds=1))
+    assert r["l1_answers"] == {"total": 1, "without_citation": 0, "examples_without_citation": []}
+    assert r["checks"]["l1_answers_cited"] is True
+    assert r["volume"]["routed_sessions"] == 5
+    assert r["auto_resolution"] == {"sessions": 3, "rate": 0.6}     # the greeting, the refund, the KB answer
+    assert r["clarified"] == {"sessions": 2, "rate": 0.4}           # the order-number question, "what can you do"
+    assert "clarified only      40.0% (2)" in render_text(r) and "MUST BE 0" not in render_text(r)
+    # a knowledge-base answer without a citation is still caught
+    with pool.connection() as conn, conn.transaction():
+        h = History(conn)
+        h.n = 100   # message ids of their own
+        bad = h.turn(h.conversation("bad"), at, tier="L1", reply={"text": "uncited", "citations": []},
+                     outcome="resolved")
+    with pool.connection() as conn:
+        r = build_report(conn, NOW - timedelta(days=1), NOW + timedelta(seconds=1))
+    assert r["l1_answers"]["without_citation"] == 1 and r["l1_answers"]["examples_without_citation"] == [bad]
+    assert "MUST BE 0" in render_text(r)

@@ -222,13 +222,58 @@ def test_trace_replays_a_conversation_with_pii_masked(gateway):
         assert r.status_code == status and r.headers["content-type"].startswith(PROBLEM), r.text
     r = client.get(f"/v1/conversations/{uuid.uuid4()}/trace", headers=auth)
     assert r.status_code == 404 and r.headers["content-type"].startswith(PROBLEM)
-    r = client.get("/v1/conversations/not-a-uuid/trace", headers=auth)
+    r = client.get("/v1/conversations/not-a-known-id/trace", headers=auth)   # nor a client's id
+    assert r.status_code == 404 and r.headers["content-type"].startswith(PROBLEM)
+    r = client.get(f"/v1/conversations/{'x' * 201}/trace", headers=auth)
     assert r.status_code == 422 and r.headers["content-type"].startswith(PROBLEM)
 
     # the trace stored in Postgres is itself redacted (it is what other tools read)
     with services.pool.connection() as conn:
         stored = conn.execute("SELECT trace FROM turns WHERE conversation_id = %s", (cid,)).fetchall()
     _assert_no_pii([s["trace"] for s in stored])
+
+
+def test_trace_by_the_clients_conversation_id_over_http_and_the_cli(gateway, dsn, monkeypatch, capsys):
+    client, services = gateway
+    for i, text in enumerate(["where is my order", f"call me on {PII['phone']}"]):
+        r = client.post("/v1/messages", json=msg("shop-chat-7", f"m-{i}", text))
+        assert r.status_code == 200, r.text
+    cid = r.json()["conversation_id"]
+    auth = {"Authorization": f"Bearer {agent_token(services, 'sup', 'supervisor')}"}
+    by_client = client.get("/v1/conversations/shop-chat-7/trace", headers=auth)
+    assert by_client.status_code == 200, by_client.text
+    assert by_client.json() == client.get(f"/v1/conversations/{cid}/trace", headers=auth).json()
+    assert by_client.json()["conversation"]["id"] == cid and len(by_client.json()["turns"]) == 2
+    assert client.get("/v1/conversations/shop-chat-7/trace?channel=web", headers=auth).status_code == 200
+    r = client.get("/v1/conversations/shop-chat-7/trace?channel=app", headers=auth)
+    assert r.status_code == 404 and r.headers["content-type"].startswith(PROBLEM)
+    # the same client id on a second channel: the channel must be named
+    r = client.post("/v1/messages", json={**msg("shop-chat-7", "m-app-0", "hello"), "channel": "app"})
+    assert r.status_code == 200, r.text
+    r = client.get("/v1/conversations/shop-chat-7/trace", headers=auth)
+    assert r.status_code == 409 and "channel" in r.json()["detail"], r.text
+    assert client.get("/v1/conversations/shop-chat-7/trace?channel=app", headers=auth).json()["conversation"][
+        "channel"] == "app"
+
+    from router.cli import main
+
+    def cli(*args):
+        monkeypatch.setenv("SWITCHBOARD_DATABASE_URL", dsn)
+        monkeypatch.setattr("sys.argv", ["switchboard", *args])
+        with pytest.raises(SystemExit) as stop:
+            main()
+        out = capsys.readouterr()
+        return stop.value.code or 0, out.out, out.err
+
+    code, out, _ = cli("trace", "shop-chat-7", "--channel", "web", "--json")
+    assert code == 0 and json.loads(out) == by_client.json()
+    code, text, _ = cli("trace", "shop-chat-7", "--channel", "web")
+    assert code == 0 and "conversation shop-chat-7 (web" in text and "> where is my order" in text
+    assert "[phone]" in text and PII["phone"] not in text
+    code, _, err = cli("trace", "shop-chat-7")
+    assert code == 2 and "--channel" in err
+    code, out, _ = cli("trace", "no-such-chat", "--json")
+    assert code == 1 and "no conversation" in json.loads(out)["error"]
 
 
 def test_feedback_is_idempotent_per_session_and_closes_a_resolved_session(gateway):

@@ -42,4 +42,6 @@ def test_outcomes_are_counted_on_metrics_and_in_the_report(gateway):  # noqa: F8
     assert d["rates"]["resolved"] == round(2 / 6, 4)
     # template replies are not knowledge-base answers: the citation check still holds
     assert report["checks"]["l1_answers_cited"] is True
+    # the two clarifications are their own category, not resolutions
+    assert report["auto_resolution"]["sessions"] == 2 and report["clarified"]["sessions"] == 2
     assert "deflection (turns)  resolved 2, clarified 2, ticketed 1, held 1" in render_text(report)
