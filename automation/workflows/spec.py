@@ -16,7 +16,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from automation.workflows.expr import ExpressionError, compile_expr, holes, roots
+from automation.workflows.expr import ExpressionError, holes, roots
 from failures.yaml_source import construct, dotted, line_for, render, syntax_error
 
 BUNDLED = Path(__file__).resolve().parent / "samples"

@@ -31,7 +31,6 @@ def wire_encoder(services: Services) -> None:
 
 def wire_classifier(services: Services) -> None:
     """The intent classifier from settings.intents_file (or the bundled sample) and the shared encoder."""
-    from router.classify import IntentClassifier
     from router.classify.intents import BUNDLED_INTENTS, load_intents
 
     path = services.settings.intents_file or BUNDLED_INTENTS

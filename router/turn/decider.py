@@ -385,7 +385,6 @@ class _Turn:
         counters = sm.load_counters(self.conn, self.conv)
         planned = c.tier if c.tier in TIER_STATE else "L2"
         smalltalk = served is not None and served[0] == "reply"
-        engine = self.r.flows
         # a waiting flow reads the message first: an answer to its own question ("100235", "50", "是的"), a
         # correction or a change of mind is the flow's, whatever the classifier guessed; only a digression
         # (a confident other topic) is served as its own request before the flow asks again
