@@ -286,9 +286,25 @@ class _Turn:
             self.to_ticket(ticket)
             return self.result(self.decision_of(classification, "L2", None), ticket_id=ticket["id"])
         self.to_ticket(ticket)
+        reply = self.still_waiting() if state == "l3_queuing" else None
         return self.result(Decision(tier="L3", channel="state",
                                     explanation={"state": state, "note": "a person holds the conversation"}),
-                           ticket_id=ticket["id"])
+                           reply=reply, ticket_id=ticket["id"])
+
+    def still_waiting(self) -> dict[str, Any] | None:
+        """"hello? anyone there?" while nobody has taken the ticket yet: one short word that the message arrived,
+        when the bot has said nothing for ``still_waiting_seconds`` (the ticket's own acknowledgement counts)."""
+        interval = self.r.policy.still_waiting_seconds
+        if interval <= 0:
+            return None
+        row = self.conn.execute(
+            "SELECT now() - max(received_at) > make_interval(secs => %s) AS due, max(received_at) IS NULL AS never "
+            "FROM messages WHERE conversation_id = %s AND direction = 'out' AND sender = 'bot'",
+            (interval, self.conv["id"])).fetchone()
+        if row is not None and not (row["due"] or row["never"]):
+            return None
+        self.trace["served"] = {"reply": "still_waiting"}
+        return self.send(self.say("still_waiting"), kind="status")
 
     def close_with_feedback(self) -> TurnResult:
         if self.conv["state"] != "feedback_pending":

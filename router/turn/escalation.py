@@ -90,6 +90,9 @@ class Replies(BaseModel):
     clarify: LocalText = {"en": "Sorry, I did not quite get that. I can help with orders, delivery, returns and "
                                 "refunds, payments, invoices and your account. What would you like to do?",
                           "zh": "抱歉，我没太明白。我可以帮您查询订单和物流、办理退货退款、解答支付、发票和账户问题。请问您需要什么帮助？"}
+    still_waiting: LocalText = {"en": "Thanks, your message is with our team; someone will be with you as soon as "
+                                      "possible.",
+                                "zh": "收到，您的消息已转给我们的客服，请稍候，我们会尽快回复您。"}
     ask_order_number: LocalText = {"en": "I can look into that. What is your order number? (You'll find it in your "
                                          "order confirmation.)",
                                    "zh": "好的，我来帮您查询。请提供您的订单号（见订单确认信息）。"}
@@ -126,6 +129,9 @@ class Policy(BaseModel):
         "rules / unknown tier; escalate = straight to the unknown tier (L2).")
     suggestions: dict[str, list[str]] = Field(default_factory=dict, description="Quick replies sent with the "
                                               "clarifying reply, per language.")
+    still_waiting_seconds: int = Field(300, ge=0, description="A customer who writes while waiting in the queue "
+                                       "(nobody has taken the conversation yet) gets replies.still_waiting when the "
+                                       "bot has said nothing for this long; 0 = never (silence).")
     harness: HarnessConfig = Field(default_factory=HarnessConfig)
     escalation: EscalationConfig = Field(default_factory=EscalationConfig)
     feedback: FeedbackConfig = Field(default_factory=FeedbackConfig)

@@ -187,3 +187,20 @@ def test_a_latin_tax_id_keeps_the_conversation_in_chinese(api, svc):
     out = talk(api, "c2", "l-tax", "我要给订单100240开发票", "个人", "91330106MA2B3C4D5E")
     assert all(o["reply"]["lang"] == "zh" for o in out), [o["reply"] for o in out]
     assert "确认" in out[-1]["reply"]["text"] and out[-1]["flow"]["awaiting"] == "confirmation"
+
+
+def test_a_customer_waiting_in_the_queue_hears_that_the_message_arrived_once_per_interval(api, svc):
+    first = say(api, "转人工", customer="c4", conversation="l-wait")
+    assert first["ticket_id"] and "转接人工" in first["reply"]["text"]
+    soon = say(api, "有人吗？", customer="c4", conversation="l-wait")
+    assert soon["reply"] is None and soon["ticket_id"] == first["ticket_id"]   # the acknowledgement was just sent
+    # ten minutes later (the transcript moved back in time): one short word, in the customer's language
+    svc.pool.run(lambda conn: conn.execute(
+        "UPDATE messages SET received_at = received_at - interval '10 minutes' WHERE conversation_id = "
+        "(SELECT id FROM conversations WHERE external_id = 'l-wait')"))
+    later = say(api, "hello? anyone there?", customer="c4", conversation="l-wait")
+    assert later["reply"] is not None and later["ticket_id"] == first["ticket_id"], later
+    assert later["reply"]["lang"] == "en" and "with our team" in later["reply"]["text"]
+    again = say(api, "???", customer="c4", conversation="l-wait")
+    assert again["reply"] is None                                              # once per interval, not every time
+    assert tickets_of(svc, "l-wait") == 1
