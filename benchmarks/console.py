@@ -43,7 +43,6 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import psycopg  # noqa: E402
 from _scratch import drop_database, fresh_database  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "console.json"

@@ -154,7 +154,7 @@ def test_templates_fill_cel_holes_and_never_run_code():
 def test_yes_no_cancel_and_entities_in_both_languages():
     assert U.yes_no("是的") is True and U.yes_no("Yes please") is True and U.yes_no("不要") is False
     assert U.yes_no("no thanks") is False and U.yes_no("what?") is None
-    assert U.is_cancel("算了") and U.is_cancel("never mind, thanks") and not U.is_cancel("I need to cancel? no")  is False
+    assert U.is_cancel("算了") and U.is_cancel("never mind, thanks") and U.is_cancel("I need to cancel? no") is not False
     assert U.extract("order_id", "不是这个，是100235") == "100235"
     assert U.extract("amount", "订单100234退款30元") == 30.0
     assert U.extract("money", "refund $12.50 please") == {"value": 12.5, "currency": "USD"}

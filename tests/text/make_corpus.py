@@ -150,7 +150,7 @@ for i in range(10):
     spaced = f"{t[:4]} {t[4:8]} {t[8:]}"
     add([f"运单号 SF{digits(13)}", f"tracking {spaced}", f"顺丰 {spaced}", f"运单 {t}", f"tracking number {t}"][i % 5],
         "zh" if i % 5 in (0, 2, 3) else "en",
-        business=[rows and [f"SF", spaced, spaced, t, t][i % 5]])
+        business=[rows and ["SF", spaced, spaced, t, t][i % 5]])
     rows[-1]["business"] = [rows[-1]["text"].split(" ", 1)[1]]
 for carrier in ("SF", "YT", "ZTO", "JD", "EMS", "DHL", "UPS"):
     t = digits(12)

@@ -130,7 +130,7 @@ def test_bad_and_unknown_references_and_erased_originals(gateway):
     for bad in ({"ref": "phone", "reason": "call back please"}, {"ref": ref}, {"ref": ref, "reason": "ok"},
                 {"ref": ref, "reason": "call back please", "value": 1}, {"ref": f"m{mid}:9-3x", "reason": "call back"}):
         _problem(client.post(url, json=bad, headers=_h(sue)), 422)
-    _problem(client.post(f"/v1/handoff/tickets/not-a-uuid/reveal", json={"ref": ref, "reason": "call back"},
+    _problem(client.post("/v1/handoff/tickets/not-a-uuid/reveal", json={"ref": ref, "reason": "call back"},
                          headers=_h(sue)), 422)
     # 404: a span the ticket does not show (the order number, a shifted span, another message), an unknown ticket
     order_at = TEXT.index(ORDER)

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "router"))
 
 from keys_testkit import authorize  # noqa: E402
 
-from channels_support import SECRETS, RecordingServer, channel_app, channel_settings  # noqa: E402
+from channels_support import RecordingServer, channel_app, channel_settings  # noqa: E402
 from ops_testkit import agent_token, msg, wire_gateway  # noqa: E402
 
 from router.telemetry.logs import configure_logging  # noqa: E402

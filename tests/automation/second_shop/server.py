@@ -204,7 +204,7 @@ def return_delivered_order_items(order_ref: str, line_ids: list[str], refund_to:
         pm = _pm(_customer(customer_ref), refund_to)
         if refund_to != o["payment"]["pm_id"] and pm["kind"] != "gift_card":
             raise ShopError("a refund goes to the original payment method or a gift card")
-        done = {l for r in o["returns"] for l in r["line_ids"]}
+        done = {line for r in o["returns"] for line in r["line_ids"]}
         lines = [i for i in o["items"] if i["line_id"] in line_ids]
         if not lines or len(lines) != len(set(line_ids)) or done & set(line_ids):
             raise ShopError("those items cannot be returned")
