@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -41,6 +42,10 @@ from text.normalise import CJK, normalise_mapped
 LABELS = ("phone", "card", "id", "email", "address", "passport", "ip")
 
 _regions: tuple[str, ...] = ("CN",)
+
+# Units of work done so far (digit windows tried, numbering-plan lookups, characters given to Presidio):
+# the bound tests and benchmarks/adversarial.py read them. Approximate under threads, never reset here.
+WORK: Counter[str] = Counter()
 
 
 def configure(regions: Iterable[str] = ()) -> None:
@@ -75,7 +80,9 @@ _BUSINESS_CUES = (
     r"优惠券|券号|礼品卡|流水号|退款单|售后单|sf|yt|zto|sto|yd|jd|jt|ems|ups|fedex|dhl|usps|"
     r"顺丰|圆通|中通|申通|韵达|京东|极兔|邮政|德邦"
 )
-_FILLER = r"(?:\s|[:：#=\-,，/]|no\.?|nos\.?|number|num|nr|id|is|was|code|号码|编号|号|是|为|码)*"
+# one way only to read each filler ("号码" is "号" then "码"): alternatives that overlap backtrack
+# exponentially on a long run of them ("护照号码号码...吗")
+_FILLER = r"(?:\s|[:：#=\-,，/]|no\.?|nos\.?|number|num|nr|id|is|was|code|编号|号|是|为|码)*"
 _BUSINESS_BEFORE = re.compile(rf"(?:{_BUSINESS_CUES}){_FILLER}$")
 _CARD_BEFORE = re.compile(
     rf"(?:bank\s*card|credit\s*card|debit\s*card|card|visa|mastercard|unionpay|银行卡|信用卡|储蓄卡|借记卡|卡号|卡|银联)"
@@ -154,8 +161,11 @@ def _phone_cached(compact: str) -> bool:
     return False
 
 
-def _classify(compact: str, raw: str, v: str, start: int) -> str | None:
-    """The label of one digit run (compact: digits, a leading + and a trailing x kept), or None."""
+def _classify(compact: str, raw: str, v: str, start: int, lookups: list[int]) -> str | None:
+    """The label of one digit run (compact: digits, a leading + and a trailing x kept), or None.
+
+    ``lookups``: the numbering-plan lookups this call may still make; with none left a 7-16 digit run is
+    taken for a phone (masked: only a flood of digit runs gets there)."""
     digits = compact.lstrip("+")
     if digits.endswith("x"):
         return "id" if len(digits) == 18 and _ID_RE.fullmatch(digits) else None
@@ -171,8 +181,13 @@ def _classify(compact: str, raw: str, v: str, start: int) -> str | None:
         return "id"
     if 7 <= n <= 15 and not compact.startswith("+") and _single_decimal(raw):
         return None
-    if 7 <= n <= 16 and _phone_cached(compact):
-        return "phone"
+    if 7 <= n <= 16:
+        if lookups[0] <= 0:
+            return "phone"
+        lookups[0] -= 1
+        WORK["lookups"] += 1
+        if _phone_cached(compact):
+            return "phone"
     if 7 <= n <= 12 and _PHONE_SHAPE.fullmatch(raw.strip()) and not _is_date(digits, raw):
         return "phone"
     return None
@@ -188,31 +203,49 @@ def _is_date(digits: str, raw: str) -> bool:
 
 
 _GROUP = re.compile(r"\+?\d+x?|x")
+_MAX_DIGITS = 19            # the longest value (a card); no candidate window holds more digits
+_PHONE_LOOKUPS = 256        # numbering-plan lookups per call; beyond it a 7-16 digit window counts as a phone
+
 
 
 def _number_spans(v: str, out: list[tuple[str, int, int]]) -> None:
+    """Digit runs -> phone / card / id spans, greedy from the left, the longest window first.
+
+    Linear: a window holds at most 19 digits, so from each group at most ~20 windows are tried (each group
+    holds a digit), and the numbering-plan lookups per call are capped (:data:`_PHONE_LOOKUPS`).
+    """
+    lookups = [_PHONE_LOOKUPS]
     for m in _DIGITS.finditer(v):
         raw = m.group(0)
         groups = [(g.start() + m.start(), g.end() + m.start(), g.group(0)) for g in _GROUP.finditer(raw)]
-        if sum(len(g[2]) for g in groups) < 7:
+        size = [len(g[2]) for g in groups]
+        if sum(size) < 7:
             continue
+        ndig = [len(g[2].strip("+x")) for g in groups]
+        dig = [0]               # digits before group k: dig[j] - dig[i] is the window's digit count
+        for d in ndig:
+            dig.append(dig[-1] + d)
+        one_dot = raw.count(".") == 1
         hits: list[list] = []
-        i = 0
+        i, top = 0, 0
         while i < len(groups):
+            top = max(top, i)
+            while top < len(groups) and dig[top + 1] - dig[i] <= _MAX_DIGITS:
+                top += 1        # groups[i:top] is the longest window with at most 19 digits
             hit = None
-            for j in range(len(groups), i, -1):
+            for j in range(top, i, -1):
+                nd = dig[j] - dig[i]
+                if nd < 7:
+                    break
+                WORK["candidates"] += 1
                 compact = "".join(g[2] for g in groups[i:j])
                 if "x" in compact[:-1] or (i > 0 and compact.startswith("+")):
                     continue
                 s0 = groups[i][0]
-                if i > 0 and v[s0 - 1] == "." and v[s0 - 2:s0 - 1].isdigit() and j == len(groups) \
-                        and raw.count(".") == 1:
+                if i > 0 and v[s0 - 1] == "." and v[s0 - 2:s0 - 1].isdigit() and j == len(groups) and one_dot:
                     continue    # the fraction of a decimal number ("0.02596177"), never a phone
-                nd = len(compact.strip("+x"))
-                if nd < 7 or nd > 19:
-                    continue
                 s, e = groups[i][0], groups[j - 1][1]
-                label = _classify(compact, v[s:e], v, s)
+                label = _classify(compact, v[s:e], v, s, lookups)
                 if label:
                     hit = [label, i, j]
                     break
@@ -222,12 +255,15 @@ def _number_spans(v: str, out: list[tuple[str, int, int]]) -> None:
             else:
                 i += 1
         # a few digits left over right next to a value belong to it: mask them too ("[card] 9596" never)
+        lens = [0]
+        for n in size:
+            lens.append(lens[-1] + n)
         for k, (label, i, j) in enumerate(hits):
             lo = hits[k - 1][2] if k else 0
-            if 0 < i - lo and sum(len(g[2]) for g in groups[lo:i]) <= 4:
+            if 0 < i - lo and lens[i] - lens[lo] <= 4:
                 hits[k][1] = i = lo
             hi = hits[k + 1][1] if k + 1 < len(hits) else len(groups)
-            if 0 < hi - j and sum(len(g[2]) for g in groups[j:hi]) <= 4:
+            if 0 < hi - j and lens[hi] - lens[j] <= 4:
                 hits[k][2] = hi
         for label, i, j in hits:
             s, e = groups[i][0], groups[j - 1][1]
@@ -274,15 +310,21 @@ def suffix_ok(domain: str) -> bool:
 
 
 _CJK_ANY = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3000-\u303f\uff00-\uffef]")
-# e-mails whose local part or domain is written in Chinese (王五@例子.公司, 张三@163.com)
-_IDN_EMAIL = re.compile(r"([\w.+%\-]+)@((?:[a-z0-9\u4e00-\u9fff](?:[a-z0-9\u4e00-\u9fff\-]*[a-z0-9\u4e00-\u9fff])?\.)+"
-                        r"[a-z\u4e00-\u9fff]{2,})")
 # what Presidio's stricter pattern leaves (labels ending in "-", "_" in a domain): still an address
 _ASCII_EMAIL = re.compile(r"(?<![a-z0-9._%+\-])[a-z0-9._%+\-]+@[a-z0-9_\-]+(?:\.[a-z0-9_\-]+)*\.[a-z]{2,}(?![a-z0-9])")
 _EMAIL_CUE = re.compile(r"^(?:我的|我|的)?(?:电子邮箱|电子邮件|邮箱地址|邮箱|电邮|邮件|email|e-mail|mail)?(?:是|为|:|：)?")
 
 
 _MAYBE_IP = re.compile(r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}|[0-9a-f]{0,4}:[0-9a-f]{0,4}:[0-9a-f]{0,4}")
+# RFC 5321: a local part holds at most 64 characters, a domain at most 255. Presidio's e-mail pattern is
+# tried from every word boundary of a run up to its "@" (quadratic on "a-a-a-...@"), so it is given one
+# bounded segment around each "@" that can start an address, never the whole text.
+_LOCAL_MAX, _DOMAIN_MAX = 64, 255
+_PRESIDIO_DOMAIN = re.compile(r"\w+(?:-+\w+)*\.\w")
+_IDN_LOCAL_CHAR = re.compile(r"[\w.+%\-]")
+_IDN_DOMAIN = re.compile(r"(?:[a-z0-9\u4e00-\u9fff](?:[a-z0-9\u4e00-\u9fff\-]*[a-z0-9\u4e00-\u9fff])?\.)+"
+                         r"[a-z\u4e00-\u9fff]{2,}")
+_LATIN_LOCAL_CHAR = re.compile(r"[a-z0-9.+%\-_]")
 
 
 def _email_ip_spans(v: str, out: list[tuple[str, int, int]]) -> None:
@@ -295,36 +337,69 @@ def _email_ip_spans(v: str, out: list[tuple[str, int, int]]) -> None:
     # every CJK character is a space (same length, same offsets)
     latin = _CJK_ANY.sub(" ", v) if not v.isascii() else v
     if has_at:
-        for r in email_rec.analyze(latin, ["EMAIL_ADDRESS"], None):
-            out.append(("email", r.start, r.end))
+        ats = [m.start() for m in re.finditer("@", latin)]
+        for k, at in enumerate(ats):
+            if not (at and _PRESIDIO_DOMAIN.match(latin, at + 1)):
+                continue
+            lo = max(at - _LOCAL_MAX, ats[k - 1] + 1 if k else 0)
+            hi = min(at + 1 + _DOMAIN_MAX, ats[k + 1] if k + 1 < len(ats) else len(latin))
+            WORK["presidio_chars"] += hi - lo
+            for r in email_rec.analyze(latin[lo:hi], ["EMAIL_ADDRESS"], None):
+                out.append(("email", lo + r.start, lo + r.end))
         for m in _ASCII_EMAIL.finditer(v):
             out.append(("email", m.start(), m.end()))
         if not v.isascii():
-            for m in _IDN_EMAIL.finditer(v):
-                local, domain = m.group(1), m.group(2)
-                if not (CJK.search(local) or CJK.search(domain)):
-                    continue
-                # the last label may run into the sentence ("例子.公司谢谢"): shorten it to a real suffix
-                end = m.end()
-                while domain and not suffix_ok(domain):
-                    if not CJK.search(domain[-1]) or "." not in domain[:-1]:
-                        domain = ""
-                        break
-                    domain, end = domain[:-1], end - 1
-                if not domain or domain.endswith("."):
-                    continue
-                if CJK.search(local) and not CJK.search(local[-1]):
-                    # "联系a@b.com": Chinese words then a Latin local part; the address is the Latin part
-                    tail = re.search(r"[a-z0-9.+%\-_]+$", local)
-                    start = m.end(1) - (tail.end() - tail.start())
-                else:
-                    cue = _EMAIL_CUE.match(local)
-                    start = m.start() + (cue.end() if cue and cue.end() < len(local) else 0)
-                out.append(("email", start, end))
+            _idn_email_spans(v, out)
     if has_ip and _MAYBE_IP.search(v):
+        WORK["presidio_chars"] += len(latin)
         for r in ip_rec.analyze(latin, ["IP_ADDRESS"], None):
             if not _own_address(latin[r.start:r.end]):
                 out.append(("ip", r.start, r.end))
+
+
+def _idn_email_spans(v: str, out: list[tuple[str, int, int]]) -> None:
+    """E-mails whose local part or domain is Chinese. Read from each "@": the domain forwards, the local part
+    back to the run's start (a pattern tried from every position of a long run would be quadratic)."""
+    pos = 0
+    for at_m in re.finditer("@", v):
+        at = at_m.start()
+        if at < pos:
+            continue
+        dm = _IDN_DOMAIN.match(v, at + 1)
+        if not dm:
+            continue
+        s = at
+        while s > pos and _IDN_LOCAL_CHAR.match(v[s - 1]):
+            s -= 1
+        if s == at:
+            continue
+        pos = dm.end()
+        local, domain = v[s:at], dm.group(0)
+        if not (CJK.search(local) or CJK.search(domain)):
+            continue
+        # the last label may run into the sentence ("例子.公司谢谢"): shorten it to a real suffix (a label
+        # holds at most 63 characters)
+        end = dm.end()
+        for _ in range(64):
+            if not domain or suffix_ok(domain):
+                break
+            if not CJK.search(domain[-1]) or "." not in domain[:-1]:
+                domain = ""
+                break
+            domain, end = domain[:-1], end - 1
+        else:
+            domain = ""
+        if not domain or domain.endswith("."):
+            continue
+        if CJK.search(local) and not CJK.search(local[-1]):
+            # "联系a@b.com": Chinese words then a Latin local part; the address is the Latin part
+            start = at
+            while start > s and _LATIN_LOCAL_CHAR.match(v[start - 1]):
+                start -= 1
+        else:
+            cue = _EMAIL_CUE.match(local)
+            start = s + (cue.end() if cue and cue.end() < len(local) else 0)
+        out.append(("email", start, end))
 
 
 def _own_address(text: str) -> bool:
