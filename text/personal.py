@@ -54,6 +54,7 @@ def configure(regions: Iterable[str] = ()) -> None:
     extra = [r.strip().upper() for r in regions if r and r.strip()]
     _regions = tuple(dict.fromkeys(["CN", *extra]))
     _phone_cached.cache_clear()
+    _find_cached.cache_clear()
 
 
 def regions() -> tuple[str, ...]:
@@ -117,6 +118,29 @@ _CN_MOBILE = re.compile(r"(?:\+?86|0086)?1[3-9]\d{9}")
 _PHONE_SHAPE = re.compile(r"\(?\d{2,4}\)?[ \-.]\d{3,4}[ \-.]?\d{4}|\d{3}[\-.]\d{4}")
 
 
+# Other national ids, as numbers: a US social security number written 123-45-6789 (or bare after "SSN"),
+# a UK NHS number after "NHS" (10 digits, mod-11 check digit: bare 10-digit runs are phone numbers)
+_SSN_SHAPE = re.compile(r"\d{3}([ \-])\d{2}\1\d{4}")
+_SSN_BEFORE = re.compile(rf"(?:ssn|social\s*security(?:\s*(?:number|no))?|社会安全号|社安号){_FILLER}$")
+_NHS_BEFORE = re.compile(rf"nhs{_FILLER}$")
+# UK national insurance number (AB 12 34 56 C) after its name: letters and digits a product code may share
+_NINO = re.compile(r"(?<![a-z0-9])(?!bg|gb|nk|kn|tn|nt|zz)[a-ceghj-pr-tw-z][a-ceghj-npr-tw-z] ?\d{2} ?\d{2} ?\d{2} ?[a-d]"
+                   r"(?![a-z0-9])")
+_NINO_BEFORE = re.compile(rf"(?:insurance|nino|ni)(?:\s*number)?{_FILLER}$")
+
+
+def ssn_ok(digits: str) -> bool:
+    """The Social Security Administration never issues area 000, 666 or 9xx, group 00 or serial 0000."""
+    area, group, serial = digits[:3], digits[3:5], digits[5:]
+    return area not in ("000", "666") and area[0] != "9" and group != "00" and serial != "0000"
+
+
+def nhs_ok(digits: str) -> bool:
+    total = sum(int(d) * w for d, w in zip(digits[:9], range(10, 1, -1)))
+    check = 11 - total % 11
+    return check != 10 and (check % 11) == int(digits[9])
+
+
 def id_checksum_ok(value: str) -> bool:
     body, check = value[:17], value[17].upper()
     total = sum(int(d) * w for d, w in zip(body, _ID_WEIGHTS))
@@ -172,9 +196,13 @@ def _classify(compact: str, raw: str, v: str, start: int, lookups: list[int]) ->
     n = len(digits)
     if n == 18 and _ID_RE.fullmatch(digits):
         return "id"
+    before = _before(v, start)
+    if n == 9 and (_SSN_SHAPE.fullmatch(raw) or _SSN_BEFORE.search(before)) and ssn_ok(digits):
+        return "id"
+    if n == 10 and _NHS_BEFORE.search(before) and nhs_ok(digits):
+        return "id"
     if _CN_MOBILE.fullmatch(compact) or ((n in (11, 13, 15)) and _CN_MOBILE.fullmatch(digits)):
         return "phone"
-    before = _before(v, start)
     if 13 <= n <= 19 and (luhn_ok(digits) or (n >= 15 and _CARD_BEFORE.search(before))):
         return "card"
     if n == 15 and _ID_BEFORE.search(before):      # first-generation 15-digit resident id
@@ -422,12 +450,54 @@ _PASSPORT_CTX = re.compile(rf"(?:passport|护照){_FILLER}([a-z]{{0,2}}\d{{6,9}}
 _NAME = r"[\u4e00-\u9fff]"
 _NUM_CN = r"(?:\d+|[一二三四五六七八九十百零〇]+)"
 # province / city / district (any may be missing), then a road, lane or street with its number
+# after the road and its number: the building (its name may start in Latin letters: SOHO现代城, or end in
+# no suffix when a unit follows: 国贸 A座), its units (A座, 3号楼, 2单元, 12楼, 501室) and a last bare
+# number (A座 1203), spaces allowed between them; a bare number right after the road number only when
+# attached (88号1203: "88号 12345678" is an address and an order number). Every piece is bounded.
+_UNIT_NAMED = r"(?:\d{1,5}|[a-z]\d{0,4})(?:号楼|栋|幢|座|单元|楼|层|室|号)"
+_UNIT_BARE = r"\d{1,5}(?:-\d{1,5})?(?!\d)"
+_BUILDING = (rf"(?:[a-z]{{1,12}} ?)?(?:{_NAME}{{0,8}}(?:小区|大厦|公寓|花园|苑|广场|中心|城|园|大楼|村|院|府|国际|写字楼|商务楼)"
+             rf"|{_NAME}{{1,8}}(?= ?{_UNIT_NAMED}))")
 _ADDRESS = re.compile(
     rf"(?:{_NAME}{{2,3}}(?:省|自治区))?(?:{_NAME}{{2,4}}市)?(?:{_NAME}{{2,4}}(?:区|县|旗))?(?:{_NAME}{{2,4}}(?:镇|乡|街道))?"
-    rf"(?:{_NAME}|\d){{1,10}}(?:大道|路|街|巷|弄|胡同|道|里)(?:{_NAME}{{1,3}}段)?{_NUM_CN}(?:号|弄|巷)"
-    rf"(?:(?:{_NAME}{{1,8}}(?:小区|大厦|公寓|花园|苑|广场|中心))?(?:\d+|[a-z])(?:号楼|栋|幢|座|单元|楼|层|室|号|-)?)*"
-    rf"|{_NAME}{{2,8}}(?:小区|公寓|花园|苑)\d+(?:号楼|栋|幢|座)(?:\d+(?:单元|楼|层|室|号|-))*\d*")
+    rf"(?:{_NAME}|\d){{1,10}}(?:大道|路|街|巷|弄|胡同|道|里)(?:{_NAME}{{1,3}}段)?{_NUM_CN}(?:号|弄|巷)院?"
+    rf"(?:(?: ?{_BUILDING})?(?: ?{_UNIT_NAMED}){{1,4}}(?: ?{_UNIT_BARE})?| ?{_BUILDING}|{_UNIT_BARE})?"
+    rf"|{_NAME}{{2,8}}(?:小区|公寓|花园|苑)\d{{1,5}}(?:号楼|栋|幢|座)(?:\d{{1,5}}(?:单元|楼|层|室|号|-)){{0,4}}\d{{0,5}}")
+
+# English street addresses: a house number, one to four words of street name and a street type, then an
+# optional unit and an optional "City, ST 94043" / "London SW1A 2AA". A careful pattern rather than a
+# library: usaddress labels the parts of a string already known to be an address (it finds none in free
+# text) and pyap (unmaintained since 2020) uses nested unbounded patterns this detector cannot bound.
+_EN_STREET = (r"street|st|avenue|ave|road|rd|boulevard|blvd|parkway|pkwy|lane|ln|drive|dr|court|ct|way|place|pl|"
+              r"terrace|ter|circle|cir|highway|hwy|square|sq|trail|trl|crescent|close|plaza|alley|expressway")
+_EN_ADDRESS = re.compile(
+    r"(?<![\w.\-/#$€£¥])\d{1,6}[a-z]?"
+    r"(?:\s(?:n|s|e|w|ne|nw|se|sw|north|south|east|west)\.?)?"
+    rf"((?:\s[a-z][a-z'\-]{{0,20}}\.?){{1,4}}?\s(?:{_EN_STREET})\.?)(?!\w)"
+    r"(?:,?\s(?:apt|apartment|suite|ste|unit|floor|fl|room|rm|#)\.?\s?#?[a-z0-9\-]{1,6}(?!\w))?"
+    r"(,\s?[a-z][a-z.'\-]{0,20}(?:\s[a-z][a-z.'\-]{0,20}){0,3},?\s(?:[a-z]{2}\.?\s)?"
+    r"(?:\d{5}(?:-\d{4})?|[a-z]{1,2}\d[a-z\d]?\s?\d[a-z]{2})(?!\w))?")
+_EN_STREET_ANY = re.compile(rf"\b(?:{_EN_STREET})\b")
+_EN_ADDRESS_CUE = re.compile(r"(?:address|ship(?:ping)?\s+to|deliver(?:y)?\s+to|send\s+(?:it\s+)?to|live\s+(?:at|on)|"
+                             r"located\s+at|mail\s+(?:it\s+)?to|地址|寄到|送到|住在)\W{0,3}$")
 _ADDR_LEAD = re.compile(r"^(?:[我你他她它的在是到寄住送往址从和及或于为请帮地址收货联系]|住在|寄到|送到|地址|收货|位于)+")
+
+
+def _en_address_spans(v: str, original: str, span, out: list[tuple[str, int, int]]) -> None:
+    """An English street address counts when it reads as one: a city and postcode follow, an address word
+    comes before, or the street is written with capitals (1600 Amphitheatre Parkway); "3 times on my way"
+    is none of these."""
+    if not _EN_STREET_ANY.search(v):
+        return
+    for m in _EN_ADDRESS.finditer(v):
+        s, e = m.start(), m.end()
+        ok = m.group(2) is not None or _EN_ADDRESS_CUE.search(_before(v, s))
+        if not ok:
+            os, oe = span(m.start(1), m.end(1))
+            words = original[os:oe].split()
+            ok = all(w[:1].isupper() for w in words)
+        if ok and not _business(v, s, e):
+            out.append(("address", s, e))
 
 
 def _address_spans(v: str, out: list[tuple[str, int, int]]) -> None:
@@ -454,9 +524,22 @@ def _compact(value: str) -> str:
 
 
 def find(text: str | None, *, allow: Iterable[str] = ()) -> list[Span]:
-    """Personal values in ``text``, in order, not overlapping; business values are not returned."""
+    """Personal values in ``text``, in order, not overlapping; business values are not returned.
+
+    A turn masks the same message for its trace, ticket, log lines and reply checks: the last results
+    are kept (keyed by text and ``allow``), so each text is read once.
+    """
     if not text or not _MAYBE.search(text):
         return []
+    return list(_find_cached(text, tuple(allow)))
+
+
+@lru_cache(maxsize=512)
+def _find_cached(text: str, allow: tuple[str, ...]) -> tuple[Span, ...]:
+    return tuple(_find(text, allow))
+
+
+def _find(text: str, allow: tuple[str, ...]) -> list[Span]:
     nm = normalise_mapped(text, case="lower", simplify="cjk", spaces="keep")
     v = nm.text
     found: list[tuple[str, int, int]] = []
@@ -470,6 +553,11 @@ def find(text: str | None, *, allow: Iterable[str] = ()) -> list[Span]:
             found.append(("passport", m.start(1), m.end(1)))
     if CJK.search(v):
         _address_spans(v, found)
+    _en_address_spans(v, text, nm.span, found)
+    if "insurance" in v or "nino" in v or " ni" in v:
+        for m in _NINO.finditer(v):
+            if _NINO_BEFORE.search(_before(v, m.start())):
+                found.append(("id", m.start(), m.end()))
     if not found:
         return []
     # overlaps: the earlier, then the longer, wins (an e-mail holds digits, an address holds a number)
