@@ -185,7 +185,7 @@ def _phone_cached(compact: str) -> bool:
     return False
 
 
-def _classify(compact: str, raw: str, v: str, start: int, lookups: list[int]) -> str | None:
+def _classify(compact: str, raw: str, before: str, lookups: list[int]) -> str | None:
     """The label of one digit run (compact: digits, a leading + and a trailing x kept), or None.
 
     ``lookups``: the numbering-plan lookups this call may still make; with none left a 7-16 digit run is
@@ -196,7 +196,6 @@ def _classify(compact: str, raw: str, v: str, start: int, lookups: list[int]) ->
     n = len(digits)
     if n == 18 and _ID_RE.fullmatch(digits):
         return "id"
-    before = _before(v, start)
     if n == 9 and (_SSN_SHAPE.fullmatch(raw) or _SSN_BEFORE.search(before)) and ssn_ok(digits):
         return "id"
     if n == 10 and _NHS_BEFORE.search(before) and nhs_ok(digits):
@@ -233,6 +232,7 @@ def _is_date(digits: str, raw: str) -> bool:
 _GROUP = re.compile(r"\+?\d+x?|x")
 _MAX_DIGITS = 19            # the longest value (a card); no candidate window holds more digits
 _PHONE_LOOKUPS = 256        # numbering-plan lookups per call; beyond it a 7-16 digit window counts as a phone
+_CANDIDATES = 2048          # windows read per call (a 200-character message reads < 100); beyond, masked
 
 
 
@@ -240,9 +240,10 @@ def _number_spans(v: str, out: list[tuple[str, int, int]]) -> None:
     """Digit runs -> phone / card / id spans, greedy from the left, the longest window first.
 
     Linear: a window holds at most 19 digits, so from each group at most ~20 windows are tried (each group
-    holds a digit), and the numbering-plan lookups per call are capped (:data:`_PHONE_LOOKUPS`).
+    holds a digit), and the windows read and numbering-plan lookups per call are capped
+    (:data:`_CANDIDATES`, :data:`_PHONE_LOOKUPS`): a text past them is a flood of digits, masked unread.
     """
-    lookups = [_PHONE_LOOKUPS]
+    lookups, budget = [_PHONE_LOOKUPS], [_CANDIDATES]
     for m in _DIGITS.finditer(v):
         raw = m.group(0)
         groups = [(g.start() + m.start(), g.end() + m.start(), g.group(0)) for g in _GROUP.finditer(raw)]
@@ -261,19 +262,24 @@ def _number_spans(v: str, out: list[tuple[str, int, int]]) -> None:
             while top < len(groups) and dig[top + 1] - dig[i] <= _MAX_DIGITS:
                 top += 1        # groups[i:top] is the longest window with at most 19 digits
             hit = None
+            s0 = groups[i][0]
+            before = _before(v, s0)
             for j in range(top, i, -1):
                 nd = dig[j] - dig[i]
                 if nd < 7:
                     break
+                if budget[0] <= 0:
+                    hit = ["phone", i, top]     # out of budget: the longest window is masked, unread
+                    break
+                budget[0] -= 1
                 WORK["candidates"] += 1
                 compact = "".join(g[2] for g in groups[i:j])
                 if "x" in compact[:-1] or (i > 0 and compact.startswith("+")):
                     continue
-                s0 = groups[i][0]
                 if i > 0 and v[s0 - 1] == "." and v[s0 - 2:s0 - 1].isdigit() and j == len(groups) and one_dot:
                     continue    # the fraction of a decimal number ("0.02596177"), never a phone
                 s, e = groups[i][0], groups[j - 1][1]
-                label = _classify(compact, v[s:e], v, s, lookups)
+                label = _classify(compact, v[s:e], before, lookups)
                 if label:
                     hit = [label, i, j]
                     break
@@ -478,7 +484,7 @@ _EN_ADDRESS = re.compile(
     r"(,\s?[a-z][a-z.'\-]{0,20}(?:\s[a-z][a-z.'\-]{0,20}){0,3},?\s(?:[a-z]{2}\.?\s)?"
     r"(?:\d{5}(?:-\d{4})?|[a-z]{1,2}\d[a-z\d]?\s?\d[a-z]{2})(?!\w))?")
 _EN_STREET_ANY = re.compile(rf"\b(?:{_EN_STREET})\b")
-_EN_ADDRESS_CUE = re.compile(r"(?:address|ship(?:ping)?\s+to|deliver(?:y)?\s+to|send\s+(?:it\s+)?to|live\s+(?:at|on)|"
+_EN_ADDRESS_CUE = re.compile(r"(?:address(?:\s+is)?|ship(?:ping)?\s+to|deliver(?:y)?\s+to|send\s+(?:it\s+)?to|live\s+(?:at|on)|"
                              r"located\s+at|mail\s+(?:it\s+)?to|地址|寄到|送到|住在)\W{0,3}$")
 _ADDR_LEAD = re.compile(r"^(?:[我你他她它的在是到寄住送往址从和及或于为请帮地址收货联系]|住在|寄到|送到|地址|收货|位于)+")
 
