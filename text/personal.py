@@ -533,11 +533,16 @@ def find(text: str | None, *, allow: Iterable[str] = ()) -> list[Span]:
     """Personal values in ``text``, in order, not overlapping; business values are not returned.
 
     A turn masks the same message for its trace, ticket, log lines and reply checks: the last results
-    are kept (keyed by text and ``allow``), so each text is read once.
+    are kept (keyed by text and ``allow``, texts up to 8,000 characters), so each is read once.
     """
     if not text or not _MAYBE.search(text):
         return []
+    if len(text) > _CACHED_CHARS:
+        return _find(text, tuple(allow))
     return list(_find_cached(text, tuple(allow)))
+
+
+_CACHED_CHARS = 8000    # longer texts (a whole payload) are read each time rather than kept
 
 
 @lru_cache(maxsize=512)
