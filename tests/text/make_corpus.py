@@ -196,6 +196,41 @@ for i in range(10):
     add(f"运单号 {t} 请改寄到{a}，联系人手机 {mobile()}", "zh", [("address", a)], [t])
     rows[-1]["personal"].append(["phone", rows[-1]["text"].rsplit(" ", 1)[1]])
 
+# ---- national ids besides the resident id, English street addresses, the whole of a Chinese address
+for text, lang, value in [
+        ("my SSN is 123-45-6789", "en", "123-45-6789"), ("social security number 219-09-9999, thanks", "en",
+                                                         "219-09-9999"),
+        ("SSN: 078051120", "en", "078051120"), ("我的美国社会安全号是 123-45-6789", "zh", "123-45-6789"),
+        ("NHS number 943 476 5919", "en", "943 476 5919"), ("英国的NHS号码 943 476 5919", "zh", "943 476 5919"),
+        ("my NI number is AB123456C", "en", "AB123456C")]:
+    add(text, lang, [("id", value)])
+for text, lang, value in [
+        ("ship it to 1600 Amphitheatre Parkway, Mountain View, CA 94043 please", "en",
+         "1600 Amphitheatre Parkway, Mountain View, CA 94043"),
+        ("I live at 221B Baker Street", "en", "221B Baker Street"),
+        ("deliver to 350 Fifth Avenue, New York, NY 10118", "en", "350 Fifth Avenue, New York, NY 10118"),
+        ("10 Downing Street, London SW1A 2AA is my address", "en", "10 Downing Street, London SW1A 2AA"),
+        ("my address is 12 main st apt 4b", "en", "12 main st apt 4b"),
+        ("请寄到 1600 Amphitheatre Parkway, Mountain View, CA 94043", "zh",
+         "1600 Amphitheatre Parkway, Mountain View, CA 94043"),
+        ("请寄到北京市朝阳区建国路88号 SOHO现代城 A座 1203", "zh", "北京市朝阳区建国路88号 SOHO现代城 A座 1203"),
+        ("收货地址：北京市朝阳区建国路88号SOHO现代城A座1203，谢谢", "zh", "北京市朝阳区建国路88号SOHO现代城A座1203"),
+        ("地址是深圳市南山区科技园路1号腾讯大厦 B座 12楼", "zh", "深圳市南山区科技园路1号腾讯大厦 B座 12楼"),
+        ("送到上海市浦东新区世纪大道100号环球金融中心58层", "zh", "上海市浦东新区世纪大道100号环球金融中心58层"),
+        ("寄到北京市朝阳区建国路88号院3号楼2单元501室吧", "zh", "北京市朝阳区建国路88号院3号楼2单元501室"),
+        ("please ship to 北京市朝阳区建国路88号 SOHO现代城 A座 1203", "en", "北京市朝阳区建国路88号 SOHO现代城 A座 1203")]:
+    add(text, lang, [("address", value)])
+# ... and what looks a little like them but is business: order numbers, prices, dates, a model name
+for text, lang, value in [
+        ("order 100234 was left at the wrong door", "en", "100234"), ("订单 100234 还没到", "zh", "100234"),
+        ("it cost $1,299.00 and arrived broken", "en", "$1,299.00"), ("价格 1299 元", "zh", "1299 元"),
+        ("delivered on 2024-11-30", "en", "2024-11-30"), ("ordered 11/30/2024", "en", "11/30/2024"),
+        ("我买的是A座台灯", "zh", "A座台灯"), ("型号 A座 1203 的台灯有货吗", "zh", "A座 1203"),
+        ("I called 3 times on my way home", "en", "3 times on my way"),
+        ("ticket 123-45-6789 is still open", "en", "123-45-6789"), ("we open at 9 am, 7 days a week", "en", "9 am, 7 days"),
+        ("buy 2 get 1 free on Main Street styles", "en", "buy 2 get 1 free"), ("第3栋楼的快递柜坏了", "zh", "第3栋楼")]:
+    add(text, lang, business=[value])
+
 out = Path(__file__).with_name("corpus.jsonl")
 with out.open("w", encoding="utf-8") as f:
     for r in rows:

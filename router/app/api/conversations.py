@@ -17,6 +17,7 @@ from router.app.api.deps import ServicesDep
 from router.app.keys import feedback_token_ok
 from router.problems import Problem
 from router.ops.trace import AmbiguousConversation, find_conversation, load_trace
+from text import personal
 
 router = APIRouter(prefix="/v1/conversations", tags=["conversations"], route_class=ProblemRoute)
 
@@ -88,8 +89,10 @@ def record_feedback(conn, conversation_id: str, body: FeedbackIn) -> tuple[dict[
     """Store one session's rating in one transaction; returns (row, created).
 
     The session is the one of ``turn_id`` when given, else the conversation's current one. A resolved
-    session (answer given, ticket resolved) is closed by the rating, as the state machine prescribes.
+    session (answer given, ticket resolved) is closed by the rating, as the state machine prescribes. The
+    comment is stored (and echoed) masked, as every other sink keeps a customer's words.
     """
+    comment = personal.mask(body.comment)
     with conn.transaction():
         conv = sm.lock_conversation(conn, conversation_id)
         if conv is None:
@@ -108,7 +111,7 @@ def record_feedback(conn, conversation_id: str, body: FeedbackIn) -> tuple[dict[
             ON CONFLICT (conversation_id, session_no) DO NOTHING
             RETURNING conversation_id, session_no, turn_id, csat, comment, created_at
             """,
-            (conversation_id, session_no, str(body.turn_id) if body.turn_id else None, body.csat, body.comment,
+            (conversation_id, session_no, str(body.turn_id) if body.turn_id else None, body.csat, comment,
              body.source),
         ).fetchone()
         created = row is not None
@@ -119,7 +122,7 @@ def record_feedback(conn, conversation_id: str, body: FeedbackIn) -> tuple[dict[
                 (conversation_id, session_no),
             ).fetchone()
             same = (row["csat"], row["comment"], str(row["turn_id"]) if row["turn_id"] else None) == \
-                (body.csat, body.comment, str(body.turn_id) if body.turn_id else None)
+                (body.csat, comment, str(body.turn_id) if body.turn_id else None)
             if not same:
                 raise Problem(409, f"Session {session_no} of this conversation was already rated {row['csat']}.",
                               title="Conflict", existing={"csat": row["csat"], "comment": row["comment"]})

@@ -193,6 +193,25 @@ def test_feedback_needs_a_key_or_the_conversations_token(bare):
     assert r.status_code == 201, r.text
 
 
+def test_a_feedback_comment_is_stored_and_echoed_masked(bare):
+    """A phone number or e-mail typed into the rating comment is personal data like any message's."""
+    client, services = bare
+    key = issue_integration_key(services.pool, ["web"])
+    conv = client.post("/v1/messages", json=body(), headers=bearer(key)).json()
+    url = f"/v1/conversations/{conv['conversation_id']}/feedback"
+    comment = "slow answer, call me back on 138 1234 5678 or li.lei@example.com"
+    r = client.post(url, json={"csat": 2, "comment": comment}, headers=bearer(key))
+    assert r.status_code == 201, r.text
+    assert r.json()["comment"] == "slow answer, call me back on [phone] or [email]"
+    with services.pool.connection() as conn:
+        stored_comment = conn.execute("SELECT comment FROM feedback").fetchone()["comment"]
+    assert stored_comment == "slow answer, call me back on [phone] or [email]"
+    # the same rating again is a replay, not a conflict, although what is stored differs from what was sent
+    again = client.post(url, json={"csat": 2, "comment": comment}, headers=bearer(key))
+    assert again.status_code == 200 and again.headers["idempotent-replayed"] == "true"
+    assert "5678" not in again.text and "li.lei" not in again.text
+
+
 # -- attack 3: client metadata trusted as internal state -------------------------------------------------
 
 
