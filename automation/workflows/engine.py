@@ -72,6 +72,9 @@ TEXT = {
                       "from here. Please hold on."},
     "broken": {"zh": "抱歉，这个流程出了问题，我把您转给同事。", "en": "Sorry, something went wrong in this process; a colleague will take over."},
     "resume": {"zh": "回到您刚才的{task}：", "en": "Back to your earlier request ({task}):"},
+    "cancelled_by_staff": {"zh": "抱歉，我们的同事审核后取消了您的这项请求，不会做任何操作。如有疑问请回复我们。",
+                           "en": "Sorry, a colleague reviewed your request and cancelled it; nothing was done. "
+                                 "Reply if you have any questions."},
 }
 
 
@@ -527,7 +530,7 @@ class FlowEngine:
         inst["history"].append({"event": "escalated", "tier": tier, "reason": reason, "step": inst["step"], "at": time.time()})
 
     def _cancel(self, conn, inst: dict, wf: Workflow, run: _Run, reason: str) -> FlowTurn:
-        run.say(_t("cancelled", run.lang))
+        run.say(_t("cancelled" if reason == "customer" else "cancelled_by_staff", run.lang))
         self._finish(inst, "cancelled", "cancelled")
         inst["history"][-1]["reason"] = reason
         store.save(conn, inst)

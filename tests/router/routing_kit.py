@@ -10,6 +10,7 @@ that database with ``CREATE DATABASE ... TEMPLATE`` and nothing leaks between te
 from __future__ import annotations
 
 import atexit
+from contextlib import contextmanager
 import shutil
 import tempfile
 import uuid
@@ -120,3 +121,26 @@ def make_agent(pool, name: str, *, role: str = "agent", approval_level: str | No
 def rows(pool, sql: str, *params) -> list[dict[str, Any]]:
     with pool.connection() as conn:
         return conn.execute(sql, params).fetchall()
+
+
+def flow_services(fresh_db, pg_server, template_dsn, encoder, **settings_overrides):
+    """routing_services with the workflows and the example shop wired, on a fresh copy of the KB template."""
+    _, uri = pg_server
+    template_name = psycopg.conninfo.conninfo_to_dict(template_dsn)["dbname"]
+    name, home, kb_dir = kb_template(uri, template_name, encoder)
+    svc = routing_services(fresh_db(name), home, encoder, kb_dir, flows=True, **settings_overrides)
+    assert svc.flows is not None, "the bundled tools and workflows must load"
+    return svc
+
+
+@contextmanager
+def api_client(svc):
+    """The gateway's app over ``svc`` in a TestClient that sends a valid integration key."""
+    from fastapi.testclient import TestClient
+
+    from keys_testkit import authorize
+    from router.app.factory import create_app
+
+    with TestClient(create_app(services=svc)) as client:
+        authorize(client, svc.pool)
+        yield client

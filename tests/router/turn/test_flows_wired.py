@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from keys_testkit import authorize
-from routing_kit import kb_template, make_agent, routing_services, rows
+from routing_kit import api_client, flow_services, kb_template, make_agent, routing_services, rows
 
 pytestmark = pytest.mark.slow
 
@@ -24,11 +24,7 @@ _ids = itertools.count()
 
 @pytest.fixture
 def svc(fresh_db, pg_server, template_dsn, e5_encoder):
-    _, uri = pg_server
-    template_name = psycopg.conninfo.conninfo_to_dict(template_dsn)["dbname"]
-    name, home, kb_dir = kb_template(uri, template_name, e5_encoder)
-    s = routing_services(fresh_db(name), home, e5_encoder, kb_dir, flows=True)
-    assert s.flows is not None, "the bundled tools and workflows must load"
+    s = flow_services(fresh_db, pg_server, template_dsn, e5_encoder)
     yield s
     s.close()
 
@@ -47,10 +43,7 @@ def shop_down(fresh_db, pg_server, template_dsn, e5_encoder, monkeypatch):
 
 @pytest.fixture
 def api(svc):
-    from router.app.factory import create_app
-
-    with TestClient(create_app(services=svc)) as c:
-        authorize(c, svc.pool)
+    with api_client(svc) as c:
         yield c
 
 

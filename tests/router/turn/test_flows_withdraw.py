@@ -13,12 +13,9 @@ import subprocess
 import sys
 import threading
 
-import psycopg
 import pytest
-from fastapi.testclient import TestClient
 
-from keys_testkit import authorize
-from routing_kit import kb_template, make_agent, routing_services, rows
+from routing_kit import api_client, flow_services, make_agent, rows
 
 pytestmark = pytest.mark.slow
 
@@ -27,21 +24,14 @@ _ids = itertools.count()
 
 @pytest.fixture
 def svc(fresh_db, pg_server, template_dsn, e5_encoder):
-    _, uri = pg_server
-    template_name = psycopg.conninfo.conninfo_to_dict(template_dsn)["dbname"]
-    name, home, kb_dir = kb_template(uri, template_name, e5_encoder)
-    s = routing_services(fresh_db(name), home, e5_encoder, kb_dir, flows=True)
-    assert s.flows is not None
+    s = flow_services(fresh_db, pg_server, template_dsn, e5_encoder)
     yield s
     s.close()
 
 
 @pytest.fixture
 def api(svc):
-    from router.app.factory import create_app
-
-    with TestClient(create_app(services=svc)) as c:
-        authorize(c, svc.pool)
+    with api_client(svc) as c:
         yield c
 
 
@@ -127,7 +117,7 @@ def test_staff_cancelling_the_approval_ticket_ends_the_flow(api, svc):
     flow = flow_of(svc, ticket)
     assert (flow["status"], flow["outcome"]) == ("cancelled", "cancelled")
     # the customer is told, once, through the outbox (the engine's own cancelled message)
-    assert outbox_texts(svc, "conv-staff") == [*sent_before, "OK, I've stopped here; nothing further will be done."]
+    assert outbox_texts(svc, "conv-staff") == [*sent_before, "Sorry, a colleague reviewed your request and cancelled it; nothing was done. Reply if you have any questions."]
     # the conversation is free for a new task: a new refund starts its own flow
     assert say(api, "I want a refund of 30 for order 100234", "conv-staff")["flow"]["step"] == "confirm_refund"
     assert refunds_of(svc, "100234") == []

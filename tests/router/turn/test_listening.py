@@ -12,12 +12,9 @@ import os
 import subprocess
 import sys
 
-import psycopg
 import pytest
-from fastapi.testclient import TestClient
 
-from keys_testkit import authorize
-from routing_kit import kb_template, routing_services, rows
+from routing_kit import api_client, flow_services, rows
 
 pytestmark = pytest.mark.slow
 
@@ -26,21 +23,14 @@ _ids = itertools.count()
 
 @pytest.fixture
 def svc(fresh_db, pg_server, template_dsn, e5_encoder):
-    _, uri = pg_server
-    template_name = psycopg.conninfo.conninfo_to_dict(template_dsn)["dbname"]
-    name, home, kb_dir = kb_template(uri, template_name, e5_encoder)
-    s = routing_services(fresh_db(name), home, e5_encoder, kb_dir, flows=True)
-    assert s.flows is not None, "the bundled tools and workflows must load"
+    s = flow_services(fresh_db, pg_server, template_dsn, e5_encoder)
     yield s
     s.close()
 
 
 @pytest.fixture
 def api(svc):
-    from router.app.factory import create_app
-
-    with TestClient(create_app(services=svc)) as c:
-        authorize(c, svc.pool)
+    with api_client(svc) as c:
         yield c
 
 
@@ -204,3 +194,19 @@ def test_a_customer_waiting_in_the_queue_hears_that_the_message_arrived_once_per
     again = say(api, "???", customer="c4", conversation="l-wait")
     assert again["reply"] is None                                              # once per interval, not every time
     assert tickets_of(svc, "l-wait") == 1
+
+
+def test_a_request_for_a_person_mid_task_still_reaches_a_person(api, svc):
+    out = talk(api, "c5", "l-human", "我要退款，锅坏了", "100270", "转人工")
+    assert out[1]["ticket_id"] is None and out[2]["ticket_id"] is not None
+    assert out[2]["decision"]["escalation"]["rule"] == "human_request"
+    assert writes_of(svc, "request_refund") == []
+
+
+def test_unclear_answers_are_asked_again_with_a_hint_then_a_person_is_offered(api, svc):
+    out = talk(api, "c2", "l-unclear", "I want my money back", "100240", "blue", "purple", "green")
+    assert out[2]["ticket_id"] is None and out[2]["flow"]["awaiting"] == "amount"
+    assert "didn't catch" in out[2]["reply"]["text"] and "How much" in out[2]["reply"]["text"]
+    assert out[3]["ticket_id"] is None
+    assert out[4]["ticket_id"] is not None          # the third miss: a colleague takes it, with the flow's state
+    assert writes_of(svc, "request_refund") == []

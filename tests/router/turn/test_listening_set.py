@@ -14,14 +14,11 @@ import os
 import re
 from pathlib import Path
 
-import psycopg
 import pytest
 import yaml
-from fastapi.testclient import TestClient
 
-from keys_testkit import authorize
 from listening_kit import cases, pass_hat_k, run_case
-from routing_kit import kb_template, routing_services, rows
+from routing_kit import api_client, flow_services, rows
 
 pytestmark = pytest.mark.slow
 
@@ -40,21 +37,14 @@ def svc(fresh_db, pg_server, template_dsn, e5_encoder, tmp_path):
     tools = (Path(__file__).resolve().parents[3] / "automation/tools/samples/tools.yaml").read_text(encoding="utf-8")
     tools_path = tmp_path / "tools.yaml"   # the shop's per-customer rate limits would stop a customer's 40th refund
     tools_path.write_text(re.sub(r"rate_limit: \{calls: \d+", "rate_limit: {calls: 100000", tools), encoding="utf-8")
-    _, uri = pg_server
-    template_name = psycopg.conninfo.conninfo_to_dict(template_dsn)["dbname"]
-    name, home, kb_dir = kb_template(uri, template_name, e5_encoder)
-    s = routing_services(fresh_db(name), home, e5_encoder, kb_dir, flows=True, policy_file=path, tools_file=tools_path)
-    assert s.flows is not None
+    s = flow_services(fresh_db, pg_server, template_dsn, e5_encoder, policy_file=path, tools_file=tools_path)
     yield s
     s.close()
 
 
 @pytest.fixture
 def api(svc):
-    from router.app.factory import create_app
-
-    with TestClient(create_app(services=svc)) as c:
-        authorize(c, svc.pool)
+    with api_client(svc) as c:
         yield c
 
 
