@@ -70,6 +70,7 @@ def test_below_the_level_the_buttons_say_why_and_a_supervisor_rejects(shop_conso
     shop_console.get_by_role("button", name="Language").click()
     expect(refuse).to_contain_text("需要主管审批：您的审批级别是 自动")
     expect(approve).to_have_text("批准")
+    expect(shop_console.locator("#ap-level")).to_have_text("主管")
     expect(shop_console.get_by_label("What is being approved")).to_contain_text("拟调用工具")
     shop_console.get_by_role("button", name="Language").click()
     r = httpx.post(f"{shop_gateway.url}/v1/handoff/tickets/{tid}/release", headers={"Authorization": f"Bearer {ana}"})

@@ -549,8 +549,8 @@ function renderTicket() {
   if (needsApproval) {
     $("ap-title").textContent = tk.approval_level === "auto" ? t("amountTitle") : t("approvalTitle");
     $("ap-amount").textContent = `${t("amount")}: ${tk.amount} ${tk.currency || ""}`.trim();
-    $("ap-level").textContent = tk.approval_level;
-    $("ap-mine").textContent = state.me.approval_level;
+    $("ap-level").textContent = levelName(tk.approval_level);
+    $("ap-mine").textContent = levelName(state.me.approval_level);
     $("ap-refuse").hidden = allowed;
     $("ap-refuse").textContent = allowed ? "" : refusal(tk);
   }
@@ -629,7 +629,7 @@ function renderTicket() {
   $("close-approval").hidden = !(approval && open);
 }
 
-function levelName(level) { return t(`lv_${level}`); }
+function levelName(level) { return T.en[`lv_${level}`] ? t(`lv_${level}`) : level; }
 
 function refusal(tk) {
   const needs = t(`needs_${tk.approval_level}`);
