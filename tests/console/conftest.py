@@ -169,8 +169,8 @@ def serve(app) -> tuple[str, Any, threading.Thread, socket.socket]:
 
 
 def _gateway(services, minilm_encoder, tmp_path, monkeypatch, *, flows: bool):
-    from router.app.factory import create_app
     from router.app.composition import wire_flows, wire_handoff, wire_router
+    from router.app.factory import create_app
 
     monkeypatch.setenv("SWITCHBOARD_HANDOFF_LEASE_SECONDS", "6")
     services.classifier = _classifier(minilm_encoder, tmp_path)

@@ -24,8 +24,8 @@ from fastapi import APIRouter, Query, Request, Response
 
 from handoff.api import CallerDep, ProblemRoute
 from handoff.errors import NotFound
-from router.outbox.store import deliveries_since
 from handoff.reveal import refs
+from router.outbox.store import deliveries_since
 from text import personal
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
