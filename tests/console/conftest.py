@@ -118,6 +118,30 @@ class Gateway:
                        "proposed_action": "reply to refund_request with the draft"})
         return ticket
 
+    def refund_approval(self, conversation: str, *, customer: str = "c1", order: str = "100230",
+                        amount: str = "200") -> dict:
+        """A refund above the automatic limit, asked for as a customer does (the bundled refund workflow):
+        the flow waits for an approver and the approval ticket is returned."""
+        self.customer_says("我要退款", conversation=conversation, customer=customer)
+        self.customer_says(order, conversation=conversation, customer=customer)
+        self.customer_says(f"退{amount}元", conversation=conversation, customer=customer)
+        turn = self.customer_says("是", conversation=conversation, customer=customer)
+        assert turn["flow"]["status"] == "waiting_approval", turn
+        with self.pool.connection() as conn:
+            return conn.execute("SELECT t.* FROM tickets t JOIN conversations c ON c.id::text = t.conversation_id "
+                                "WHERE t.kind = 'approval' AND c.external_id = %s", (conversation,)).fetchone()
+
+    def refunds(self, order: str) -> list[dict]:
+        """The example shop's recorded refunds against an order (its own table in this database)."""
+        with self.pool.connection() as conn:
+            return conn.execute("SELECT amount, arguments FROM shop.writes WHERE tool = 'request_refund' "
+                                "AND order_id = %s ORDER BY id", (order,)).fetchall()
+
+    def flow(self, ticket_id) -> dict:
+        with self.pool.connection() as conn:
+            return conn.execute("SELECT * FROM flow_instances WHERE approval_ticket = %s",
+                                (str(ticket_id),)).fetchone()
+
     def outbox(self) -> list[dict]:
         with self.pool.connection() as conn:
             return conn.execute("SELECT kind, payload->>'text' AS text, status FROM outbox ORDER BY id").fetchall()
@@ -144,16 +168,16 @@ def serve(app) -> tuple[str, Any, threading.Thread, socket.socket]:
     return f"http://{host}:{port}", server, thread, sock
 
 
-@pytest.fixture
-def gateway(services, minilm_encoder, tmp_path, monkeypatch):
-    """The gateway wired like production (rules + embeddings classifier, router, handoff, state port),
-    with a short lease so the console's heartbeats show within a test."""
+def _gateway(services, minilm_encoder, tmp_path, monkeypatch, *, flows: bool):
+    from router.app.composition import wire_flows, wire_handoff, wire_router
     from router.app.factory import create_app
-    from router.app.composition import wire_handoff, wire_router
 
     monkeypatch.setenv("SWITCHBOARD_HANDOFF_LEASE_SECONDS", "6")
     services.classifier = _classifier(minilm_encoder, tmp_path)
     wire_handoff(services)
+    if flows:
+        wire_flows(services)
+        assert services.flows is not None, "the bundled tools and workflows did not load"
     wire_router(services)
     url, server, thread, sock = serve(create_app(services=services))
     yield Gateway(url, services)
@@ -163,8 +187,32 @@ def gateway(services, minilm_encoder, tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def gateway(services, minilm_encoder, tmp_path, monkeypatch):
+    """The gateway wired like production (rules + embeddings classifier, router, handoff, state port),
+    with a short lease so the console's heartbeats show within a test."""
+    yield from _gateway(services, minilm_encoder, tmp_path, monkeypatch, flows=False)
+
+
+@pytest.fixture
+def shop_gateway(services, minilm_encoder, tmp_path, monkeypatch):
+    """The same gateway with the tool gateway and the workflows: the bundled refund workflow over the
+    example shop (MCP stdio, schema ``shop`` of this test's database)."""
+    yield from _gateway(services, minilm_encoder, tmp_path, monkeypatch, flows=True)
+
+
+@pytest.fixture
 def console(gateway, page):
     """A page on the console, with a sign-in helper."""
+    return _console(gateway, page)
+
+
+@pytest.fixture
+def shop_console(shop_gateway, page):
+    """The console on the gateway with workflows and the example shop."""
+    return _console(shop_gateway, page)
+
+
+def _console(gateway, page):
     page.set_default_timeout(15000)
 
     def sign_in(token: str):

@@ -24,8 +24,8 @@ from fastapi import APIRouter, Query, Request, Response
 
 from handoff.api import CallerDep, ProblemRoute
 from handoff.errors import NotFound
-from router.outbox.store import deliveries_since
 from handoff.reveal import refs
+from router.outbox.store import deliveries_since
 from text import personal
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -75,7 +75,7 @@ async def console_asset(name: str) -> Response:
 @router.get("/console/api/tickets/{ticket_id}/conversation",
             summary="The ticket's conversation as it goes on: messages and their delivery (outbox)",
             description="Messages of the ticket's conversation since the ticket opened (customer, bot and "
-                        "agent), and the outbox rows that carry the outgoing ones to the customer's channel, "
+                        "agent; for an approval ticket since its workflow began, so the request shows), and the outbox rows that carry the outgoing ones to the customer's channel, "
                         "with their delivery status. For agents who may see the ticket.",
             responses={401: {"description": "Missing or invalid token"}, 403: {"description": "Not your team"},
                        404: {"description": "No such ticket"}})
@@ -97,6 +97,7 @@ def conversation_log(pool, ticket: dict[str, Any], *, limit: int = 200) -> dict[
         return {"ticket_id": ticket["id"], "conversation_id": ticket["conversation_id"], "messages": [],
                 "outbox": []}
     with pool.connection() as conn:
+        since = _request_started(conn, ticket) or ticket["created_at"]
         messages = conn.execute(
             """
             SELECT id, direction, sender, text, received_at AS at FROM (
@@ -104,12 +105,26 @@ def conversation_log(pool, ticket: dict[str, Any], *, limit: int = 200) -> dict[
                 ORDER BY id DESC LIMIT %(n)s) m
             ORDER BY id
             """,
-            {"c": conversation, "since": ticket["created_at"], "n": limit},
+            {"c": conversation, "since": since, "n": limit},
         ).fetchall()
         outbox = deliveries_since(conn, conversation, ticket["created_at"], limit=limit)
     return {"ticket_id": ticket["id"], "conversation_id": ticket["conversation_id"],
             "messages": [_agent_view(m) for m in messages],
             "outbox": [{**o, "text": personal.partial(o["text"])} for o in outbox]}
+
+
+def _request_started(conn, ticket: dict[str, Any]):
+    """When the workflow an approval ticket waits on began: the approver reads the customer's request from
+    there (the ticket opens only at the customer's final "yes"); None for other tickets."""
+    if ticket.get("kind") != "approval":
+        return None
+    try:
+        instance = UUID(str((ticket.get("draft") or {}).get("instance_id")))
+    except ValueError:
+        return None
+    row = conn.execute("SELECT created_at FROM flow_instances WHERE id = %s AND conversation_id = %s",
+                       (instance, str(ticket["conversation_id"]))).fetchone()
+    return row["created_at"] if row and row["created_at"] < ticket["created_at"] else None
 
 
 def _agent_view(message: dict[str, Any]) -> dict[str, Any]:

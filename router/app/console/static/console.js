@@ -45,6 +45,19 @@ const T = {
     intent: "intent", tier: "tier", confidence: "confidence", by: "by", none: "–", amountTitle: "Amount",
     d_pending: "pending", d_approved: "approved", d_edited: "edited and sent", d_rejected: "rejected",
     s_customer: "customer", s_bot: "bot", s_agent: "agent", s_system: "system",
+    apOrder: "Order", apCall: "Proposed tool call", apShop: "Order in the shop", apRequest: "Customer's request",
+    apWorkflow: "Workflow", apReasonHint: "Why reject (optional)", apNoReason: "rejected in the console, no reason given",
+    needs_auto: "Needs no approval", needs_supervisor: "Needs a supervisor", needs_manager: "Needs a manager",
+    needs_director: "Needs a director",
+    apRefuse: "{needs}: your approval level is {mine}. Transfer the ticket to someone who may decide it.",
+    apClaimFirst: "Claim the ticket to approve or reject it.",
+    apApprovedMsg: "Approved: the workflow goes on and the customer is told.",
+    apRejectedMsg: "Rejected: nothing runs and the customer is told.",
+    apDecided_approved: "Approved by {who}{reason}. The customer's request: {status}.",
+    apDecided_rejected: "Rejected by {who}{reason}. The customer's request: {status}.",
+    apDecided_cancelled: "Cancelled by {who}{reason}. The customer's request: {status}.",
+    lv_auto: "auto", lv_supervisor: "supervisor", lv_manager: "manager", lv_director: "director",
+    ev_total: "total", ev_status: "status", ev_refunded: "refunded so far",
   },
   zh: {
     title: "坐席工作台", signOut: "退出登录", signInTitle: "登录", signIn: "登录", token: "坐席令牌",
@@ -81,6 +94,18 @@ const T = {
     intent: "意图", tier: "层级", confidence: "置信度", by: "来自", none: "–", amountTitle: "金额",
     d_pending: "待审核", d_approved: "已批准", d_edited: "已编辑并发送", d_rejected: "已驳回",
     s_customer: "客户", s_bot: "机器人", s_agent: "坐席", s_system: "系统",
+    apOrder: "订单", apCall: "拟调用工具", apShop: "商店中的订单", apRequest: "客户的请求",
+    apWorkflow: "流程", apReasonHint: "驳回原因（可选）", apNoReason: "rejected in the console, no reason given",
+    needs_auto: "无需审批", needs_supervisor: "需要主管审批", needs_manager: "需要经理审批", needs_director: "需要总监审批",
+    apRefuse: "{needs}：您的审批级别是 {mine}。请转交给有权限的同事。",
+    apClaimFirst: "请先认领工单，再批准或驳回。",
+    apApprovedMsg: "已批准：流程继续执行，并已通知客户。",
+    apRejectedMsg: "已驳回：不执行任何操作，并已通知客户。",
+    apDecided_approved: "已由 {who} 批准{reason}。客户请求的状态：{status}。",
+    apDecided_rejected: "已由 {who} 驳回{reason}。客户请求的状态：{status}。",
+    apDecided_cancelled: "已由 {who} 取消{reason}。客户请求的状态：{status}。",
+    lv_auto: "自动", lv_supervisor: "主管", lv_manager: "经理", lv_director: "总监",
+    ev_total: "总额", ev_status: "状态", ev_refunded: "已退款",
   },
 };
 
@@ -424,6 +449,7 @@ async function showTicket(id) {
     state.revealed = {};
     $("reply-text").value = "";
     $("reject-reason").value = "";
+    $("ap-reason").value = "";
     $("edit-box").hidden = true;
   }
   state.current = ticket;
@@ -523,14 +549,15 @@ function renderTicket() {
   if (needsApproval) {
     $("ap-title").textContent = tk.approval_level === "auto" ? t("amountTitle") : t("approvalTitle");
     $("ap-amount").textContent = `${t("amount")}: ${tk.amount} ${tk.currency || ""}`.trim();
-    $("ap-level").textContent = tk.approval_level;
-    $("ap-mine").textContent = state.me.approval_level;
+    $("ap-level").textContent = levelName(tk.approval_level);
+    $("ap-mine").textContent = levelName(state.me.approval_level);
     $("ap-refuse").hidden = allowed;
-    $("ap-refuse").textContent = allowed ? "" : t("refuseLevel", { need: tk.approval_level, mine: state.me.approval_level });
+    $("ap-refuse").textContent = allowed ? "" : refusal(tk);
   }
+  renderApprovalDecision(tk, needsApproval && tk.kind === "approval", allowed, held);
 
   // the draft
-  const draft = tk.draft;
+  const draft = tk.kind === "approval" ? null : tk.draft;   // an approval's decision is made in its own panel
   $("draft-box").hidden = !draft;
   if (draft) {
     $("draft-status").textContent = t("draftStatus", { s: tk.draft_status ? t(`d_${tk.draft_status}`) : "" });
@@ -600,6 +627,59 @@ function renderTicket() {
   $("resolve").disabled = approval || !(held || (open && ["supervisor", "admin"].includes(state.me.role)));
   $("return-bot").disabled = $("resolve").disabled;
   $("close-approval").hidden = !(approval && open);
+}
+
+function levelName(level) { return T.en[`lv_${level}`] ? t(`lv_${level}`) : level; }
+
+function refusal(tk) {
+  const needs = t(`needs_${tk.approval_level}`);
+  if (tk.kind === "approval") return t("apRefuse", { needs, mine: levelName(state.me.approval_level) });
+  return `${needs}. ${t("refuseLevel", { need: tk.approval_level, mine: state.me.approval_level })}`;
+}
+
+function callText(call) {
+  if (!call || !call.tool) return "";
+  const args = Object.entries(call.arguments || {}).map(([k, v]) => `${k}=${scalar(v)}`).join(", ");
+  return `${call.tool}(${args})`;
+}
+
+// An approval ticket: a workflow waits for this decision. What is being approved, the buttons (for an agent at
+// the level, holding the ticket) or why they are off, and once decided, who decided and what became of it.
+function renderApprovalDecision(tk, isApproval, allowed, held) {
+  for (const id of ["ap-details", "ap-actions", "ap-hint", "ap-result"]) $(id).hidden = true;
+  if (!isApproval) return;
+  const ap = (tk.context || {}).approval || {};
+  const draft = tk.draft || {};
+  const details = $("ap-details");
+  details.replaceChildren();
+  dd(details, t("apOrder"), ap.order);
+  dd(details, t("apCall"), callText(ap.proposed_call || draft.action) || draft.proposed_action);
+  const ev = ap.evidence || {};
+  dd(details, t("apShop"), Object.entries(ev).map(([k, v]) => `${T.en[`ev_${k}`] ? t(`ev_${k}`) : k} ${scalar(v)}`).join(" · "));
+  const asked = ((state.convo && state.convo.messages) || []).filter((m) => m.sender === "customer")
+    .map((m) => `“${m.text}”`).join(" · ");
+  dd(details, t("apRequest"), asked);
+  dd(details, t("apWorkflow"), [ap.workflow, ap.step].filter(Boolean).join(" › "));
+  details.hidden = !details.children.length;
+
+  const pending = tk.draft_status === "pending" && (tk.status === "queued" || tk.status === "claimed");
+  $("ap-actions").hidden = !pending;
+  $("ap-approve").disabled = $("ap-reject").disabled = $("ap-reason").disabled = !(pending && held && allowed);
+  const why = !allowed ? refusal(tk) : !held ? t("apClaimFirst") : "";
+  for (const id of ["ap-approve", "ap-reject"]) $(id).title = why;
+  $("ap-hint").hidden = !pending || !allowed || held;
+  $("ap-hint").textContent = allowed && !held ? t("apClaimFirst") : "";
+
+  const decided = [...(state.events || [])].reverse().find((e) => ["approved", "rejected", "cancelled"].includes(e.action));
+  if (!pending && decided) {
+    const p = decided.payload || {};
+    const flow = (p.workflow && p.workflow.workflow) || {};
+    const status = [flow.status, flow.status === "waiting" && flow.step, p.workflow && p.workflow.outcome]
+      .filter(Boolean).join(", ") || tk.status;
+    const who = decided.agent === state.me.id || decided.agent === state.me.name ? t("you") : (decided.agent || decided.actor);
+    $("ap-result").textContent = t(`apDecided_${decided.action}`, { who, status, reason: p.reason ? ` (${p.reason})` : "" });
+    $("ap-result").hidden = false;
+  }
 }
 
 function citation(c) {
@@ -712,6 +792,16 @@ function wire() {
     const reason = $("reject-reason").value.trim();
     if (!reason) { notify(t("needReason"), "error"); $("reject-reason").focus(); return; }
     act(() => api(path("reject"), { method: "POST", body: { reason } }), t("rejected"));
+  });
+  $("ap-approve").addEventListener("click", () => {
+    if (!mayApprove(state.current)) { notify(refusal(state.current), "error"); return; }
+    state.draftKey = state.draftKey || newKey();
+    act(() => api(path("approve"), { method: "POST", key: state.draftKey }), t("apApprovedMsg"));
+  });
+  $("ap-reject").addEventListener("click", () => {
+    if (!mayApprove(state.current)) { notify(refusal(state.current), "error"); return; }
+    const reason = $("ap-reason").value.trim() || t("apNoReason");
+    act(() => api(path("reject"), { method: "POST", body: { reason } }), t("apRejectedMsg"));
   });
   $("transcript").addEventListener("click", (e) => {
     const b = e.target.closest("button[data-ref]");
