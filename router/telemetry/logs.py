@@ -96,6 +96,19 @@ class _RequestIdFilter(logging.Filter):
         return True
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record is emitted, not the one at set-up: a command run
+    in-process with its output captured (and the capture closed afterwards) never leaves a dead stream behind."""
+
+    @property  # type: ignore[override]
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
 def configure_logging(level: str = "INFO", json_logs: bool = True) -> None:
     """Log to stderr through the masking formatter.
 
@@ -106,7 +119,7 @@ def configure_logging(level: str = "INFO", json_logs: bool = True) -> None:
     for h in list(root.handlers):
         if getattr(h, "_switchboard", False):
             root.removeHandler(h)
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler._switchboard = True  # type: ignore[attr-defined]
     handler.addFilter(_RequestIdFilter())
     if json_logs:

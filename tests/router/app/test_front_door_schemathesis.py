@@ -48,6 +48,14 @@ UNKNOWN_REFERENCE = re.compile(r"^(no active agent |agent .* is not in team |age
                                r"a turn of conversation |the cursor is malformed; use the next_cursor)")
 
 
+_HARMLESS = ("query: violates `additionalProperties`", "header: violates `required` (was Authorization)")
+
+
+def _only_harmless(message: str) -> bool:
+    faults = [line.strip()[2:] for line in (message or "").splitlines() if line.strip().startswith("- ")]
+    return bool(faults) and all(f in _HARMLESS for f in faults)
+
+
 def _failures(case, response, validate) -> list[str]:
     """What schemathesis' checks found in one answer (``validate`` runs them), as readable lines."""
     try:
@@ -55,6 +63,11 @@ def _failures(case, response, validate) -> list[str]:
     except FailureGroup as group:
         found = list(group.exceptions)
     else:
+        return []
+    # a "negative" case whose only faults are an unknown query parameter (ignored, as FastAPI does everywhere) and
+    # a missing Authorization header that this harness puts back as the real credential is a valid request
+    found = [f for f in found if not (type(f).__name__ == "AcceptedNegativeData" and _only_harmless(f.message))]
+    if not found:
         return []
     if response.status_code == 422 and all(type(f).__name__ == "RejectedPositiveData" for f in found):
         detail = (response.json() or {}).get("detail", "")
