@@ -97,16 +97,13 @@ class _RequestIdFilter(logging.Filter):
 
 
 class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever ``sys.stderr`` is when a record is emitted, not the one at set-up: a command run
-    in-process with its output captured (and the capture closed afterwards) never leaves a dead stream behind."""
+    """A stderr handler that outlives its stream: a command run in-process with its output captured (the capture
+    closed afterwards) leaves the handler on a closed stream; it then writes to the process's own stderr."""
 
-    @property  # type: ignore[override]
-    def stream(self):
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, _value) -> None:
-        pass
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(self.stream, "closed", False):
+            self.stream = sys.__stderr__ or sys.stderr
+        super().emit(record)
 
 
 def configure_logging(level: str = "INFO", json_logs: bool = True) -> None:
@@ -119,7 +116,7 @@ def configure_logging(level: str = "INFO", json_logs: bool = True) -> None:
     for h in list(root.handlers):
         if getattr(h, "_switchboard", False):
             root.removeHandler(h)
-    handler = _StderrHandler()
+    handler = _StderrHandler(sys.stderr)
     handler._switchboard = True  # type: ignore[attr-defined]
     handler.addFilter(_RequestIdFilter())
     if json_logs:
