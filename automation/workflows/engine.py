@@ -277,7 +277,7 @@ class FlowEngine:
                  and intent not in wf.intents)
         if other and free and not U.is_question(text) and len(U.norm(text).split()) < 4 \
                 and len(re.findall(r"[\u4e00-\u9fff]", text)) < 6:
-            other = False   # "personal", "个人" as an invoice title: a guess on a word or two is not another topic
+            other = False   # a word or two at a free-text question ("ok" for an address): asked again, not another topic
         if strength == "strong" or (strength == "weak" and not U.is_question(text)):
             return "answer"   # a fuzzy choice ("the one with the boots") answers even when it sounds like a topic
         if U.is_correction(text) and (self._correction(instance, wf, text, entities, skip=step.arg) is not None or (

@@ -91,10 +91,10 @@ def customer_outcomes(conn, channel: str, customer_id: str, *, limit: int = 5,
     """A customer's finished flows in other conversations, newest first (session memory's outcomes)."""
     rows = _cur(conn).execute(
         """SELECT id, conversation_id, workflow, status, outcome, slots, updated_at FROM flow_instances
-           WHERE caller->>'channel' = %s AND caller->>'customer_id' = %s AND status <> ALL(%s) AND status <> 'suspended'
+           WHERE caller->>'channel' = %s AND caller->>'customer_id' = %s AND status <> ALL(%s)
              AND conversation_id IS DISTINCT FROM %s
            ORDER BY created_at DESC LIMIT %s""",
-        (channel, customer_id, list(ACTIVE), exclude_conversation, limit)).fetchall()
+        (channel, customer_id, list(ACTIVE + PAUSED), exclude_conversation, limit)).fetchall()
     return [_plain(r) for r in rows]
 
 
@@ -149,9 +149,9 @@ def completion_by_workflow(conn, since, until) -> dict[str, dict]:
                   count(*) FILTER (WHERE status = 'completed' AND outcome IS DISTINCT FROM 'completed') AS refused,
                   count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
                   count(*) FILTER (WHERE status = 'escalated') AS escalated,
-                  count(*) FILTER (WHERE status = ANY(%(active)s) OR status = 'suspended') AS active
+                  count(*) FILTER (WHERE status = ANY(%(active)s)) AS active
            FROM flow_instances WHERE created_at >= %(since)s AND created_at < %(until)s
            GROUP BY workflow ORDER BY workflow""",
-        {"since": since, "until": until, "active": list(ACTIVE)}).fetchall()
+        {"since": since, "until": until, "active": list(ACTIVE + PAUSED)}).fetchall()
     return {r["workflow"]: {k: r[k] for k in ("started", "completed", "refused", "cancelled", "escalated", "active")}
             for r in rows}

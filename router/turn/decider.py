@@ -320,9 +320,12 @@ class _Turn:
             c = self.r.classifier.classify(self.text)
         if c.decided_by == "embeddings" and self.r.metrics is not None:   # the rules path: see Pipeline
             self.r.metrics.stage_seconds.labels("embedding").observe(self.ctx.timings["classify"])
+        self.note_classification(c)
+        return c
+
+    def note_classification(self, c) -> None:
         self.trace["classification"] = {"intent": c.intent, "tier": c.tier, "confidence": round(c.confidence, 4),
                                         "decided_by": c.decided_by, "entities": c.entities}
-        return c
 
     def save_verdict(self, verdict) -> None:
         self.trace["escalation"] = {"rule": verdict.rule, "checks": verdict.checks}
@@ -336,9 +339,11 @@ class _Turn:
         if self.conv["state"] == "feedback_pending" and self.r.escalation.is_dissatisfied(self.text):
             sm.save_counters(self.conn, self.conv["id"], feedback="negative")
         c = self.classify()
-        extras = self.serve_other_requests()
-        if extras is not None:   # "cancel 100235 and tell me your return policy": the questions answered, the task next
-            c = self.classify()
+        planned = self.serve_other_requests()
+        extras: list[dict] = []
+        if planned is not None:   # "cancel 100235 and tell me your return policy": the questions answered, the task next
+            extras, c = planned
+            self.note_classification(c)
         result = self.route_one(c)
         if extras:
             text = "\n\n".join([e["text"] for e in extras] + ([result.reply["text"]] if result.reply else []))
@@ -347,10 +352,11 @@ class _Turn:
             result.reply = {**base, "text": text, "citations": citations + list(base.get("citations") or [])}
         return result
 
-    def serve_other_requests(self) -> list[dict] | None:
+    def serve_other_requests(self):
         """Several requests in one message (router.classify.segments): each question the knowledge base answers
         is answered now, in order, and the turn goes on with the remaining request (``self.text`` becomes it).
-        None when the message is one request (or its parts are not all requests the bot can place)."""
+        Returns (the answers sent, the remaining request's classification); None when the message is one request
+        (or its parts are not all requests the bot can place)."""
         from router.classify.segments import split_requests
 
         engine = self.r.flows
@@ -394,7 +400,7 @@ class _Turn:
         self.trace["requests"] = [{"text": p, "intent": x.intent, "kind": k, "main": i == main}
                                   for i, ((p, x), k) in enumerate(zip(placed, kinds))]
         self.text = parts[main]
-        return answers
+        return answers, placed[main][1]
 
     def route_one(self, c) -> TurnResult:
         served = self.served_by(c)
