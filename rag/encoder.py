@@ -110,6 +110,20 @@ class Encoder:
     def __repr__(self) -> str:
         return f"Encoder(name={self.name!r}, dim={self.dim}, path={str(self.path)!r})"
 
+    def query_prefix(self, text: str, max_tokens: int) -> str:
+        """``text`` cut after its first ``max_tokens`` tokens (at a token's end), or ``text`` when it is shorter.
+
+        Tokenising is linear and fast (the Rust tokenizer); the model's cost is not: one long message would
+        otherwise cost seconds of CPU (see :class:`rag.encoder_backends.QueryCache`).
+        """
+        tokenizer = self.model.tokenizer
+        with self._lock:      # the fast tokenizer is not safe from two threads at once
+            enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, truncation=False)
+        offsets = enc["offset_mapping"]
+        if len(offsets) <= max_tokens:
+            return text
+        return text[:offsets[max_tokens - 1][1]]
+
     def encode_queries(self, texts: Sequence[str], batch_size: int = 32, show_progress: bool = False) -> np.ndarray:
         """Vectors for search queries / user messages, shape (len(texts), dim)."""
         return self._encode(texts, self.query_prompt_name, batch_size, show_progress)

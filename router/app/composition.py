@@ -385,7 +385,8 @@ def wire_router(services: Services) -> None:
     decider = Decider(policy=policy, classifier=services.classifier, rag=services.rag, handoff=services.handoff,
                       encoder=services.encoder, metrics=services.metrics, flows=services.flows)
     services.pipeline = Pipeline(services.pool, services.metrics, decider, owner=conversation_owner(services.settings),
-                                 admission=Admission(services.pool, policy.harness.quota, services.metrics))
+                                 admission=Admission(services.pool, policy.harness.quota, services.metrics),
+                                 prepare=decider.prepare)
 
 
 def conversation_owner(settings):
@@ -456,7 +457,9 @@ def build_services(settings: Settings, *, load_models: bool = True) -> Services:
     applied = migrate(dsn)
     if applied:
         log.info("applied migrations", extra={"fields": {"migrations": [f"{m.version:04d}_{m.name}" for m in applied]}})
-    pool = open_pool(dsn, min_size=settings.db_pool_min, max_size=settings.db_pool_max, **pool_options(settings))
+    # a gateway keeps its connections ready; a one-off command (no models) needs only what it uses
+    pool = open_pool(dsn, min_size=settings.db_pool_min if load_models else 1, max_size=settings.db_pool_max,
+                     **pool_options(settings))
     services = Services(settings=settings, dsn=dsn, pool=pool, metrics=Metrics(channels=CHANNEL_NAMES), embedded=embedded,
                         owns_embedded=started)
     if load_models:

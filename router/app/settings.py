@@ -30,8 +30,10 @@ class Settings(BaseSettings, ChannelSettings, RagSettings):
     database_url: SecretStr | None = Field(
         default=None, description="Postgres >= 15 with pgvector. Unset: embedded server in $SWITCHBOARD_HOME/pg."
     )
-    db_pool_min: int = 1
-    db_pool_max: int = 10
+    db_pool_min: int = Field(default=10, ge=1, description="Pooled connections kept open (filled in the background "
+                             "after start). A pool grows one connection at a time: kept at its maximum, a burst after "
+                             "a quiet spell finds its connections ready instead of waiting for them (503s).")
+    db_pool_max: int = Field(default=10, ge=1)
     db_acquire_timeout: float = Field(default=1.5, gt=0, le=30, description="Seconds a request waits for a pooled "
                                       "connection before answering 503 (fail fast: webhooks time out at 5-15 s).")
     db_retry_after: int = Field(default=2, ge=1, le=300, description="Retry-After (seconds) on a 503 while the "

@@ -263,9 +263,10 @@ def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 10, name: str = "s
     :class:`DatabaseUnavailable`; ``max_lifetime``: connections are replaced after this long (with
     jitter), so a server-side change (failover, config) reaches every connection eventually.
     """
+    min_size = min(min_size, max_size)
     pool = Pool(
         dsn,
-        min_size=min_size,
+        min_size=1,           # opened on one connection (fail fast), then filled to min_size in the background
         max_size=max_size,
         kwargs={"row_factory": dict_row},
         configure=_configure,
@@ -281,4 +282,6 @@ def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 10, name: str = "s
     except PoolTimeout as exc:
         pool.close()
         raise DatabaseUnavailable("connect_failed", "the pool could not open") from exc
+    if min_size > 1:
+        pool.resize(min_size, max_size)   # psycopg_pool opens the rest without blocking the start
     return pool

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 log = logging.getLogger(__name__)
 
-STAGES = ("harness", "rules", "embedding", "retrieval", "rerank", "answer", "handoff", "outside", "total")
+STAGES = ("prepare", "harness", "rules", "embedding", "retrieval", "rerank", "answer", "handoff", "outside", "total")
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 

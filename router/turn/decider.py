@@ -36,7 +36,7 @@ from router.turn.guards import Harness, Verdict
 from router.outbox.store import enqueue_outbound
 from router.turn.pipeline import TurnContext, TurnResult
 from router.problems import Problem
-from router.schemas import Decision, Escalation
+from router.schemas import Decision, Escalation, InboundMessage
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,7 @@ class Decider:
         # ``serve: workflow <name>`` intents without an engine fall back here (name -> workflow); None: not wired
         self.harness = Harness(policy.harness)
         self.escalation = EscalationPolicy(policy.escalation, policy.feedback, encoder)
+        self.encoder = encoder
         self.classifier = classifier
         self.rag = rag
         self.handoff = handoff
@@ -91,6 +92,28 @@ class Decider:
 
     def __call__(self, ctx: TurnContext) -> TurnResult:
         return _Turn(self, ctx).run()
+
+    #: from this length on a message's encoding costs enough to be done before the turn takes its connection
+    PREPARE_FROM_CHARS = 160
+
+    def prepare(self, msg: InboundMessage) -> None:
+        """Encode a long message before its turn takes a pooled connection and the conversation's lock.
+
+        The classifier and retrieval encode the message inside the turn; the serving encoder caches each
+        query's vector, so doing it here first moves the costly part (tens of ms for a long message, more on
+        a busy machine) out of the time a connection is held. Short messages encode in a few ms: not worth it.
+        Best effort: on any failure the turn simply encodes as before.
+        """
+        text = msg.text or ""
+        if len(text) < self.PREPARE_FROM_CHARS or self.encoder is None:
+            return
+        try:
+            self.encoder.encode_queries([text])
+            warm = getattr(self.rag, "warm", None)
+            if warm is not None:
+                warm(text)
+        except Exception:  # noqa: BLE001 - an optimisation only; the turn encodes what it needs itself
+            log.debug("preparing a message failed", exc_info=True)
 
 
 class _Turn:

@@ -173,8 +173,10 @@ class Pipeline:
     ATTEMPTS = 5   # a turn that loses a deadlock is retried from scratch (it is one transaction)
 
     def __init__(self, pool, metrics, decider: Decider = record_only, *, owner: Owner = refuse_others,
-                 admission=None):
+                 admission=None, prepare: Callable[[InboundMessage], None] | None = None):
         self.pool = pool
+        # message-only work done before a connection is taken (e.g. encoding a long message): Decider.prepare
+        self.prepare = prepare
         self.metrics = metrics
         self.decider = decider
         self.owner = owner            # what another customer's message into a conversation does
@@ -191,9 +193,16 @@ class Pipeline:
         customer's (the channel gateway stores the conversation's return address there).
         """
         if self.admission is None:
-            return self._handle_admitted(msg, on_conversation)
+            return self._prepared(msg, on_conversation)
         with self.admission.admit(msg):
-            return self._handle_admitted(msg, on_conversation)
+            return self._prepared(msg, on_conversation)
+
+    def _prepared(self, msg: InboundMessage, on_conversation=None) -> tuple[dict[str, Any], bool]:
+        if self.prepare is not None:
+            t = time.perf_counter()
+            self.prepare(msg)
+            self.metrics.stage_seconds.labels("prepare").observe(time.perf_counter() - t)
+        return self._handle_admitted(msg, on_conversation)
 
     def _handle_admitted(self, msg: InboundMessage, on_conversation=None) -> tuple[dict[str, Any], bool]:
         losses = 0

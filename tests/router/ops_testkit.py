@@ -102,6 +102,7 @@ def wire_gateway(services, tmp_path: Path):
         # its article at 0.56, an unrelated question stays under 0.35
         "rag_confidence_center": {"en": 0.45, "zh": 0.45},
     })
+    services.encoder = serving(services.encoder)
     services.classifier = shared_classifier(services.encoder)
     wire_handoff(services)
     wire_rag(services)
@@ -110,6 +111,17 @@ def wire_gateway(services, tmp_path: Path):
 
 
 _CLASSIFIERS: dict[str, object] = {}
+_SERVING: dict[int, object] = {}
+
+
+def serving(encoder):
+    """``encoder`` behind the serving front the composition root puts in front of it (the query cache, which
+    also bounds a long message's encoding), one per encoder for the test run (vectors are deterministic)."""
+    from rag.encoder_backends import QueryCache
+
+    if isinstance(encoder, QueryCache):
+        return encoder
+    return _SERVING.setdefault(id(encoder), QueryCache(encoder))
 
 
 def shared_classifier(encoder):
@@ -123,7 +135,7 @@ def shared_classifier(encoder):
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "intents.yaml"
             path.write_text(INTENTS, encoding="utf-8")
-            _CLASSIFIERS[key] = IntentClassifier.from_config(load_intents(path), encoder)
+            _CLASSIFIERS[key] = IntentClassifier.from_config(load_intents(path), serving(encoder))
     return _CLASSIFIERS[key]
 
 
