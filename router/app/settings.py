@@ -112,6 +112,9 @@ class Settings(BaseSettings, ChannelSettings, RagSettings):
                                     "tools.yaml (the example shop, started over MCP stdio on this database).")
     workflows_file: Path | None = Field(default=None, description="Workflows YAML (file or folder); unset = "
                                         "automation/workflows/samples.")
+    tools_sandbox: bool = Field(default=False, description="This gateway's tools reach a sandbox or staging shop, "
+                                "not the real one: only then does `switchboard eval conversations --url` run "
+                                "against it (an evaluation never writes to a real shop). Shown by /readyz.")
 
     @property
     def models_dir(self) -> Path:

@@ -30,7 +30,8 @@ def conversations_cmd(
     In process it runs in a sandbox: a throwaway database on the configured server (conversations,
     tickets and the example shop's orders and refunds all in it, dropped at the end) and its own index
     directory, so a run never writes to the real shop or queue. With --url the cases go to that gateway,
-    through its own tools: point it at a staging gateway. A refused key (401/403) stops the run."""
+    through its own tools, so it runs only when the gateway declares them a sandbox (SWITCHBOARD_TOOLS_SANDBOX,
+    shown by /readyz) or has none. A refused key (401/403) stops the run."""
     from router.ops.conversation_eval import CaseError, load_cases
 
     try:
@@ -75,6 +76,8 @@ def _run_live(url: str, headers: list[str], cases, progress, as_json: bool):
             fail(f"--header takes 'Name: value', not {h!r}", as_json, code=2)
         hdrs[name.strip()] = value.strip()
     with httpx.Client(base_url=url.rstrip("/"), headers=hdrs, timeout=60) as client:
+        _refuse_a_live_shop(client, url, as_json)
+
         def send(message):
             try:
                 r = client.post("/v1/messages", json=message)
@@ -92,6 +95,23 @@ def _run_live(url: str, headers: list[str], cases, progress, as_json: bool):
             r = client.get(f"/v1/conversations/{response['conversation_id']}/trace")
             return r.json().get("flows") if r.status_code == 200 else None
         return run_cases(cases, send, on_case=progress, inspect=inspect)
+
+
+def _refuse_a_live_shop(client, url: str, as_json: bool) -> None:
+    """An evaluation never writes to a real shop: the gateway must say (GET /readyz) that its tools reach a
+    sandbox (SWITCHBOARD_TOOLS_SANDBOX=true) or that it has none."""
+    import httpx
+
+    try:
+        r = client.get("/readyz")
+        tools = r.json().get("tools")
+    except (httpx.HTTPError, ValueError) as exc:
+        fail(f"{url}: cannot read /readyz ({type(exc).__name__}): the gateway's tools are unknown", as_json)
+    if tools not in ("sandbox", "off"):
+        what = "call a live shop" if tools == "live" else "are not declared (an older gateway?)"
+        fail(f"{url}: the gateway's tools {what}; an evaluation would write to it. Point --url at a staging "
+             "gateway started with SWITCHBOARD_TOOLS_SANDBOX=true (its tools file on a sandbox shop), or run "
+             "in process (a throwaway sandbox with the example shop is made for you).", as_json, code=2)
 
 
 def _problem_title(r) -> str:

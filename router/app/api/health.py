@@ -89,6 +89,14 @@ class Readiness:
         return all(c["ok"] for c in checks.values()), checks
 
 
+def tools_mode(services) -> str:
+    """What this gateway's tools reach: ``off``, ``sandbox`` (declared by settings.tools_sandbox) or ``live``.
+    Evaluation clients read it before they send anything (they never write to a real shop)."""
+    if getattr(services, "tools", None) is None:
+        return "off"
+    return "sandbox" if services.settings.tools_sandbox else "live"
+
+
 def _readiness(services) -> Readiness:
     found = getattr(services, "_readiness_cache", None)
     if found is None:
@@ -101,7 +109,7 @@ def _readiness(services) -> Readiness:
             responses={503: {"description": "Not ready; the failing checks are listed"}})
 def readyz(services: ServicesDep) -> JSONResponse:
     ready, checks = _readiness(services).verdict()
-    body = {"status": "ready" if ready else "not ready", "checks": checks}
+    body = {"status": "ready" if ready else "not ready", "checks": checks, "tools": tools_mode(services)}
     if not ready:
         body.update({"type": "about:blank", "title": "Service Unavailable", "status": 503,
                      "detail": "Failing checks: " + ", ".join(k for k, c in checks.items() if not c["ok"])})

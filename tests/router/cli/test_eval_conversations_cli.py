@@ -104,3 +104,33 @@ def test_a_refused_key_is_an_error_not_a_failed_case(live, tmp_path):
         assert "cases passed" not in result.output
     with services.pool.connection() as conn:
         assert conn.execute("SELECT count(*) AS n FROM messages").fetchone()["n"] == 0
+
+
+def test_a_gateway_whose_tools_reach_a_live_shop_is_never_evaluated(live, tmp_path):
+    """An evaluation never writes to a real shop: --url runs only against a gateway that declares its tools a
+    sandbox (SWITCHBOARD_TOOLS_SANDBOX, shown by /readyz) or has none."""
+    from keys_testkit import issue_integration_key
+
+    from router.app.composition import wire_flows
+
+    url, services = live
+    wire_flows(services)                      # the example shop over MCP stdio: tools that really write
+    assert services.tools is not None
+    key = issue_integration_key(services.pool, ["web"])
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(json.dumps({"id": "c1", "turns": [{"text": "hello", "expect": {"reply": True}}]}) + "\n",
+                     encoding="utf-8")
+    runner = CliRunner()
+    args = ["eval", "conversations", str(cases), "--url", url, "--header", f"Authorization: Bearer {key}"]
+    result = runner.invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert "call a live shop" in result.output and "SWITCHBOARD_TOOLS_SANDBOX=true" in result.output
+    with services.pool.connection() as conn:
+        assert conn.execute("SELECT count(*) AS n FROM messages").fetchone()["n"] == 0
+    # the same gateway declared a sandbox (its tools file on a staging shop) is evaluated
+    services.settings = services.settings.model_copy(update={"tools_sandbox": True})
+    result = runner.invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "cases passed" in result.output, result.output
+    with services.pool.connection() as conn:
+        assert conn.execute("SELECT count(*) AS n FROM messages").fetchone()["n"] == 1
