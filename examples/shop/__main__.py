@@ -2,7 +2,7 @@
 
     python -m examples.shop                         # MCP over stdio (how the tool gateway starts it)
     python -m examples.shop --http --port 8201      # MCP over streamable HTTP at http://127.0.0.1:8201/mcp
-    python -m examples.shop dump [--json]           # every order with its status and the writes against it
+    python -m examples.shop dump [--json]           # every order with its status and the writes (personal data masked)
 
 The database comes from ``--dsn`` or ``SWITCHBOARD_DATABASE_URL``; the data from ``--data`` or
 ``SWITCHBOARD_SHOP_DATA`` (default: the bundled sample_data.json), loaded on start.
@@ -57,6 +57,8 @@ def dump(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m examples.shop dump",
                                 description="Every order with its current status and the writes recorded against it.")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--show-personal-data", action="store_true",
+                   help="show customers' names, phone numbers and addresses as stored (masked by default)")
     p.add_argument("--dsn", help="Postgres DSN (default: $SWITCHBOARD_DATABASE_URL)")
     args = p.parse_args(argv)
 
@@ -70,17 +72,14 @@ def dump(argv: list[str]) -> int:
         return 1
     finally:
         shop.close()
+    from examples.shop.report import masked, table
+
+    if not args.show_personal_data:
+        data = masked(data)
     if args.json:
         print(json.dumps(data, ensure_ascii=False, indent=2, default=str))
         return 0
-    for o in data["orders"]:
-        print(f"{o['order_id']}  {o['customer_id']:<6} {o['status']:<16} {o['total']:>10.2f} {o['currency']}"
-              f"  {o['carrier'] or '-'} {o['tracking_no'] or ''}")
-        for w in o["writes"]:
-            print(f"    {w['created_at']}  {w['tool']:<15} key={w['idempotency_key']}  "
-                  f"{json.dumps(w['arguments'], ensure_ascii=False)}")
-    writes = sum(len(o["writes"]) for o in data["orders"])
-    print(f"{len(data['orders'])} orders, {len(data['customers'])} customers, {writes} writes")
+    print(table(data))
     return 0
 
 

@@ -60,8 +60,8 @@ def test_the_dump_shows_every_order_and_the_writes_against_it(cli, dsn):
 
     # with --show-personal-data the CLI prints what the shop's own command prints
     env = {**os.environ, "PYTHONPATH": str(REPO), "SWITCHBOARD_DATABASE_URL": dsn}
-    own = subprocess.run([sys.executable, "-m", "examples.shop", "dump", "--json"], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=120, check=True)
+    own = subprocess.run([sys.executable, "-m", "examples.shop", "dump", "--json", "--show-personal-data"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=True)
     code, out, _ = cli("shop", "dump", "--json", "--show-personal-data")
     assert code == 0 and json.loads(own.stdout) == json.loads(out)
 
@@ -108,6 +108,16 @@ def test_the_dump_masks_names_phones_and_addresses_unless_asked(cli, dsn):
     assert code == 0 and "13912345678" not in text and "世纪大道" not in text and "100235" in text
     code, out, _ = cli("shop", "dump", "--json", "--show-personal-data")   # asked for: as stored
     assert code == 0 and all(p in out for p in phones) and "13912345678" in out
+    # the shop's own command masks the same way by default (table and JSON)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SWITCHBOARD_DATABASE_URL": dsn}
+    for extra in ([], ["--json"]):
+        own = subprocess.run([sys.executable, "-m", "examples.shop", "dump", *extra], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=120, check=True)
+        assert "100235" in own.stdout and "[address]" in own.stdout
+        for value in phones + ["13912345678", "世纪大道", "王小明", "Emily Carter"]:
+            assert value not in own.stdout, (extra, value)
+    code, masked_cli, _ = cli("shop", "dump", "--json")
+    assert json.loads(own.stdout) == json.loads(masked_cli)
 
 
 def test_help(cli):
