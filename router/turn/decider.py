@@ -105,10 +105,14 @@ class Decider:
         Best effort: on any failure the turn simply encodes as before.
         """
         text = msg.text or ""
-        if len(text) < self.PREPARE_FROM_CHARS or self.encoder is None:
+        if len(text) < self.PREPARE_FROM_CHARS:
             return
         try:
-            self.encoder.encode_queries([text])
+            from text import personal
+
+            personal.find(text)          # remembered per text: the turn's masking and context package reuse it
+            if self.encoder is not None:
+                self.encoder.encode_queries([text])
             warm = getattr(self.rag, "warm", None)
             if warm is not None:
                 warm(text)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Hashable
@@ -173,10 +174,14 @@ class Pipeline:
     ATTEMPTS = 5   # a turn that loses a deadlock is retried from scratch (it is one transaction)
 
     def __init__(self, pool, metrics, decider: Decider = record_only, *, owner: Owner = refuse_others,
-                 admission=None, prepare: Callable[[InboundMessage], None] | None = None):
+                 admission=None, prepare: Callable[[InboundMessage], None] | None = None,
+                 heavy_slots: int | None = None):
         self.pool = pool
         # message-only work done before a connection is taken (e.g. encoding a long message): Decider.prepare
         self.prepare = prepare
+        # turns of long messages hold at most this many pooled connections at once (None: no bound), so a
+        # crowd of them leaves connections for everyone else's short turns; the rest wait holding nothing
+        self.heavy = threading.BoundedSemaphore(heavy_slots) if heavy_slots else None
         self.metrics = metrics
         self.decider = decider
         self.owner = owner            # what another customer's message into a conversation does
@@ -197,12 +202,27 @@ class Pipeline:
         with self.admission.admit(msg):
             return self._prepared(msg, on_conversation)
 
+    #: a message from this length on is a heavy turn (its text costs the detector, the rewriter and the
+    #: context package measurably more than a chat message)
+    HEAVY_FROM_CHARS = 160
+    #: how long a heavy turn waits for a slot before the message is refused (429, nothing stored)
+    HEAVY_WAIT_SECONDS = 10.0
+
     def _prepared(self, msg: InboundMessage, on_conversation=None) -> tuple[dict[str, Any], bool]:
         if self.prepare is not None:
             t = time.perf_counter()
             self.prepare(msg)
             self.metrics.stage_seconds.labels("prepare").observe(time.perf_counter() - t)
-        return self._handle_admitted(msg, on_conversation)
+        if self.heavy is None or len(msg.text or "") < self.HEAVY_FROM_CHARS:
+            return self._handle_admitted(msg, on_conversation)
+        if not self.heavy.acquire(timeout=self.HEAVY_WAIT_SECONDS):
+            self.metrics.refused.labels("heavy_turns").inc()
+            raise Problem(429, "Too many long messages are being routed at once. Nothing was stored; retry after "
+                               "2 s.", title="Too Many Requests", headers={"Retry-After": "2"}, retry_after=2)
+        try:
+            return self._handle_admitted(msg, on_conversation)
+        finally:
+            self.heavy.release()
 
     def _handle_admitted(self, msg: InboundMessage, on_conversation=None) -> tuple[dict[str, Any], bool]:
         losses = 0
