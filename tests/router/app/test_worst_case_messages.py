@@ -126,3 +126,39 @@ def test_a_long_message_is_encoded_before_its_turn_takes_a_connection(services, 
     assert unprepared >= 1
     # and the encoder saw the message's first tokens only
     assert len(cache.bounded(LONG_QUESTION)) < len(LONG_QUESTION) / 4
+
+
+def test_long_turns_take_at_most_their_share_of_the_pool(services, tmp_path):
+    """Turns of long messages hold at most ``heavy_slots`` pooled connections at once: one more waits holding
+    nothing and is refused (429, nothing stored) when no slot frees in time; a short message is never held up."""
+    from router.problems import Problem
+    from router.schemas import InboundMessage
+
+    wire_gateway(services, tmp_path)
+    pipeline = services.pipeline
+    assert pipeline.heavy is not None          # the composition root bounds them (half the pool)
+
+    def msg(customer: str, text: str) -> InboundMessage:
+        return InboundMessage(channel="web", conversation_external_id=f"c-{customer}", customer_id=customer,
+                              message_external_id=f"m-{customer}", text=text)
+
+    slots = 0
+    while pipeline.heavy.acquire(blocking=False):     # every slot taken, as by long turns in flight
+        slots += 1
+    assert slots == services.settings.db_pool_max // 2
+    pipeline.HEAVY_WAIT_SECONDS = 0.2
+    try:
+        with pytest.raises(Problem) as refused:
+            pipeline.handle(msg("long", LONG_QUESTION))
+        assert refused.value.status == 429 and refused.value.extra["headers"]["Retry-After"] == "2"
+        response, _ = pipeline.handle(msg("short", "hello, good morning"))     # a chat message is not held up
+        assert response["reply"] is not None
+    finally:
+        for _ in range(slots):
+            pipeline.heavy.release()
+        del pipeline.HEAVY_WAIT_SECONDS
+    with services.pool.connection() as conn:
+        stored = [r["text"] for r in conn.execute("SELECT text FROM messages WHERE direction = 'in'").fetchall()]
+    assert stored == ["hello, good morning"]
+    response, _ = pipeline.handle(msg("long", LONG_QUESTION))      # with a free slot the same message is routed
+    assert response["reply"] is not None
