@@ -386,7 +386,8 @@ def wire_router(services: Services) -> None:
                       encoder=services.encoder, metrics=services.metrics, flows=services.flows)
     services.pipeline = Pipeline(services.pool, services.metrics, decider, owner=conversation_owner(services.settings),
                                  admission=Admission(services.pool, policy.harness.quota, services.metrics),
-                                 prepare=decider.prepare, heavy_slots=max(1, services.settings.db_pool_max // 2))
+                                 prepare=decider.prepare, heavy_slots=max(1, services.settings.db_pool_max // 2),
+                                 deadline=services.settings.turn_deadline_seconds)
 
 
 def conversation_owner(settings):

@@ -36,6 +36,10 @@ class Settings(BaseSettings, ChannelSettings, RagSettings):
     db_pool_max: int = Field(default=10, ge=1)
     db_acquire_timeout: float = Field(default=1.5, gt=0, le=30, description="Seconds a request waits for a pooled "
                                       "connection before answering 503 (fail fast: webhooks time out at 5-15 s).")
+    turn_deadline_seconds: float = Field(default=30.0, ge=1, le=600, description="The longest a turn's transaction "
+                                         "may wait between two statements (slow work with the conversation locked): "
+                                         "Postgres then ends it (idle_in_transaction_session_timeout), freeing the "
+                                         "lock and the connection; the turn is retried once, then 503.")
     db_retry_after: int = Field(default=2, ge=1, le=300, description="Retry-After (seconds) on a 503 while the "
                                 "database is unavailable.")
     db_reconnect_max_delay: float = Field(default=0.5, gt=0, le=30, description="Ceiling of the pool's reconnect "

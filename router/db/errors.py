@@ -17,13 +17,14 @@ from psycopg_pool import PoolTimeout, TooManyRequests
 _CONNECTION_STATES = {"57P01", "57P02", "57P03", "53300"}
 
 #: the bounded set of causes (a metric label)
-CAUSES = ("pool_timeout", "connection_lost", "server_shutdown", "connect_failed")
+CAUSES = ("pool_timeout", "connection_lost", "server_shutdown", "connect_failed", "deadline")
 
 
 class DatabaseUnavailable(Exception):
     """The database is unreachable or the pool could not hand out a connection in time.
 
-    ``cause`` is one of :data:`CAUSES`; ``retryable`` says whether repeating the whole unit of work
+    ``cause`` is one of :data:`CAUSES` (``deadline``: the server ended a transaction that waited too long between
+    statements, router.turn.pipeline's turn deadline); ``retryable`` says whether repeating the whole unit of work
     on a fresh connection may succeed at once (a connection died under it) rather than only later
     (nothing could be acquired within the wait bound).
     """
@@ -31,7 +32,7 @@ class DatabaseUnavailable(Exception):
     def __init__(self, cause: str, detail: str = ""):
         super().__init__(f"database unavailable ({cause})" + (f": {detail}" if detail else ""))
         self.cause = cause
-        self.retryable = cause in ("connection_lost", "server_shutdown")
+        self.retryable = cause in ("connection_lost", "server_shutdown", "deadline")
 
 
 def classify(exc: BaseException, conn: psycopg.Connection | None = None) -> DatabaseUnavailable | None:
@@ -40,6 +41,9 @@ def classify(exc: BaseException, conn: psycopg.Connection | None = None) -> Data
         return exc
     if isinstance(exc, PoolTimeout | TooManyRequests):
         return DatabaseUnavailable("pool_timeout", type(exc).__name__)
+    if isinstance(exc, psycopg.Error) and getattr(exc, "sqlstate", None) == "25P03":
+        # the server ended a transaction that waited past its deadline (a stuck turn); the session is gone
+        return DatabaseUnavailable("deadline", "25P03")
     if isinstance(exc, psycopg.OperationalError):
         state = getattr(exc, "sqlstate", None)
         if state in ("57P01", "57P02"):

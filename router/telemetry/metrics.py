@@ -65,7 +65,7 @@ class Metrics:
         self.messages = Counter("switchboard_messages", "Inbound messages committed, by channel", ["channel"],
                                 registry=r)
         self.turn_failures = Counter(
-            "switchboard_turn_failures", "Failed turn attempts (rolled back) by cause: pool_timeout, connection_lost, "
+            "switchboard_turn_failures", "Failed turn attempts (rolled back) by cause: pool_timeout, connection_lost, deadline, "
             "server_shutdown, connect_failed, deadlock, error", ["cause"], registry=r)
         self.refused = Counter(
             "switchboard_messages_refused", "Messages refused with nothing stored, by reason: conversation_owner (409), "

@@ -175,8 +175,12 @@ class Pipeline:
 
     def __init__(self, pool, metrics, decider: Decider = record_only, *, owner: Owner = refuse_others,
                  admission=None, prepare: Callable[[InboundMessage], None] | None = None,
-                 heavy_slots: int | None = None):
+                 heavy_slots: int | None = None, deadline: float | None = None):
         self.pool = pool
+        # the longest a turn's transaction may wait between two statements (slow work under the lock): the
+        # server then ends the session, which frees the conversation's lock and the connection; the turn is
+        # repeated on a fresh connection like any lost one, and answers 503 when that fails too
+        self.deadline = deadline
         # message-only work done before a connection is taken (e.g. encoding a long message): Decider.prepare
         self.prepare = prepare
         # turns of long messages hold at most this many pooled connections at once (None: no bound), so a
@@ -288,6 +292,9 @@ class Pipeline:
         try:
             with self.pool.connection(acquire) as conn:
                 with conn.transaction():
+                    if self.deadline:
+                        conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, true)",
+                                     (f"{int(self.deadline * 1000)}ms",))
                     response, ctx, result = self._turn(conn, msg, on_conversation)
                     if ctx is None:
                         return response, True
