@@ -21,6 +21,7 @@ import psycopg
 
 from handoff.errors import NotFound
 from handoff.models import Agent
+from handoff.refs import annotate_transcript   # each masked value's reference, for a recorded reveal
 from text.personal import partial_obj
 
 # Values agents work with, never masked: what the classifier extracted, delivery receipts, the reply draft;
@@ -212,8 +213,6 @@ def normalise_context(context: dict[str, Any] | None, draft: dict[str, Any] | No
     # every agent of the team reads the package: personal data in the agent view (138****0000)
     customer = pkg.get("customer") if isinstance(pkg.get("customer"), dict) else {}
     allow = [str(o) for o in customer.get("order_numbers") or []]
-    from handoff.reveal import annotate_transcript   # each masked value's reference, for a recorded reveal
-
     annotate_transcript(pkg, allow)
     return partial_obj(pkg, allow=allow, keep=AGENT_VIEW_KEEP)
 
