@@ -12,8 +12,8 @@ from pathlib import Path
 
 from router.app.services import Services, limit_threads, pool_options, resolve_dsn
 from router.app.settings import Settings
+from router.channels.registry import CHANNELS
 from router.db import migrate, open_pool
-from router.schemas import CHANNEL_NAMES
 from router.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -457,7 +457,7 @@ def build_services(settings: Settings, *, load_models: bool = True) -> Services:
     if applied:
         log.info("applied migrations", extra={"fields": {"migrations": [f"{m.version:04d}_{m.name}" for m in applied]}})
     pool = open_pool(dsn, min_size=settings.db_pool_min, max_size=settings.db_pool_max, **pool_options(settings))
-    services = Services(settings=settings, dsn=dsn, pool=pool, metrics=Metrics(channels=CHANNEL_NAMES), embedded=embedded,
+    services = Services(settings=settings, dsn=dsn, pool=pool, metrics=Metrics(channels=CHANNELS), embedded=embedded,
                         owns_embedded=started)
     if load_models:
         wire_components(services)

@@ -1,6 +1,6 @@
 """The channels: every channel's webhook flattened into one internal message, and one sender each.
 
-``ADAPTERS`` names the channels; ``build_adapters(settings)`` makes one inbound adapter of each and
+``CHANNELS`` names every channel (``ADAPTERS``, those with a webhook, and ``DIRECT``, the direct-API ones); ``build_adapters(settings)`` makes one inbound adapter of each and
 ``build_senders(settings, client)`` one outbound sender of each. Adding a channel is one folder
 ``router/channels/<name>/`` (``inbound.py`` following :class:`router.channels.base.ChannelAdapter`,
 ``outbound.py`` following :class:`router.channels.delivery.Sender`) and one line in each function here.
@@ -26,7 +26,12 @@ def _adapter_classes() -> dict[str, type]:
                                       ChatwootAdapter)}
 
 
+#: the channels with a webhook adapter and a sender (router/channels/<name>/)
 ADAPTERS = ("web", "wechat", "whatsapp", "telegram", "sms", "chatwoot")
+#: the channels posted only through the direct API, ``POST /v1/messages`` (a mobile app): no webhook
+DIRECT = ("app",)
+#: every channel the gateway knows, the one list: the API's enum, integration keys, metrics and reports read it
+CHANNELS = ADAPTERS + DIRECT
 
 
 def handshake_channels() -> tuple[str, ...]:
