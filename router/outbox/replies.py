@@ -52,6 +52,8 @@ def ensure_reply_queued(conn: psycopg.Connection, turn: dict[str, Any], channel:
         return None
     ids = enqueue_outbound(conn, conversation_id=turn["conversation_id"], channel=channel, text=text,
                            payload=payload)
+    if ids is None:          # the customer asked not to be contacted: nothing is queued
+        return None
     conn.execute("UPDATE outbox SET dedupe_key = %s WHERE id = %s", (f"reply:{turn['id']}", ids["outbox_id"]))
     return ids["outbox_id"]
 
