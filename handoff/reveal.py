@@ -15,6 +15,7 @@ import logging
 from typing import Any
 
 import psycopg
+from psycopg.rows import DictRow
 
 from handoff import tickets as T
 from handoff.errors import Conflict, Forbidden, Invalid, NotFound, Unavailable
@@ -83,6 +84,6 @@ def reveal(svc, agent: Agent, ticket_id, *, ref: str, reason: str) -> dict[str, 
             "event_id": event["id"]}
 
 
-def _admin_record(conn: psycopg.Connection, agent: Agent, payload: dict[str, Any]) -> None:
+def _admin_record(conn: psycopg.Connection[DictRow], agent: Agent, payload: dict[str, Any]) -> None:
     conn.execute("INSERT INTO handoff_admin_events (actor, action, agent_id, payload) VALUES (%s, 'pii_revealed', %s, %s)",
                  (agent.actor, agent.id, json.dumps(payload, ensure_ascii=False, default=str)))

@@ -52,7 +52,10 @@ class MessageBody(BaseModel):
         default=None, description="The client's own data, stored under `client` with the message and never "
         "read as gateway state.")
 
-    _scrub = model_validator(mode="before")(classmethod(lambda cls, data: scrub(data)))
+    @model_validator(mode="before")
+    @classmethod
+    def _scrub(cls, data: Any) -> Any:
+        return scrub(data)
 
 
 class InboundMessage(BaseModel):
@@ -68,7 +71,10 @@ class InboundMessage(BaseModel):
     attachments: list[dict[str, Any]] = Field(default_factory=list)
     integration_key_id: str | None = None   # the direct API's caller: a retry must come from the same key
 
-    _scrub = model_validator(mode="before")(classmethod(lambda cls, data: scrub(data)))
+    @model_validator(mode="before")
+    @classmethod
+    def _scrub(cls, data: Any) -> Any:
+        return scrub(data)
 
     @classmethod
     def from_api(cls, m: MessageBody, *, integration_key_id: str | None = None) -> "InboundMessage":

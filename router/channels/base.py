@@ -190,7 +190,7 @@ class BaseAdapter:
         raise NoHandshake(f"the {self.name} channel has no GET verification handshake; POST messages")
 
     def acknowledge(self, outcomes: list[Outcome], parsed: Parsed) -> Ack:
-        body = {
+        body: dict[str, Any] = {
             "status": "accepted",
             "messages": [{
                 "message_id": o.message.message_external_id,

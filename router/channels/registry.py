@@ -8,13 +8,16 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import httpx
 
-from router.channels.base import ChannelAdapter
+from router.channels.base import BaseAdapter, ChannelAdapter
 from router.channels.delivery import Sender
+from router.channels.settings import ChannelSettings
 
 
-def _adapter_classes() -> dict[str, type]:
+def _adapter_classes() -> dict[str, type[BaseAdapter]]:
     from router.channels.chatwoot.inbound import ChatwootAdapter
     from router.channels.sms.inbound import SmsAdapter
     from router.channels.telegram.inbound import TelegramAdapter
@@ -36,16 +39,15 @@ CHANNELS = ADAPTERS + DIRECT
 
 def handshake_channels() -> tuple[str, ...]:
     """The channels that answer a GET verification handshake (the others answer 405)."""
-    from router.channels.base import BaseAdapter
-
     return tuple(n for n, cls in _adapter_classes().items() if cls.handshake is not BaseAdapter.handshake)
 
 
-def build_adapters(settings) -> dict[str, ChannelAdapter]:
-    return {name: cls(settings) for name, cls in _adapter_classes().items()}
+def build_adapters(settings: ChannelSettings) -> dict[str, ChannelAdapter]:
+    # each adapter class completes BaseAdapter to the ChannelAdapter protocol (its own parse)
+    return {name: cast(ChannelAdapter, cls(settings)) for name, cls in _adapter_classes().items()}
 
 
-def build_senders(settings, client: httpx.Client) -> dict[str, Sender]:
+def build_senders(settings: ChannelSettings, client: httpx.Client) -> dict[str, Sender]:
     from router.channels.chatwoot.outbound import ChatwootSender
     from router.channels.sms.outbound import SmsSender
     from router.channels.telegram.outbound import TelegramSender

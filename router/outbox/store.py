@@ -7,10 +7,11 @@ import uuid
 from typing import Any
 
 import psycopg
+from psycopg.rows import DictRow
 
 
 def enqueue_outbound(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     *,
     conversation_id: str,
     channel: str,
@@ -54,7 +55,7 @@ def enqueue_outbound(
     return {"message_id": message_id, "outbox_id": outbox_id}
 
 
-def deliveries_since(conn: psycopg.Connection, conversation_id: Any, since: Any, *, limit: int = 200) -> list[dict[str, Any]]:
+def deliveries_since(conn: psycopg.Connection[DictRow], conversation_id: Any, since: Any, *, limit: int = 200) -> list[dict[str, Any]]:
     """The conversation's outbox rows created since ``since`` (the latest ``limit``), oldest first, with their
     delivery status: what the agent console shows under the transcript."""
     return conn.execute(
@@ -69,7 +70,7 @@ def deliveries_since(conn: psycopg.Connection, conversation_id: Any, since: Any,
     ).fetchall()
 
 
-def deliveries_by_message(conn: psycopg.Connection, conversation_id: Any) -> dict[int, list[dict[str, Any]]]:
+def deliveries_by_message(conn: psycopg.Connection[DictRow], conversation_id: Any) -> dict[int, list[dict[str, Any]]]:
     """The conversation's outbox rows that carry a transcript message, keyed by message id (in row order): status,
     attempts, last error, provider id, delivery receipt and the number of parts when a text went out in several;
     what a conversation's trace shows under each outbound message."""
@@ -89,11 +90,12 @@ def deliveries_by_message(conn: psycopg.Connection, conversation_id: Any) -> dic
     return out
 
 
-def due_count(conn: psycopg.Connection) -> int:
+def due_count(conn: psycopg.Connection[DictRow]) -> int:
     """Rows still to deliver (pending, or being sent)."""
-    return conn.execute("SELECT count(*) AS n FROM outbox WHERE status IN ('pending', 'sending')").fetchone()["n"]
+    row = conn.execute("SELECT count(*) AS n FROM outbox WHERE status IN ('pending', 'sending')").fetchone()
+    return int(row["n"]) if row else 0
 
 
-def stored_channels(conn: psycopg.Connection) -> list[str]:
+def stored_channels(conn: psycopg.Connection[DictRow]) -> list[str]:
     """Every channel that has rows in the outbox (a channel removed since keeps its rows)."""
     return [r["channel"] for r in conn.execute("SELECT DISTINCT channel FROM outbox")]
