@@ -16,9 +16,10 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
+from psycopg.rows import DictRow
 
 from handoff.errors import Conflict, Invalid, NotFound
-from handoff.models import APPROVAL_LEVELS, DEFAULT_APPROVAL, ROLES, Agent
+from handoff.models import APPROVAL_LEVELS, DEFAULT_APPROVAL, ROLES, Agent, one
 from handoff.ports import ConversationPort
 
 TOKEN_PREFIX = "sbt_"
@@ -30,7 +31,7 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def _admin_event(conn: psycopg.Connection, actor: str, action: str, agent_id, payload: dict[str, Any]) -> None:
+def _admin_event(conn: psycopg.Connection[DictRow], actor: str, action: str, agent_id, payload: dict[str, Any]) -> None:
     conn.execute(
         "INSERT INTO handoff_admin_events (actor, action, agent_id, payload) VALUES (%s, %s, %s, %s)",
         (actor, action, agent_id, json.dumps(payload, ensure_ascii=False, default=str)),
@@ -48,7 +49,7 @@ def _clean_list(values, pattern: re.Pattern[str], what: str) -> list[str]:
     return out
 
 
-def add_agent(conn: psycopg.Connection, name: str, *, role: str = "agent", teams=("general",), skills=(),
+def add_agent(conn: psycopg.Connection[DictRow], name: str, *, role: str = "agent", teams=("general",), skills=(),
               approval_level: str | None = None, display_name: str | None = None,
               can_reveal: bool = False, actor: str = "system") -> dict[str, Any]:
     name = (name or "").strip().lower()
@@ -80,11 +81,11 @@ def add_agent(conn: psycopg.Connection, name: str, *, role: str = "agent", teams
     return _agent_out(row)
 
 
-def set_can_reveal(conn: psycopg.Connection, name_or_id: str, allowed: bool, *, actor: str = "system") -> dict[str, Any]:
+def set_can_reveal(conn: psycopg.Connection[DictRow], name_or_id: str, allowed: bool, *, actor: str = "system") -> dict[str, Any]:
     """Grant or withdraw an agent's permission to reveal masked personal values (recorded)."""
     agent = get_agent(conn, name_or_id)
-    row = conn.execute("UPDATE handoff_agents SET can_reveal = %s WHERE id = %s RETURNING *",
-                       (bool(allowed), agent["id"])).fetchone()
+    row = one(conn.execute("UPDATE handoff_agents SET can_reveal = %s WHERE id = %s RETURNING *",
+                           (bool(allowed), agent["id"])).fetchone())
     _admin_event(conn, actor, "reveal_granted" if allowed else "reveal_withdrawn", agent["id"],
                  {"name": agent["name"]})
     return _agent_out(row)
@@ -96,7 +97,7 @@ def _agent_out(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def get_agent(conn: psycopg.Connection, name_or_id: str) -> dict[str, Any]:
+def get_agent(conn: psycopg.Connection[DictRow], name_or_id: str) -> dict[str, Any]:
     row = conn.execute(
         "SELECT * FROM handoff_agents WHERE name = %s OR id::text = %s", (name_or_id.lower(), name_or_id)
     ).fetchone()
@@ -105,7 +106,7 @@ def get_agent(conn: psycopg.Connection, name_or_id: str) -> dict[str, Any]:
     return _agent_out(row)
 
 
-def list_agents(conn: psycopg.Connection, *, include_disabled: bool = False) -> list[dict[str, Any]]:
+def list_agents(conn: psycopg.Connection[DictRow], *, include_disabled: bool = False) -> list[dict[str, Any]]:
     rows = conn.execute(
         """
         SELECT a.*, (SELECT count(*) FROM handoff_tokens t
@@ -121,7 +122,7 @@ def list_agents(conn: psycopg.Connection, *, include_disabled: bool = False) -> 
     return [_agent_out(r) for r in rows]
 
 
-def disable_agent(conn: psycopg.Connection, name_or_id: str, *, actor: str = "system",
+def disable_agent(conn: psycopg.Connection[DictRow], name_or_id: str, *, actor: str = "system",
                   port: ConversationPort | None = None) -> dict[str, Any]:
     """Disable an agent: their tokens stop working and the tickets they hold go back to the queue.
 
@@ -129,23 +130,24 @@ def disable_agent(conn: psycopg.Connection, name_or_id: str, *, actor: str = "sy
     transaction, so a customer whose agent left is waiting in the queue again, not "connected".
     """
     agent = get_agent(conn, name_or_id)
-    row = conn.execute(
+    row = one(conn.execute(
         "UPDATE handoff_agents SET active = false, disabled_at = coalesce(disabled_at, now()) "
         "WHERE id = %s RETURNING *",
         (agent["id"],),
-    ).fetchone()
+    ).fetchone())
     from handoff.tickets import requeue_held_by
 
     requeued = requeue_held_by(conn, agent["id"], actor=actor, action="agent_disabled")
-    for ticket in requeued if port is not None else ():
-        port.on_ticket_requeued(conn, ticket)
+    for ticket in requeued:
+        if port is not None:
+            port.on_ticket_requeued(conn, ticket)
     _admin_event(conn, actor, "agent_disabled", agent["id"], {"name": agent["name"], "requeued": len(requeued)})
     out = _agent_out(row)
     out["requeued"] = [str(t["id"]) for t in requeued]
     return out
 
 
-def issue_token(conn: psycopg.Connection, agent_name_or_id: str, *, label: str | None = None,
+def issue_token(conn: psycopg.Connection[DictRow], agent_name_or_id: str, *, label: str | None = None,
                 expires_in: timedelta | None = None, actor: str = "system") -> tuple[str, dict[str, Any]]:
     """Create a token for an active agent. Returns (plaintext, row); the plaintext is never stored.
 
@@ -159,14 +161,14 @@ def issue_token(conn: psycopg.Connection, agent_name_or_id: str, *, label: str |
         raise Conflict(f"agent {agent['name']!r} is disabled")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     expires_at = datetime.now(timezone.utc) + expires_in if expires_in is not None else None
-    row = conn.execute(
+    row = one(conn.execute(
         """
         INSERT INTO handoff_tokens (agent_id, token_hash, prefix, label, expires_at)
         VALUES (%s, %s, %s, %s, %s)
         RETURNING id, agent_id, prefix, label, created_at, expires_at
         """,
         (agent["id"], hash_token(token), token[:12], label, expires_at),
-    ).fetchone()
+    ).fetchone())
     _admin_event(conn, actor, "token_issued", agent["id"],
                  {"token_id": str(row["id"]), "prefix": row["prefix"], "label": label, "expires_at": expires_at})
     out = dict(row)
@@ -174,7 +176,7 @@ def issue_token(conn: psycopg.Connection, agent_name_or_id: str, *, label: str |
     return token, out
 
 
-def revoke_token(conn: psycopg.Connection, token_ref: str, *, actor: str = "system") -> dict[str, Any]:
+def revoke_token(conn: psycopg.Connection[DictRow], token_ref: str, *, actor: str = "system") -> dict[str, Any]:
     """Revoke by token id, by its prefix (as listed) or by the token itself."""
     ref = token_ref.strip()
     rows = conn.execute(
@@ -196,7 +198,7 @@ def revoke_token(conn: psycopg.Connection, token_ref: str, *, actor: str = "syst
             "already_revoked": tok["revoked_at"] is not None}
 
 
-def list_tokens(conn: psycopg.Connection, agent_name_or_id: str | None = None) -> list[dict[str, Any]]:
+def list_tokens(conn: psycopg.Connection[DictRow], agent_name_or_id: str | None = None) -> list[dict[str, Any]]:
     rows = conn.execute(
         """
         SELECT t.id, t.prefix, t.label, t.created_at, t.expires_at, t.revoked_at, t.last_used_at, a.name AS agent
@@ -225,7 +227,7 @@ SELECT * FROM hit
 """
 
 
-def authenticate(conn: psycopg.Connection, token: str | None) -> Agent | None:
+def authenticate(conn: psycopg.Connection[DictRow], token: str | None) -> Agent | None:
     """The active agent a valid, unrevoked, unexpired token belongs to; None otherwise."""
     if not token or not token.startswith(TOKEN_PREFIX) or len(token) > 200:
         return None
@@ -233,20 +235,20 @@ def authenticate(conn: psycopg.Connection, token: str | None) -> Agent | None:
     return Agent.from_row(row) if row else None
 
 
-def team_exists(conn: psycopg.Connection, team: str) -> bool:
+def team_exists(conn: psycopg.Connection[DictRow], team: str) -> bool:
     """A team exists while an active agent works in it: teams are not a table of their own but the teams
     agents are added with (``switchboard agents add --team``)."""
-    return conn.execute("SELECT EXISTS (SELECT 1 FROM handoff_agents WHERE active AND %s = ANY(teams)) AS hit",
-                        (team,)).fetchone()["hit"]
+    return bool(one(conn.execute("SELECT EXISTS (SELECT 1 FROM handoff_agents WHERE active AND %s = ANY(teams)) "
+                                 "AS hit", (team,)).fetchone())["hit"])
 
 
-def known_teams(conn: psycopg.Connection) -> list[str]:
+def known_teams(conn: psycopg.Connection[DictRow]) -> list[str]:
     """Every team an active agent works in, sorted."""
     rows = conn.execute("SELECT DISTINCT unnest(teams) AS team FROM handoff_agents WHERE active ORDER BY 1").fetchall()
     return [r["team"] for r in rows]
 
 
-def active_agent(conn: psycopg.Connection, name_or_id: str) -> Agent | None:
+def active_agent(conn: psycopg.Connection[DictRow], name_or_id: str) -> Agent | None:
     """The active agent with this name or id (None when there is none or it is disabled)."""
     row = conn.execute(
         "SELECT * FROM handoff_agents WHERE name = %s OR id::text = %s", (name_or_id.lower(), name_or_id)

@@ -87,7 +87,7 @@ class HandoffConfig(BaseSettings):
             if t.level not in APPROVAL_LEVELS:
                 raise ValueError(f"unknown approval level {t.level!r}")
         limits = [t.max_amount for t in tiers[:-1]]
-        if any(a is None for a in limits) or limits != sorted(limits):
+        if any(a is None for a in limits) or limits != sorted(a for a in limits if a is not None):
             raise ValueError("approval tiers must be ordered by max_amount")
         ranks = [level_rank(t.level) for t in tiers]
         if ranks != sorted(ranks):

@@ -79,10 +79,12 @@ class EventHub:
             self._loop = loop
             self._ready = asyncio.Event()
             self._task = loop.create_task(self._run(self._ready), name="handoff-event-listener")
+        ready = self._ready
+        assert ready is not None        # set with the task above
         sub = Subscription(self, self.queue_size)
         self._subs.add(sub)
         try:
-            await asyncio.wait_for(self._ready.wait(), timeout)
+            await asyncio.wait_for(ready.wait(), timeout)
         except TimeoutError:
             sub.close()
             raise

@@ -45,7 +45,7 @@ class Agent:
         """Supervisors and admins work across teams; agents only in their own."""
         return self.role in ("supervisor", "admin")
 
-    def may_see(self, team: str) -> bool:
+    def may_see(self, team: str | None) -> bool:
         return self.sees_all_teams or team in self.teams
 
     def has_skills(self, required) -> bool:
@@ -71,3 +71,10 @@ class Agent:
         return {"id": self.id, "name": self.name, "display_name": self.display_name, "role": self.role,
                 "teams": list(self.teams), "skills": list(self.skills), "approval_level": self.approval_level,
                 "can_reveal": self.may_reveal}
+
+
+def one(row: dict[str, Any] | None) -> dict[str, Any]:
+    """The row a statement always returns (an aggregate, ``INSERT ... RETURNING``), typed as present."""
+    if row is None:
+        raise LookupError("the statement returned no row")
+    return row

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 
 import psycopg
+from psycopg.rows import DictRow
 
 
 class PortError(Exception):
@@ -34,7 +35,7 @@ class OriginalGone(PortError):
 
 @runtime_checkable
 class ConversationPort(Protocol):
-    def before_ticket_change(self, conn: psycopg.Connection, conversation_id: Any) -> None:
+    def before_ticket_change(self, conn: psycopg.Connection[DictRow], conversation_id: Any) -> None:
         """Called before an agent action locks the ticket: lock what the conversation side locks first.
 
         The router locks a conversation and then its ticket; an action that locked the ticket and
@@ -51,29 +52,29 @@ class ConversationPort(Protocol):
         not call on_ticket_claimed. Must not contain "%" or braces.
         """
 
-    def on_ticket_claimed(self, conn: psycopg.Connection, ticket: dict[str, Any]) -> None:
+    def on_ticket_claimed(self, conn: psycopg.Connection[DictRow], ticket: dict[str, Any]) -> None:
         """An agent took the ticket (L3: the conversation becomes l3_connected)."""
 
-    def on_ticket_resolved(self, conn: psycopg.Connection, ticket: dict[str, Any]) -> None:
+    def on_ticket_resolved(self, conn: psycopg.Connection[DictRow], ticket: dict[str, Any]) -> None:
         """The ticket was resolved (conversation -> feedback_pending; it must not bounce back by itself)."""
 
-    def on_returned_to_bot(self, conn: psycopg.Connection, ticket: dict[str, Any]) -> None:
+    def on_returned_to_bot(self, conn: psycopg.Connection[DictRow], ticket: dict[str, Any]) -> None:
         """An agent handed the conversation back: the bot is in charge again."""
 
-    def on_ticket_cancelled(self, conn: psycopg.Connection, ticket: dict[str, Any]) -> None:
+    def on_ticket_cancelled(self, conn: psycopg.Connection[DictRow], ticket: dict[str, Any]) -> None:
         """The ticket was cancelled. For an ``approval`` ticket the waiting process ends too, in this transaction,
         and the customer is told (unless they asked not to be contacted). Raises :class:`DeliveryUnavailable` when
         nothing can end it (the cancel is then refused: an approval must not close while its process waits)."""
 
-    def on_ticket_requeued(self, conn: psycopg.Connection, ticket: dict[str, Any]) -> None:
+    def on_ticket_requeued(self, conn: psycopg.Connection[DictRow], ticket: dict[str, Any]) -> None:
         """A claimed ticket went back to the queue (released, lease expired, transferred, agent disabled)."""
 
-    def on_approval_decided(self, conn: psycopg.Connection, ticket: dict[str, Any], *, approved: bool,
+    def on_approval_decided(self, conn: psycopg.Connection[DictRow], ticket: dict[str, Any], *, approved: bool,
                             approver: str, reason: str | None = None) -> dict[str, Any] | None:
         """An approver approved or rejected an ``approval`` ticket: the waiting process resumes in this
         transaction (and tells the customer). Raises :class:`DeliveryUnavailable` when nothing can resume it."""
 
-    def send_to_customer(self, conn: psycopg.Connection, ticket: dict[str, Any], *, text: str,
+    def send_to_customer(self, conn: psycopg.Connection[DictRow], ticket: dict[str, Any], *, text: str,
                          sender: str, agent_id: str | None) -> dict[str, Any]:
         """Store ``text`` in the transcript and queue it for delivery on the conversation's channel.
 
@@ -81,7 +82,7 @@ class ConversationPort(Protocol):
         stored. Raises :class:`CustomerUnreachable` or :class:`DeliveryUnavailable`.
         """
 
-    def reveal_value(self, conn: psycopg.Connection, ticket: dict[str, Any], *, message_id: int,
+    def reveal_value(self, conn: psycopg.Connection[DictRow], ticket: dict[str, Any], *, message_id: int,
                      start: int, end: int) -> str:
         """The original of one masked value: characters ``start:end`` of message ``message_id`` of the ticket's
         conversation, only if the detector still finds a personal value exactly there (never any other text).

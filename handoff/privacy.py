@@ -9,16 +9,17 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from psycopg.rows import DictRow
 
 ERASED = {"erased": True}
 
 
-def _erasure(conn: psycopg.Connection) -> None:
+def _erasure(conn: psycopg.Connection[DictRow]) -> None:
     # ticket_events is append-only; this transaction may blank payloads (handoff/migrations/0080_erasure.sql)
     conn.execute("SELECT set_config('switchboard.erasure', 'on', true)")
 
 
-def expire(conn: psycopg.Connection, days: int) -> dict[str, int]:
+def expire(conn: psycopg.Connection[DictRow], days: int) -> dict[str, int]:
     """Closed tickets older than ``days``: the context package and draft go, and their events' payloads."""
     _erasure(conn)
     tickets = conn.execute(
@@ -34,7 +35,7 @@ def expire(conn: psycopg.Connection, days: int) -> dict[str, int]:
     return {"tickets.context": len(ids), "ticket_events.payload": events}
 
 
-def forget(conn: psycopg.Connection, *, customer_id: str, conversation_ids: list[str], alias: str) -> dict[str, int]:
+def forget(conn: psycopg.Connection[DictRow], *, customer_id: str, conversation_ids: list[str], alias: str) -> dict[str, int]:
     """Erase one customer's data from every ticket of theirs; the ticket rows stay (counts, SLA) under ``alias``."""
     _erasure(conn)
     rows = conn.execute(

@@ -15,13 +15,13 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 
 from handoff import tickets as T
 from handoff.access import check_visible, team_scope
 from handoff.config import HandoffConfig
 from handoff.errors import Invalid, NotFound
-from handoff.models import KINDS, OPEN_STATUSES, PRIORITIES, STATUSES, Agent
+from handoff.models import KINDS, OPEN_STATUSES, PRIORITIES, STATUSES, Agent, one
 
 
 def _cursor_encode(values: list[Any]) -> str:
@@ -44,14 +44,14 @@ def _cursor_decode(cursor: str, size: int) -> list[Any]:
     return values
 
 
-def queue_depth(conn: psycopg.Connection) -> list[dict[str, Any]]:
+def queue_depth(conn: psycopg.Connection[DictRow]) -> list[dict[str, Any]]:
     """Queued tickets by kind and priority: rows ``{kind, priority, n}``."""
     return conn.execute(
         "SELECT kind, priority, count(*) AS n FROM tickets WHERE status = 'queued' GROUP BY kind, priority"
     ).fetchall()
 
 
-def conversation_ticket_events(conn: psycopg.Connection, conversation_id: Any) -> list[dict[str, Any]]:
+def conversation_ticket_events(conn: psycopg.Connection[DictRow], conversation_id: Any) -> list[dict[str, Any]]:
     """The audit trail of every ticket of a conversation, oldest first (with each ticket's kind)."""
     return conn.execute(
         """
@@ -82,30 +82,30 @@ FROM x GROUP BY ROLLUP (kind)
 """
 
 
-def handling_times(conn: psycopg.Connection, since: datetime, until: datetime) -> dict[str, dict[str, Any]]:
+def handling_times(conn: psycopg.Connection[DictRow], since: datetime, until: datetime) -> dict[str, dict[str, Any]]:
     """Tickets resolved in [since, until) by kind (and ``all``): rows ``{kind, tickets, handling, claimed, wait,
     resolution}``, the durations in seconds (handling = first claim to resolved, wait = opened to first claim)."""
     return {r["kind"]: r for r in conn.execute(_HANDLING_SQL, {"since": since, "until": until})}
 
 
-def tickets_opened(conn: psycopg.Connection, since: datetime, until: datetime) -> dict[str, int]:
+def tickets_opened(conn: psycopg.Connection[DictRow], since: datetime, until: datetime) -> dict[str, int]:
     """Tickets opened in [since, until), by kind."""
     return {r["kind"]: r["n"] for r in conn.execute(
         "SELECT kind, count(*) AS n FROM tickets WHERE created_at >= %(since)s AND created_at < %(until)s "
         "GROUP BY kind ORDER BY kind", {"since": since, "until": until})}
 
 
-def sla_breaches(conn: psycopg.Connection, since: datetime, until: datetime) -> int:
+def sla_breaches(conn: psycopg.Connection[DictRow], since: datetime, until: datetime) -> int:
     """Tickets whose first SLA breach fell in [since, until)."""
-    return conn.execute(
+    return int(one(conn.execute(
         "SELECT count(*) AS n FROM tickets WHERE sla_breached_at >= %(since)s AND sla_breached_at < %(until)s",
-        {"since": since, "until": until}).fetchone()["n"]
+        {"since": since, "until": until}).fetchone())["n"])
 
 class TicketQueries:
     """The agent API's reads (mixed into :class:`handoff.service.HandoffService`)."""
 
     config: HandoffConfig
-    _read: Callable[[], AbstractContextManager[psycopg.Connection]]   # the service's autocommit connection
+    _read: Callable[[], AbstractContextManager[psycopg.Connection[DictRow]]]   # the service's autocommit connection
 
     def list_tickets(self, agent: Agent, *, status: list[str] | None = None, kind: list[str] | None = None,
                      team: list[str] | None = None, priority: list[str] | None = None, limit: int | None = None,
@@ -211,14 +211,14 @@ class TicketQueries:
                 """,
                 {"teams": teams},
             ).fetchall()
-            recent = conn.execute(
+            recent = one(conn.execute(
                 f"""
                 SELECT count(*) AS n FROM ticket_events e JOIN tickets t ON t.id = e.ticket_id
                 WHERE e.action = 'sla_breached' AND e.at > now() - interval '24 hours' {t_scope}
                 """,
                 {"teams": teams},
-            ).fetchone()
-            now = conn.execute("SELECT now() AS now").fetchone()["now"]
+            ).fetchone())
+            now = one(conn.execute("SELECT now() AS now").fetchone())["now"]
             handling = conn.execute(
                 f"""
                 SELECT team, count(*) AS closed_24h,
@@ -251,7 +251,7 @@ class TicketQueries:
             "teams": teams,
             "at": now,
         }
-def customer_tickets(conn: psycopg.Connection, channel: str, customer_id: str, limit: int = 5) -> list[dict[str, Any]]:
+def customer_tickets(conn: psycopg.Connection[DictRow], channel: str, customer_id: str, limit: int = 5) -> list[dict[str, Any]]:
     """A customer's most recent tickets (kind, status, outcome, reason), newest first: the workflows' session
     memory shows them as earlier outcomes."""
     with conn.cursor(row_factory=dict_row) as cur:

@@ -12,39 +12,21 @@ as the read: no record, no value.
 
 import json
 import logging
-import re
 from typing import Any
 
 import psycopg
+from psycopg.rows import DictRow
 
 from handoff import tickets as T
 from handoff.errors import Conflict, Forbidden, Invalid, NotFound, Unavailable
 from handoff.models import Agent
 from handoff.ports import DeliveryUnavailable, OriginalGone
+from handoff.refs import REF, refs as refs   # `refs` re-exported: the references live in handoff.refs
 from text import personal
 
 audit = logging.getLogger("switchboard.audit")
 
-REF = re.compile(r"^m([0-9]{1,18}):([0-9]{1,7})-([0-9]{1,7})$")
 REASON_MIN, REASON_MAX = 6, 500
-
-
-def refs(text: str | None, message_id: Any, *, allow=()) -> list[dict[str, str]]:
-    """The masked values of one message as the agent view lists them: reference, label, what is shown."""
-    if not text or message_id is None:
-        return []
-    return [{"ref": f"m{int(message_id)}:{sp.start}-{sp.end}", "label": sp.label, "shown": personal.partial_value(sp)}
-            for sp in personal.find(text, allow=allow)]
-
-
-def annotate_transcript(pkg: dict[str, Any], allow) -> None:
-    """Give every transcript message that names its ``message_id`` the references of its masked values."""
-    transcript = pkg.get("transcript")
-    if isinstance(transcript, list):
-        pkg["transcript"] = [
-            {**m, "personal": refs(m["text"], m["message_id"], allow=allow)}
-            if isinstance(m, dict) and m.get("message_id") is not None and isinstance(m.get("text"), str) else m
-            for m in transcript]
 
 
 def parse_ref(ref: str) -> tuple[int, int, int]:
@@ -102,6 +84,6 @@ def reveal(svc, agent: Agent, ticket_id, *, ref: str, reason: str) -> dict[str, 
             "event_id": event["id"]}
 
 
-def _admin_record(conn: psycopg.Connection, agent: Agent, payload: dict[str, Any]) -> None:
+def _admin_record(conn: psycopg.Connection[DictRow], agent: Agent, payload: dict[str, Any]) -> None:
     conn.execute("INSERT INTO handoff_admin_events (actor, action, agent_id, payload) VALUES (%s, 'pii_revealed', %s, %s)",
                  (agent.actor, agent.id, json.dumps(payload, ensure_ascii=False, default=str)))

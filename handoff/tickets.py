@@ -15,12 +15,14 @@ import re
 import threading
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, overload
 
 import psycopg
+from psycopg.rows import DictRow
 
 from handoff.errors import NotFound
-from handoff.models import Agent
+from handoff.models import Agent, one
+from handoff.refs import annotate_transcript   # each masked value's reference, for a recorded reveal
 from text.personal import partial_obj
 
 # Values agents work with, never masked: what the classifier extracted, delivery receipts, the reply draft;
@@ -48,6 +50,10 @@ def customer_language(context: dict[str, Any] | None) -> str | None:
     return None
 
 
+@overload
+def ticket_row(row: dict[str, Any]) -> dict[str, Any]: ...
+@overload
+def ticket_row(row: None) -> None: ...
 def ticket_row(row: dict[str, Any] | None) -> dict[str, Any] | None:
     """A ticket as handed to callers: ids as strings, generated helper columns dropped."""
     if row is None:
@@ -73,7 +79,7 @@ def parse_id(ticket_id: Any) -> uuid.UUID:
         raise NotFound(f"no ticket {ticket_id!r}") from None
 
 
-def lock_ticket(conn: psycopg.Connection, ticket_id: Any) -> dict[str, Any]:
+def lock_ticket(conn: psycopg.Connection[DictRow], ticket_id: Any) -> dict[str, Any]:
     """The ticket row, locked until the transaction ends; 404 if it does not exist."""
     tid = parse_id(ticket_id)
     # NO KEY UPDATE: changes never touch the key, and event inserts (their foreign-key checks
@@ -84,7 +90,7 @@ def lock_ticket(conn: psycopg.Connection, ticket_id: Any) -> dict[str, Any]:
     return ticket_row(row)
 
 
-def fetch_ticket(conn: psycopg.Connection, ticket_id: Any) -> dict[str, Any]:
+def fetch_ticket(conn: psycopg.Connection[DictRow], ticket_id: Any) -> dict[str, Any]:
     tid = parse_id(ticket_id)
     row = conn.execute("SELECT * FROM tickets WHERE id = %s", (tid,)).fetchone()
     if row is None:
@@ -106,7 +112,7 @@ FROM e, LATERAL (SELECT json_build_object(
 """
 
 
-def record_event(conn: psycopg.Connection, ticket: dict[str, Any], actor: Agent | str, action: str,
+def record_event(conn: psycopg.Connection[DictRow], ticket: dict[str, Any], actor: Agent | str, action: str,
                  payload: dict[str, Any] | None = None, *, idempotency_key: str | None = None,
                  notes: list[str] | None = None, from_team: str | None = None) -> dict[str, Any]:
     """Append an audit event for ``ticket`` (its state after the change) and notify listeners.
@@ -119,19 +125,19 @@ def record_event(conn: psycopg.Connection, ticket: dict[str, Any], actor: Agent 
         actor_name, agent_id = actor.actor, actor.id
     else:
         actor_name, agent_id = str(actor), None
-    row = conn.execute(_EVENT_SQL, {
+    row = one(conn.execute(_EVENT_SQL, {
         "ticket_id": parse_id(ticket["id"]), "actor": actor_name, "agent_id": agent_id, "action": action,
         "payload": json.dumps(partial_obj(payload or {}, keep=AGENT_VIEW_KEEP), ensure_ascii=False, default=str), "key": idempotency_key,
         "kind": ticket["kind"], "team": ticket["team"], "priority": ticket["priority"],
         "status": ticket["status"], "claimed_by": ticket.get("claimed_by"), "now": notes is None,
         "from_team": from_team,
-    }).fetchone()
+    }).fetchone())
     if notes is not None:
         notes.append(row["note"])
     return {"id": row["id"], "at": row["at"]}
 
 
-def publish(conn: psycopg.Connection, notes: list[str]) -> bool:
+def publish(conn: psycopg.Connection[DictRow], notes: list[str]) -> bool:
     """Send notifications for changes that have just committed, in one round trip.
 
     A NOTIFY inside a transaction serialises every notifying commit behind one global lock
@@ -189,7 +195,7 @@ FROM upd JOIN ev ON ev.ticket_id = upd.id
 """
 
 
-def requeue_held_by(conn: psycopg.Connection, agent_id: str, *, actor: str, action: str) -> list[dict[str, Any]]:
+def requeue_held_by(conn: psycopg.Connection[DictRow], agent_id: str, *, actor: str, action: str) -> list[dict[str, Any]]:
     """Put every ticket an agent holds back in the queue (the agent was disabled): nothing is lost."""
     rows = conn.execute(_REQUEUE_HELD_SQL, {"agent_id": parse_id(agent_id), "actor": actor,
                                             "action": action}).fetchall()
@@ -210,10 +216,8 @@ def normalise_context(context: dict[str, Any] | None, draft: dict[str, Any] | No
     # fails early (in the caller's transaction) on anything that is not JSON
     json.dumps(pkg, ensure_ascii=False, default=str)
     # every agent of the team reads the package: personal data in the agent view (138****0000)
-    customer = pkg.get("customer") if isinstance(pkg.get("customer"), dict) else {}
+    customer: dict[str, Any] = pkg["customer"] if isinstance(pkg.get("customer"), dict) else {}
     allow = [str(o) for o in customer.get("order_numbers") or []]
-    from handoff.reveal import annotate_transcript   # each masked value's reference, for a recorded reveal
-
     annotate_transcript(pkg, allow)
     return partial_obj(pkg, allow=allow, keep=AGENT_VIEW_KEEP)
 
@@ -236,7 +240,7 @@ class Publisher:
         self._pending: list[str] = []
         self._busy = False
 
-    def __call__(self, conn: psycopg.Connection, notes: list[str]) -> None:
+    def __call__(self, conn: psycopg.Connection[Any], notes: list[str]) -> None:
         if not notes:
             return
         with self._lock:
@@ -274,9 +278,10 @@ class Sql:
         self.params = params
 
 
-def update_ticket(conn: psycopg.Connection, ticket_id: Any, **fields: Any) -> dict[str, Any]:
+def update_ticket(conn: psycopg.Connection[DictRow], ticket_id: Any, **fields: Any) -> dict[str, Any]:
     """Set columns (names are ours, never user input) and return the new row."""
-    sets, params = [], []
+    sets: list[str] = []
+    params: list[Any] = []
     for col, value in fields.items():
         if isinstance(value, Sql):
             sets.append(f"{col} = {value.sql}")
@@ -287,10 +292,10 @@ def update_ticket(conn: psycopg.Connection, ticket_id: Any, **fields: Any) -> di
     sets.append("updated_at = now()")
     row = conn.execute(f"UPDATE tickets SET {', '.join(sets)} WHERE id = %s RETURNING *",
                        (*params, parse_id(ticket_id))).fetchone()
-    return ticket_row(row)
+    return ticket_row(one(row))
 
 
-def conversation_of(conn: psycopg.Connection, ticket_id: Any) -> Any:
+def conversation_of(conn: psycopg.Connection[DictRow], ticket_id: Any) -> Any:
     """The conversation a ticket belongs to (read without a lock); 404 if there is no such ticket."""
     row = conn.execute("SELECT conversation_id FROM tickets WHERE id = %s", (parse_id(ticket_id),)).fetchone()
     if row is None:
@@ -309,12 +314,12 @@ RETURNING *
 """
 
 
-def insert_open_ticket(conn: psycopg.Connection, params: dict[str, Any]) -> dict[str, Any] | None:
+def insert_open_ticket(conn: psycopg.Connection[DictRow], params: dict[str, Any]) -> dict[str, Any] | None:
     """Insert a queued ticket; None when the conversation already has an open one (at most one each)."""
     return ticket_row(conn.execute(_INSERT_SQL, params).fetchone())
 
 
-def open_ticket_of(conn: psycopg.Connection, conversation_id: Any, *, lock: bool = False) -> dict[str, Any] | None:
+def open_ticket_of(conn: psycopg.Connection[DictRow], conversation_id: Any, *, lock: bool = False) -> dict[str, Any] | None:
     """The conversation's open (queued or claimed) ticket, if any; with ``lock``, locked for a change."""
     sql = "SELECT * FROM tickets WHERE conversation_id = %s AND status IN ('queued', 'claimed')"
     if lock:
@@ -322,7 +327,7 @@ def open_ticket_of(conn: psycopg.Connection, conversation_id: Any, *, lock: bool
     return ticket_row(conn.execute(sql, (str(conversation_id),)).fetchone())
 
 
-def event_by_key(conn: psycopg.Connection, ticket_id: Any, key: str) -> dict[str, Any] | None:
+def event_by_key(conn: psycopg.Connection[DictRow], ticket_id: Any, key: str) -> dict[str, Any] | None:
     """The ticket's event recorded with this Idempotency-Key, if any."""
     return conn.execute(
         "SELECT id, actor, action, payload FROM ticket_events WHERE ticket_id = %s AND idempotency_key = %s",
@@ -362,7 +367,7 @@ def claim_next_sql(filters: list[str], port_sql: str | None) -> str:
     return _CLAIM_NEXT_SQL.format(filters=" ".join(filters), port=port_sql or "")
 
 
-def extend_lease(conn: psycopg.Connection, ticket_id: Any, agent_id: str, lease: float) -> dict[str, Any] | None:
+def extend_lease(conn: psycopg.Connection[DictRow], ticket_id: Any, agent_id: str, lease: float) -> dict[str, Any] | None:
     """Extend the lease of a ticket the agent holds; None when it does not hold it (any more)."""
     return conn.execute(
         """
@@ -377,9 +382,9 @@ def extend_lease(conn: psycopg.Connection, ticket_id: Any, agent_id: str, lease:
 SWEEP_LOCK_KEY = 0x5357_4831  # "SWH1": one sweeper at a time across all pods
 
 
-def take_sweep_lock(conn: psycopg.Connection) -> bool:
+def take_sweep_lock(conn: psycopg.Connection[DictRow]) -> bool:
     """The transaction-scoped sweep lock, if no other pod holds it."""
-    return conn.execute("SELECT pg_try_advisory_xact_lock(%s) AS got", (SWEEP_LOCK_KEY,)).fetchone()["got"]
+    return bool(one(conn.execute("SELECT pg_try_advisory_xact_lock(%s) AS got", (SWEEP_LOCK_KEY,)).fetchone())["got"])
 
 
 _SWEEP_LEASES_SQL = """
@@ -437,14 +442,14 @@ FROM upd JOIN ev ON ev.ticket_id = upd.id
 """
 
 
-def sweep_expired_leases(conn: psycopg.Connection, notes: list[str], batch: int) -> list[dict[str, Any]]:
+def sweep_expired_leases(conn: psycopg.Connection[DictRow], notes: list[str], batch: int) -> list[dict[str, Any]]:
     """Expired leases go back to the queue, each with a ``lease_expired`` event (its note into ``notes``)."""
     rows = conn.execute(_SWEEP_LEASES_SQL, {"batch": batch}).fetchall()
     notes.extend(r["_note"] for r in rows)
     return [ticket_row({k: v for k, v in r.items() if k not in ("previous_agent", "lapsed_at")}) for r in rows]
 
 
-def sweep_missed_sla(conn: psycopg.Connection, notes: list[str], batch: int,
+def sweep_missed_sla(conn: psycopg.Connection[DictRow], notes: list[str], batch: int,
                      sla: dict[str, int]) -> list[dict[str, Any]]:
     """Queued tickets past their SLA: priority up one step, a new deadline at that priority, breach counted."""
     rows = conn.execute(_SWEEP_SLA_SQL, {

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import contextvars
 import re
-import unicodedata
 from difflib import SequenceMatcher
 from typing import Any
+
+from text.normalise import normalise
 
 # {group: {shop value: [words]}}; a group named like a product option (size, color) maps that option
 VOCABULARY: contextvars.ContextVar[dict[str, dict[str, list[str]]]] = contextvars.ContextVar("vocabulary", default={})
@@ -30,7 +31,7 @@ _CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
 def _norm(text: str) -> str:
-    return unicodedata.normalize("NFKC", text or "").strip().lower()
+    return normalise(text, case="lower", simplify="never", spaces="keep").strip()
 
 
 def _has(text: str, word: str) -> list[tuple[int, int]]:
@@ -56,7 +57,7 @@ def split(text: str, kinds: dict[str, list[str]]) -> list[dict[str, Any]]:
     of the request before. Each request carries the words about the current item (``item``)
     apart from the wanted change (``change``, after "for" / "to" / "换成"), and ``cheapest``.
     """
-    raw = unicodedata.normalize("NFKC", text or "").strip()
+    raw = normalise(text, case="keep", simplify="never", spaces="keep").strip()
     pieces = [p for p in _SEPARATORS.split(raw) if p and p.strip()]
     out: list[dict[str, Any]] = []
     for piece in pieces:
@@ -184,7 +185,7 @@ def address_edit(text: str, base: Any) -> dict[str, Any] | None:
     or null when the text changes no part of an address."""
     if not isinstance(base, dict):
         return None
-    raw = unicodedata.normalize("NFKC", text or "")
+    raw = normalise(text, case="keep", simplify="never", spaces="keep")
     new = dict(base)
     changed = False
     for pattern, key in ((_LINE2_ZH, "line2"), (_ZIP, "zip"), (_LINE1_ZH, "line1"), (_CITY_ZH, "city"),

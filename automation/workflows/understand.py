@@ -7,11 +7,12 @@ standard library's ``difflib``; an encoder similarity can be injected as a last 
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 from difflib import SequenceMatcher
 from typing import Any, Callable
+
+from text.normalise import normalise
 
 try:  # optional: faster and better partial matching
     from rapidfuzz import fuzz as _fuzz
@@ -42,7 +43,9 @@ _CURRENCY = {"¥": "CNY", "￥": "CNY", "元": "CNY", "块": "CNY", "rmb": "CNY"
 
 @lru_cache(maxsize=65536)
 def norm(text: str) -> str:
-    text = unicodedata.normalize("NFKC", text or "").strip().lower()
+    """text/'s fold (width, lower case, spaces; no Chinese conversion), punctuation as spaces: the form answers
+    are compared in."""
+    text = normalise(text, case="lower", simplify="never")
     return re.sub(r"[\s,.!?;:，。！？；：、~]+", " ", text).strip()
 
 
@@ -93,7 +96,7 @@ def changes_mind(text: str, *, whole: bool = False) -> bool:
 
     ``whole``: for steps where any text is an answer (a title, a tax id "not needed"): only a clear change of
     mind that is (nearly) the whole message."""
-    t = unicodedata.normalize("NFKC", text or "").strip()
+    t = normalise(text, case="keep", simplify="never", spaces="keep").strip()
     if not t or len(t) > 200:
         return False
     if not whole:

@@ -64,7 +64,8 @@ class _Slot:
     __slots__ = ("_slots", "_key")
 
     def __init__(self, slots: StreamSlots, key: str):
-        self._slots, self._key = slots, key
+        self._slots = slots
+        self._key: str | None = key
 
     def release(self) -> None:
         if self._key is not None:
@@ -85,6 +86,7 @@ def _slots(request: Request) -> StreamSlots:
 
 async def stream_slot(request: Request, svc: ServiceDep, agent: AgentDep, creds: Credentials) -> _Slot:
     # a dependency with yield would be torn down before the stream runs: the stream releases it
+    assert creds is not None        # AgentDep has authenticated this bearer token
     return _slots(request).take(creds.credentials, svc.config.max_streams_per_token)
 
 
@@ -118,9 +120,9 @@ async def events(
         replayed: set[int] = set()
         if after is not None:
             missed = await run_in_threadpool(svc.events_since, agent, after, limit=REPLAY_LIMIT)
-            for ev in missed:
-                replayed.add(ev["id"])
-                yield ServerSentEvent(event="ticket", id=str(ev["id"]), data=ev)
+            for past in missed:
+                replayed.add(past["id"])
+                yield ServerSentEvent(event="ticket", id=str(past["id"]), data=past)
             if len(missed) >= REPLAY_LIMIT:
                 yield ServerSentEvent(event="resync", data={"reason": "more missed events than replayed"})
         recheck = svc.config.stream_recheck_seconds

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from router.app.services import Services, limit_threads, pool_options, resolve_dsn
 from router.app.settings import Settings
+from router.channels.registry import CHANNELS
 from router.db import migrate, open_pool
-from router.schemas import CHANNEL_NAMES
 from router.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -461,7 +461,7 @@ def build_services(settings: Settings, *, load_models: bool = True) -> Services:
     # a gateway keeps its connections ready; a one-off command (no models) needs only what it uses
     pool = open_pool(dsn, min_size=settings.db_pool_min if load_models else 1, max_size=settings.db_pool_max,
                      **pool_options(settings))
-    services = Services(settings=settings, dsn=dsn, pool=pool, metrics=Metrics(channels=CHANNEL_NAMES), embedded=embedded,
+    services = Services(settings=settings, dsn=dsn, pool=pool, metrics=Metrics(channels=CHANNELS), embedded=embedded,
                         owns_embedded=started)
     if load_models:
         wire_components(services)

@@ -23,14 +23,13 @@ from typing import Any
 
 import psycopg
 
-from router.channels.registry import ADAPTERS
-from router.schemas import CHANNEL_NAMES
+from router.channels.registry import ADAPTERS, CHANNELS, DIRECT
 
 KEY_PREFIX = "sbk_"
-#: the closed set of channel names: an unknown channel is refused (422) and never becomes a metric label
-CHANNELS = CHANNEL_NAMES
+# CHANNELS, the registry's closed set of channel names: an unknown channel is refused (422) and never
+# becomes a metric label
 #: channels posted only through the direct API (a mobile app); the rest have a webhook
-DIRECT_CHANNELS = tuple(c for c in CHANNELS if c not in ADAPTERS)
+DIRECT_CHANNELS = DIRECT
 SIGNED_CHANNELS = tuple(c for c in ADAPTERS if c != "web")   # web is signed only when its HMAC secret is set
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 DEV_KEY_NAME = "development"

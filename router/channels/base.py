@@ -12,7 +12,7 @@ import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, overload
 
 from router.schemas import scrub  # noqa: F401  (re-exported for the adapters)
 from router.schemas import InboundMessage
@@ -190,7 +190,7 @@ class BaseAdapter:
         raise NoHandshake(f"the {self.name} channel has no GET verification handshake; POST messages")
 
     def acknowledge(self, outcomes: list[Outcome], parsed: Parsed) -> Ack:
-        body = {
+        body: dict[str, Any] = {
             "status": "accepted",
             "messages": [{
                 "message_id": o.message.message_external_id,
@@ -242,8 +242,12 @@ def from_unix(value: Any) -> datetime | None:
     return datetime.fromtimestamp(ts, tz=UTC)
 
 
+@overload
+def text_of(value: Any, field_name: str, *, required: Literal[True] = True, max_len: int = 512) -> str: ...
+@overload
+def text_of(value: Any, field_name: str, *, required: bool, max_len: int = 512) -> str | None: ...
 def text_of(value: Any, field_name: str, *, required: bool = True, max_len: int = 512) -> str | None:
-    """A scalar field as a string id (ints allowed), or MalformedPayload."""
+    """A scalar field as a string id (ints allowed), or MalformedPayload (a required one is never None)."""
     if value is None or value == "":
         if required:
             raise MalformedPayload(f"missing field: {field_name}")

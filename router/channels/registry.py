@@ -1,6 +1,6 @@
 """The channels: every channel's webhook flattened into one internal message, and one sender each.
 
-``ADAPTERS`` names the channels; ``build_adapters(settings)`` makes one inbound adapter of each and
+``CHANNELS`` names every channel (``ADAPTERS``, those with a webhook, and ``DIRECT``, the direct-API ones); ``build_adapters(settings)`` makes one inbound adapter of each and
 ``build_senders(settings, client)`` one outbound sender of each. Adding a channel is one folder
 ``router/channels/<name>/`` (``inbound.py`` following :class:`router.channels.base.ChannelAdapter`,
 ``outbound.py`` following :class:`router.channels.delivery.Sender`) and one line in each function here.
@@ -8,13 +8,16 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import httpx
 
-from router.channels.base import ChannelAdapter
+from router.channels.base import BaseAdapter, ChannelAdapter
 from router.channels.delivery import Sender
+from router.channels.settings import ChannelSettings
 
 
-def _adapter_classes() -> dict[str, type]:
+def _adapter_classes() -> dict[str, type[BaseAdapter]]:
     from router.channels.chatwoot.inbound import ChatwootAdapter
     from router.channels.sms.inbound import SmsAdapter
     from router.channels.telegram.inbound import TelegramAdapter
@@ -26,21 +29,25 @@ def _adapter_classes() -> dict[str, type]:
                                       ChatwootAdapter)}
 
 
+#: the channels with a webhook adapter and a sender (router/channels/<name>/)
 ADAPTERS = ("web", "wechat", "whatsapp", "telegram", "sms", "chatwoot")
+#: the channels posted only through the direct API, ``POST /v1/messages`` (a mobile app): no webhook
+DIRECT = ("app",)
+#: every channel the gateway knows, the one list: the API's enum, integration keys, metrics and reports read it
+CHANNELS = ADAPTERS + DIRECT
 
 
 def handshake_channels() -> tuple[str, ...]:
     """The channels that answer a GET verification handshake (the others answer 405)."""
-    from router.channels.base import BaseAdapter
-
     return tuple(n for n, cls in _adapter_classes().items() if cls.handshake is not BaseAdapter.handshake)
 
 
-def build_adapters(settings) -> dict[str, ChannelAdapter]:
-    return {name: cls(settings) for name, cls in _adapter_classes().items()}
+def build_adapters(settings: ChannelSettings) -> dict[str, ChannelAdapter]:
+    # each adapter class completes BaseAdapter to the ChannelAdapter protocol (its own parse)
+    return {name: cast(ChannelAdapter, cls(settings)) for name, cls in _adapter_classes().items()}
 
 
-def build_senders(settings, client: httpx.Client) -> dict[str, Sender]:
+def build_senders(settings: ChannelSettings, client: httpx.Client) -> dict[str, Sender]:
     from router.channels.chatwoot.outbound import ChatwootSender
     from router.channels.sms.outbound import SmsSender
     from router.channels.telegram.outbound import TelegramSender

@@ -19,6 +19,14 @@ def secret(value: SecretStr | None) -> str | None:
     return value.get_secret_value() or None
 
 
+def configured(value: SecretStr | None) -> str:
+    """The plain value of a secret a code path needs set (a channel is enabled only with it): never None."""
+    plain = secret(value)
+    if plain is None:
+        raise RuntimeError("a channel secret this path needs is not set (the channel should not be enabled)")
+    return plain
+
+
 class ChannelSettings(BaseModel):
     # -- the gateway as the channels see it
     public_url: str | None = Field(

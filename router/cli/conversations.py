@@ -124,7 +124,8 @@ def _problem_title(r) -> str:
 def _run_in_process(cases, progress, tools: Path | None):
     from router.cli._common import database
     from router.ops.conversation_eval import run_cases, sandbox
-    from router.schemas import InboundMessage, MessageIn
+    from router.app.api.messages import MessageIn
+    from router.schemas import InboundMessage
     from router.app.composition import build_services
 
     s = settings()

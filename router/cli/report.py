@@ -24,7 +24,7 @@ def report(
 
     from router.cli._common import database, settings
     from router.ops.report import build_report, parse_since, render_text, write_charts
-    from router.schemas import CHANNEL_NAMES
+    from router.channels.registry import CHANNELS
 
     now = datetime.now(timezone.utc)
     try:
@@ -38,7 +38,7 @@ def report(
     try:
         dsn = database(settings())
         with psycopg.connect(dsn, row_factory=dict_row) as conn:
-            data = build_report(conn, start, end, recontact_window=window, channels=CHANNEL_NAMES)
+            data = build_report(conn, start, end, recontact_window=window, channels=CHANNELS)
         if out:
             data["charts"] = [str(p) for p in write_charts(data, Path(out))]
     except (ValueError, psycopg.Error, OSError) as exc:

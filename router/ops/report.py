@@ -24,7 +24,7 @@ events, feedback), so the figures are the same whichever pod or job asks. Defini
   none), by channel and by reply language.
 
 Channels are keyed by the closed set of the channel registry (``channels``: the CLI passes
-:data:`router.schemas.CHANNEL_NAMES`); a legacy or unknown channel string stored on an old row is counted
+:data:`router.channels.registry.CHANNELS`); a legacy or unknown channel string stored on an old row is counted
 under ``other``, so a client-chosen value (a phone number as a channel name) never becomes a key of the report.
 """
 

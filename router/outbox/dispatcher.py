@@ -227,6 +227,7 @@ class Dispatcher:
         ms = round(seconds * 1000, 2)
         with self.pool.connection() as conn, conn.transaction():
             if error is None:
+                assert result is not None       # a send without an error returned its result
                 outcome = "skipped" if result.skipped else "delivered"
                 conn.execute(
                     """UPDATE outbox SET status = 'delivered', delivered_at = now(), lease_until = NULL,

@@ -67,7 +67,8 @@ class DispatcherLoop:
     def _lead(self, conn: psycopg.Connection) -> None:
         while not self._stop.is_set():
             if not self.is_leader:
-                self.is_leader = bool(conn.execute("SELECT pg_try_advisory_lock(%s)", (self.lock_key,)).fetchone()[0])
+                got = conn.execute("SELECT pg_try_advisory_lock(%s)", (self.lock_key,)).fetchone()
+                self.is_leader = bool(got and got[0])
                 if not self.is_leader:
                     self._stop.wait(self.retry_leader_seconds)
                     continue

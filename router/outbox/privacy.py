@@ -11,11 +11,12 @@ import json
 from typing import Any
 
 import psycopg
+from psycopg.rows import DictRow
 
 ERASED_PAYLOAD = json.dumps({"text": "", "erased": True})
 
 
-def expire(conn: psycopg.Connection, days: int) -> dict[str, int]:
+def expire(conn: psycopg.Connection[DictRow], days: int) -> dict[str, int]:
     """Finished rows older than ``days`` lose their text and error; returns rows touched per column."""
     cutoff = "now() - make_interval(days => %(days)s)"
     p = {"days": days, "erased": ERASED_PAYLOAD}
@@ -29,7 +30,7 @@ def expire(conn: psycopg.Connection, days: int) -> dict[str, int]:
     }
 
 
-def forget(conn: psycopg.Connection, conversation_ids: list[Any]) -> dict[str, int]:
+def forget(conn: psycopg.Connection[DictRow], conversation_ids: list[Any]) -> dict[str, int]:
     """Erase what the outbox holds of these conversations; rows still due are stopped (dead), never sent.
 
     Returns rows touched per table."""

@@ -9,7 +9,10 @@ system on the same number, a row already purged) is acknowledged and ignored.
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
+from psycopg.rows import DictRow
 
 from router.channels.base import Receipt
 from text import personal
@@ -53,11 +56,11 @@ def error_text(receipt: Receipt) -> str | None:
     return personal.mask_clip(text, 1000)   # the channel's error text may echo the message: mask, then cut
 
 
-def record_receipts(conn: psycopg.Connection, channel: str, receipts: list[Receipt]) -> list[Receipt]:
+def record_receipts(conn: psycopg.Connection[DictRow], channel: str, receipts: list[Receipt]) -> list[Receipt]:
     """Store the receipts in the caller's transaction; returns the ones that matched no sent message."""
     unknown = []
     for r in receipts:
-        params = {"pid": r.provider_message_id, "channel": channel}
+        params: dict[str, Any] = {"pid": r.provider_message_id, "channel": channel}
         target = conn.execute(_TARGET, params).fetchone()
         if target is None:
             unknown.append(r)

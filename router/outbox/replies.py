@@ -11,12 +11,13 @@ import json
 from typing import Any
 
 import psycopg
+from psycopg.rows import DictRow
 
 from router.channels.base import OutboundAction
 from router.outbox.store import enqueue_outbound
 
 
-def reply_already_queued(conn: psycopg.Connection, turn_id: str) -> bool:
+def reply_already_queued(conn: psycopg.Connection[DictRow], turn_id: str) -> bool:
     """Read-only check (no lock, no commit cost) that the turn's reply is in the outbox."""
     row = conn.execute(
         """
@@ -31,7 +32,7 @@ def reply_already_queued(conn: psycopg.Connection, turn_id: str) -> bool:
     return row is None or bool(row["queued"])
 
 
-def ensure_reply_queued(conn: psycopg.Connection, turn: dict[str, Any], channel: str, text: str,
+def ensure_reply_queued(conn: psycopg.Connection[DictRow], turn: dict[str, Any], channel: str, text: str,
                         payload: dict[str, Any] | None = None) -> int | None:
     """Queue the turn's reply unless the turn's own transaction already did; returns a new outbox id.
 
@@ -52,11 +53,13 @@ def ensure_reply_queued(conn: psycopg.Connection, turn: dict[str, Any], channel:
         return None
     ids = enqueue_outbound(conn, conversation_id=turn["conversation_id"], channel=channel, text=text,
                            payload=payload)
+    if ids is None:          # the customer asked not to be contacted: nothing is queued
+        return None
     conn.execute("UPDATE outbox SET dedupe_key = %s WHERE id = %s", (f"reply:{turn['id']}", ids["outbox_id"]))
     return ids["outbox_id"]
 
 
-def queue_action(conn: psycopg.Connection, conversation_id: str, channel: str, action: OutboundAction) -> None:
+def queue_action(conn: psycopg.Connection[DictRow], conversation_id: str, channel: str, action: OutboundAction) -> None:
     conn.execute(
         """
         INSERT INTO outbox (conversation_id, channel, kind, payload, dedupe_key)
@@ -66,7 +69,7 @@ def queue_action(conn: psycopg.Connection, conversation_id: str, channel: str, a
     )
 
 
-def claim_passive_reply(conn: psycopg.Connection, turn_id: str, *, retried: bool = False) -> str | None:
+def claim_passive_reply(conn: psycopg.Connection[DictRow], turn_id: str, *, retried: bool = False) -> str | None:
     """Take the turn's pending reply out of the queue because it is answered in the HTTP response.
 
     Returns its text, or None when there is none or the dispatcher is already sending it. On a

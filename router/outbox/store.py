@@ -7,10 +7,11 @@ import uuid
 from typing import Any
 
 import psycopg
+from psycopg.rows import DictRow
 
 
 def enqueue_outbound(
-    conn: psycopg.Connection,
+    conn: psycopg.Connection[DictRow],
     *,
     conversation_id: str,
     channel: str,
@@ -18,31 +19,43 @@ def enqueue_outbound(
     sender: str = "bot",
     kind: str = "reply",
     payload: dict[str, Any] | None = None,
-) -> dict[str, int]:
-    """Store an outbound message in the transcript and queue it for delivery, in the caller's transaction.
+) -> dict[str, int] | None:
+    """The one way a message to a customer is queued (bot replies, a flow's reply after an approval or a staff
+    cancel, agent messages): stored in the transcript and queued for delivery, in the caller's transaction.
 
-    Returns the ids of the message and outbox rows.
+    Returns the ids of the message and outbox rows, or None, writing nothing, when the conversation's customer
+    asked not to be contacted (STOP) or the conversation does not exist. The check is part of the same
+    statement (no extra round trip); a caller holding the conversation's lock reads the flag as the STOP
+    turn left it.
     """
     body = {"text": text, **(payload or {})}
     row = conn.execute(
         """
-        WITH m AS (
+        WITH reachable AS (
+            SELECT c.id FROM conversations c
+             WHERE c.id = %(conversation)s
+               AND NOT EXISTS (SELECT 1 FROM customer_flags f WHERE f.channel = c.channel
+                                  AND f.customer_id = c.customer_id AND f.do_not_contact)
+        ), m AS (
             INSERT INTO messages (conversation_id, channel, external_id, direction, sender, text)
-            VALUES (%(conversation)s, %(channel)s, %(external)s, 'out', %(sender)s, %(text)s) RETURNING id
+            SELECT r.id, %(channel)s, %(external)s, 'out', %(sender)s, %(text)s FROM reachable r
+            RETURNING id, conversation_id
         )
         INSERT INTO outbox (conversation_id, message_id, channel, kind, payload)
-        SELECT %(conversation)s, m.id, %(channel)s, %(kind)s, %(payload)s FROM m
+        SELECT m.conversation_id, m.id, %(channel)s, %(kind)s, %(payload)s FROM m
         RETURNING message_id, id
         """,
         {"conversation": conversation_id, "channel": channel, "external": f"out-{uuid.uuid4().hex}",
          "sender": sender, "text": text, "kind": kind,
          "payload": json.dumps(body, ensure_ascii=False, default=str)},
     ).fetchone()
+    if row is None:
+        return None
     message_id, outbox_id = (row["message_id"], row["id"]) if isinstance(row, dict) else (row[0], row[1])
     return {"message_id": message_id, "outbox_id": outbox_id}
 
 
-def deliveries_since(conn: psycopg.Connection, conversation_id: Any, since: Any, *, limit: int = 200) -> list[dict[str, Any]]:
+def deliveries_since(conn: psycopg.Connection[DictRow], conversation_id: Any, since: Any, *, limit: int = 200) -> list[dict[str, Any]]:
     """The conversation's outbox rows created since ``since`` (the latest ``limit``), oldest first, with their
     delivery status: what the agent console shows under the transcript."""
     return conn.execute(
@@ -57,7 +70,7 @@ def deliveries_since(conn: psycopg.Connection, conversation_id: Any, since: Any,
     ).fetchall()
 
 
-def deliveries_by_message(conn: psycopg.Connection, conversation_id: Any) -> dict[int, list[dict[str, Any]]]:
+def deliveries_by_message(conn: psycopg.Connection[DictRow], conversation_id: Any) -> dict[int, list[dict[str, Any]]]:
     """The conversation's outbox rows that carry a transcript message, keyed by message id (in row order): status,
     attempts, last error, provider id, delivery receipt and the number of parts when a text went out in several;
     what a conversation's trace shows under each outbound message."""
@@ -77,11 +90,12 @@ def deliveries_by_message(conn: psycopg.Connection, conversation_id: Any) -> dic
     return out
 
 
-def due_count(conn: psycopg.Connection) -> int:
+def due_count(conn: psycopg.Connection[DictRow]) -> int:
     """Rows still to deliver (pending, or being sent)."""
-    return conn.execute("SELECT count(*) AS n FROM outbox WHERE status IN ('pending', 'sending')").fetchone()["n"]
+    row = conn.execute("SELECT count(*) AS n FROM outbox WHERE status IN ('pending', 'sending')").fetchone()
+    return int(row["n"]) if row else 0
 
 
-def stored_channels(conn: psycopg.Connection) -> list[str]:
+def stored_channels(conn: psycopg.Connection[DictRow]) -> list[str]:
     """Every channel that has rows in the outbox (a channel removed since keeps its rows)."""
     return [r["channel"] for r in conn.execute("SELECT DISTINCT channel FROM outbox")]

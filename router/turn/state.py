@@ -331,19 +331,16 @@ class ConversationStatePort:
         return {"workflow": turn.as_response(), "outcome": turn.outcome}
 
     def _tell_customer(self, conn, ticket, turn) -> None:
-        """Queue a workflow's reply after a ticket decision through :meth:`_reachable`, as an agent message
-        goes: a customer who asked not to be contacted (or an unknown conversation) gets nothing, and the
-        decision itself still stands."""
+        """Queue a workflow's reply after a ticket decision through :meth:`_send`, as an agent message goes:
+        a customer who asked not to be contacted (or an unknown conversation) gets nothing, and the decision
+        itself still stands."""
         if not turn.reply:
             return
         try:
-            conv = self._reachable(conn, ticket)
+            self._send(conn, ticket, text=turn.reply, sender="bot", kind="reply",
+                       payload={"ticket_id": str(ticket.get("id")), "workflow": turn.as_response()})
         except CustomerUnreachable as exc:
             log.info("workflow reply for ticket %s not sent: %s", ticket.get("id"), exc)
-            return
-        enqueue_outbound(conn, conversation_id=conv["id"], channel=conv["channel"], text=turn.reply,
-                         sender="bot", kind="reply",
-                         payload={"ticket_id": str(ticket.get("id")), "workflow": turn.as_response()})
 
     def reveal_value(self, conn, ticket, *, message_id, start, end):
         """One masked value's original, from the message of the ticket's conversation, only where the
@@ -359,22 +356,20 @@ class ConversationStatePort:
                 return span.value
         raise OriginalGone(f"message {message_id} holds no personal value at {start}-{end}")
 
-    def _reachable(self, conn, ticket) -> dict[str, Any]:
-        """The ticket's conversation (locked) if its customer may be written to; else CustomerUnreachable."""
+    def _send(self, conn, ticket, *, text: str, sender: str, kind: str, payload: dict[str, Any]) -> dict[str, int]:
+        """Queue ``text`` to the ticket's customer (conversation locked first) through the outbox's one send
+        path, :func:`~router.outbox.store.enqueue_outbound`, which checks do-not-contact; CustomerUnreachable
+        when it refuses or the conversation does not exist."""
         conv = self._conversation(conn, ticket)
         if conv is None:
             raise CustomerUnreachable(f"conversation {ticket.get('conversation_id')} does not exist")
-        flags = conn.execute(
-            "SELECT do_not_contact FROM customer_flags WHERE channel = %s AND customer_id = %s",
-            (conv["channel"], conv["customer_id"]),
-        ).fetchone()
-        if flags and flags["do_not_contact"]:
+        ids = enqueue_outbound(conn, conversation_id=conv["id"], channel=conv["channel"], text=text,
+                               sender=sender, kind=kind, payload=payload)
+        if ids is None:
             raise CustomerUnreachable("the customer asked not to be contacted (STOP); nothing was sent")
-        return conv
+        return ids
 
     def send_to_customer(self, conn, ticket, *, text, sender, agent_id):
         """Transcript + outbox row in the ticket change's transaction; refused for do-not-contact customers."""
-        conv = self._reachable(conn, ticket)
-        return enqueue_outbound(conn, conversation_id=conv["id"], channel=conv["channel"], text=text,
-                                sender=sender, kind="agent_message",
-                                payload={"ticket_id": str(ticket.get("id")), "agent_id": agent_id})
+        return self._send(conn, ticket, text=text, sender=sender, kind="agent_message",
+                          payload={"ticket_id": str(ticket.get("id")), "agent_id": agent_id})

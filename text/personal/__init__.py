@@ -211,7 +211,7 @@ def mask_clip(text: str | None, limit: int, *, allow: Iterable[str] = (), render
     fn = render or mask
     window = 4 * limit + _LONGEST_VALUE
     while True:
-        masked = fn(text[:window], allow=allow)
+        masked = fn(text[:window], allow=allow) or ""      # text is not empty: never None
         # the window's last _LONGEST_VALUE raw characters mask to at most twice as many
         if len(text) <= window or len(masked) >= limit + 2 * _LONGEST_VALUE:
             return clip(masked, limit)

@@ -57,7 +57,7 @@ def _en_address_spans(v: str, original: str, span, out: list[tuple[str, int, int
         return
     for m in _EN_ADDRESS.finditer(v):
         s, e = m.start(), m.end()
-        ok = m.group(2) is not None or _EN_ADDRESS_CUE.search(_before(v, s))
+        ok = m.group(2) is not None or _EN_ADDRESS_CUE.search(_before(v, s)) is not None
         if not ok:
             os, oe = span(m.start(1), m.end(1))
             words = original[os:oe].split()

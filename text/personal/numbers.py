@@ -4,6 +4,7 @@ ids, US social security and UK NHS numbers; read in linear time with capped work
 from __future__ import annotations
 
 import re
+from typing import Any
 from collections.abc import Iterable
 from functools import lru_cache
 
@@ -180,7 +181,7 @@ def _number_spans(v: str, out: list[tuple[str, int, int]]) -> None:
             top = max(top, i)
             while top < len(groups) and dig[top + 1] - dig[i] <= _MAX_DIGITS:
                 top += 1        # groups[i:top] is the longest window with at most 19 digits
-            hit = None
+            hit: list[Any] | None = None      # [label, first group, end group]
             s0 = groups[i][0]
             before = _before(v, s0)
             for j in range(top, i, -1):

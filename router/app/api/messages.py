@@ -6,6 +6,7 @@ import json
 
 from fastapi import APIRouter, Depends, Response
 from fastapi.concurrency import run_in_threadpool
+from typing import Literal
 
 from pydantic import Field
 
@@ -13,9 +14,17 @@ from router.app.api.auth import KeyDep, feedback_secret_of
 from router.app.api.deps import ServicesDep
 from router.app.keys import feedback_token
 from router.problems import PROBLEM_JSON, Problem
-from router.schemas import InboundMessage, MessageIn, TurnOut
+from router.channels.registry import CHANNELS
+from router.schemas import InboundMessage, MessageBody, TurnOut
 
 router = APIRouter(prefix="/v1", tags=["messages"])
+
+
+class MessageIn(MessageBody):
+    """The direct API's message: its channel is one of the channel registry's (the schema's enum), else 422."""
+
+    channel: Literal[CHANNELS] = Field(examples=["web"], description="A known channel; the integration key "  # type: ignore[valid-type]
+                                       "must list it.")
 
 
 class MessageOut(TurnOut):

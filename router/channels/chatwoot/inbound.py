@@ -111,10 +111,11 @@ class ChatwootAdapter(BaseAdapter):
         if configured is not None and account_id != str(configured):
             raise MalformedPayload("account.id is not the configured SWITCHBOARD_CHATWOOT_ACCOUNT_ID")
         message_id = text_of(data.get("id"), "id")
-        sender = data.get("sender") if isinstance(data.get("sender"), dict) else {}
+        sender: dict[str, Any] = data["sender"] if isinstance(data.get("sender"), dict) else {}
         contact_id = text_of(sender.get("id"), "sender.id", required=False)
         if contact_id is None:
-            inbox = conversation.get("contact_inbox") if isinstance(conversation.get("contact_inbox"), dict) else {}
+            inbox: dict[str, Any] = (conversation["contact_inbox"] if isinstance(conversation.get("contact_inbox"), dict)
+                                     else {})
             contact_id = text_of(inbox.get("contact_id"), "conversation.contact_inbox.contact_id")
         content = data.get("content")
         if content is not None and not isinstance(content, str):

@@ -28,7 +28,7 @@ from router.channels.base import (
     WebhookRequest,
     same,
 )
-from router.channels.settings import secret
+from router.channels.settings import configured, secret
 from router.schemas import InboundMessage
 
 EMPTY_TWIML = '<?xml version="1.0" encoding="UTF-8"?><Response></Response>'
@@ -86,7 +86,7 @@ class SmsAdapter(BaseAdapter):
         if not given:
             raise SignatureError("missing X-Twilio-Signature header")
         pairs = form_pairs(request.body)
-        token = secret(self.settings.twilio_auth_token)
+        token = configured(self.settings.twilio_auth_token)
         if not any(same(given, twilio_signature(token, url, pairs)) for url in _url_variants(self.signed_url(request))):
             raise SignatureError("bad X-Twilio-Signature")
 

@@ -55,7 +55,7 @@ class TelegramAdapter(BaseAdapter):
         chat = obj(m.get("chat"), "message.chat")
         chat_id = text_of(chat.get("id"), "message.chat.id")
         message_id = text_of(m.get("message_id"), "message.message_id")
-        sender = m.get("from") if isinstance(m.get("from"), dict) else {}
+        sender: dict[str, Any] = m["from"] if isinstance(m.get("from"), dict) else {}
         if sender.get("is_bot"):
             return Parsed(ignored=["from_bot"])
         user_id = text_of(sender.get("id"), "message.from.id", required=False) or chat_id
@@ -80,7 +80,7 @@ class TelegramAdapter(BaseAdapter):
     def _content(m: dict[str, Any]) -> tuple[str, list[dict[str, Any]], str]:
         if isinstance(m.get("text"), str):
             return m["text"], [], "text"
-        caption = m.get("caption") if isinstance(m.get("caption"), str) else ""
+        caption: str = m["caption"] if isinstance(m.get("caption"), str) else ""
         if isinstance(m.get("photo"), list) and m["photo"]:
             largest = m["photo"][-1] if isinstance(m["photo"][-1], dict) else {}
             return caption, [{"type": "photo", "file_id": largest.get("file_id"),

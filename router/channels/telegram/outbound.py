@@ -7,6 +7,8 @@ one-time reply keyboard on its last part (tapping one sends its text back as a m
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 
 from router.channels.delivery import Delivery, DeliveryError, SendResult, json_of, need, post, send_in_parts
@@ -43,13 +45,13 @@ class TelegramSender:
             response = post(self.client, url, "telegram sendMessage", json=body)
         except DeliveryError as exc:
             # the URL carries the bot token: never let it into a stored error
-            exc.reason = exc.reason.replace(secret(self.settings.telegram_bot_token), "<token>")
+            exc.reason = exc.reason.replace(secret(self.settings.telegram_bot_token) or "<token>", "<token>")
             raise
         data = json_of(response)
         if data.get("ok") is False:
             raise DeliveryError(f"telegram: {data.get('description')}", retryable=False,
                                 http_status=response.status_code)
-        result = data.get("result") if isinstance(data.get("result"), dict) else {}
+        result: dict[str, Any] = data["result"] if isinstance(data.get("result"), dict) else {}
         return SendResult(provider_message_id=str(result.get("message_id") or "") or None,
                           http_status=response.status_code)
 

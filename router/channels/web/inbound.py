@@ -29,7 +29,7 @@ from router.channels.base import (
     same,
 )
 from router.channels.settings import secret
-from router.schemas import InboundMessage, MessageIn
+from router.schemas import InboundMessage, MessageBody
 
 SIGNATURE_HEADER = "x-switchboard-signature"
 TIMESTAMP_HEADER = "x-switchboard-timestamp"
@@ -76,7 +76,7 @@ class WebAdapter(BaseAdapter):
         if data.get("channel") != self.name:
             raise MalformedPayload("channel must be 'web' on this endpoint (or omitted)")
         try:
-            body = MessageIn.model_validate(data)
+            body = MessageBody.model_validate(data)
         except ValidationError as exc:
             errors = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
             raise MalformedPayload(errors) from None

@@ -38,7 +38,7 @@ from router.channels.base import (
     from_unix,
     same,
 )
-from router.channels.settings import secret
+from router.channels.settings import configured, secret
 from router.channels.wechat.crypto import CryptoFormatError, WeChatCrypto, WrongAppId, msg_signature
 from router.schemas import InboundMessage
 
@@ -109,7 +109,7 @@ class WeChatAdapter(BaseAdapter):
         sig, ts, nonce = q.get("signature"), q.get("timestamp"), q.get("nonce")
         if not (sig and ts and nonce):
             raise SignatureError("missing signature, timestamp or nonce query parameters")
-        if not same(sig, signature(secret(self.settings.wechat_token), ts, nonce)):
+        if not same(sig, signature(configured(self.settings.wechat_token), ts, nonce)):
             raise SignatureError("bad signature")
 
     def _fresh(self, request: WebhookRequest) -> None:
@@ -135,7 +135,7 @@ class WeChatAdapter(BaseAdapter):
         sig, ts, nonce = q.get("msg_signature"), q.get("timestamp"), q.get("nonce")
         if not (sig and ts and nonce):
             raise SignatureError("missing msg_signature, timestamp or nonce query parameters")
-        if not same(sig, msg_signature(secret(self.settings.wechat_token), ts, nonce, self._ciphertext(request))):
+        if not same(sig, msg_signature(configured(self.settings.wechat_token), ts, nonce, self._ciphertext(request))):
             raise SignatureError("bad msg_signature")
         if q.get("signature"):      # WeChat sends the plain signature too: it must hold as well
             self._check(request)

@@ -30,7 +30,7 @@ from router.channels.base import (
     scrub,
     text_of,
 )
-from router.channels.settings import secret
+from router.channels.settings import configured, secret
 from router.schemas import InboundMessage
 
 MEDIA = ("image", "audio", "video", "document", "sticker")
@@ -46,7 +46,7 @@ class WhatsAppAdapter(BaseAdapter):
         return True, "ok"
 
     def verify(self, request: WebhookRequest) -> None:
-        expected = "sha256=" + hmac_hex(secret(self.settings.whatsapp_app_secret), request.body)
+        expected = "sha256=" + hmac_hex(configured(self.settings.whatsapp_app_secret), request.body)
         if not same(request.headers.get("x-hub-signature-256"), expected):
             raise SignatureError("missing or bad X-Hub-Signature-256 header")
 
@@ -135,7 +135,7 @@ class WhatsAppAdapter(BaseAdapter):
         errors = status.get("errors")
         if receipt.status == "failed" and isinstance(errors, list) and errors and isinstance(errors[0], dict):
             err = errors[0]
-            details = err.get("error_data") if isinstance(err.get("error_data"), dict) else {}
+            details: dict[str, Any] = err["error_data"] if isinstance(err.get("error_data"), dict) else {}
             receipt.error_code = str(err["code"])[:32] if isinstance(err.get("code"), int | str) else None
             # kept long here: the receipt store masks, then cuts (a cut first could split a phone number)
             receipt.error_title = str(err.get("title") or err.get("message") or "")[:4000] or None
@@ -160,8 +160,8 @@ class WhatsAppAdapter(BaseAdapter):
             label = " ".join(loc[k] for k in ("name", "address") if isinstance(loc.get(k), str))
             return label, [{"type": "location", "lat": loc.get("latitude"), "lon": loc.get("longitude"), "label": label}]
         if kind == "button":  # quick-reply button of a template message
-            label = obj(m.get("button"), "messages[].button").get("text")
-            return label if isinstance(label, str) else "", []
+            button = obj(m.get("button"), "messages[].button").get("text")
+            return button if isinstance(button, str) else "", []
         if kind == "interactive":
             inter = obj(m.get("interactive"), "messages[].interactive")
             chosen = inter.get("button_reply") or inter.get("list_reply") or {}

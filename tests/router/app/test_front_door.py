@@ -439,7 +439,22 @@ def test_development_key_is_made_once_and_refused_beyond_loopback(services, tmp_
 
 def test_the_channel_registry_covers_every_adapter():
     from router.app.keys import CHANNELS, DIRECT_CHANNELS, SIGNED_CHANNELS
-    from router.channels.registry import ADAPTERS
+    from router.channels.registry import ADAPTERS, _adapter_classes
 
     assert set(ADAPTERS) <= set(CHANNELS) and DIRECT_CHANNELS == ("app",)
     assert set(SIGNED_CHANNELS) == set(ADAPTERS) - {"web"}
+    assert tuple(_adapter_classes()) == ADAPTERS
+
+
+def test_the_apis_channel_enum_is_the_registrys(bare):
+    """The channel names are listed once (router.channels.registry): the schema's enum and what the API
+    accepts follow it, the direct-only channel included."""
+    from router.channels.registry import CHANNELS
+
+    client, services = bare
+    spec = client.app.openapi()          # /openapi.json itself needs an admin key (test_exposure)
+    assert spec["components"]["schemas"]["MessageIn"]["properties"]["channel"]["enum"] == list(CHANNELS)
+    key = issue_integration_key(services.pool, list(CHANNELS))
+    for n, channel in enumerate(CHANNELS):
+        r = client.post("/v1/messages", json=body(channel=channel, message_id=f"enum-{n}"), headers=bearer(key))
+        assert r.status_code == 200, (channel, r.text)

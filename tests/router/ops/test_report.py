@@ -177,10 +177,10 @@ def test_channel_keys_are_the_registry_and_other(seeded, dsn, monkeypatch, tmp_p
             h.turn(h.conversation(f"cust-{name}", channel=name), NOW - timedelta(hours=3), tier="L1", reply=CITED,
                    transitions=L1_OK, state="l1_resolved")
     from router.cli import app as cli
-    from router.schemas import CHANNEL_NAMES
+    from router.channels.registry import CHANNELS
 
     with seeded.connection() as conn:
-        r = build_report(conn, NOW - timedelta(days=7), NOW + timedelta(seconds=1), channels=CHANNEL_NAMES)
+        r = build_report(conn, NOW - timedelta(days=7), NOW + timedelta(seconds=1), channels=CHANNELS)
     assert r["volume"]["sessions_by_channel"] == {"other": 3, "sms": 1, "telegram": 1, "web": 4}
     deflection = r["deflection"]["by_channel"]
     assert set(deflection) == {"other", "sms", "telegram", "web"}

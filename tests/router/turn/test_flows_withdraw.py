@@ -137,6 +137,20 @@ def test_a_stopped_customer_hears_nothing_when_staff_cancel_but_the_flow_still_e
     assert refunds_of(svc, "100234") == []
 
 
+def test_a_stopped_customer_hears_nothing_when_approved_but_the_approved_refund_still_runs(api, svc):
+    ticket = waiting_for_approval(api, svc, "conv-dnc-ok")
+    say(api, "STOP", "conv-dnc-ok")
+    sent_before = outbox_texts(svc, "conv-dnc-ok")
+    _, sup = make_agent(svc.pool, "sue", role="supervisor", approval_level="supervisor")
+    h = {"Authorization": f"Bearer {sup}"}
+    assert api.post(f"/v1/handoff/tickets/{ticket['id']}/claim", headers=h).status_code == 200
+    r = api.post(f"/v1/handoff/tickets/{ticket['id']}/approve", headers=h)
+    assert r.status_code == 200, r.text
+    assert flow_of(svc, ticket)["status"] == "completed"
+    assert len(refunds_of(svc, "100234")) == 1                       # the decision stands
+    assert outbox_texts(svc, "conv-dnc-ok") == sent_before           # the flow's reply is not sent
+
+
 def test_an_agent_below_the_level_cannot_close_the_approval_and_the_flow_keeps_waiting(api, svc):
     """Issue 34 item 5: resolve "solved" by an agent who may not approve was 200, no refund ran and the flow
     waited for ever. Now resolve and return-to-bot are 409 for everyone; the approval is decided properly."""
