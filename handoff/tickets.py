@@ -21,6 +21,7 @@ import psycopg
 
 from handoff.errors import NotFound
 from handoff.models import Agent
+from handoff.reasons import reason_text
 from text.personal import partial_obj
 
 # Values agents work with, never masked: what the classifier extracted, delivery receipts, the reply draft;
@@ -48,6 +49,16 @@ def customer_language(context: dict[str, Any] | None) -> str | None:
     return None
 
 
+def customer_name(context: dict[str, Any] | None) -> str | None:
+    """The customer's name where known: the shop's profile in the session memory, or the package's customer."""
+    if not isinstance(context, dict):
+        return None
+    for holder in ((context.get("memory") or {}).get("profile"), context.get("customer")):
+        if isinstance(holder, dict) and isinstance(holder.get("name"), str) and holder["name"].strip():
+            return holder["name"].strip()
+    return None
+
+
 def ticket_row(row: dict[str, Any] | None) -> dict[str, Any] | None:
     """A ticket as handed to callers: ids as strings, generated helper columns dropped."""
     if row is None:
@@ -59,6 +70,9 @@ def ticket_row(row: dict[str, Any] | None) -> dict[str, Any] | None:
     out.pop("priority_rank", None)
     if "context" in out:
         out["language"] = customer_language(out["context"])
+        out["customer_name"] = customer_name(out["context"])
+    if "reason" in out:
+        out["reason_text"] = reason_text(out["reason"])
     out.pop("_notified", None)
     out.pop("_note", None)
     return out

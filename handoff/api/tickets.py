@@ -6,6 +6,7 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Query, Response
+from pydantic import StringConstraints
 
 from handoff.api.deps import CallerDep, IdemKey, ProblemRoute, doc, replayed
 from handoff.schemas import (
@@ -24,7 +25,11 @@ from handoff.schemas import (
     Ticket,
     TicketPage,
     TransferIn,
+    View,
 )
+
+Language = Annotated[str, StringConstraints(pattern=r"^[a-z]{2,3}(-[A-Za-z0-9]{2,8})?$")]
+Channel = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,31}$")]
 
 router = APIRouter(prefix="/v1/handoff/tickets", tags=["handoff"], route_class=ProblemRoute,
                    responses=doc(401, 422))
@@ -44,9 +49,15 @@ async def list_tickets(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=1000, description=(
         "The next_cursor of a previous page, as given; any other value is 422."))] = None,
+    view: Annotated[View, Query(description="mine: held by you; unassigned: nobody holds it; all")] = "all",
+    q: Annotated[str | None, Query(max_length=200, pattern=r"^[^\x00]*$", description=(
+        "Search: reason, customer id or name, ticket id, the customer's messages (case-insensitive)"))] = None,
+    language: Annotated[list[Language] | None, Query(description="The customer's language; repeatable")] = None,
+    channel: Annotated[list[Channel] | None, Query(description="Repeatable")] = None,
 ) -> dict[str, Any]:
     items, next_cursor = await call.run(lambda agent: call.svc.list_tickets(
-        agent, status=status, kind=kind, team=team, priority=priority, limit=limit, cursor=cursor))
+        agent, status=status, kind=kind, team=team, priority=priority, limit=limit, cursor=cursor, view=view,
+        q=q, language=language, channel=channel))
     return {"items": items, "next_cursor": next_cursor}
 
 @router.get("/{ticket_id}", response_model=Ticket, summary="One ticket with its context package",

@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 
 
 def open_and_claim(page, ticket_id: str):
-    row = page.locator(f"#queue-rows tr[data-ticket='{ticket_id}']")
+    row = page.locator(f"#queue-rows li[data-ticket='{ticket_id}']")
     row.get_by_role("button", name=f"Claim ticket {ticket_id[:8]}").click()
     expect(page.locator(f"#ticket[data-ticket='{ticket_id}'][data-status=claimed]")).to_be_visible()
 

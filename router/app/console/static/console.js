@@ -58,6 +58,11 @@ const T = {
     apDecided_cancelled: "Cancelled by {who}{reason}. The customer's request: {status}.",
     lv_auto: "auto", lv_supervisor: "supervisor", lv_manager: "manager", lv_director: "director",
     ev_total: "total", ev_status: "status", ev_refunded: "refunded so far",
+    searchHint: "Search: customer, order, words", vAll: "All", vMine: "Mine", vUnassigned: "Unassigned",
+    allTeams: "All teams", allKinds: "All kinds", allLanguages: "All languages", allChannels: "All channels",
+    allPriorities: "All priorities", pickTicket: "Pick a ticket on the left to preview it; claim it to work on it.",
+    waiting: "waiting {t}", noMatch: "No tickets match the search and filters.", name: "Name", orders: "Recent orders",
+    earlier: "Earlier tickets and outcomes", customerId: "Customer id", phone: "Phone",
   },
   zh: {
     title: "坐席工作台", signOut: "退出登录", signInTitle: "登录", signIn: "登录", token: "坐席令牌",
@@ -106,6 +111,11 @@ const T = {
     apDecided_cancelled: "已由 {who} 取消{reason}。客户请求的状态：{status}。",
     lv_auto: "自动", lv_supervisor: "主管", lv_manager: "经理", lv_director: "总监",
     ev_total: "总额", ev_status: "状态", ev_refunded: "已退款",
+    searchHint: "搜索：客户、订单号、内容", vAll: "全部", vMine: "我的", vUnassigned: "未分配",
+    allTeams: "全部团队", allKinds: "全部类型", allLanguages: "全部语言", allChannels: "全部渠道",
+    allPriorities: "全部优先级", pickTicket: "在左侧选择工单即可预览；认领后开始处理。",
+    waiting: "已等待 {t}", noMatch: "没有符合搜索和筛选条件的工单。", name: "姓名", orders: "最近订单",
+    earlier: "以往工单与结果", customerId: "客户编号", phone: "电话",
   },
 };
 
@@ -124,6 +134,9 @@ const state = {
   refreshPending: null,
   replyKey: null,       // Idempotency-Key of the reply being composed (kept across retries)
   draftKey: null,
+  filters: { view: "all", q: "", team: "", kind: "", language: "", channel: "", priority: "" },
+  channels: new Set(["web"]),
+  teams: new Set(),
 };
 
 function t(key, vars) {
@@ -262,7 +275,7 @@ async function loadQueue() {
   const items = [];
   let cursor = null;
   do {
-    const q = new URLSearchParams({ limit: "500" });
+    const q = queueQuery();
     if (cursor) q.set("cursor", cursor);
     const page = await api(`/v1/handoff/tickets?${q}`);
     items.push(...page.items);
@@ -275,6 +288,25 @@ async function loadQueue() {
   performance.measure("queue-load", "queue-fetch-start", "queue-rendered");
   performance.measure("queue-render", "queue-fetched", "queue-rendered");
   document.body.dataset.queueLoads = String(Number(document.body.dataset.queueLoads || 0) + 1);
+}
+
+// the list as the agent filtered it: every filter is a query parameter the server applies
+function queueQuery() {
+  const q = new URLSearchParams({ limit: "500" });
+  for (const [k, v] of Object.entries(state.filters)) if (v && !(k === "view" && v === "all")) q.set(k, v);
+  return q;
+}
+
+function filtersActive() {
+  return Object.entries(state.filters).some(([k, v]) => v && !(k === "view" && v === "all"));
+}
+
+function fillSelect(id, values) {
+  const sel = $(id);
+  const keep = sel.value;
+  const have = new Set([...sel.options].map((o) => o.value));
+  for (const v of [...values].sort()) if (!have.has(v)) sel.append(el("option", { value: v, text: v }));
+  sel.value = keep;
 }
 
 function scheduleRefresh() {
@@ -303,39 +335,54 @@ function slaCell(cell, dueIso) {
 }
 
 function tickClocks() {
-  for (const cell of document.querySelectorAll("#queue-rows td.sla[data-due]")) slaCell(cell, cell.dataset.due);
+  for (const cell of document.querySelectorAll("#queue-rows .sla[data-due]")) slaCell(cell, cell.dataset.due);
+  for (const cell of document.querySelectorAll("#queue-rows .wait[data-created]")) waitCell(cell, cell.dataset.created);
 }
 
 function shortId(id) { return id.slice(0, 8); }
 
+function waitCell(node, createdIso) {
+  node.textContent = t("waiting", { t: fmtDuration((Date.now() - Date.parse(createdIso)) / 1000) });
+}
+
 function renderQueue() {
   const rows = document.createDocumentFragment();
   for (const tk of state.tickets) {
+    state.channels.add(tk.channel);
+    state.teams.add(tk.team);
     const kind = kindOf(tk);
     const mine = tk.claimed_by && state.me && tk.claimed_by === state.me.id;
     // the SLA is the deadline for a person to pick the ticket up: once claimed it no longer runs
-    const sla = tk.status === "queued" ? el("td", { class: "sla", "data-due": tk.sla_due_at }) : el("td", { class: "sla muted", text: t("none") });
+    const sla = tk.status === "queued" ? el("span", { class: "sla", "data-due": tk.sla_due_at }) : el("span", { class: "sla muted", text: t("none") });
     if (tk.status === "queued") slaCell(sla, tk.sla_due_at);
+    const wait = el("span", { class: "wait", "data-created": tk.created_at });
+    waitCell(wait, tk.created_at);
     const status = tk.status === "claimed" ? `${t("claimedSt")}${mine ? ` (${t("you")})` : ""}` : t(`${tk.status}`);
-    const action = tk.status === "queued"
-      ? el("button", { type: "button", class: "small", "aria-label": `Claim ticket ${shortId(tk.id)}`,
-                       "data-ticket": tk.id, "data-action": "claim", text: t("claim") })
-      : el("button", { type: "button", class: "small ghost", "aria-label": `Open ticket ${shortId(tk.id)}`,
-                       "data-ticket": tk.id, "data-action": "open", text: t("open") });
-    rows.append(el("tr", { "data-ticket": tk.id, class: mine ? "mine" : null },
-      el("td", {}, el("span", { class: `pill p-${tk.priority}`, text: t(tk.priority) })),
-      el("td", {}, el("span", { class: `pill k-${kind}`, text: t(kind), "data-kind": kind })),
-      sla,
-      el("td", { text: tk.team }),
-      el("td", { text: tk.channel }),
-      el("td", { text: tk.language || t("none") }),
-      el("td", { class: "reason", text: tk.reason }),
-      el("td", { text: status }),
-      el("td", {}, action)));
+    const reason = (tk.reason_text && tk.reason_text[state.lang]) || tk.reason;
+    const open = el("button", { type: "button", class: "qopen", "aria-label": `Open ticket ${shortId(tk.id)}`,
+                                "data-ticket": tk.id, "data-action": "open" },
+      el("span", { class: "qline" },
+        el("span", { class: `pill p-${tk.priority}`, text: t(tk.priority) }),
+        el("span", { class: `pill k-${kind}`, text: t(kind), "data-kind": kind }),
+        el("strong", { class: "qwho", text: tk.customer_name || tk.customer_id }),
+        wait),
+      el("span", { class: "qreason", text: reason, title: tk.reason }),
+      tk.last_message ? el("span", { class: "qlast", text: `“${tk.last_message}”` }) : null,
+      el("span", { class: "qmeta" }, el("span", { text: [tk.team, tk.channel, tk.language || t("none"), status].join(" · ") }), sla));
+    const claimBtn = tk.status === "queued"
+      ? el("button", { type: "button", class: "small qclaim", "aria-label": `Claim ticket ${shortId(tk.id)}`,
+                       "data-ticket": tk.id, "data-action": "claim", text: t("claim") }) : null;
+    const current = state.current && state.current.id === tk.id;
+    rows.append(el("li", { "data-ticket": tk.id, "data-status": tk.status,
+                           class: ["qrow", mine ? "mine" : "", current ? "current" : ""].join(" ").trim(),
+                           "aria-current": current ? "true" : null }, open, claimBtn));
   }
   $("queue-rows").replaceChildren(rows);
   $("queue-count").textContent = `(${state.tickets.length})`;
   $("queue-empty").hidden = state.tickets.length > 0;
+  $("queue-empty").textContent = filtersActive() ? t("noMatch") : t("queueEmpty");
+  fillSelect("f-channel", state.channels);
+  fillSelect("f-team", state.me && ["supervisor", "admin"].includes(state.me.role) ? state.teams : (state.me ? state.me.teams : []));
 }
 
 async function claimNext() {
@@ -457,6 +504,8 @@ async function showTicket(id) {
   state.convo = convo;
   renderTicket();
   $("ticket").hidden = false;
+  $("no-ticket").hidden = true;
+  markCurrent();
   syncHeartbeat();
 }
 
@@ -470,6 +519,16 @@ function closeTicket() {
   state.revealed = {};
   stopHeartbeat();
   $("ticket").hidden = true;
+  $("no-ticket").hidden = false;
+  markCurrent();
+}
+
+function markCurrent() {
+  for (const li of document.querySelectorAll("#queue-rows li[data-ticket]")) {
+    const on = !!state.current && li.dataset.ticket === state.current.id;
+    li.classList.toggle("current", on);
+    if (on) li.setAttribute("aria-current", "true"); else li.removeAttribute("aria-current");
+  }
 }
 
 function holdsCurrent() {
@@ -525,8 +584,7 @@ function renderMeta() {
   dd(meta, t("team"), tk.team);
   dd(meta, t("channel"), tk.channel);
   dd(meta, t("language"), tk.language);
-  dd(meta, t("reason"), tk.reason);
-  dd(meta, t("customer"), tk.customer_id);
+  dd(meta, t("customer"), tk.customer_name ? `${tk.customer_name} (${tk.customer_id})` : tk.customer_id);
   dd(meta, t("created"), fmtTime(tk.created_at));
   dd(meta, t("sla"), fmtTime(tk.sla_due_at));
   if (holdsCurrent()) dd(meta, t("lease"), fmtTime(tk.lease_expires_at));
@@ -540,6 +598,9 @@ function renderTicket() {
   $("ticket").dataset.ticket = tk.id;
   $("ticket").dataset.status = tk.status;
   $("claim-this").hidden = tk.status !== "queued";
+  $("t-reason").textContent = (tk.reason_text && tk.reason_text[state.lang]) || tk.reason;
+  $("t-reason").title = tk.reason;
+  $("t-who").textContent = tk.customer_name || tk.customer_id;
   renderMeta();
 
   // approval: amount, currency, the level needed and the agent's own
@@ -608,7 +669,7 @@ function renderTicket() {
 
   renderDecisions(ctx.decisions || []);
   renderEvidence(ctx.evidence || []);
-  renderFacts(ctx.customer || ctx.customer_facts || {});
+  renderFacts(tk, ctx);
   const flow = {};
   for (const k of ["flow", "workflow", "flow_state", "tool_call", "proposed_tool_call"]) if (ctx[k]) flow[k] = ctx[k];
   if (draft && draft.tool_call) flow.tool_call = draft.tool_call;
@@ -731,10 +792,24 @@ function renderEvidence(evidence) {
     el("span", { class: "snippet", text: (h.text || "").slice(0, 280) }))));
 }
 
-function renderFacts(facts) {
+// the customer as the shop knows them (the session memory: profile, recent orders, earlier outcomes) and the
+// facts the package carries
+function renderFacts(tk, ctx) {
   const list = $("facts");
   list.replaceChildren();
+  const memory = ctx.memory || {};
+  const profile = memory.profile || {};
+  dd(list, t("name"), tk.customer_name);
+  dd(list, t("customerId"), tk.customer_id);
+  dd(list, t("phone"), profile.phone);
+  const orders = (memory.orders || []).map((o) => [o.order_id || o.id, o.status, o.total !== undefined ? scalar(o.total) : null]
+    .filter((x) => x !== null && x !== undefined && x !== "").join(" "));
+  if (orders.length) dd(list, t("orders"), orders.join(" · "));
+  const outcomes = (memory.outcomes || []).map((o) => [o.workflow || o.kind, o.outcome || o.status].filter(Boolean).join(": "));
+  if (outcomes.length) dd(list, t("earlier"), outcomes.join(" · "));
+  const facts = { ...(ctx.customer_facts || {}), ...(ctx.customer || {}) };
   for (const [k, v] of Object.entries(facts)) {
+    if (["customer_id", "name"].includes(k)) continue;
     if (v === null || v === undefined || v === false || (Array.isArray(v) && !v.length)) continue;
     dd(list, k, Array.isArray(v) ? v.map(scalar).join(", ") : scalar(v));
   }
@@ -773,6 +848,25 @@ function wire() {
     else showTicket(b.dataset.ticket).catch((err) => err.status !== 401 && notify(err.message, "error"));
   });
   $("claim-this").addEventListener("click", () => state.current && claim(state.current.id));
+  // search and filters: each change asks the server for the list again (a search waits for a pause in typing)
+  const reload = () => loadQueue().catch((err) => err.status !== 401 && notify(err.message, "error"));
+  let typing = null;
+  $("q").addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => { state.filters.q = $("q").value.trim(); reload(); }, 250);
+  });
+  $("queue-filters").addEventListener("submit", (e) => { e.preventDefault(); clearTimeout(typing); state.filters.q = $("q").value.trim(); reload(); });
+  for (const sel of document.querySelectorAll("#queue-filters select[data-filter]")) {
+    sel.addEventListener("change", () => { state.filters[sel.dataset.filter] = sel.value; reload(); });
+  }
+  for (const b of document.querySelectorAll("#queue-filters button.view")) {
+    b.addEventListener("click", () => {
+      state.filters.view = b.dataset.view;
+      for (const o of document.querySelectorAll("#queue-filters button.view")) o.setAttribute("aria-pressed", String(o === b));
+      reload();
+    });
+  }
+  document.addEventListener("keydown", onShortcut);
   $("close-ticket").addEventListener("click", closeTicket);
   const path = (action) => `/v1/handoff/tickets/${state.current.id}/${action}`;
   $("approve").addEventListener("click", () => {
@@ -834,6 +928,19 @@ function wire() {
     act(() => api(path("resolve"), { method: "POST", body: { outcome: $("outcome").value } }), t("resolved")));
   $("return-bot").addEventListener("click", () =>
     act(() => api(path("return-to-bot"), { method: "POST", body: {} }), t("returned")));
+}
+
+// keyboard: "/" search, Alt+N claim next, Alt+C claim this ticket, Ctrl+Enter send, Alt+R resolve, Escape back
+function onShortcut(e) {
+  if (!state.me) return;
+  const typing = ["INPUT", "TEXTAREA", "SELECT"].includes(document.activeElement && document.activeElement.tagName);
+  const click = (id) => { const b = $(id); if (b && !b.hidden && !b.disabled) { e.preventDefault(); b.click(); } };
+  if (e.key === "/" && !typing) { e.preventDefault(); $("q").focus(); }
+  else if (e.altKey && !e.ctrlKey && (e.key === "n" || e.key === "N" || e.code === "KeyN")) click("claim-next");
+  else if (e.altKey && !e.ctrlKey && (e.key === "c" || e.key === "C" || e.code === "KeyC") && state.current) click("claim-this");
+  else if (e.altKey && !e.ctrlKey && (e.key === "r" || e.key === "R" || e.code === "KeyR") && state.current) click("resolve");
+  else if ((e.ctrlKey || e.metaKey) && e.key === "Enter" && document.activeElement === $("reply-text")) click("send");
+  else if (e.key === "Escape" && !typing && state.current) closeTicket();
 }
 
 async function loadStats() {
