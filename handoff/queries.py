@@ -128,8 +128,8 @@ class TicketQueries:
     def list_tickets(self, agent: Agent, *, status: list[str] | None = None, kind: list[str] | None = None,
                      team: list[str] | None = None, priority: list[str] | None = None, limit: int | None = None,
                      cursor: str | None = None, view: str = "all", q: str | None = None,
-                     language: list[str] | None = None, channel: list[str] | None = None
-                     ) -> tuple[list[dict[str, Any]], str | None]:
+                     language: list[str] | None = None, channel: list[str] | None = None,
+                     tag: list[str] | None = None, hold: list[str] | None = None) -> tuple[list[dict[str, Any]], str | None]:
         """Tickets in queue order (priority, SLA due, age), a page at a time; (rows, next cursor or None).
 
         ``view``: ``mine`` (held by the caller), ``unassigned`` (nobody holds it) or ``all``; ``q`` searches the
@@ -160,6 +160,12 @@ class TicketQueries:
         if language:
             where.append(f"{_LANGUAGE_SQL} = ANY(%(language)s)")
             params.update(language=list(language), cjk=_CJK_CLASS)
+        if tag:
+            where.append("tags && %(tags)s::text[]")
+            params["tags"] = [t.lower() for t in tag]
+        if hold:
+            where.append("coalesce(hold, 'open') = ANY(%(hold)s)")
+            params["hold"] = list(hold)
         if view == "mine":
             where.append("claimed_by = %(me)s")
             params["me"] = agent.id

@@ -44,6 +44,9 @@ class TicketSummary(BaseModel):
     priority: Priority
     team: str
     skills: list[str] = []
+    tags: list[str] = []
+    hold: Literal["pending", "on_hold"] | None = Field(default=None, description=(
+        "pending: waiting for the customer (cleared when they write); on_hold: waiting on someone else."))
     draft_status: str | None = None
     amount: float | None = None
     currency: str | None = None

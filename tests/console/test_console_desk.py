@@ -116,3 +116,55 @@ def test_keyboard_claims_sends_and_resolves(console, gateway):
     expect(ticket).to_have_attribute("data-status", "resolved")
     console.keyboard.press("/")
     expect(console.get_by_label("Search tickets")).to_be_focused()
+
+
+def test_notes_tags_hold_macros_and_assignment(console, gateway):
+    turn = gateway.customer_says("转人工，订单 100271 没收到", customer="cust-desk")
+    tid = turn["ticket_id"]
+    gateway.agent("bob")
+    console.sign_in(gateway.agent("amy"))
+    console.locator(f"#queue-rows li[data-ticket='{tid}']").get_by_role("button", name=f"Claim ticket {tid[:8]}").click()
+    ticket = console.locator(f"#ticket[data-ticket='{tid}']")
+    expect(ticket).to_have_attribute("data-status", "claimed")
+
+    # an internal note: shown to colleagues, never sent to the customer
+    console.get_by_label("New internal note").fill("called the courier, parcel is at the depot")
+    console.get_by_role("button", name="Add note").click()
+    expect(console.get_by_role("list", name="Internal notes")).to_contain_text("parcel is at the depot")
+    assert not [r for r in gateway.outbox() if "depot" in (r["text"] or "")]
+
+    # tags: added, shown on the queue row, removed
+    console.get_by_label("New tag").fill("VIP")
+    console.get_by_role("button", name="Add tag").click()
+    console.get_by_label("New tag").fill("courier")
+    console.get_by_label("New tag").press("Enter")
+    expect(console.get_by_role("list", name="Tags")).to_contain_text("courier")
+    row = console.locator(f"#queue-rows li[data-ticket='{tid}']")
+    expect(row.locator(".tag")).to_have_text(["vip", "courier"])
+    console.get_by_role("button", name="Remove tag courier").click()
+    expect(row.locator(".tag")).to_have_text(["vip"])
+    assert list(gateway.ticket(tid)["tags"]) == ["vip"]
+
+    # waiting for the customer: the row says so; their answer opens it again
+    console.get_by_label("Waiting status").select_option("pending")
+    expect(row.locator("[data-hold=pending]")).to_be_visible()
+    assert gateway.ticket(tid)["hold"] == "pending"
+    gateway.customer_says("照片发您了", conversation=turn["external_conversation_id"], customer="cust-desk")
+    expect(row.locator("[data-hold]")).to_have_count(0)
+    expect(console.get_by_label("Waiting status")).to_have_value("")
+
+    # a macro in the customer's language, its variables filled, then sent as a reply
+    console.get_by_label("Insert a macro").select_option(label="问候")
+    expect(console.get_by_label("Reply", exact=True)).to_have_value("您好，我是amy，正在为您处理。")
+    expect(console.locator("#macro-missing")).to_contain_text("customer_name")
+    console.get_by_role("button", name="Send").click()
+    expect(console.get_by_role("table", name="Outbox")).to_contain_text("我是amy")
+
+    # assignment to a named colleague: bob holds it now
+    console.get_by_label("Assign to agent").fill("bob")
+    console.get_by_role("button", name="Assign", exact=True).click()
+    expect(console.get_by_role("alert", name="Notice")).to_contain_text("Assigned to bob")
+    with gateway.pool.connection() as conn:
+        holder = conn.execute("SELECT a.name FROM tickets t JOIN handoff_agents a ON a.id = t.claimed_by "
+                              "WHERE t.id = %s", (tid,)).fetchone()
+    assert holder["name"] == "bob"

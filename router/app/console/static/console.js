@@ -63,6 +63,12 @@ const T = {
     allPriorities: "All priorities", pickTicket: "Pick a ticket on the left to preview it; claim it to work on it.",
     waiting: "waiting {t}", noMatch: "No tickets match the search and filters.", name: "Name", orders: "Recent orders",
     earlier: "Earlier tickets and outcomes", customerId: "Customer id", phone: "Phone",
+    holdLabel: "Waiting", hOpen: "open", hPending: "pending (waiting for the customer)",
+    hOnHold: "on hold (waiting on someone else)", tagHint: "add a tag", add: "Add", assignHint: "colleague's name",
+    assign: "Assign", macroPick: "Insert a canned reply…", notes: "Internal notes", noteHint: "Only colleagues see this",
+    addNote: "Add note", noteAdded: "Note added (not sent to the customer).", assigned: "Assigned to {who}.",
+    needAgent: "Name a colleague.", holdSet: "Status: {s}.", macroMissing: "Not known for this ticket: {v}",
+    pending: "pending", on_hold: "on hold", removeTag: "Remove tag {t}",
   },
   zh: {
     title: "坐席工作台", signOut: "退出登录", signInTitle: "登录", signIn: "登录", token: "坐席令牌",
@@ -116,6 +122,11 @@ const T = {
     allPriorities: "全部优先级", pickTicket: "在左侧选择工单即可预览；认领后开始处理。",
     waiting: "已等待 {t}", noMatch: "没有符合搜索和筛选条件的工单。", name: "姓名", orders: "最近订单",
     earlier: "以往工单与结果", customerId: "客户编号", phone: "电话",
+    holdLabel: "等待状态", hOpen: "处理中", hPending: "待客户回复", hOnHold: "挂起（等待他人）", tagHint: "添加标签",
+    add: "添加", assignHint: "同事姓名", assign: "分配", macroPick: "插入快捷回复…", notes: "内部备注",
+    noteHint: "仅同事可见", addNote: "添加备注", noteAdded: "备注已添加（不会发给客户）。", assigned: "已分配给 {who}。",
+    needAgent: "请填写同事姓名。", holdSet: "状态：{s}。", macroMissing: "此工单缺少：{v}",
+    pending: "待客户回复", on_hold: "挂起", removeTag: "移除标签 {t}",
   },
 };
 
@@ -136,6 +147,8 @@ const state = {
   draftKey: null,
   filters: { view: "all", q: "", team: "", kind: "", language: "", channel: "", priority: "" },
   channels: new Set(["web"]),
+  macros: [],
+  colleagues: [],
   teams: new Set(),
 };
 
@@ -229,7 +242,7 @@ async function signIn(token) {
   $("who").hidden = false;
   $("who").textContent = `${state.me.display_name || state.me.name} · ${state.me.role} · ${state.me.teams.join(", ")}`;
   $("supervisor").hidden = !["supervisor", "admin"].includes(state.me.role);
-  await loadQueue();
+  await Promise.all([loadQueue(), loadDeskLists()]);
   openStream();
   state.timers.push(setInterval(tickClocks, 1000));
   state.timers.push(setInterval(checkSession, SESSION_CHECK_MS));
@@ -368,6 +381,9 @@ function renderQueue() {
         wait),
       el("span", { class: "qreason", text: reason, title: tk.reason }),
       tk.last_message ? el("span", { class: "qlast", text: `“${tk.last_message}”` }) : null,
+      (tk.tags || []).length || tk.hold ? el("span", { class: "qtags" },
+        tk.hold ? el("span", { class: `pill hold-${tk.hold}`, text: t(tk.hold), "data-hold": tk.hold }) : null,
+        ...(tk.tags || []).map((g) => el("span", { class: "tag", text: g }))) : null,
       el("span", { class: "qmeta" }, el("span", { text: [tk.team, tk.channel, tk.language || t("none"), status].join(" · ") }), sla));
     const claimBtn = tk.status === "queued"
       ? el("button", { type: "button", class: "small qclaim", "aria-label": `Claim ticket ${shortId(tk.id)}`,
@@ -602,6 +618,7 @@ function renderTicket() {
   $("t-reason").title = tk.reason;
   $("t-who").textContent = tk.customer_name || tk.customer_id;
   renderMeta();
+  renderDesk(tk, held);
 
   // approval: amount, currency, the level needed and the agent's own
   const needsApproval = tk.amount !== null && tk.approval_level;
@@ -688,6 +705,35 @@ function renderTicket() {
   $("resolve").disabled = approval || !(held || (open && ["supervisor", "admin"].includes(state.me.role)));
   $("return-bot").disabled = $("resolve").disabled;
   $("close-approval").hidden = !(approval && open);
+}
+
+// tags, waiting status, assignment, notes and macros: the desk around the conversation
+function renderDesk(tk, held) {
+  const open = tk.status === "queued" || tk.status === "claimed";
+  const sup = ["supervisor", "admin"].includes(state.me.role);
+  $("hold").value = tk.hold || "";
+  $("hold").disabled = !(open && (held || (sup && tk.status === "claimed")));
+  $("tags").replaceChildren(...(tk.tags || []).map((g) => el("span", { class: "tag", role: "listitem" }, g,
+    el("button", { type: "button", "data-tag": g, "aria-label": t("removeTag", { t: g }), text: "×" }))));
+  $("assign").disabled = $("assign-to").disabled = !(open && (held || sup));
+  $("notes").replaceChildren(...(state.events || []).filter((e) => e.action === "note").map((e) => el("li", {},
+    el("span", { class: "who-line", text: `${e.agent || e.actor} · ${fmtTime(e.at)}` }), (e.payload || {}).text || "")));
+  const lang = tk.language || "en";
+  const macros = state.macros.filter((m) => m.language === lang);
+  const pick = $("macro");
+  pick.replaceChildren(el("option", { value: "", text: t("macroPick") }),
+    ...macros.map((m) => el("option", { value: m.name, text: m.title })));
+  pick.disabled = !held;
+}
+
+async function loadDeskLists() {
+  try {
+    const [macros, colleagues] = await Promise.all([api("/v1/handoff/macros"), api("/v1/handoff/agents")]);
+    state.macros = macros.items;
+    state.colleagues = colleagues.items;
+    $("colleagues").replaceChildren(...state.colleagues.map((a) => el("option", { value: a.name,
+      label: [a.display_name, a.teams.join(", ")].filter(Boolean).join(" · ") })));
+  } catch { /* the desk works without them; a 401 signs out in api() */ }
 }
 
 function levelName(level) { return T.en[`lv_${level}`] ? t(`lv_${level}`) : level; }
@@ -867,6 +913,51 @@ function wire() {
     });
   }
   document.addEventListener("keydown", onShortcut);
+  $("hold").addEventListener("change", () => {
+    const hold = $("hold").value || null;
+    act(() => api(path("hold"), { method: "POST", body: { hold } }),
+        t("holdSet", { s: hold ? t(hold) : t("hOpen") }));
+  });
+  const addTag = () => {
+    const tag = $("tag-input").value.trim();
+    if (!tag) return;
+    $("tag-input").value = "";
+    act(() => api(path("tags"), { method: "POST", body: { add: [tag] } }));
+  };
+  $("tag-add").addEventListener("click", addTag);
+  $("tag-input").addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); addTag(); } });
+  $("tags").addEventListener("click", (e) => {
+    const b = e.target.closest("button[data-tag]");
+    if (b) act(() => api(path("tags"), { method: "POST", body: { remove: [b.dataset.tag] } }));
+  });
+  $("assign").addEventListener("click", () => {
+    const who = $("assign-to").value.trim();
+    if (!who) { notify(t("needAgent"), "error"); return; }
+    act(async () => { await api(path("transfer"), { method: "POST", body: { agent: who } }); $("assign-to").value = ""; },
+        t("assigned", { who }));
+  });
+  $("note-add").addEventListener("click", () => {
+    const text = $("note-text").value.trim();
+    if (!text) { notify(t("emptyReply"), "error"); return; }
+    act(async () => {
+      await api(path("notes"), { method: "POST", body: { text } });
+      if ($("note-text").value.trim() === text) $("note-text").value = "";
+    },
+        t("noteAdded"));
+  });
+  $("macro").addEventListener("change", async () => {
+    const name = $("macro").value;
+    if (!name || !state.current) return;
+    try {
+      const out = await api(`/v1/handoff/tickets/${state.current.id}/macros/${encodeURIComponent(name)}?language=${encodeURIComponent(state.current.language || "en")}`);
+      const box = $("reply-text");
+      box.value = box.value.trim() ? `${box.value.trim()}\n${out.text}` : out.text;
+      state.replyKey = null;
+      $("macro-missing").textContent = out.missing.length ? t("macroMissing", { v: out.missing.join(", ") }) : "";
+      box.focus();
+    } catch (err) { if (err.status !== 401) notify(err.message, "error"); }
+    $("macro").value = "";
+  });
   $("close-ticket").addEventListener("click", closeTicket);
   const path = (action) => `/v1/handoff/tickets/${state.current.id}/${action}`;
   $("approve").addEventListener("click", () => {
