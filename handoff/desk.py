@@ -19,8 +19,10 @@ import psycopg
 
 from handoff import tickets as T
 from handoff.access import check_holder, check_open, check_visible
-from handoff.errors import Forbidden, Invalid, NotFound
-from handoff.models import Agent
+from handoff.errors import Conflict, Forbidden, Invalid, NotFound, Unavailable
+from handoff.models import OPEN_STATUSES, Agent
+from handoff.ports import DeliveryUnavailable
+from text.personal import partial
 
 HOLDS = ("pending", "on_hold")
 TAG = re.compile(r"^[\w][\w.-]{0,31}$")
@@ -165,6 +167,62 @@ class DeskCommands:
                   "order": _order_of(ticket), "amount": amount}
         text, missing = fill(macro["body"], values)
         return {"name": name, "language": macro["language"], "text": text, "missing": missing}
+
+    # -- finishing what a flow stopped at ---------------------------------------------------------
+
+    def pending_action(self, agent: Agent, ticket_id) -> dict[str, Any] | None:
+        """The action a flow of the ticket's conversation waits on, in the agent view: personal values masked
+        (``masked`` names those arguments; the agent reveals the customer's words in the transcript, recorded,
+        and types what the shop needs). None when nothing waits."""
+        with self._read() as conn:
+            ticket = T.fetch_ticket(conn, ticket_id)
+            check_visible(agent, ticket)
+            getter = getattr(self.port, "pending_action", None)
+            if getter is None or ticket["status"] not in OPEN_STATUSES:
+                return None
+            found = getter(conn, ticket)
+        if found is None:
+            return None
+        shown = {k: partial(v) if isinstance(v, str) else v for k, v in found["arguments"].items()}
+        return {**found, "arguments": shown, "masked": sorted(k for k in shown if shown[k] != found["arguments"][k])}
+
+    def complete_action(self, agent: Agent, ticket_id, *, instance_id: str, arguments: dict[str, Any],
+                        idempotency_key: str | None = None) -> dict[str, Any]:
+        """The holder confirms the stopped action for the customer, with the values they changed (arguments
+        left out keep the flow's values). The flow goes on in this transaction; its tool runs for the agent and
+        the result is the tool's real one. One ``action_completed`` event; an Idempotency-Key repeats it."""
+        key = self._check_key(idempotency_key)
+        complete = getattr(self.port, "complete_pending", None)
+        if complete is None:
+            raise Unavailable("no workflow side is wired: the action cannot be completed here")
+        with self._action() as (conn, notes):
+            ticket = self._lock(conn, ticket_id)
+            check_visible(agent, ticket)
+            prior = T.event_by_key(conn, ticket["id"], key) if key else None
+            if prior is not None:
+                if prior["actor"] != agent.actor:
+                    raise Conflict("this Idempotency-Key was used by another agent on this ticket")
+                return {"ticket": ticket, "event_id": prior["id"], "action": prior["action"],
+                        "result": prior["payload"].get("result"), "replayed": True}
+            check_holder(agent, ticket)
+            try:
+                result = complete(conn, ticket, instance_id=str(instance_id), arguments=dict(arguments or {}),
+                                  actor=agent.actor)
+            except ValueError as exc:
+                raise Invalid(str(exc)) from None
+            except DeliveryUnavailable as exc:
+                raise Unavailable(f"the action cannot be completed: {exc}") from None
+            if not result.get("done"):
+                raise Conflict("nothing waits for a confirmation any more: the flow went on or ended",
+                               status_now=ticket["status"])
+            flow = result.get("workflow") or {}
+            summary = {"outcome": result.get("outcome"), "status": flow.get("status"), "step": flow.get("step"),
+                       "tools": result.get("tools") or [], "reply": result.get("reply")}
+            ev = self._event(conn, notes, ticket, agent, "action_completed",
+                             {"instance_id": str(instance_id), "changed": sorted(arguments or {}), "result": summary},
+                             idempotency_key=key)
+        return {"ticket": ticket, "event_id": ev["id"], "action": "action_completed", "result": summary,
+                "replayed": False}
 
     def assignable_agents(self, agent: Agent) -> list[dict[str, Any]]:
         """Active colleagues who share a team with the caller (everyone, for supervisors and admins)."""

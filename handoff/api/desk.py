@@ -8,7 +8,7 @@ from uuid import UUID
 from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from handoff.api.deps import CallerDep, ProblemRoute, doc
+from handoff.api.deps import CallerDep, IdemKey, ProblemRoute, doc, replayed
 from handoff.desk import MAX_TAGS, VARIABLES
 from handoff.schemas import HAS_CONTENT, ActionOut, Ticket
 
@@ -62,6 +62,38 @@ class RenderedOut(BaseModel):
     language: str
     text: str = Field(description="The reply with the ticket's values filled in; edit it before sending.")
     missing: list[str] = Field(description="Variables the ticket has no value for (left out of the text).")
+
+
+class PendingActionOut(BaseModel):
+    instance_id: str
+    workflow: str
+    step: str
+    tool: str | None
+    arguments: dict[str, Any] = Field(description="Agent view: personal values masked (see `masked`).")
+    summary: str | None = None
+    editable: list[str] = Field(description="Arguments an agent may change (each taken from a slot of the flow).")
+    masked: list[str] = Field(default_factory=list, description="Arguments shown masked; send a new value to "
+                              "change one, leave it out to keep the customer's.")
+    lang: str | None = None
+
+
+class PendingOut(BaseModel):
+    pending: PendingActionOut | None
+
+
+class CompleteIn(_In):
+    instance_id: UUID = Field(description="The `instance_id` of the pending action being confirmed.")
+    arguments: dict[str, Annotated[str, Field(max_length=500, pattern=HAS_CONTENT)]] = Field(
+        default_factory=dict, max_length=20, description="Only the arguments you change.")
+
+
+class CompleteOut(BaseModel):
+    ticket: Ticket
+    event_id: int
+    action: str
+    result: dict[str, Any] | None = Field(description="outcome, the flow's status and step, each tool call's "
+                                          "real status, and the reply sent to the customer.")
+    replayed: bool = False
 
 
 class Colleague(BaseModel):
@@ -132,3 +164,24 @@ async def render_macro(ticket_id: UUID, name: MacroName, call: CallerDep,
                         "with `POST /v1/handoff/tickets/{id}/transfer` and `agent`.")
 async def colleagues(call: CallerDep) -> dict[str, Any]:
     return {"items": await call.run(lambda agent: call.svc.assignable_agents(agent))}
+
+
+@router.get("/tickets/{ticket_id}/pending-action", response_model=PendingOut,
+            summary="The action a flow stopped at, waiting for a confirmation",
+            description="E.g. a change of address the bot escalated before the customer's yes. null when nothing "
+                        "waits.", responses=doc(403, 404))
+async def pending_action(ticket_id: UUID, call: CallerDep) -> dict[str, Any]:
+    return {"pending": await call.run(lambda agent: call.svc.pending_action(agent, ticket_id))}
+
+
+@router.post("/tickets/{ticket_id}/pending-action/confirm", response_model=CompleteOut,
+             summary="Confirm the stopped action for the customer, with your corrections",
+             description="The holder only. The flow goes on as after the customer's yes: its tool runs in this "
+                         "request under your identity (audited), and the customer gets the flow's reply, true to "
+                         "the tool's real result. 409 when nothing waits any more; send an `Idempotency-Key` to "
+                         "retry safely.", responses=doc(403, 404, 409, 503))
+async def confirm_pending(ticket_id: UUID, body: CompleteIn, call: CallerDep, response: Response,
+                          idempotency_key: IdemKey = None) -> dict[str, Any]:
+    return replayed(response, await call.run(lambda agent: call.svc.complete_action(
+        agent, ticket_id, instance_id=str(body.instance_id), arguments=body.arguments,
+        idempotency_key=idempotency_key)))

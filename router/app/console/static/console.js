@@ -69,6 +69,11 @@ const T = {
     addNote: "Add note", noteAdded: "Note added (not sent to the customer).", assigned: "Assigned to {who}.",
     needAgent: "Name a colleague.", holdSet: "Status: {s}.", macroMissing: "Not known for this ticket: {v}",
     pending: "pending", on_hold: "on hold", removeTag: "Remove tag {t}",
+    paTitle: "The bot stopped here: waiting for a confirmation", paConfirm: "Confirm for the customer",
+    paWhat: "{workflow}: {summary}. Check the values, correct them if needed, and confirm: the tool runs under your name.",
+    paMasked: "Shown masked: {args}. Leave a field as it is to keep the customer's value, or type the value the shop needs (reveal the customer's words in the transcript; the reveal is recorded).",
+    paDone: "Done: {tools}. The customer was told: “{reply}”", paFailed: "The tool did not succeed ({tools}); the flow is {status}. The customer was told: “{reply}”",
+    paGone: "Nothing waits for a confirmation any more.", paClaimFirst: "Claim the ticket to confirm it.",
   },
   zh: {
     title: "坐席工作台", signOut: "退出登录", signInTitle: "登录", signIn: "登录", token: "坐席令牌",
@@ -127,6 +132,11 @@ const T = {
     noteHint: "仅同事可见", addNote: "添加备注", noteAdded: "备注已添加（不会发给客户）。", assigned: "已分配给 {who}。",
     needAgent: "请填写同事姓名。", holdSet: "状态：{s}。", macroMissing: "此工单缺少：{v}",
     pending: "待客户回复", on_hold: "挂起", removeTag: "移除标签 {t}",
+    paTitle: "机器人停在这里：等待确认", paConfirm: "代客户确认",
+    paWhat: "{workflow}：{summary}。请核对数值，必要时修改后确认：工具将以您的身份执行。",
+    paMasked: "以下字段已脱敏：{args}。保持不变即沿用客户提供的值，或输入商店需要的值（可在对话记录中查看客户原文，查看会被记录）。",
+    paDone: "已完成：{tools}。已告知客户：“{reply}”", paFailed: "工具未成功（{tools}），流程状态：{status}。已告知客户：“{reply}”",
+    paGone: "已没有等待确认的操作。", paClaimFirst: "请先认领工单再确认。",
   },
 };
 
@@ -148,6 +158,8 @@ const state = {
   filters: { view: "all", q: "", team: "", kind: "", language: "", channel: "", priority: "" },
   channels: new Set(["web"]),
   macros: [],
+  pending: null,        // the action a flow of the current ticket stopped at (GET .../pending-action)
+  paKey: null,
   colleagues: [],
   teams: new Set(),
 };
@@ -501,11 +513,14 @@ function onStreamEvent(event, id, data) {
 // -- the ticket ---------------------------------------------------------------------------------
 
 async function showTicket(id) {
-  const [ticket, events, convo] = await Promise.all([
+  const [ticket, events, convo, pending] = await Promise.all([
     api(`/v1/handoff/tickets/${id}`),
     api(`/v1/handoff/tickets/${id}/events?limit=500`),
     api(`/console/api/tickets/${id}/conversation`),
+    api(`/v1/handoff/tickets/${id}/pending-action`).catch(() => ({ pending: null })),
   ]);
+  const samePending = state.pending && pending.pending && state.pending.instance_id === pending.pending.instance_id;
+  state.pending = pending.pending;
   if (!state.current || state.current.id !== id) {
     state.replyKey = null;
     state.draftKey = null;
@@ -514,7 +529,9 @@ async function showTicket(id) {
     $("reject-reason").value = "";
     $("ap-reason").value = "";
     $("edit-box").hidden = true;
+    $("pa-result").hidden = true;
   }
+  if (!samePending) { state.paKey = null; $("pa-fields").replaceChildren(); }
   state.current = ticket;
   state.events = events.items;
   state.convo = convo;
@@ -619,6 +636,7 @@ function renderTicket() {
   $("t-who").textContent = tk.customer_name || tk.customer_id;
   renderMeta();
   renderDesk(tk, held);
+  renderPending(tk, held);
 
   // approval: amount, currency, the level needed and the agent's own
   const needsApproval = tk.amount !== null && tk.approval_level;
@@ -724,6 +742,58 @@ function renderDesk(tk, held) {
   pick.replaceChildren(el("option", { value: "", text: t("macroPick") }),
     ...macros.map((m) => el("option", { value: m.name, text: m.title })));
   pick.disabled = !held;
+}
+
+// a flow the bot stopped (a change of address waiting for the customer's yes): its action with the values,
+// the editable ones as inputs (masked values stay masked unless the agent types a new one), one click to confirm
+function renderPending(tk, held) {
+  const p = state.pending;
+  $("pa-box").hidden = !p && $("pa-result").hidden;
+  $("pa-form").hidden = !p;
+  if (!p) return;
+  $("pa-what").textContent = t("paWhat", { workflow: p.workflow, summary: p.summary || p.tool });
+  const fields = $("pa-fields");
+  if (!fields.children.length) {
+    for (const [name, value] of Object.entries(p.arguments)) {
+      const id = `pa-arg-${name}`;
+      const editable = p.editable.includes(name);
+      fields.append(el("label", { for: id, text: name }),
+        el("input", { id, type: "text", maxlength: "500", value: String(value ?? ""), "data-arg": name,
+                      "data-original": String(value ?? ""), readonly: editable ? null : true,
+                      "aria-label": `${p.tool} ${name}` }));
+    }
+  }
+  $("pa-masked").hidden = !p.masked.length;
+  $("pa-masked").textContent = p.masked.length ? t("paMasked", { args: p.masked.join(", ") }) : "";
+  $("pa-confirm").disabled = !held;
+  $("pa-confirm").title = held ? "" : t("paClaimFirst");
+}
+
+async function confirmPending() {
+  const p = state.pending;
+  if (!p || !state.current) return;
+  const args = {};
+  for (const input of document.querySelectorAll("#pa-fields input[data-arg]")) {
+    const v = input.value.trim();
+    if (!input.readOnly && v && v !== input.dataset.original) args[input.dataset.arg] = v;
+  }
+  state.paKey = state.paKey || newKey();
+  try {
+    const out = await api(`/v1/handoff/tickets/${state.current.id}/pending-action/confirm`,
+                          { method: "POST", body: { instance_id: p.instance_id, arguments: args }, key: state.paKey });
+    const r = out.result || {};
+    const tools = (r.tools || []).map((x) => `${x.step} ${x.status}`).join(", ") || p.tool;
+    const ok = (r.tools || []).every((x) => x.status === "ok") && r.status !== "failed";
+    $("pa-result").textContent = ok ? t("paDone", { tools, reply: r.reply || "" })
+                                    : t("paFailed", { tools, status: r.status || "", reply: r.reply || "" });
+    $("pa-result").className = `pa-result ${ok ? "" : "bad"}`;
+    $("pa-result").hidden = false;
+    state.paKey = null;
+    await refreshTicket();
+  } catch (err) {
+    if (err.status === 409) { notify(t("paGone"), "error"); state.paKey = null; refreshTicket(); }
+    else if (err.status !== 401) notify(err.message, "error");
+  }
 }
 
 async function loadDeskLists() {
@@ -936,6 +1006,7 @@ function wire() {
     act(async () => { await api(path("transfer"), { method: "POST", body: { agent: who } }); $("assign-to").value = ""; },
         t("assigned", { who }));
   });
+  $("pa-form").addEventListener("submit", (e) => { e.preventDefault(); confirmPending(); });
   $("note-add").addEventListener("click", () => {
     const text = $("note-text").value.trim();
     if (!text) { notify(t("emptyReply"), "error"); return; }
