@@ -387,8 +387,6 @@ function renderQueue() {
     const open = el("button", { type: "button", class: "qopen", "aria-label": `Open ticket ${shortId(tk.id)}`,
                                 "data-ticket": tk.id, "data-action": "open" },
       el("span", { class: "qline" },
-        el("span", { class: `pill p-${tk.priority}`, text: t(tk.priority) }),
-        el("span", { class: `pill k-${kind}`, text: t(kind), "data-kind": kind }),
         el("strong", { class: "qwho", text: tk.customer_name || tk.customer_id }),
         wait),
       el("span", { class: "qreason", text: reason, title: tk.reason }),
@@ -396,7 +394,10 @@ function renderQueue() {
       (tk.tags || []).length || tk.hold ? el("span", { class: "qtags" },
         tk.hold ? el("span", { class: `pill hold-${tk.hold}`, text: t(tk.hold), "data-hold": tk.hold }) : null,
         ...(tk.tags || []).map((g) => el("span", { class: "tag", text: g }))) : null,
-      el("span", { class: "qmeta" }, el("span", { text: [tk.team, tk.channel, tk.language || t("none"), status].join(" · ") }), sla));
+      el("span", { class: "qmeta" },
+        el("span", { class: `pill p-${tk.priority}`, text: t(tk.priority) }),
+        el("span", { class: `pill k-${kind}`, text: t(kind), "data-kind": kind }),
+        el("span", { class: "qwhere", text: [tk.team, tk.channel, tk.language || t("none"), status].join(" · ") }), sla));
     const claimBtn = tk.status === "queued"
       ? el("button", { type: "button", class: "small qclaim", "aria-label": `Claim ticket ${shortId(tk.id)}`,
                        "data-ticket": tk.id, "data-action": "claim", text: t("claim") }) : null;
