@@ -57,6 +57,20 @@ _LANGUAGE_SQL = (f"coalesce(nullif(t.context->>'language', ''), nullif(t.context
 # what the customer wrote last: a message while the ticket waits (its event), else the package's transcript
 _LAST_MESSAGE_SQL = (f"coalesce((SELECT e.payload->>'text' FROM ticket_events e WHERE e.ticket_id = t.id "
                      f"AND e.action = 'customer_message' ORDER BY e.id DESC LIMIT 1), ({_CUSTOMER_LINES})->> -1)")
+_NAME_SQL = ("coalesce(nullif(btrim(t.context->'memory'->'profile'->>'name'), ''), "
+             "nullif(btrim(t.context->'customer'->>'name'), ''))")
+_LIST_COLUMNS: list[str] = []
+
+
+def _list_columns(conn: psycopg.Connection) -> list[str]:
+    """The tickets table's columns but the context package and the draft (read once per process)."""
+    if not _LIST_COLUMNS:
+        _LIST_COLUMNS.extend(r["column_name"] for r in conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'tickets' "
+            "AND table_schema = current_schema() AND column_name NOT IN ('context', 'draft') ORDER BY ordinal_position"))
+    return _LIST_COLUMNS
+
+
 _SEARCH_SQL = ("concat_ws(' ', t.id::text, t.customer_id, t.reason, t.team, "
                "t.context->'memory'->'profile'->>'name', t.context->'customer'->>'name', "
                "jsonb_path_query_array(t.context, 'strict $.transcript[*].text')::text)")
@@ -159,7 +173,7 @@ class TicketQueries:
             params["channel"] = list(channel)
         if language:
             where.append(f"{_LANGUAGE_SQL} = ANY(%(language)s)")
-            params.update(language=list(language), cjk=_CJK_CLASS)
+            params["language"] = list(language)
         if tag:
             where.append("tags && %(tags)s::text[]")
             params["tags"] = [t.lower() for t in tag]
@@ -183,9 +197,13 @@ class TicketQueries:
                               c_created=datetime.fromisoformat(created), c_id=T.parse_id(tid))
             except (ValueError, TypeError, OverflowError, NotFound):
                 raise Invalid("the cursor is malformed; use the next_cursor of a previous page") from None
+        params["cjk"] = _CJK_CLASS
         with self._read() as conn:
+            # a list carries no context package (the bulk of a row): what it shows of it is computed here
+            columns = ", ".join(f"t.{c}" for c in _list_columns(conn))
             rows = conn.execute(
-                f"SELECT t.*, {_LAST_MESSAGE_SQL} AS last_message FROM tickets t WHERE {' AND '.join(where)} "
+                f"SELECT {columns}, {_LANGUAGE_SQL} AS language, {_NAME_SQL} AS customer_name, "
+                f"{_LAST_MESSAGE_SQL} AS last_message FROM tickets t WHERE {' AND '.join(where)} "
                 "ORDER BY priority_rank, sla_due_at, created_at, id LIMIT %(limit)s",
                 params,
             ).fetchall()
