@@ -79,18 +79,19 @@ class DeskCommands:
 
     def set_tags(self, agent: Agent, ticket_id, *, add: list[str] = (), remove: list[str] = ()) -> dict[str, Any]:
         """Add and remove tags (lower-cased, deduplicated); an event records the change."""
-        add = list(dict.fromkeys(t.strip().lower() for t in add))
-        remove = [t.strip().lower() for t in remove]
-        bad = [t for t in [*add, *remove] if not TAG.match(t)]
+        bad = [t for t in [*add, *remove] if not TAG.match(t.strip())]
         if bad:
             raise Invalid(f"invalid tag(s) {', '.join(bad)}: letters, digits, . _ - and at most 32 characters")
+        add = list(dict.fromkeys(t.strip().lower() for t in add))
+        remove = [t.strip().lower() for t in remove]
         with self._action() as (conn, notes):
             ticket = self._lock(conn, ticket_id)
             check_visible(agent, ticket)
             tags = [t for t in ticket.get("tags") or [] if t not in remove]
             tags += [t for t in add if t not in tags]
-            if len(tags) > MAX_TAGS:
-                raise Invalid(f"a ticket has at most {MAX_TAGS} tags")
+            if len(tags) > MAX_TAGS:   # the ticket's state, not the request's shape: 409
+                raise Conflict(f"a ticket has at most {MAX_TAGS} tags; it has {len(ticket.get('tags') or [])}",
+                               status_now=ticket["status"])
             if tags == list(ticket.get("tags") or []):
                 return ticket
             updated = T.update_ticket(conn, ticket["id"], tags=tags)

@@ -10,11 +10,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from handoff.api.deps import CallerDep, IdemKey, ProblemRoute, doc, replayed
 from handoff.desk import MAX_TAGS, VARIABLES
-from handoff.schemas import HAS_CONTENT, ActionOut, Ticket
+from handoff.schemas import HAS_CONTENT, NOT_SPACE, ActionOut, Ticket
 
 TAG_PATTERN = r"^[\w][\w.-]{0,31}$"
 NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,63}$"
 LANG_PATTERN = r"^[a-z]{2,3}(-[A-Za-z0-9]{2,8})?$"
+# text with braces only around a known variable, and something besides white space
+MACRO_BODY = rf"^([^{{}}\x00]|\{{({'|'.join(VARIABLES)})\}})*{NOT_SPACE}([^{{}}\x00]|\{{({'|'.join(VARIABLES)})\}})*$"
 
 
 class _In(BaseModel):
@@ -36,8 +38,8 @@ class HoldIn(_In):
 
 class MacroIn(_In):
     title: str = Field(min_length=1, max_length=120, pattern=HAS_CONTENT)
-    body: str = Field(min_length=1, max_length=4000, pattern=HAS_CONTENT,
-                      description=f"Variables: {', '.join('{' + v + '}' for v in VARIABLES)}")
+    body: str = Field(min_length=1, max_length=4000, pattern=MACRO_BODY, description=(
+        f"Variables: {', '.join('{' + v + '}' for v in VARIABLES)}; braces only around one of them."))
     team: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
                              description="Only this team's agents see it (default: every team).")
 
@@ -121,7 +123,8 @@ async def add_note(ticket_id: UUID, body: NoteIn, call: CallerDep) -> dict[str, 
 
 
 @router.post("/tickets/{ticket_id}/tags", response_model=Ticket, summary="Add and remove tags",
-             description="Tags are lower-cased; a `tagged` event records each change.", responses=doc(403, 404))
+             description="Tags are lower-cased; a `tagged` event records each change. 409 past 20 tags.",
+             responses=doc(403, 404, 409))
 async def set_tags(ticket_id: UUID, body: TagsIn, call: CallerDep) -> dict[str, Any]:
     return await call.run(lambda agent: call.svc.set_tags(agent, ticket_id, add=body.add, remove=body.remove))
 

@@ -81,7 +81,7 @@ def test_macros_fill_variables_in_the_customers_language(api, make_agent, open_t
     out = _ok(api.get(f"/v1/handoff/tickets/{zh['id']}/macros/shipped", headers=h))
     assert out["text"] == "王芳，订单 100271 已发货。"
     r = api.put("/v1/handoff/macros/bad/en", json={"title": "x", "body": "Hi {password}"}, headers=bearer(sue))
-    assert r.status_code == 422 and "password" in r.json()["detail"]
+    assert r.status_code == 422 and r.headers["content-type"].startswith(PROBLEM)
     assert api.get(f"/v1/handoff/tickets/{en['id']}/macros/shipped", headers=h).status_code == 404   # no en, no zh fallback
     assert api.get(f"/v1/handoff/tickets/{en['id']}/macros/Bad Name", headers=h).status_code == 422
     _ok(api.delete("/v1/handoff/macros/shipped/zh", headers=bearer(sue)), 204)
