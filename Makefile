@@ -42,6 +42,7 @@ run: models
 # the console's browser tests drive Debian's chromium (Playwright cannot download its own browser here)
 chromium:
 	command -v chromium || (apt-get update && apt-get install -y chromium)
+	fc-list :lang=zh | grep -q . || (apt-get update && apt-get install -y fonts-wqy-microhei)   # Chinese glyphs in screenshots
 
 test: models chromium
 	$(BIN)/python -m pytest

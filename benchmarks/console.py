@@ -164,7 +164,7 @@ def run_queue(url: str, token: str, loads: int) -> dict:
     load_ms, render_ms, rows = [], [], []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
         page.set_default_timeout(60000)
         page.goto(f"{url}/console")
         page.get_by_label("Agent token").fill(token)
@@ -176,7 +176,7 @@ def run_queue(url: str, token: str, loads: int) -> dict:
             marks = page.evaluate("""() => ({
                 load: performance.getEntriesByName('queue-load')[0].duration,
                 render: performance.getEntriesByName('queue-render')[0].duration,
-                rows: document.querySelectorAll('#queue-rows tr').length})""")
+                rows: document.querySelectorAll('#queue-rows li').length})""")
             load_ms.append(marks["load"])
             render_ms.append(marks["render"])
             rows.append(marks["rows"])

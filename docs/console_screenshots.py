@@ -1,6 +1,8 @@
 """The README's console screenshots: a live gateway with sample tickets, photographed by chromium.
 
-    python docs/console_screenshots.py          # writes docs/console-queue.png and docs/console-ticket.png
+    python docs/console_screenshots.py   # docs/console-queue.png, console-ticket.png and their -zh twins
+
+At 1280 x 800, English then Chinese; the script fails if the page scrolls sideways.
 
 The gateway is the benchmark's (``benchmarks/console.py``: the app with the queue wired as in production,
 in its own process, on a scratch embedded Postgres); the tickets are opened through the service with the
@@ -20,19 +22,23 @@ sys.path.insert(0, str(DOCS.parent / "benchmarks"))
 
 import console as bench  # noqa: E402
 
-QUEUE = [  # (kind, priority, channel, text, reason, amount, team)
-    ("handoff", "urgent", "wechat", "我的账户被盗了，快帮我冻结！", "account_security", None, "general"),
-    ("handoff", "high", "web", "This is the third time my parcel is late. I want to complain.", "complaint", None, "general"),
-    ("assist", "normal", "whatsapp", "I want my 800 yuan back for order 2024-5531", "refund above the automatic limit", 800, "general"),
-    ("handoff", "normal", "web", "转人工", "intent human_agent is handled by a person", None, "general"),
-    ("assist", "normal", "telegram", "How long does a refund to my card take?", "intent refund_status needs a reviewed answer", None, "general"),
-    ("assist", "normal", "wechat", "发票抬头写错了，能重开吗？", "L1 could not answer: no confident answer", None, "billing"),
-    ("handoff", "low", "sms", "Please call me back tomorrow about my contract", "intent callback is handled by a person", None, "billing"),
-    ("assist", "low", "web", "Can I pay with Alipay?", "intent payment_methods needs a reviewed answer", 30, "general"),
+QUEUE = [  # (kind, priority, channel, text, reason, amount, team, name)
+    ("handoff", "urgent", "wechat", "我的账户被盗了，快帮我冻结！", "account-security intent account_security", None, "general", "王磊"),
+    ("handoff", "high", "web", "This is the third time my parcel is late. I want to complain.",
+     "intent complaint is handled by a person", None, "general", "Emma Clark"),
+    ("assist", "normal", "whatsapp", "I want my 800 yuan back for order 2024-5531", "refund of 800 CNY is over 500", 800,
+     "general", "Li Na"),
+    ("handoff", "normal", "web", "转人工", "the customer asked for a person (转人工)", None, "general", "陈静"),
+    ("assist", "normal", "telegram", "How long does a refund to my card take?",
+     "L1 could not answer: confidence 0.37 below the answer threshold 0.57", None, "general", None),
+    ("assist", "normal", "wechat", "发票抬头写错了，能重开吗？", "intent invoice needs a reviewed answer", None, "billing", "赵敏"),
+    ("handoff", "low", "sms", "Please call me back tomorrow about my contract", "2 dissatisfied turns in a row", None,
+     "billing", "Tom Baker"),
+    ("assist", "low", "web", "Can I pay with Alipay?", "intent payment_methods needs a reviewed answer", 30, "general", None),
 ]
 
 
-def context_for(text: str, amount):
+def context_for(text: str, amount, name=None):
     decision = {"intent": "refund_request", "tier": "L2", "confidence": 0.87, "channel": "embeddings",
                 "explanation": {"method": "head", "candidate": "refund_request", "score": 0.87, "threshold": 0.55,
                                 "runner_up": "order_status", "margin": 0.61, "nearest": [
@@ -60,6 +66,9 @@ def context_for(text: str, amount):
                      {"chunk_id": "return-process-en#0", "doc_id": "return-process-en", "score": 0.7411,
                       "title": "Returns", "section": "Starting a return", "source": "return-process-en.md",
                       "text": "Start a return from the order page within 30 days of delivery."}],
+        "memory": {"profile": {"name": name, "customer_id": "cust-5531"} if name else None,
+                   "orders": [{"order_id": "2024-5531", "status": "delivered", "total": 899.0, "currency": "CNY"}],
+                   "outcomes": [{"kind": "flow", "workflow": "order_status", "outcome": "completed"}]},
         "customer": {"customer_id": "cust-5531", "order_numbers": ["2024-5531"],
                      "amounts": [{"value": amount, "currency": "CNY"}] if amount else [], "do_not_contact": False},
     }
@@ -78,7 +87,7 @@ def main() -> None:
         with open_pool(dsn, min_size=1, max_size=2) as pool:
             svc = bench.handoff_service(pool)
             focus = None
-            for kind, prio, channel, text, reason, amount, team in QUEUE:
+            for kind, prio, channel, text, reason, amount, team, name in QUEUE:
                 with pool.connection() as conn, conn.transaction():
                     conv = conn.execute(
                         "INSERT INTO conversations (channel, external_id, customer_id, state) "
@@ -88,7 +97,7 @@ def main() -> None:
                     t = svc.open_ticket(conn, kind=kind, conversation_id=str(conv), channel=channel,
                                         customer_id="cust-5531", reason=reason, priority=prio, team=team,
                                         amount=amount, currency="CNY" if amount else None,
-                                        context=context_for(text, amount),
+                                        context=context_for(text, amount, name),
                                         draft={"text": "We have approved a refund of 800 CNY to your original payment "
                                                        "method; it arrives within 5-7 working days.",
                                                "citations": [{"doc_id": "refund-timelines-en", "title": "Refund timelines",
@@ -107,20 +116,36 @@ def main() -> None:
 
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=bench.CHROMIUM, args=bench.CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1360, "height": 820}, device_scale_factor=1)
-            page.goto(f"{server.url}/console")
-            page.get_by_label("Agent token").fill(token)
-            page.get_by_role("button", name="Sign in").click()
-            page.locator("#live[data-state=live]").wait_for()
-            page.locator("#team-table tbody tr").first.wait_for()
-            page.screenshot(path=str(DOCS / "console-queue.png"), full_page=False)
-            page.get_by_role("button", name=f"Claim ticket {focus[:8]}").click()
-            page.locator(f"#ticket[data-ticket='{focus}']").wait_for()
-            page.get_by_label("Reply", exact=True).fill("您好，退款已在审核中。")
-            page.get_by_role("button", name="Send").click()
-            page.locator("#outbox-rows tr").first.wait_for()
-            page.locator("#ticket").scroll_into_view_if_needed()
-            page.locator("#ticket").screenshot(path=str(DOCS / "console-ticket.png"))
+            for lang, suffix in (("en", ""), ("zh", "-zh")):
+                page = browser.new_page(viewport={"width": 1280, "height": 800}, device_scale_factor=1,
+                                        locale="zh-CN" if lang == "zh" else "en-GB")
+                page.goto(f"{server.url}/console")
+                page.evaluate(f"localStorage.setItem('switchboard.console.lang', '{lang}')")
+                page.reload()
+                page.get_by_label("Agent token").fill(token)
+                page.get_by_role("button", name="Sign in").click()
+                page.locator("#live[data-state=live]").wait_for()
+                page.locator("#team-table tbody tr").first.wait_for()
+                page.locator("#queue").scroll_into_view_if_needed()
+                _no_sideways_scroll(page)
+                page.screenshot(path=str(DOCS / f"console-queue{suffix}.png"), full_page=False)
+                if lang == "en":
+                    page.get_by_role("button", name=f"Claim ticket {focus[:8]}").click()
+                    page.locator(f"#ticket[data-ticket='{focus}'][data-status=claimed]").wait_for()
+                    page.get_by_label("Reply", exact=True).fill("Hello Li Na, your refund is being reviewed.")
+                    page.get_by_role("button", name="Send").click()
+                    page.locator("#outbox-rows tr").first.wait_for()
+                    page.get_by_label("New internal note").fill("Order 2024-5531 delivered on time; check the photos.")
+                    page.get_by_role("button", name="Add note").click()
+                    page.locator("#notes li").first.wait_for()
+                else:
+                    page.get_by_role("button", name=f"Open ticket {focus[:8]}").click()
+                    page.locator(f"#ticket[data-ticket='{focus}']").wait_for()
+                page.evaluate("window.scrollTo(0, document.getElementById('ticket').getBoundingClientRect().top"
+                              " + window.scrollY - 8)")
+                _no_sideways_scroll(page)
+                page.screenshot(path=str(DOCS / f"console-ticket{suffix}.png"), full_page=False)
+                page.close()
             browser.close()
     finally:
         if server is not None:
@@ -128,7 +153,13 @@ def main() -> None:
         bench.drop_database(admin, dsn)
         embedded.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"wrote {DOCS / 'console-queue.png'} and {DOCS / 'console-ticket.png'}")
+    print(f"wrote {', '.join(str(DOCS / f'console-{v}{s}.png') for s in ('', '-zh') for v in ('queue', 'ticket'))}")
+
+
+def _no_sideways_scroll(page) -> None:
+    width = page.evaluate("document.documentElement.scrollWidth")
+    if width > 1280:
+        raise SystemExit(f"the console scrolls sideways at 1280 px: {width} px wide")
 
 
 if __name__ == "__main__":

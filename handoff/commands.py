@@ -203,6 +203,9 @@ class TicketCommands:
         payload = {"text": text} if message_id is None else {
             "text": text, "message_id": message_id, "personal": refs(text, message_id)}
         T.record_event(conn, ticket, "customer", "customer_message", payload, notes=notes)
+        if ticket.get("hold") == "pending":   # the answer the agent waited for: the ticket is open again
+            conn.execute("UPDATE tickets SET hold = NULL, updated_at = now() WHERE id = %s AND hold = 'pending'",
+                         (T.parse_id(ticket["id"]),))
 
     def publish(self, conn: psycopg.Connection, notes: list[str]) -> None:
         """Announce the notes collected by the calls above once the caller's transaction has committed."""

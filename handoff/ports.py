@@ -93,6 +93,20 @@ class ConversationPort(Protocol):
         """
 
 
+class FlowPort(Protocol):
+    """Optional methods of a conversation port whose side runs workflows: a person finishes an action a flow
+    stopped at (e.g. a change of address waiting for the customer's yes). A port without them answers 503."""
+
+    def pending_action(self, conn: psycopg.Connection, ticket: dict[str, Any]) -> dict[str, Any] | None:
+        """``{instance_id, workflow, step, tool, arguments, summary, editable, lang}`` or None (arguments raw)."""
+
+    def complete_pending(self, conn: psycopg.Connection, ticket: dict[str, Any], *, instance_id: str,
+                         arguments: dict[str, Any], actor: str) -> dict[str, Any]:
+        """Confirm it with the changed ``arguments``, in this transaction, the tools running for ``actor``:
+        ``{done, outcome, workflow, reply, tools: [{step, status}]}``; ``done`` False when nothing waits any
+        more. Raises ValueError for a value the flow refuses, DeliveryUnavailable when nothing can run it."""
+
+
 class NullConversationPort:
     """For running handoff on its own (no conversation side): state changes are ignored and
     customer messages are refused, never silently dropped."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -42,6 +43,37 @@ def _cursor_decode(cursor: str, size: int) -> list[Any]:
     if not isinstance(values, list) or len(values) != size:
         raise Invalid("the cursor is malformed; use the next_cursor of a previous page")
     return values
+
+
+VIEWS = ("all", "mine", "unassigned")
+# CJK script (as tickets.customer_language reads it) as a Postgres regular-expression class
+_CJK_CLASS = "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]"
+_CUSTOMER_LINES = ("jsonb_path_query_array(t.context, "
+                   "'strict $.transcript[*] ? (@.sender == \"customer\" && @.text != \"\").text')")
+# the customer's language as tickets.customer_language computes it, in SQL, for the language filter
+_LANGUAGE_SQL = (f"coalesce(nullif(t.context->>'language', ''), nullif(t.context->'customer'->>'language', ''), "
+                 f"CASE WHEN jsonb_array_length({_CUSTOMER_LINES}) = 0 THEN NULL "
+                 f"WHEN ({_CUSTOMER_LINES})->> -1 ~ %(cjk)s THEN 'zh' ELSE 'en' END)")
+# what the customer wrote last: a message while the ticket waits (its event), else the package's transcript
+_LAST_MESSAGE_SQL = (f"coalesce((SELECT e.payload->>'text' FROM ticket_events e WHERE e.ticket_id = t.id "
+                     f"AND e.action = 'customer_message' ORDER BY e.id DESC LIMIT 1), ({_CUSTOMER_LINES})->> -1)")
+_NAME_SQL = ("coalesce(nullif(btrim(t.context->'memory'->'profile'->>'name'), ''), "
+             "nullif(btrim(t.context->'customer'->>'name'), ''))")
+_LIST_COLUMNS: list[str] = []
+
+
+def _list_columns(conn: psycopg.Connection) -> list[str]:
+    """The tickets table's columns but the context package and the draft (read once per process)."""
+    if not _LIST_COLUMNS:
+        _LIST_COLUMNS.extend(r["column_name"] for r in conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'tickets' "
+            "AND table_schema = current_schema() AND column_name NOT IN ('context', 'draft') ORDER BY ordinal_position"))
+    return _LIST_COLUMNS
+
+
+_SEARCH_SQL = ("concat_ws(' ', t.id::text, t.customer_id, t.reason, t.team, "
+               "t.context->'memory'->'profile'->>'name', t.context->'customer'->>'name', "
+               "jsonb_path_query_array(t.context, 'strict $.transcript[*].text')::text)")
 
 
 def queue_depth(conn: psycopg.Connection[DictRow]) -> list[dict[str, Any]]:
@@ -109,8 +141,15 @@ class TicketQueries:
 
     def list_tickets(self, agent: Agent, *, status: list[str] | None = None, kind: list[str] | None = None,
                      team: list[str] | None = None, priority: list[str] | None = None, limit: int | None = None,
-                     cursor: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
-        """Tickets in queue order (priority, SLA due, age), a page at a time; (rows, next cursor or None)."""
+                     cursor: str | None = None, view: str = "all", q: str | None = None,
+                     language: list[str] | None = None, channel: list[str] | None = None,
+                     tag: list[str] | None = None, hold: list[str] | None = None) -> tuple[list[dict[str, Any]], str | None]:
+        """Tickets in queue order (priority, SLA due, age), a page at a time; (rows, next cursor or None).
+
+        ``view``: ``mine`` (held by the caller), ``unassigned`` (nobody holds it) or ``all``; ``q`` searches the
+        reason, the customer (id and name), the ticket id and what the customer wrote (case-insensitive)."""
+        if view not in VIEWS:
+            raise Invalid(f"unknown view {view}; one of {', '.join(VIEWS)}")
         for name, values, allowed in (("status", status, STATUSES), ("kind", kind, KINDS),
                                       ("priority", priority, PRIORITIES)):
             bad = [v for v in values or () if v not in allowed]
@@ -129,6 +168,26 @@ class TicketQueries:
         if priority:
             where.append("priority = ANY(%(priority)s)")
             params["priority"] = list(priority)
+        if channel:
+            where.append("channel = ANY(%(channel)s)")
+            params["channel"] = list(channel)
+        if language:
+            where.append(f"{_LANGUAGE_SQL} = ANY(%(language)s)")
+            params["language"] = list(language)
+        if tag:
+            where.append("tags && %(tags)s::text[]")
+            params["tags"] = [t.lower() for t in tag]
+        if hold:
+            where.append("coalesce(hold, 'open') = ANY(%(hold)s)")
+            params["hold"] = list(hold)
+        if view == "mine":
+            where.append("claimed_by = %(me)s")
+            params["me"] = agent.id
+        elif view == "unassigned":
+            where.append("claimed_by IS NULL")
+        if q and q.strip():
+            where.append(f"{_SEARCH_SQL} ILIKE %(q)s")
+            params["q"] = "%" + re.sub(r"([\\%_])", r"\\\1", q.strip()) + "%"
         if cursor:
             rank, due, created, tid = _cursor_decode(cursor, 4)
             where.append("(priority_rank, sla_due_at, created_at, id) > "
@@ -138,9 +197,13 @@ class TicketQueries:
                               c_created=datetime.fromisoformat(created), c_id=T.parse_id(tid))
             except (ValueError, TypeError, OverflowError, NotFound):
                 raise Invalid("the cursor is malformed; use the next_cursor of a previous page") from None
+        params["cjk"] = _CJK_CLASS
         with self._read() as conn:
+            # a list carries no context package (the bulk of a row): what it shows of it is computed here
+            columns = ", ".join(f"t.{c}" for c in _list_columns(conn))
             rows = conn.execute(
-                f"SELECT * FROM tickets WHERE {' AND '.join(where)} "
+                f"SELECT {columns}, {_LANGUAGE_SQL} AS language, {_NAME_SQL} AS customer_name, "
+                f"{_LAST_MESSAGE_SQL} AS last_message FROM tickets t WHERE {' AND '.join(where)} "
                 "ORDER BY priority_rank, sla_due_at, created_at, id LIMIT %(limit)s",
                 params,
             ).fetchall()

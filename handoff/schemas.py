@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 Kind = Literal["assist", "handoff", "approval"]
 Status = Literal["queued", "claimed", "resolved", "returned_to_bot", "cancelled"]
 Priority = Literal["urgent", "high", "normal", "low"]
+View = Literal["all", "mine", "unassigned"]
 
 
 class ProblemOut(BaseModel):
@@ -32,12 +33,20 @@ class TicketSummary(BaseModel):
     conversation_id: str
     channel: str
     customer_id: str
-    reason: str
+    reason: str = Field(description="Why the ticket was opened, as the gateway wrote it (for machines).")
+    reason_text: dict[str, str] = Field(default_factory=dict, description=(
+        "The reason in words an agent reads, per UI language: {\"en\": ..., \"zh\": ...}."))
+    customer_name: str | None = Field(default=None, description="The customer's name where the shop knows it.")
+    last_message: str | None = Field(default=None, description="What the customer wrote last (agent view); "
+                                     "in lists only.")
     language: str | None = Field(default=None, description="The customer's language (zh, en, ...) from the "
                                  "context package or the customer's latest message.")
     priority: Priority
     team: str
     skills: list[str] = []
+    tags: list[str] = []
+    hold: Literal["pending", "on_hold"] | None = Field(default=None, description=(
+        "pending: waiting for the customer (cleared when they write); on_hold: waiting on someone else."))
     draft_status: str | None = None
     amount: float | None = None
     currency: str | None = None

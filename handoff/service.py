@@ -29,6 +29,7 @@ from typing import Any
 from handoff import tickets as T
 from handoff.commands import SWEEP_LOCK_KEY, TicketCommands
 from handoff.config import HandoffConfig
+from handoff.desk import DeskCommands
 from handoff.events import EventHub
 from handoff.models import Agent
 from handoff.ports import ConversationPort, NullConversationPort
@@ -41,7 +42,7 @@ log = logging.getLogger(__name__)
 MetricsHook = Callable[[str, dict[str, str], float], None]
 
 
-class HandoffService(TicketCommands, TicketQueries):
+class HandoffService(TicketCommands, TicketQueries, DeskCommands):
     """The queue: commands and queries over one pool, one port to the conversations, one config."""
 
     def __init__(self, pool, port: ConversationPort | None = None, config: HandoffConfig | None = None,

@@ -22,6 +22,7 @@ from psycopg.rows import DictRow
 
 from handoff.errors import NotFound
 from handoff.models import Agent, one
+from handoff.reasons import reason_text
 from handoff.refs import annotate_transcript   # each masked value's reference, for a recorded reveal
 from text.personal import partial_obj
 
@@ -50,6 +51,16 @@ def customer_language(context: dict[str, Any] | None) -> str | None:
     return None
 
 
+def customer_name(context: dict[str, Any] | None) -> str | None:
+    """The customer's name where known: the shop's profile in the session memory, or the package's customer."""
+    if not isinstance(context, dict):
+        return None
+    for holder in ((context.get("memory") or {}).get("profile"), context.get("customer")):
+        if isinstance(holder, dict) and isinstance(holder.get("name"), str) and holder["name"].strip():
+            return holder["name"].strip()
+    return None
+
+
 @overload
 def ticket_row(row: dict[str, Any]) -> dict[str, Any]: ...
 @overload
@@ -65,6 +76,9 @@ def ticket_row(row: dict[str, Any] | None) -> dict[str, Any] | None:
     out.pop("priority_rank", None)
     if "context" in out:
         out["language"] = customer_language(out["context"])
+        out["customer_name"] = customer_name(out["context"])
+    if "reason" in out:
+        out["reason_text"] = reason_text(out["reason"])
     out.pop("_notified", None)
     out.pop("_note", None)
     return out

@@ -427,6 +427,79 @@ class FlowEngine:
                 return self._turn(inst, wf, run)
         return self._run(conn, inst, wf, caller, run, text=None, entities={}, resume=True)
 
+    def pending(self, conn, conversation_id: str) -> dict | None:
+        """The action a flow of the conversation stopped at, waiting for the customer's yes (a person may finish
+        it): instance, step, tool, arguments, and which of them a person may change (those taken from a slot)."""
+        inst = store.active(conn, conversation_id)
+        if inst is None or inst["status"] != "waiting" or not inst["pending"].get("action"):
+            return None
+        wf, gone = self._pinned(inst)
+        step = wf.steps.get(inst["step"]) if inst["step"] and not gone else None
+        if step is None or step.kind != "confirm":
+            return None
+        action = inst["pending"]["action"]
+        return {"instance_id": str(inst["id"]), "workflow": wf.name, "step": step.id, "tool": action.get("tool"),
+                "arguments": dict(action.get("arguments") or {}), "summary": action.get("summary"),
+                "editable": sorted(self._action_slots(step)), "lang": inst["lang"]}
+
+    @staticmethod
+    def _action_slots(step: Step) -> dict[str, str]:
+        """The confirm step's action arguments taken straight from a slot (``slots.address``): argument -> slot."""
+        spec = (step.raw.get("pending_action") or {}).get("arguments") or {}
+        out = {}
+        for arg, expr in spec.items():
+            m = re.fullmatch(r"\s*slots\.([A-Za-z_]\w*)\s*", str(expr))
+            if m:
+                out[arg] = m.group(1)
+        return out
+
+    def complete_pending(self, conn, instance_id: str, arguments: dict[str, Any], *, actor: str) -> FlowTurn:
+        """A person confirms the action the flow waits on, for the customer, with the values they corrected:
+        the slots take the new values (each checked by its slot's rule), then the flow goes on exactly as after
+        the customer's yes, its tool calls audited under ``actor`` (the agent) and keyed as the flow's own, so
+        a repeat runs nothing twice. ``outcome`` is "already_resolved" when nothing waits any more. Raises
+        ValueError for an argument that is unknown, computed by the flow, or invalid."""
+        inst = store.get(conn, instance_id, lock=True)
+        if inst is None:
+            raise KeyError(f"no flow instance {instance_id}")
+        wf, gone = self._pinned(inst)
+        R.VOCABULARY.set(wf.vocabulary)
+        run = _Run(inst["lang"])
+        step = wf.steps.get(inst["step"]) if inst["step"] and not gone else None
+        action = inst["pending"].get("action")
+        if inst["status"] != "waiting" or not action or step is None or step.kind != "confirm":
+            turn = self._turn(inst, wf, run)
+            turn.outcome = "already_resolved"
+            return turn
+        slots_of = self._action_slots(step)
+        changed = {}
+        for arg, value in (arguments or {}).items():
+            if arg not in (action.get("arguments") or {}):
+                raise ValueError(f"{action.get('tool')} has no argument {arg!r}")
+            if value == action["arguments"][arg]:
+                continue
+            if arg not in slots_of:
+                raise ValueError(f"{arg} is computed by the workflow and cannot be changed here")
+            slot = wf.slots.get(slots_of[arg])
+            if isinstance(value, str):
+                value = " ".join(value.split())
+            if slot is not None and not slot.check(value):
+                raise ValueError(f"{arg}: {value!r} is not a valid {slots_of[arg]}")
+            changed[arg] = value
+        for arg, value in changed.items():
+            inst["slots"][slots_of[arg]] = value
+        if changed:
+            inst["generation"] += 1
+        inst["pending"].pop("action", None)
+        inst["attempts"].pop(step.id, None)
+        inst["history"].append({"event": "confirmed_by", "actor": actor, "step": step.id, "changed": sorted(changed),
+                                "at": time.time()})
+        inst["step"] = self._after(inst, wf, step)
+        c = _caller_from(inst)
+        caller = Caller(channel=c.channel, customer_id=c.customer_id, conversation_id=c.conversation_id,
+                        turn_id=actor)
+        return self._run(conn, inst, wf, caller, run, text=None, entities={}, resume=True)
+
     def cancel(self, conn, instance_id: str, lang: str | None = None, reason: str = "customer") -> FlowTurn:
         inst = store.get(conn, instance_id, lock=True)
         if inst is None:

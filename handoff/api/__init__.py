@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, FastAPI
 
-from handoff.api import events, queue, reveal, tickets
+from handoff.api import desk, events, queue, reveal, tickets
 from handoff.api.deps import (
     STATE_KEY,
     AgentDep,
@@ -29,7 +29,7 @@ from handoff.api.deps import (
 
 # Every resource's router, in the order the app includes them. A further handoff resource (its own
 # module with its own APIRouter on ProblemRoute) joins this list.
-ROUTERS: list[APIRouter] = [queue.router, tickets.router, events.router, reveal.router]
+ROUTERS: list[APIRouter] = [queue.router, tickets.router, events.router, reveal.router, desk.router]
 
 __all__ = [
     "ROUTERS", "AgentDep", "Caller", "CallerDep", "ProblemRoute", "ServiceDep", "ServiceGetter",

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Query, Response
+from pydantic import StringConstraints
 
 from handoff.api.deps import CallerDep, IdemKey, ProblemRoute, doc, replayed
 from handoff.schemas import (
@@ -24,7 +25,12 @@ from handoff.schemas import (
     Ticket,
     TicketPage,
     TransferIn,
+    View,
 )
+
+Language = Annotated[str, StringConstraints(pattern=r"^[a-z]{2,3}(-[A-Za-z0-9]{2,8})?$")]
+Channel = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,31}$")]
+Tag = Annotated[str, StringConstraints(pattern=r"^[\w][\w.-]{0,31}$")]
 
 router = APIRouter(prefix="/v1/handoff/tickets", tags=["handoff"], route_class=ProblemRoute,
                    responses=doc(401, 422))
@@ -44,9 +50,18 @@ async def list_tickets(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=1000, description=(
         "The next_cursor of a previous page, as given; any other value is 422."))] = None,
+    view: Annotated[View, Query(description="mine: held by you; unassigned: nobody holds it; all")] = "all",
+    q: Annotated[str | None, Query(max_length=200, pattern=r"^[^\x00]*$", description=(
+        "Search: reason, customer id or name, ticket id, the customer's messages (case-insensitive)"))] = None,
+    language: Annotated[list[Language] | None, Query(description="The customer's language; repeatable")] = None,
+    channel: Annotated[list[Channel] | None, Query(description="Repeatable")] = None,
+    tag: Annotated[list[Tag] | None, Query(description="Tickets with any of these tags; repeatable")] = None,
+    hold: Annotated[list[Literal["open", "pending", "on_hold"]] | None, Query(description=(
+        "open: not waiting; pending: waiting for the customer; on_hold: waiting on someone else"))] = None,
 ) -> dict[str, Any]:
     items, next_cursor = await call.run(lambda agent: call.svc.list_tickets(
-        agent, status=status, kind=kind, team=team, priority=priority, limit=limit, cursor=cursor))
+        agent, status=status, kind=kind, team=team, priority=priority, limit=limit, cursor=cursor, view=view,
+        q=q, language=language, channel=channel, tag=tag, hold=hold))
     return {"items": items, "next_cursor": next_cursor}
 
 @router.get("/{ticket_id}", response_model=Ticket, summary="One ticket with its context package",

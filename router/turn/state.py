@@ -330,6 +330,28 @@ class ConversationStatePort:
         self._tell_customer(conn, ticket, turn)
         return {"workflow": turn.as_response(), "outcome": turn.outcome}
 
+    def pending_action(self, conn, ticket):
+        """The action a flow of the ticket's conversation stopped at (a person may finish it), or None."""
+        if self.flows is None:
+            return None
+        return self.flows.pending(conn, str(ticket["conversation_id"]))
+
+    def complete_pending(self, conn, ticket, *, instance_id, arguments, actor):
+        """An agent confirms the stopped action for the customer: the flow goes on in this transaction (its tool
+        call audited under the agent) and its reply, true to the tool's real result, is queued to the customer."""
+        if self.flows is None:
+            raise DeliveryUnavailable("no workflow engine is wired: the action cannot be completed")
+        pending = self.flows.pending(conn, str(ticket["conversation_id"]))
+        if pending is None or pending["instance_id"] != str(instance_id):
+            turn = None
+        else:
+            turn = self.flows.complete_pending(conn, str(instance_id), arguments, actor=actor)
+        if turn is None or turn.outcome == "already_resolved":
+            return {"done": False, "outcome": "already_resolved", "workflow": None, "reply": None, "tools": []}
+        self._tell_customer(conn, ticket, turn)
+        return {"done": True, "outcome": turn.outcome, "workflow": turn.as_response(), "reply": turn.reply,
+                "tools": [{"step": t.step, "status": t.tool_status} for t in turn.trace if t.tool_status]}
+
     def _tell_customer(self, conn, ticket, turn) -> None:
         """Queue a workflow's reply after a ticket decision through :meth:`_send`, as an agent message goes:
         a customer who asked not to be contacted (or an unknown conversation) gets nothing, and the decision

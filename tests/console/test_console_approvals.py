@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 
 
 def open_and_claim(page, ticket_id: str):
-    row = page.locator(f"#queue-rows tr[data-ticket='{ticket_id}']")
+    row = page.locator(f"#queue-rows li[data-ticket='{ticket_id}']")
     row.get_by_role("button", name=f"Claim ticket {ticket_id[:8]}").click()
     expect(page.locator(f"#ticket[data-ticket='{ticket_id}'][data-status=claimed]")).to_be_visible()
 
@@ -30,6 +30,12 @@ def test_a_supervisor_approves_a_refund_and_the_shop_refunds_once(shop_console, 
     expect(details).to_contain_text("request_refund(amount=200, reason=customer request, order_id=100230)")
     expect(details).to_contain_text("total 256 · status delivered · refunded so far 0")
     expect(details).to_contain_text("“我要退款” · “100230” · “退200元” · “是”")
+    # the transcript shows the request itself, not only the final "是"
+    transcript = shop_console.get_by_role("list", name="Transcript", exact=True)
+    expect(transcript).to_contain_text("我要退款")
+    expect(transcript).to_contain_text("退200元")
+    # the reason reads as a sentence, in the API too (reason_text) and in Chinese
+    expect(shop_console.locator("#t-reason")).to_have_text("refund of 200 CNY needs supervisor approval")
     expect(shop_console.locator("#draft-box")).to_be_hidden()          # no empty draft with a dead button
     expect(shop_console.locator("#ap-refuse")).to_be_hidden()
 

@@ -16,23 +16,24 @@ def test_sign_in_live_queue_claim_transcript_reply_and_resolve(console, gateway)
     # a customer asks for a person: the ticket appears without a reload (the live stream)
     turn = gateway.customer_says("转人工", customer="cust-live")
     assert turn["ticket_id"], turn
-    row = console.locator(f"#queue-rows tr[data-ticket='{turn['ticket_id']}']")
+    row = console.locator(f"#queue-rows li[data-ticket='{turn['ticket_id']}']")
     expect(row).to_be_visible()
     expect(row).to_contain_text("handoff")
     expect(row).to_contain_text("zh")           # the customer's language
-    expect(row.locator("td.sla")).to_have_text(re.compile(r"^\d+:\d\d"))
+    expect(row.locator(".sla")).to_have_text(re.compile(r"^\d+:\d\d"))
 
     # claim that ticket: its transcript and the decision's explanation (the rule that hit)
     row.get_by_role("button", name=f"Claim ticket {turn['ticket_id'][:8]}").click()
     ticket = console.locator(f"#ticket[data-ticket='{turn['ticket_id']}']")
     expect(ticket).to_be_visible()
     expect(console.get_by_role("list", name="Transcript", exact=True)).to_contain_text("转人工")
+    console.get_by_text("Decisions and why").click()      # the raw trail is folded away until asked for
     decisions = console.get_by_role("list", name="Decisions", exact=True)
     expect(decisions).to_contain_text("Rule hit")
     expect(decisions).to_contain_text("human")
     assert gateway.ticket(turn["ticket_id"])["claimed_by"] is not None
     expect(row).to_contain_text("claimed (you)")
-    expect(row.locator("td.sla")).to_have_text("–")       # picked up: the pick-up deadline no longer runs
+    expect(row.locator(".sla")).to_have_text("–")       # picked up: the pick-up deadline no longer runs
 
     # the lease is renewed while the ticket is on screen (6 s lease here: a heartbeat every 2 s)
     before = gateway.ticket(turn["ticket_id"])["lease_expires_at"]
@@ -64,13 +65,14 @@ def test_sign_in_live_queue_claim_transcript_reply_and_resolve(console, gateway)
 def test_claim_next_and_approve_an_l2_draft(console, gateway):
     ticket = gateway.open_assist(text="Where is my refund?", draft="Refunds to a card arrive within 5-7 working days.")
     console.sign_in(gateway.agent("ben"))
-    expect(console.locator(f"#queue-rows tr[data-ticket='{ticket['id']}']")).to_contain_text("assist")
+    expect(console.locator(f"#queue-rows li[data-ticket='{ticket['id']}']")).to_contain_text("assist")
     console.get_by_role("button", name="Claim next").click()
     view = console.locator(f"#ticket[data-ticket='{ticket['id']}']")
     expect(view).to_be_visible()
     expect(console.locator("#draft-text")).to_have_text("Refunds to a card arrive within 5-7 working days.")
     expect(console.get_by_role("list", name="Draft citations", exact=True)).to_contain_text("Refund timelines")
     expect(console.get_by_role("list", name="Evidence", exact=True)).to_contain_text("Card payments")
+    console.get_by_text("Decisions and why").click()
     expect(console.get_by_role("list", name="Decisions", exact=True)).to_contain_text("where is my refund")   # a nearest example
     expect(console.get_by_role("list", name="Decisions", exact=True)).to_contain_text("0.880")               # and its score
     expect(console.get_by_label("Flow state")).to_contain_text("await_approval")           # the workflow's step
@@ -102,7 +104,7 @@ def test_reject_needs_a_reason_then_edit_and_send_is_refused_and_the_agent_trans
     gateway.agent("bea", teams=("billing",))            # transfers go only to a team someone works in
     console.get_by_label("Team to transfer to").fill("billing")
     console.get_by_role("button", name="Transfer").click()
-    expect(console.locator(f"#queue-rows tr[data-ticket='{ticket['id']}']")).to_have_count(0)
+    expect(console.locator(f"#queue-rows li[data-ticket='{ticket['id']}']")).to_have_count(0)
     row = gateway.ticket(ticket["id"])
     assert (row["team"], row["status"], row["claimed_by"]) == ("billing", "queued", None)
 
@@ -124,7 +126,7 @@ def test_an_approval_ticket_offers_no_resolve_or_return_to_bot(console, gateway)
             draft={"text": None, "instance_id": str(uuid.uuid4()), "proposed_action": "request_refund 300 CNY"})
     token = gateway.agent("fay")
     console.sign_in(token)
-    console.locator(f"#queue-rows tr[data-ticket='{ticket['id']}']").get_by_role("button").click()
+    console.locator(f"#queue-rows li[data-ticket='{ticket['id']}']").get_by_role("button", name=re.compile("^Claim ticket")).click()
     expect(console.locator(f"#ticket[data-ticket='{ticket['id']}']")).to_be_visible()
     expect(console.get_by_role("button", name="Transfer")).to_be_enabled()
     expect(console.get_by_role("button", name="Resolve")).to_be_disabled()
@@ -142,7 +144,7 @@ def test_an_agent_below_the_level_needed_cannot_approve(console, gateway):
                                  currency="CNY", reason="refund above the automatic limit")
     token = gateway.agent("dan")            # an agent approves up to "auto" (<= 50)
     console.sign_in(token)
-    row = console.locator(f"#queue-rows tr[data-ticket='{ticket['id']}']")
+    row = console.locator(f"#queue-rows li[data-ticket='{ticket['id']}']")
     expect(row).to_contain_text("approval")
     row.get_by_role("button", name=f"Claim ticket {ticket['id'][:8]}").click()
     approval = console.get_by_label("Approval")
@@ -162,7 +164,7 @@ def test_an_agent_below_the_level_needed_cannot_approve(console, gateway):
     # a manager may: the same buttons work for them
     console.get_by_role("button", name="Sign out").click()
     console.sign_in(gateway.agent("eve", role="supervisor", approval_level="manager"))
-    console.locator(f"#queue-rows tr[data-ticket='{ticket['id']}']").get_by_role("button").click()
+    console.locator(f"#queue-rows li[data-ticket='{ticket['id']}']").get_by_role("button", name=re.compile("^Open ticket")).click()
     console.get_by_role("button", name="Claim", exact=True).click()
     expect(console.get_by_role("button", name="Approve")).to_be_enabled()
     console.get_by_role("button", name="Approve").click()
@@ -208,7 +210,7 @@ def test_switch_to_chinese_keeps_stable_accessible_names_and_sign_out_clears_the
     claim_next = console.get_by_role("button", name="Claim next")
     expect(claim_next).to_have_text("认领下一个")
     expect(console.get_by_role("button", name="Sign out")).to_have_text("退出登录")
-    expect(console.get_by_role("table", name="Queue")).to_contain_text("优先级")
+    expect(console.get_by_label("Filter by priority")).to_contain_text("全部优先级")
     # the tab keeps the session and the language over a reload
     console.reload()
     expect(console.get_by_role("button", name="Claim next")).to_have_text("认领下一个")
@@ -262,10 +264,10 @@ def test_a_dropped_stream_reconnects_with_last_event_id(console, gateway):
         console.get_by_role("button", name="Sign in").click()
     assert streams[0] is None and again.value.headers.get("last-event-id") == str(seen)
     later = gateway.open_assist(text="And my invoice?", draft="Attached.")
-    expect(console.locator(f"#queue-rows tr[data-ticket='{later['id']}']")).to_be_visible()
+    expect(console.locator(f"#queue-rows li[data-ticket='{later['id']}']")).to_be_visible()
     # and the reconnected stream is the live one: a new ticket shows without a reload
     newest = gateway.customer_says("转人工")
-    expect(console.locator(f"#queue-rows tr[data-ticket='{newest['ticket_id']}']")).to_be_visible()
+    expect(console.locator(f"#queue-rows li[data-ticket='{newest['ticket_id']}']")).to_be_visible()
 
 
 def test_a_masked_value_is_revealed_for_a_reason_and_logged(console, gateway):
@@ -275,7 +277,7 @@ def test_a_masked_value_is_revealed_for_a_reason_and_logged(console, gateway):
     assert turn["ticket_id"], turn
     plain = gateway.agent("pat")
     console.sign_in(plain)
-    row = console.locator(f"#queue-rows tr[data-ticket='{turn['ticket_id']}']")
+    row = console.locator(f"#queue-rows li[data-ticket='{turn['ticket_id']}']")
     row.get_by_role("button", name=f"Claim ticket {turn['ticket_id'][:8]}").click()
     transcript = console.get_by_role("list", name="Transcript", exact=True)
     expect(transcript).to_contain_text("138****5678")
@@ -284,12 +286,13 @@ def test_a_masked_value_is_revealed_for_a_reason_and_logged(console, gateway):
 
     console.get_by_role("button", name="Sign out").click()
     console.sign_in(gateway.agent("sam", role="supervisor"))
-    console.locator(f"#queue-rows tr[data-ticket='{turn['ticket_id']}']").get_by_role(
+    console.locator(f"#queue-rows li[data-ticket='{turn['ticket_id']}']").get_by_role(
         "button", name=f"Open ticket {turn['ticket_id'][:8]}").click()
     transcript = console.get_by_role("list", name="Transcript", exact=True)
     console.once("dialog", lambda d: d.accept("customer asked for a call back"))
     transcript.get_by_role("button", name="Reveal 138****5678").click()
     expect(transcript).to_contain_text("138****5678 = 138 1234 5678")
+    console.get_by_text("Ticket log", exact=True).click()
     expect(console.locator("#events")).to_contain_text("pii_revealed")
     expect(console.locator("#events")).to_contain_text("customer asked for a call back")
     expect(console.locator("#events")).not_to_contain_text("138 1234 5678")

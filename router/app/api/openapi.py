@@ -3,6 +3,8 @@ message answer into its feedback, as a person would; and the channel names the w
 
 from __future__ import annotations
 
+import re
+
 from fastapi import FastAPI
 
 from router.problems import PROBLEM_JSON
@@ -16,11 +18,13 @@ def _links(spec: dict) -> None:
     if claim is not None:
         links = {}
         for path, ops in paths.items():
-            if not path.startswith(TICKET_PREFIX) or path.endswith("/events"):
+            rest = path[len(TICKET_PREFIX):]
+            # a link gives only the ticket id: paths with further parameters (a macro's name) are left out
+            if not path.startswith(TICKET_PREFIX) or path.endswith("/events") or "{" in rest:
                 continue
             for method, op in ops.items():
-                name = (path[len(TICKET_PREFIX):].strip("/") or "get") + ("" if method in ("get", "post") else method)
-                links[name.replace("-", "_")] = {
+                name = (rest.strip("/") or "get") + ("" if method in ("get", "post") else method)
+                links[re.sub(r"[^A-Za-z0-9._]", "_", name)] = {
                     "operationId": op["operationId"],
                     "parameters": {"ticket_id": "$response.body#/id"},
                     "description": f"{method.upper()} {path} on the claimed ticket",

@@ -222,9 +222,15 @@ def test_stateful_runs_follow_the_links_into_ticket_actions_and_feedback(service
                                                 ).exclude(path_regex=r"/events$")
         calls, linked, errors = _run_stateful(schema, key, admin, SCENARIOS)
         # among the ~150 rules of the whole API one link is rarely drawn in a bounded run: a second run over
-        # the message and feedback operations alone follows the answer into its feedback
+        # the message and feedback operations alone follows the answer into its feedback, a third claim-next
         pair = schema.include(path_regex=r"^/v1/(messages|conversations/\{conversation_id\}/feedback)$")
         pair_calls, pair_linked, pair_errors = _run_stateful(pair, key, admin, FEEDBACK_SCENARIOS)
+        # and the same for claim-next and the ticket actions its links lead to
+        desk = schema.include(path_regex=r"^/v1/(messages|handoff/(claim-next|tickets/\{ticket_id\}(/[a-z-]+)*))$")
+        desk_calls, desk_linked, desk_errors = _run_stateful(desk, key, admin, FEEDBACK_SCENARIOS)
+        errors += desk_errors
+        calls.update(desk_calls)
+        linked.update(desk_linked)
         with services.pool.connection() as conn:
             rated = conn.execute("SELECT count(*) AS n FROM feedback").fetchone()["n"]
 

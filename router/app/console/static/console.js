@@ -58,6 +58,22 @@ const T = {
     apDecided_cancelled: "Cancelled by {who}{reason}. The customer's request: {status}.",
     lv_auto: "auto", lv_supervisor: "supervisor", lv_manager: "manager", lv_director: "director",
     ev_total: "total", ev_status: "status", ev_refunded: "refunded so far",
+    searchHint: "Search: customer, order, words", vAll: "All", vMine: "Mine", vUnassigned: "Unassigned",
+    allTeams: "All teams", allKinds: "All kinds", allLanguages: "All languages", allChannels: "All channels",
+    allPriorities: "All priorities", pickTicket: "Pick a ticket on the left to preview it; claim it to work on it.",
+    waiting: "waiting {t}", noMatch: "No tickets match the search and filters.", name: "Name", orders: "Recent orders",
+    earlier: "Earlier tickets and outcomes", customerId: "Customer id", phone: "Phone",
+    holdLabel: "Waiting", hOpen: "open", hPending: "pending (waiting for the customer)",
+    hOnHold: "on hold (waiting on someone else)", tagHint: "add a tag", add: "Add", assignHint: "colleague's name",
+    assign: "Assign", macroPick: "Insert a canned reply…", notes: "Internal notes", noteHint: "Only colleagues see this",
+    addNote: "Add note", noteAdded: "Note added (not sent to the customer).", assigned: "Assigned to {who}.",
+    needAgent: "Name a colleague.", holdSet: "Status: {s}.", macroMissing: "Not known for this ticket: {v}",
+    pending: "pending", on_hold: "on hold", removeTag: "Remove tag {t}",
+    paTitle: "The bot stopped here: waiting for a confirmation", paConfirm: "Confirm for the customer",
+    paWhat: "{workflow}: {summary}. Check the values, correct them if needed, and confirm: the tool runs under your name.",
+    paMasked: "Shown masked: {args}. Leave a field as it is to keep the customer's value, or type the value the shop needs (reveal the customer's words in the transcript; the reveal is recorded).",
+    paDone: "Done: {tools}. The customer was told: “{reply}”", paFailed: "The tool did not succeed ({tools}); the flow is {status}. The customer was told: “{reply}”",
+    paGone: "Nothing waits for a confirmation any more.", paClaimFirst: "Claim the ticket to confirm it.",
   },
   zh: {
     title: "坐席工作台", signOut: "退出登录", signInTitle: "登录", signIn: "登录", token: "坐席令牌",
@@ -106,6 +122,21 @@ const T = {
     apDecided_cancelled: "已由 {who} 取消{reason}。客户请求的状态：{status}。",
     lv_auto: "自动", lv_supervisor: "主管", lv_manager: "经理", lv_director: "总监",
     ev_total: "总额", ev_status: "状态", ev_refunded: "已退款",
+    searchHint: "搜索：客户、订单号、内容", vAll: "全部", vMine: "我的", vUnassigned: "未分配",
+    allTeams: "全部团队", allKinds: "全部类型", allLanguages: "全部语言", allChannels: "全部渠道",
+    allPriorities: "全部优先级", pickTicket: "在左侧选择工单即可预览；认领后开始处理。",
+    waiting: "已等待 {t}", noMatch: "没有符合搜索和筛选条件的工单。", name: "姓名", orders: "最近订单",
+    earlier: "以往工单与结果", customerId: "客户编号", phone: "电话",
+    holdLabel: "等待状态", hOpen: "处理中", hPending: "待客户回复", hOnHold: "挂起（等待他人）", tagHint: "添加标签",
+    add: "添加", assignHint: "同事姓名", assign: "分配", macroPick: "插入快捷回复…", notes: "内部备注",
+    noteHint: "仅同事可见", addNote: "添加备注", noteAdded: "备注已添加（不会发给客户）。", assigned: "已分配给 {who}。",
+    needAgent: "请填写同事姓名。", holdSet: "状态：{s}。", macroMissing: "此工单缺少：{v}",
+    pending: "待客户回复", on_hold: "挂起", removeTag: "移除标签 {t}",
+    paTitle: "机器人停在这里：等待确认", paConfirm: "代客户确认",
+    paWhat: "{workflow}：{summary}。请核对数值，必要时修改后确认：工具将以您的身份执行。",
+    paMasked: "以下字段已脱敏：{args}。保持不变即沿用客户提供的值，或输入商店需要的值（可在对话记录中查看客户原文，查看会被记录）。",
+    paDone: "已完成：{tools}。已告知客户：“{reply}”", paFailed: "工具未成功（{tools}），流程状态：{status}。已告知客户：“{reply}”",
+    paGone: "已没有等待确认的操作。", paClaimFirst: "请先认领工单再确认。",
   },
 };
 
@@ -124,6 +155,13 @@ const state = {
   refreshPending: null,
   replyKey: null,       // Idempotency-Key of the reply being composed (kept across retries)
   draftKey: null,
+  filters: { view: "all", q: "", team: "", kind: "", language: "", channel: "", priority: "" },
+  channels: new Set(["web"]),
+  macros: [],
+  pending: null,        // the action a flow of the current ticket stopped at (GET .../pending-action)
+  paKey: null,
+  colleagues: [],
+  teams: new Set(),
 };
 
 function t(key, vars) {
@@ -216,7 +254,7 @@ async function signIn(token) {
   $("who").hidden = false;
   $("who").textContent = `${state.me.display_name || state.me.name} · ${state.me.role} · ${state.me.teams.join(", ")}`;
   $("supervisor").hidden = !["supervisor", "admin"].includes(state.me.role);
-  await loadQueue();
+  await Promise.all([loadQueue(), loadDeskLists()]);
   openStream();
   state.timers.push(setInterval(tickClocks, 1000));
   state.timers.push(setInterval(checkSession, SESSION_CHECK_MS));
@@ -262,7 +300,7 @@ async function loadQueue() {
   const items = [];
   let cursor = null;
   do {
-    const q = new URLSearchParams({ limit: "500" });
+    const q = queueQuery();
     if (cursor) q.set("cursor", cursor);
     const page = await api(`/v1/handoff/tickets?${q}`);
     items.push(...page.items);
@@ -275,6 +313,25 @@ async function loadQueue() {
   performance.measure("queue-load", "queue-fetch-start", "queue-rendered");
   performance.measure("queue-render", "queue-fetched", "queue-rendered");
   document.body.dataset.queueLoads = String(Number(document.body.dataset.queueLoads || 0) + 1);
+}
+
+// the list as the agent filtered it: every filter is a query parameter the server applies
+function queueQuery() {
+  const q = new URLSearchParams({ limit: "500" });
+  for (const [k, v] of Object.entries(state.filters)) if (v && !(k === "view" && v === "all")) q.set(k, v);
+  return q;
+}
+
+function filtersActive() {
+  return Object.entries(state.filters).some(([k, v]) => v && !(k === "view" && v === "all"));
+}
+
+function fillSelect(id, values) {
+  const sel = $(id);
+  const keep = sel.value;
+  const have = new Set([...sel.options].map((o) => o.value));
+  for (const v of [...values].sort()) if (!have.has(v)) sel.append(el("option", { value: v, text: v }));
+  sel.value = keep;
 }
 
 function scheduleRefresh() {
@@ -303,39 +360,58 @@ function slaCell(cell, dueIso) {
 }
 
 function tickClocks() {
-  for (const cell of document.querySelectorAll("#queue-rows td.sla[data-due]")) slaCell(cell, cell.dataset.due);
+  for (const cell of document.querySelectorAll("#queue-rows .sla[data-due]")) slaCell(cell, cell.dataset.due);
+  for (const cell of document.querySelectorAll("#queue-rows .wait[data-created]")) waitCell(cell, cell.dataset.created);
 }
 
 function shortId(id) { return id.slice(0, 8); }
 
+function waitCell(node, createdIso) {
+  node.textContent = t("waiting", { t: fmtDuration((Date.now() - Date.parse(createdIso)) / 1000) });
+}
+
 function renderQueue() {
   const rows = document.createDocumentFragment();
   for (const tk of state.tickets) {
+    state.channels.add(tk.channel);
+    state.teams.add(tk.team);
     const kind = kindOf(tk);
     const mine = tk.claimed_by && state.me && tk.claimed_by === state.me.id;
     // the SLA is the deadline for a person to pick the ticket up: once claimed it no longer runs
-    const sla = tk.status === "queued" ? el("td", { class: "sla", "data-due": tk.sla_due_at }) : el("td", { class: "sla muted", text: t("none") });
+    const sla = tk.status === "queued" ? el("span", { class: "sla", "data-due": tk.sla_due_at }) : el("span", { class: "sla muted", text: t("none") });
     if (tk.status === "queued") slaCell(sla, tk.sla_due_at);
+    const wait = el("span", { class: "wait", "data-created": tk.created_at });
+    waitCell(wait, tk.created_at);
     const status = tk.status === "claimed" ? `${t("claimedSt")}${mine ? ` (${t("you")})` : ""}` : t(`${tk.status}`);
-    const action = tk.status === "queued"
-      ? el("button", { type: "button", class: "small", "aria-label": `Claim ticket ${shortId(tk.id)}`,
-                       "data-ticket": tk.id, "data-action": "claim", text: t("claim") })
-      : el("button", { type: "button", class: "small ghost", "aria-label": `Open ticket ${shortId(tk.id)}`,
-                       "data-ticket": tk.id, "data-action": "open", text: t("open") });
-    rows.append(el("tr", { "data-ticket": tk.id, class: mine ? "mine" : null },
-      el("td", {}, el("span", { class: `pill p-${tk.priority}`, text: t(tk.priority) })),
-      el("td", {}, el("span", { class: `pill k-${kind}`, text: t(kind), "data-kind": kind })),
-      sla,
-      el("td", { text: tk.team }),
-      el("td", { text: tk.channel }),
-      el("td", { text: tk.language || t("none") }),
-      el("td", { class: "reason", text: tk.reason }),
-      el("td", { text: status }),
-      el("td", {}, action)));
+    const reason = (tk.reason_text && tk.reason_text[state.lang]) || tk.reason;
+    const open = el("button", { type: "button", class: "qopen", "aria-label": `Open ticket ${shortId(tk.id)}`,
+                                "data-ticket": tk.id, "data-action": "open" },
+      el("span", { class: "qline" },
+        el("strong", { class: "qwho", text: tk.customer_name || tk.customer_id }),
+        wait),
+      el("span", { class: "qreason", text: reason, title: tk.reason }),
+      tk.last_message ? el("span", { class: "qlast", text: `“${tk.last_message}”` }) : null,
+      (tk.tags || []).length || tk.hold ? el("span", { class: "qtags" },
+        tk.hold ? el("span", { class: `pill hold-${tk.hold}`, text: t(tk.hold), "data-hold": tk.hold }) : null,
+        ...(tk.tags || []).map((g) => el("span", { class: "tag", text: g }))) : null,
+      el("span", { class: "qmeta" },
+        el("span", { class: `pill p-${tk.priority}`, text: t(tk.priority) }),
+        el("span", { class: `pill k-${kind}`, text: t(kind), "data-kind": kind }),
+        el("span", { class: "qwhere", text: [tk.team, tk.channel, tk.language || t("none"), status].join(" · ") }), sla));
+    const claimBtn = tk.status === "queued"
+      ? el("button", { type: "button", class: "small qclaim", "aria-label": `Claim ticket ${shortId(tk.id)}`,
+                       "data-ticket": tk.id, "data-action": "claim", text: t("claim") }) : null;
+    const current = state.current && state.current.id === tk.id;
+    rows.append(el("li", { "data-ticket": tk.id, "data-status": tk.status,
+                           class: ["qrow", mine ? "mine" : "", current ? "current" : ""].join(" ").trim(),
+                           "aria-current": current ? "true" : null }, open, claimBtn));
   }
   $("queue-rows").replaceChildren(rows);
   $("queue-count").textContent = `(${state.tickets.length})`;
   $("queue-empty").hidden = state.tickets.length > 0;
+  $("queue-empty").textContent = filtersActive() ? t("noMatch") : t("queueEmpty");
+  fillSelect("f-channel", state.channels);
+  fillSelect("f-team", state.me && ["supervisor", "admin"].includes(state.me.role) ? state.teams : (state.me ? state.me.teams : []));
 }
 
 async function claimNext() {
@@ -438,11 +514,14 @@ function onStreamEvent(event, id, data) {
 // -- the ticket ---------------------------------------------------------------------------------
 
 async function showTicket(id) {
-  const [ticket, events, convo] = await Promise.all([
+  const [ticket, events, convo, pending] = await Promise.all([
     api(`/v1/handoff/tickets/${id}`),
     api(`/v1/handoff/tickets/${id}/events?limit=500`),
     api(`/console/api/tickets/${id}/conversation`),
+    api(`/v1/handoff/tickets/${id}/pending-action`).catch(() => ({ pending: null })),
   ]);
+  const samePending = state.pending && pending.pending && state.pending.instance_id === pending.pending.instance_id;
+  state.pending = pending.pending;
   if (!state.current || state.current.id !== id) {
     state.replyKey = null;
     state.draftKey = null;
@@ -451,12 +530,16 @@ async function showTicket(id) {
     $("reject-reason").value = "";
     $("ap-reason").value = "";
     $("edit-box").hidden = true;
+    $("pa-result").hidden = true;
   }
+  if (!samePending) { state.paKey = null; $("pa-fields").replaceChildren(); }
   state.current = ticket;
   state.events = events.items;
   state.convo = convo;
   renderTicket();
   $("ticket").hidden = false;
+  $("no-ticket").hidden = true;
+  markCurrent();
   syncHeartbeat();
 }
 
@@ -470,6 +553,16 @@ function closeTicket() {
   state.revealed = {};
   stopHeartbeat();
   $("ticket").hidden = true;
+  $("no-ticket").hidden = false;
+  markCurrent();
+}
+
+function markCurrent() {
+  for (const li of document.querySelectorAll("#queue-rows li[data-ticket]")) {
+    const on = !!state.current && li.dataset.ticket === state.current.id;
+    li.classList.toggle("current", on);
+    if (on) li.setAttribute("aria-current", "true"); else li.removeAttribute("aria-current");
+  }
 }
 
 function holdsCurrent() {
@@ -525,8 +618,7 @@ function renderMeta() {
   dd(meta, t("team"), tk.team);
   dd(meta, t("channel"), tk.channel);
   dd(meta, t("language"), tk.language);
-  dd(meta, t("reason"), tk.reason);
-  dd(meta, t("customer"), tk.customer_id);
+  dd(meta, t("customer"), tk.customer_name ? `${tk.customer_name} (${tk.customer_id})` : tk.customer_id);
   dd(meta, t("created"), fmtTime(tk.created_at));
   dd(meta, t("sla"), fmtTime(tk.sla_due_at));
   if (holdsCurrent()) dd(meta, t("lease"), fmtTime(tk.lease_expires_at));
@@ -540,7 +632,12 @@ function renderTicket() {
   $("ticket").dataset.ticket = tk.id;
   $("ticket").dataset.status = tk.status;
   $("claim-this").hidden = tk.status !== "queued";
+  $("t-reason").textContent = (tk.reason_text && tk.reason_text[state.lang]) || tk.reason;
+  $("t-reason").title = tk.reason;
+  $("t-who").textContent = tk.customer_name || tk.customer_id;
   renderMeta();
+  renderDesk(tk, held);
+  renderPending(tk, held);
 
   // approval: amount, currency, the level needed and the agent's own
   const needsApproval = tk.amount !== null && tk.approval_level;
@@ -608,7 +705,7 @@ function renderTicket() {
 
   renderDecisions(ctx.decisions || []);
   renderEvidence(ctx.evidence || []);
-  renderFacts(ctx.customer || ctx.customer_facts || {});
+  renderFacts(tk, ctx);
   const flow = {};
   for (const k of ["flow", "workflow", "flow_state", "tool_call", "proposed_tool_call"]) if (ctx[k]) flow[k] = ctx[k];
   if (draft && draft.tool_call) flow.tool_call = draft.tool_call;
@@ -627,6 +724,87 @@ function renderTicket() {
   $("resolve").disabled = approval || !(held || (open && ["supervisor", "admin"].includes(state.me.role)));
   $("return-bot").disabled = $("resolve").disabled;
   $("close-approval").hidden = !(approval && open);
+}
+
+// tags, waiting status, assignment, notes and macros: the desk around the conversation
+function renderDesk(tk, held) {
+  const open = tk.status === "queued" || tk.status === "claimed";
+  const sup = ["supervisor", "admin"].includes(state.me.role);
+  $("hold").value = tk.hold || "";
+  $("hold").disabled = !(open && (held || (sup && tk.status === "claimed")));
+  $("tags").replaceChildren(...(tk.tags || []).map((g) => el("span", { class: "tag", role: "listitem" }, g,
+    el("button", { type: "button", "data-tag": g, "aria-label": t("removeTag", { t: g }), text: "×" }))));
+  $("assign").disabled = $("assign-to").disabled = !(open && (held || sup));
+  $("notes").replaceChildren(...(state.events || []).filter((e) => e.action === "note").map((e) => el("li", {},
+    el("span", { class: "who-line", text: `${e.agent || e.actor} · ${fmtTime(e.at)}` }), (e.payload || {}).text || "")));
+  const lang = tk.language || "en";
+  const macros = state.macros.filter((m) => m.language === lang);
+  const pick = $("macro");
+  pick.replaceChildren(el("option", { value: "", text: t("macroPick") }),
+    ...macros.map((m) => el("option", { value: m.name, text: m.title })));
+  pick.disabled = !held;
+}
+
+// a flow the bot stopped (a change of address waiting for the customer's yes): its action with the values,
+// the editable ones as inputs (masked values stay masked unless the agent types a new one), one click to confirm
+function renderPending(tk, held) {
+  const p = state.pending;
+  $("pa-box").hidden = !p && $("pa-result").hidden;
+  $("pa-form").hidden = !p;
+  if (!p) return;
+  $("pa-what").textContent = t("paWhat", { workflow: p.workflow, summary: p.summary || p.tool });
+  const fields = $("pa-fields");
+  if (!fields.children.length) {
+    for (const [name, value] of Object.entries(p.arguments)) {
+      const id = `pa-arg-${name}`;
+      const editable = p.editable.includes(name);
+      fields.append(el("label", { for: id, text: name }),
+        el("input", { id, type: "text", maxlength: "500", value: String(value ?? ""), "data-arg": name,
+                      "data-original": String(value ?? ""), readonly: editable ? null : true,
+                      "aria-label": `${p.tool} ${name}` }));
+    }
+  }
+  $("pa-masked").hidden = !p.masked.length;
+  $("pa-masked").textContent = p.masked.length ? t("paMasked", { args: p.masked.join(", ") }) : "";
+  $("pa-confirm").disabled = !held;
+  $("pa-confirm").title = held ? "" : t("paClaimFirst");
+}
+
+async function confirmPending() {
+  const p = state.pending;
+  if (!p || !state.current) return;
+  const args = {};
+  for (const input of document.querySelectorAll("#pa-fields input[data-arg]")) {
+    const v = input.value.trim();
+    if (!input.readOnly && v && v !== input.dataset.original) args[input.dataset.arg] = v;
+  }
+  state.paKey = state.paKey || newKey();
+  try {
+    const out = await api(`/v1/handoff/tickets/${state.current.id}/pending-action/confirm`,
+                          { method: "POST", body: { instance_id: p.instance_id, arguments: args }, key: state.paKey });
+    const r = out.result || {};
+    const tools = (r.tools || []).map((x) => `${x.step} ${x.status}`).join(", ") || p.tool;
+    const ok = (r.tools || []).every((x) => x.status === "ok") && r.status !== "failed";
+    $("pa-result").textContent = ok ? t("paDone", { tools, reply: r.reply || "" })
+                                    : t("paFailed", { tools, status: r.status || "", reply: r.reply || "" });
+    $("pa-result").className = `pa-result ${ok ? "" : "bad"}`;
+    $("pa-result").hidden = false;
+    state.paKey = null;
+    await refreshTicket();
+  } catch (err) {
+    if (err.status === 409) { notify(t("paGone"), "error"); state.paKey = null; refreshTicket(); }
+    else if (err.status !== 401) notify(err.message, "error");
+  }
+}
+
+async function loadDeskLists() {
+  try {
+    const [macros, colleagues] = await Promise.all([api("/v1/handoff/macros"), api("/v1/handoff/agents")]);
+    state.macros = macros.items;
+    state.colleagues = colleagues.items;
+    $("colleagues").replaceChildren(...state.colleagues.map((a) => el("option", { value: a.name,
+      label: [a.display_name, a.teams.join(", ")].filter(Boolean).join(" · ") })));
+  } catch { /* the desk works without them; a 401 signs out in api() */ }
 }
 
 function levelName(level) { return T.en[`lv_${level}`] ? t(`lv_${level}`) : level; }
@@ -731,10 +909,24 @@ function renderEvidence(evidence) {
     el("span", { class: "snippet", text: (h.text || "").slice(0, 280) }))));
 }
 
-function renderFacts(facts) {
+// the customer as the shop knows them (the session memory: profile, recent orders, earlier outcomes) and the
+// facts the package carries
+function renderFacts(tk, ctx) {
   const list = $("facts");
   list.replaceChildren();
+  const memory = ctx.memory || {};
+  const profile = memory.profile || {};
+  dd(list, t("name"), tk.customer_name);
+  dd(list, t("customerId"), tk.customer_id);
+  dd(list, t("phone"), profile.phone);
+  const orders = (memory.orders || []).map((o) => [o.order_id || o.id, o.status, o.total !== undefined ? scalar(o.total) : null]
+    .filter((x) => x !== null && x !== undefined && x !== "").join(" "));
+  if (orders.length) dd(list, t("orders"), orders.join(" · "));
+  const outcomes = (memory.outcomes || []).map((o) => [o.workflow || o.kind, o.outcome || o.status].filter(Boolean).join(": "));
+  if (outcomes.length) dd(list, t("earlier"), outcomes.join(" · "));
+  const facts = { ...(ctx.customer_facts || {}), ...(ctx.customer || {}) };
   for (const [k, v] of Object.entries(facts)) {
+    if (["customer_id", "name"].includes(k)) continue;
     if (v === null || v === undefined || v === false || (Array.isArray(v) && !v.length)) continue;
     dd(list, k, Array.isArray(v) ? v.map(scalar).join(", ") : scalar(v));
   }
@@ -773,6 +965,71 @@ function wire() {
     else showTicket(b.dataset.ticket).catch((err) => err.status !== 401 && notify(err.message, "error"));
   });
   $("claim-this").addEventListener("click", () => state.current && claim(state.current.id));
+  // search and filters: each change asks the server for the list again (a search waits for a pause in typing)
+  const reload = () => loadQueue().catch((err) => err.status !== 401 && notify(err.message, "error"));
+  let typing = null;
+  $("q").addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => { state.filters.q = $("q").value.trim(); reload(); }, 250);
+  });
+  $("queue-filters").addEventListener("submit", (e) => { e.preventDefault(); clearTimeout(typing); state.filters.q = $("q").value.trim(); reload(); });
+  for (const sel of document.querySelectorAll("#queue-filters select[data-filter]")) {
+    sel.addEventListener("change", () => { state.filters[sel.dataset.filter] = sel.value; reload(); });
+  }
+  for (const b of document.querySelectorAll("#queue-filters button.view")) {
+    b.addEventListener("click", () => {
+      state.filters.view = b.dataset.view;
+      for (const o of document.querySelectorAll("#queue-filters button.view")) o.setAttribute("aria-pressed", String(o === b));
+      reload();
+    });
+  }
+  document.addEventListener("keydown", onShortcut);
+  $("hold").addEventListener("change", () => {
+    const hold = $("hold").value || null;
+    act(() => api(path("hold"), { method: "POST", body: { hold } }),
+        t("holdSet", { s: hold ? t(hold) : t("hOpen") }));
+  });
+  const addTag = () => {
+    const tag = $("tag-input").value.trim();
+    if (!tag) return;
+    $("tag-input").value = "";
+    act(() => api(path("tags"), { method: "POST", body: { add: [tag] } }));
+  };
+  $("tag-add").addEventListener("click", addTag);
+  $("tag-input").addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); addTag(); } });
+  $("tags").addEventListener("click", (e) => {
+    const b = e.target.closest("button[data-tag]");
+    if (b) act(() => api(path("tags"), { method: "POST", body: { remove: [b.dataset.tag] } }));
+  });
+  $("assign").addEventListener("click", () => {
+    const who = $("assign-to").value.trim();
+    if (!who) { notify(t("needAgent"), "error"); return; }
+    act(async () => { await api(path("transfer"), { method: "POST", body: { agent: who } }); $("assign-to").value = ""; },
+        t("assigned", { who }));
+  });
+  $("pa-form").addEventListener("submit", (e) => { e.preventDefault(); confirmPending(); });
+  $("note-add").addEventListener("click", () => {
+    const text = $("note-text").value.trim();
+    if (!text) { notify(t("emptyReply"), "error"); return; }
+    act(async () => {
+      await api(path("notes"), { method: "POST", body: { text } });
+      if ($("note-text").value.trim() === text) $("note-text").value = "";
+    },
+        t("noteAdded"));
+  });
+  $("macro").addEventListener("change", async () => {
+    const name = $("macro").value;
+    if (!name || !state.current) return;
+    try {
+      const out = await api(`/v1/handoff/tickets/${state.current.id}/macros/${encodeURIComponent(name)}?language=${encodeURIComponent(state.current.language || "en")}`);
+      const box = $("reply-text");
+      box.value = box.value.trim() ? `${box.value.trim()}\n${out.text}` : out.text;
+      state.replyKey = null;
+      $("macro-missing").textContent = out.missing.length ? t("macroMissing", { v: out.missing.join(", ") }) : "";
+      box.focus();
+    } catch (err) { if (err.status !== 401) notify(err.message, "error"); }
+    $("macro").value = "";
+  });
   $("close-ticket").addEventListener("click", closeTicket);
   const path = (action) => `/v1/handoff/tickets/${state.current.id}/${action}`;
   $("approve").addEventListener("click", () => {
@@ -834,6 +1091,19 @@ function wire() {
     act(() => api(path("resolve"), { method: "POST", body: { outcome: $("outcome").value } }), t("resolved")));
   $("return-bot").addEventListener("click", () =>
     act(() => api(path("return-to-bot"), { method: "POST", body: {} }), t("returned")));
+}
+
+// keyboard: "/" search, Alt+N claim next, Alt+C claim this ticket, Ctrl+Enter send, Alt+R resolve, Escape back
+function onShortcut(e) {
+  if (!state.me) return;
+  const typing = ["INPUT", "TEXTAREA", "SELECT"].includes(document.activeElement && document.activeElement.tagName);
+  const click = (id) => { const b = $(id); if (b && !b.hidden && !b.disabled) { e.preventDefault(); b.click(); } };
+  if (e.key === "/" && !typing) { e.preventDefault(); $("q").focus(); }
+  else if (e.altKey && !e.ctrlKey && (e.key === "n" || e.key === "N" || e.code === "KeyN")) click("claim-next");
+  else if (e.altKey && !e.ctrlKey && (e.key === "c" || e.key === "C" || e.code === "KeyC") && state.current) click("claim-this");
+  else if (e.altKey && !e.ctrlKey && (e.key === "r" || e.key === "R" || e.code === "KeyR") && state.current) click("resolve");
+  else if ((e.ctrlKey || e.metaKey) && e.key === "Enter" && document.activeElement === $("reply-text")) click("send");
+  else if (e.key === "Escape" && !typing && state.current) closeTicket();
 }
 
 async function loadStats() {
