@@ -62,7 +62,7 @@ _NAME_SQL = ("coalesce(nullif(btrim(t.context->'memory'->'profile'->>'name'), ''
 _LIST_COLUMNS: list[str] = []
 
 
-def _list_columns(conn: psycopg.Connection) -> list[str]:
+def _list_columns(conn: psycopg.Connection[DictRow]) -> list[str]:
     """The tickets table's columns but the context package and the draft (read once per process)."""
     if not _LIST_COLUMNS:
         _LIST_COLUMNS.extend(r["column_name"] for r in conn.execute(
