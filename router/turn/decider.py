@@ -454,11 +454,13 @@ class _Turn:
         # "sorry, I meant 100241" right after "I couldn't find order 100999": the same task again, corrected
         restart = self.correcting(c) if reading is None else None
         claimed = reading in CLAIMED or restart is not None
-        # a question of an intent with knowledge-base topics is answered (L1), never started as its task
+        # a question of an intent with knowledge-base topics is answered (L1), never started as its task; with an
+        # order number and `with_order` it is about that order ("has order 100234 shipped?"): the shop answers
         intent = self.intent_config(c)
         form = read_form(self.text)
         self.trace["form"] = form
-        if (form == "question" and intent is not None and intent.topics and self.r.rag is not None
+        own_order = bool(intent is not None and intent.with_order and (c.entities or {}).get("order_numbers"))
+        if (form == "question" and intent is not None and intent.topics and self.r.rag is not None and not own_order
                 and reading is None and restart is None and not (served is not None and served[0] == "reply")):
             self.asking = intent
             served, planned = None, "L1"
