@@ -72,6 +72,7 @@ TEXT = {
                       "from here. Please hold on."},
     "broken": {"zh": "抱歉，这个流程出了问题，我把您转给同事。", "en": "Sorry, something went wrong in this process; a colleague will take over."},
     "resume": {"zh": "回到您刚才的{task}：", "en": "Back to your earlier request ({task}):"},
+    "offer_declined": {"zh": "好的，先不办理。还有什么可以帮您的吗？", "en": "All right, I won't start it. Anything else I can help with?"},
     "cancelled_by_staff": {"zh": "抱歉，我们的同事审核后取消了您的这项请求，不会做任何操作。如有疑问请回复我们。",
                            "en": "Sorry, a colleague reviewed your request and cancelled it; nothing was done. "
                                  "Reply if you have any questions."},
@@ -246,6 +247,40 @@ class FlowEngine:
         run = _Run(lang)
         return self._run(conn, inst, wf, caller, run, text=None, entities=entities or {})
 
+    def offer(self, conn, workflow: str, caller: Caller, text: str = "", entities: dict | None = None,
+              lang: str = "en") -> FlowTurn:
+        """Offer the task after an answer ("Shall I start a return for one of your orders?"): the flow waits at
+        its first step for the customer's yes (``read`` says "answer") or no ("cancel"); nothing runs yet.
+        The caller words the offer; the question's values (an order number) are kept for the task."""
+        wf = self.workflows[workflow]
+        conversation_id = caller.conversation_id or f"{caller.channel}:{caller.customer_id}"
+        inst = store.create(conn, conversation_id=conversation_id, workflow=wf.name, version=wf.version,
+                            step=wf.first, lang=lang, caller=_caller_dict(caller),
+                            slots=self._prefill(wf, text, entities or {}))
+        inst["status"] = "waiting"
+        inst["pending"]["offer"] = {"message": text or ""}
+        inst["history"].append({"event": "offered", "at": time.time(), "prefilled": sorted(inst["slots"])})
+        store.save(conn, inst)
+        run = _Run(lang)
+        run.awaiting = "offer"
+        run.quick = [_t("confirm_yes", lang), _t("confirm_no", lang)]
+        return self._turn(inst, wf, run)
+
+    @staticmethod
+    def offered(instance: dict | None) -> bool:
+        """Is ``instance`` an offer the customer has not taken up yet?"""
+        return bool(instance and instance["status"] == "waiting" and (instance.get("pending") or {}).get("offer"))
+
+    def lapse(self, conn, instance: dict) -> None:
+        """The customer moved on without answering the offer: it ends quietly (cancelled, outcome ``lapsed``)."""
+        inst = store.get(conn, instance["id"], lock=True)
+        if not self.offered(inst):
+            return
+        inst["pending"].pop("offer", None)
+        inst["status"], inst["outcome"], inst["step"] = "cancelled", "lapsed", None
+        inst["history"].append({"event": "offer_lapsed", "at": time.time()})
+        store.save(conn, inst)
+
     def read(self, instance: dict, text: str, entities: dict | None = None, *, intent: str | None = None,
              intent_confidence: float | None = None) -> str:
         """What the flow's waiting step reads ``text`` as (one of READINGS), changing nothing.
@@ -259,6 +294,13 @@ class FlowEngine:
             return "unclear"
         if instance["status"] == "waiting_approval":
             return "cancel" if U.is_cancel(text) or U.changes_mind(text) else "waiting"
+        if self.offered(instance):   # the bot's own question "shall I start it?": yes, no, or something else
+            said = U.yes_no(text, entities)
+            if said is True and not U.is_question(text):
+                return "answer"
+            if said is False or U.is_cancel(text) or U.changes_mind(text, whole=True):
+                return "cancel"
+            return "digression"
         step = wf.steps.get(instance["step"]) if instance["step"] else None
         if step is None or step.kind not in WAITING_KINDS or instance["status"] != "waiting":
             return "answer"
@@ -367,6 +409,23 @@ class FlowEngine:
             run.say(_t("still_reviewing", run.lang))
             return self._turn(inst, wf, run)
         step = wf.steps.get(inst["step"]) if inst["step"] else None
+        offer = inst["pending"].pop("offer", None)
+        if offer is not None:
+            if reading != "answer":   # "no thanks" (or anything but a yes): the offer ends, nothing was started
+                run.say(_t("offer_declined", run.lang) if reading == "cancel" else "")
+                inst["history"].append({"event": "offer_declined" if reading == "cancel" else "offer_lapsed",
+                                        "at": time.time()})
+                inst["status"], inst["step"] = "cancelled", None   # never started: no flow event to count
+                inst["outcome"] = "declined" if reading == "cancel" else "lapsed"
+                store.save(conn, inst)
+                return self._turn(inst, wf, run)
+            # "yes": the task starts now, from its first step, with what the question already said
+            inst["bindings"]["memory"] = self.memory(conn, caller, run.lang)
+            inst["pending"]["message"] = offer.get("message") or ""
+            inst["history"].append({"event": "started", "offer": "accepted", "at": time.time(),
+                                    "prefilled": sorted(inst["slots"])})
+            self._observe(wf.name, "started")
+            return self._run(conn, inst, wf, caller, run, text=None, entities={})
         if reading == "cancel":
             return self._cancel(conn, inst, wf, run, "customer")
         if reading == "digression" and step is not None:

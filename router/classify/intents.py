@@ -28,6 +28,10 @@ Schema (``version: 1``)::
         tier: L1
         serve: workflow order_status   # the customer's own data: a workflow (or the bot asks for the
                                        # order number / hands over), never a knowledge-base passage
+      - name: cancel_order
+        tier: L1
+        topics: [order-cancellation]   # a question ("how do I cancel an order?") is answered from these
+        task: cancel_order             # a request ("cancel my order") starts it; an answer offers it
 
 Rules with a higher ``priority`` are tried first; ties keep file order.
 """
@@ -107,6 +111,35 @@ class Intent(BaseModel):
     with_order: str | None = Field(default=None, description="how the bot serves it when the message names an "
                                    "order number: `workflow <name>` (\"the tracking number of order 100234\" is "
                                    "about the customer's own order, not a policy question)")
+
+    topics: list[str] = Field(default_factory=list, description="the knowledge-base articles (document ids "
+                              "without the language suffix, e.g. `returns-7day`) that answer questions of this "
+                              "intent: a message that reads as a question is answered from them (L1), whatever "
+                              "the tier or workflow")
+    task: str | None = Field(default=None, description="the workflow that does this intent for the customer: a "
+                             "request starts it, and an answer to a question offers it")
+
+    @field_validator("topics")
+    @classmethod
+    def _topics(cls, v: list[str]) -> list[str]:
+        bad = [t for t in v if not re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", t or "")]
+        if bad:
+            raise ValueError(f"topics are document ids without the language suffix (got {bad!r})")
+        return v
+
+    @field_validator("task")
+    @classmethod
+    def _task(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", v.strip()):
+            raise ValueError(f"task is a workflow name (got {v!r})")
+        return v.strip() if v is not None else None
+
+    def covers(self, doc_id: str | None) -> bool:
+        """Is the knowledge-base document ``doc_id`` (``returns-7day-en``) one of this intent's topics?"""
+        if not doc_id or not self.topics:
+            return False
+        return any(doc_id == t or (doc_id.startswith(t + "-") and "-" not in doc_id[len(t) + 1:])
+                   for t in self.topics)
 
     @field_validator("serve")
     @classmethod

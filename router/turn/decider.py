@@ -17,6 +17,10 @@ state change, its history, the ticket, the outbox row and the turn all commit to
 - Out of scope (no intent) with ``unknown: clarify_then_escalate``: the first of a run gets a
   clarifying reply with suggestions; the next one reaches a person through the low-confidence
   rule (or the unknown tier).
+- A question is answered, a request is done (text.form reads which from the sentence): a message that reads
+  as a question, of an intent that declares knowledge-base ``topics``, is answered at L1 whatever the intent's
+  tier or workflow; when an intent's ``task`` covers the cited article the answer offers it, and a "yes" to
+  the offer (read by the waiting flow, like any answer to the bot's own question) starts it.
 - Every reply is in the customer's language (router.turn.language); the turn says which (``lang``).
 """
 
@@ -30,6 +34,7 @@ from typing import Any
 from automation.workflows.engine import CLAIMED
 from router.telemetry.metrics import TURN_OUTCOMES
 from router.turn import language
+from text.form import read_form
 from router.turn import state as sm
 from router.turn.escalation import EscalationPolicy, Policy
 from router.turn.guards import Harness, Verdict
@@ -46,6 +51,12 @@ TRAIL_LIMIT = 20          # earlier decisions in the context package
 EVIDENCE_LIMIT = 5
 TOOL_CALL_LIMIT = 20      # recent tool calls of the conversation in the context package
 OUTCOMES = TURN_OUTCOMES   # what a turn did for the customer (the deflection metric and report)
+# A question of an intent with topics that the knowledge base declines: when its best passage is from one of the
+# intent's own articles (the classifier and retrieval agree on the topic) and the knowledge base's confidence is
+# at least this, the passage answers it. Below it retrieval has not found the topic (unanswerable questions of
+# the routing set score 0.07-0.14; answerable ones 0.26-0.56 on the bundled pack).
+TOPIC_AGREEMENT_FLOOR = 0.25
+TOPIC_AGREEMENT_INTENT = 0.6   # ... and the classifier is at least this sure of the intent (both signals agree)
 
 
 def _hit_dict(hit) -> dict[str, Any]:
@@ -137,6 +148,7 @@ class _Turn:
         self.flow: dict[str, Any] | None = None     # the workflow's part of the response
         self._notes: list[str] | None = None
         self.outcome: str | None = None
+        self.asking = None          # the intent config whose topics answer this message (a question), if any
         known = (self.conv.get("metadata") or {}).get("lang")
         self.lang = language.choose(self.text, known, router.policy.default_language)
         self.trace["lang"] = self.lang
@@ -244,9 +256,16 @@ class _Turn:
             self.move("idle", "no_active_ticket")
             sm.reset_counters(self.conn, self.conv)
 
-        if (self.conv["state"] in sm.RESOLVED and self.r.escalation.is_positive_feedback(self.text)
-                and not (self.r.flows is not None and self.r.flows.active(self.conn, str(self.conv["id"])))):
-            return self.close_with_feedback()
+        if self.conv["state"] in sm.RESOLVED and self.r.escalation.is_positive_feedback(self.text):
+            engine = self.r.flows
+            active = engine.active(self.conn, str(self.conv["id"])) if engine is not None else None
+            offer = active is not None and engine.offered(active)
+            if offer and engine.read(active, self.text) in ("answer", "cancel"):
+                return self.route()   # "no thanks" to "shall I start it?" answers the offer
+            if active is None or offer:   # "thanks" after an answer: an open offer just lapses
+                if active is not None:
+                    engine.lapse(self.conn, active)
+                return self.close_with_feedback()
         return self.route()
 
     def harness_outcome(self, v: Verdict) -> TurnResult:
@@ -366,6 +385,7 @@ class _Turn:
         if self.conv["state"] == "feedback_pending" and self.r.escalation.is_dissatisfied(self.text):
             sm.save_counters(self.conn, self.conv["id"], feedback="negative")
         c = self.classify()
+        self.settle_offer(c)
         planned = self.serve_other_requests()
         extras: list[dict] = []
         if planned is not None:   # "cancel 100235 and tell me your return policy": the questions answered, the task next
@@ -378,6 +398,25 @@ class _Turn:
             base = result.reply or {"suggestions": [], "lang": self.lang}
             result.reply = {**base, "text": text, "citations": citations + list(base.get("citations") or [])}
         return result
+
+    def settle_offer(self, c) -> None:
+        """An open offer ("Shall I start it?") that this message does not answer with a yes or a no lapses now,
+        so the message is routed as a new one (a question, another task), never read as the offer's answer."""
+        engine = self.r.flows
+        if engine is None:
+            return
+        active = engine.active(self.conn, str(self.conv["id"]))
+        if not engine.offered(active):
+            return
+        reading = engine.read(active, self.text, c.entities or {}, intent=c.intent,
+                              intent_confidence=float(c.confidence))
+        if reading not in ("answer", "cancel"):
+            engine.lapse(self.conn, active)
+            self.trace["offer"] = {"workflow": active["workflow"], "lapsed": True}
+
+    def intent_config(self, c):
+        config = getattr(self.r.classifier, "config", None)
+        return config.intent(c.intent) if config is not None and c.intent else None
 
     def serve_other_requests(self):
         """Several requests in one message (router.classify.segments): each question the knowledge base answers
@@ -442,7 +481,17 @@ class _Turn:
         # "sorry, I meant 100241" right after "I couldn't find order 100999": the same task again, corrected
         restart = self.correcting(c) if reading is None else None
         claimed = reading in CLAIMED or restart is not None
-        task = self.task_workflow(c, served)
+        # a question of an intent with knowledge-base topics is answered (L1), never started as its task; with an
+        # order number and `with_order` it is about that order ("has order 100234 shipped?"): the shop answers
+        intent = self.intent_config(c)
+        form = read_form(self.text)
+        self.trace["form"] = form
+        own_order = bool(intent is not None and intent.with_order and (c.entities or {}).get("order_numbers"))
+        if (form == "question" and intent is not None and intent.topics and self.r.rag is not None and not own_order
+                and reading is None and restart is None and not (served is not None and served[0] == "reply")):
+            self.asking = intent
+            served, planned = None, "L1"
+        task = self.task_workflow(c, served) if self.asking is None else None
         runs_here = task is not None
         # the loop guard counts knowledge-base rounds; a workflow's turns (a fourth task) are normal work
         target = None if (smalltalk or claimed or runs_here) else TIER_STATE[planned]
@@ -457,6 +506,10 @@ class _Turn:
                 and not verdict.checks["dissatisfied"]["signal"]:
             return self.small_talk(c, served[1], verdict)
         self.save_verdict(verdict)
+        if (not verdict.escalate and intent is not None and c.intent in self.r.escalation.config.security_intents
+                and intent.topics and planned == "L3" and self.r.rag is not None):
+            # an account question without a sign of a hacked or frozen account ("I forgot my password"): self-service
+            self.asking, planned = intent, "L1"
         if not verdict.escalate and restart is not None:
             self.move("classifying", "message")
             flow = self.run_flow(c, workflow=restart)
@@ -476,7 +529,7 @@ class _Turn:
             ticket_id = self.open_l3(decision, reason=esc.reason, priority=esc.priority, classification=c)
             return self.result(decision, reply=self.send(self.say("ack_l3"), kind="ack"),
                                ticket_id=ticket_id)
-        flow = self.run_flow(c, workflow=task) if self.r.flows is not None else None
+        flow = self.run_flow(c, workflow=task) if self.r.flows is not None and self.asking is None else None
         if flow is not None and not flow.drift:
             return self.flow_outcome(c, flow)
         result = self.small_talk(c, served[1], verdict) if smalltalk else self.route_tier(c, planned)
@@ -494,6 +547,9 @@ class _Turn:
             return None
         if served is not None and served[0] == "workflow" and served[1] in engine.workflows.workflows:
             return served[1]
+        intent = self.intent_config(c)
+        if intent is not None and intent.task and intent.task in engine.workflows.workflows:
+            return intent.task
         wf = engine.workflows.for_intent(c.intent)
         return wf.name if wf is not None else None
 
@@ -694,17 +750,81 @@ class _Turn:
     def answer_l1(self, c) -> TurnResult:
         self.move("l1_resolving", f"intent {c.intent}")
         answer = self.retrieve()
+        text, citations, agreed = None, [], False
         if answer is not None and answer.answered and answer.text:
-            citations = _citations(answer.citations)
-            reply = self.send(answer.text, kind="reply", citations=citations)
+            text, citations = answer.text, _citations(answer.citations)
+        elif answer is not None and self.asking is not None:
+            text, citations = self.topic_answer(c, answer)
+            agreed = text is not None
+        if text:
+            offer = self.offer_task(c, citations)
+            if offer is not None:
+                text = f"{text}\n\n{self.say('offer_task').format(task=offer[0])}"
+            reply = self.send(text, kind="reply", citations=citations, suggestions=offer[1] if offer else None)
             self.move("l1_resolved", "answered_from_kb")
             if self.r.metrics is not None:
                 self.count(self.r.metrics.l1_resolved)
-            decision = self.decision_of(c, "L1", None, answer={"confidence": round(float(answer.confidence), 4)})
+            facts = {"confidence": round(float(answer.confidence), 4)}
+            if agreed:
+                facts["topic_agreement"] = True
+            decision = self.decision_of(c, "L1", None, answer=facts)
             return self.result(decision, reply=reply)
         why = (self.rag_error or "no knowledge base") if answer is None else (answer.reason or "no confident answer")
         decision = self.decision_of(c, "L2", None, l1_fallback={"from": "L1", "reason": why})
         return self.assist_l2(c, decision, via="l1_resolving", answer=answer, reason=f"L1 could not answer: {why}")
+
+    def topic_answer(self, c, answer) -> tuple[str | None, list[dict[str, Any]]]:
+        """A declined answer to a question whose intent declares topics: its best passage answers when it is from
+        one of those articles, the knowledge base's confidence reaches TOPIC_AGREEMENT_FLOOR and the classifier's
+        TOPIC_AGREEMENT_INTENT; else (None, [])."""
+        passages = answer.passages or []
+        best = passages[0] if passages else None
+        chunk = getattr(best, "chunk", None)
+        if (chunk is None or float(answer.confidence) < TOPIC_AGREEMENT_FLOOR or float(c.confidence) < TOPIC_AGREEMENT_INTENT
+                or not self.asking.covers(chunk.doc_id)):
+            return None, []
+        text = getattr(answer, "draft", None) or self.extractive(chunk.text)
+        if not text:
+            return None, []
+        self.trace.setdefault("rag", {})["topic_agreement"] = {"doc_id": chunk.doc_id, "intent": self.asking.name}
+        return text, _citations(answer.citations[:1])
+
+    def extractive(self, passage: str) -> str | None:
+        """The knowledge base's own extractive answer from ``passage`` (the sentences with the question's words)."""
+        from rag.answer import extract
+
+        kb = self.r.rag
+        try:
+            rw = kb.rewriter.rewrite(self.text)
+            return extract(passage, [*rw.keywords, *rw.expansions], kb.tokenizer) or None
+        except Exception:  # noqa: BLE001 - no extractive answer: the question goes to a person as before
+            log.exception("extractive answer failed")
+            return None
+
+    def offer_task(self, c, citations: list[dict[str, Any]]) -> tuple[str, list[str]] | None:
+        """After an answer: the task of the intent whose topics hold the cited article (the classified intent's
+        first), offered as the waiting flow's question; (the task's words, quick replies) or None."""
+        from router.turn.flows import caller_of
+
+        engine = self.r.flows
+        config = getattr(self.r.classifier, "config", None)
+        doc = citations[0].get("doc_id") if citations else None
+        if engine is None or config is None or not doc or engine.active(self.conn, str(self.conv["id"])):
+            return None
+        mine = self.intent_config(c)
+        owners = ([mine] if mine is not None else []) + [i for i in config.intents if i is not mine]
+        task = next((i.task for i in owners if i.task and i.covers(doc) and i.task in engine.workflows.workflows),
+                    None)
+        caller = caller_of(self.conv, turn_id=self.ctx.turn_id)
+        if task is None or caller is None:
+            return None
+        lang = self.lang if self.lang in ("zh", "en") else "en"
+        with self.stage("workflow"):
+            t = engine.offer(self.conn, task, caller, self.text, c.entities or {}, lang=lang)
+        self.flow = t.as_response()
+        self.trace["offer"] = {"workflow": task, "instance_id": t.instance_id}
+        wf = engine.workflows.workflows[task]
+        return (wf.description.get(lang) or wf.description.get("en") or task), t.quick_replies
 
     def assist_l2(self, c, decision: Decision, *, via: str, answer=None, reason: str | None = None,
                   retrieve: bool = True) -> TurnResult:

@@ -4,7 +4,9 @@ Each rule has a name, and the one that fires is written into ``decision.escalati
 a reason and a priority, so an agent (and the replay tool) sees exactly why a person was called.
 Rules, checked in this order (the first that fires wins; every rule's verdict is in the trace):
 
-``account_security``   the intent is an account-security one (urgent)
+``account_security``   an account-security intent with a sign of a compromised or frozen account (a rule of
+                       the intent matched, or a ``security_phrases`` word: hacked, frozen, "not me"…); a
+                       forgotten password is self-service (urgent)
 ``human_request``      the customer asks for a person (zh/en phrases or the human_agent intent)
 ``refund_amount``      a refund request whose amount is over the configured limit (default 500)
 ``dissatisfied``       N consecutive dissatisfied turns (zh/en lexicon or a complaint intent)
@@ -53,6 +55,9 @@ class EscalationConfig(BaseModel):
     refund_intents: list[str] = Field(default_factory=lambda: ["refund_request"])
     refund_phrases: dict[str, list[str]] = Field(default_factory=lambda: {"zh": ["退款"], "en": ["refund"]})
     security_intents: list[str] = Field(default_factory=lambda: ["account_security"])
+    security_phrases: dict[str, list[str]] = Field(default_factory=dict, description="Signs of a compromised or "
+                                                   "frozen account; with any, a security intent escalates only "
+                                                   "on a rule match or one of them (empty: on the intent alone).")
     low_confidence_below: float = Field(0.0, ge=0, le=1, description="Besides UNKNOWN, a score under this is low.")
     low_confidence_turns: int = Field(2, ge=1)
     loop_guard_reentries: int = Field(3, ge=1, description="Entries of one state per session before the guard fires.")
@@ -96,6 +101,9 @@ class Replies(BaseModel):
     ask_order_number: LocalText = {"en": "I can look into that. What is your order number? (You'll find it in your "
                                          "order confirmation.)",
                                    "zh": "好的，我来帮您查询。请提供您的订单号（见订单确认信息）。"}
+
+    offer_task: LocalText = {"en": "Shall I start it for one of your orders ({task})? Just reply \"yes\".",
+                             "zh": "需要我为您的订单办理“{task}”吗？回复“是”即可。"}
 
     def model_post_init(self, __context) -> None:
         for key, value in (self.model_extra or {}).items():
@@ -254,6 +262,7 @@ class EscalationPolicy:
         self._human = Lexicon(_phrases(self.config.human_phrases))
         self._dissatisfied = Lexicon(_phrases(self.config.dissatisfied_phrases))
         self._refund = Lexicon(_phrases(self.config.refund_phrases))
+        self._security = Lexicon(_phrases(self.config.security_phrases))
         fb = feedback or FeedbackConfig()
         self._positive = Lexicon(_phrases(fb.positive))
         self._positive_max = fb.max_chars
@@ -316,9 +325,13 @@ class EscalationPolicy:
         checks: dict[str, dict[str, Any]] = {}
         fired: list[tuple[str, str]] = []
 
-        checks["account_security"] = {"fired": intent in cfg.security_intents, "intent": intent}
+        secure = intent in cfg.security_intents
+        sign = self._security.find(text) if secure and cfg.security_phrases else None
+        by_rule = secure and getattr(classification, "decided_by", None) == "rules"
+        checks["account_security"] = {"fired": secure and (not cfg.security_phrases or by_rule or bool(sign)),
+                                      "intent": intent, "phrase": sign, "rule": by_rule}
         if checks["account_security"]["fired"]:
-            fired.append(("account_security", f"account-security intent {intent}"))
+            fired.append(("account_security", f"account-security intent {intent}" + (f" ({sign})" if sign else "")))
 
         phrase = self._human.find(text)
         by_intent = intent in cfg.human_intents

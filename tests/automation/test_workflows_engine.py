@@ -342,3 +342,31 @@ def test_transitions_and_step_conditions_in_cel(shop, approvals, turn):
     assert turn(engine.start, "where_to", Caller("web", "cus_ava", conversation_id="c2"), "W1004", {}, "en").reply \
         == "W1004 went to Los Angeles"
     assert turn(engine.start, "where_to", BEN, "W2001", {}, "en").reply == "W2001 went elsewhere"
+
+
+def test_an_offer_waits_for_a_yes_then_runs_and_a_no_or_another_topic_starts_nothing(engine, shop, turn, db):
+    """The task offered after an answer: read like any answer to the bot's own question; nothing runs before a yes."""
+    t = turn(engine.offer, "return_items", AVA, "can I return the garden hose from order W1003?", {}, "en")
+    assert t.status == "waiting" and t.awaiting == "offer" and t.reply == "" and t.quick_replies == ["Yes", "No"]
+    with db() as conn:
+        inst = engine.active(conn, AVA.conversation_id)
+        assert engine.offered(inst) and inst["slots"].get("order_ref") == "W1003"   # the question's values kept
+        assert engine.read(inst, "yes please") == "answer" and engine.read(inst, "是的") == "answer"
+        assert engine.read(inst, "no thanks") == "cancel" and engine.read(inst, "不用了") == "cancel"
+        assert engine.read(inst, "what payment methods do you accept?") == "digression"
+    y = turn(engine.advance, t.instance_id, AVA, "yes", {}, "en")
+    assert y.status == "waiting" and y.awaiting == "line", y.reply           # the task itself now asks
+    assert writes(shop) == []
+    turn(engine.cancel, y.instance_id, "en")
+
+    t = turn(engine.offer, "return_items", AVA, "how do returns work?", {}, "en")
+    n = turn(engine.advance, t.instance_id, AVA, "no thanks", {}, "en")
+    assert n.status == "cancelled" and n.outcome == "declined" and "won't start it" in n.reply
+
+    t = turn(engine.offer, "return_items", AVA, "how do returns work?", {}, "en")
+    with db() as conn:
+        with conn.transaction():
+            engine.lapse(conn, engine.active(conn, AVA.conversation_id))
+        assert engine.active(conn, AVA.conversation_id) is None
+        assert store.last(conn, AVA.conversation_id)["outcome"] == "lapsed"
+    assert writes(shop) == []

@@ -25,7 +25,7 @@ from rag.service import SAMPLE_KB
 KB_TOPICS = ("refund-timelines", "invoice-electronic", "order-tracking", "password-reset", "return-process",
              "payment-methods", "shipping-times", "coupons")
 
-_templates: dict[tuple[str, str], tuple[str, Path, Path]] = {}
+_templates: dict[tuple, tuple[str, Path, Path]] = {}
 _classifiers: dict[str, Any] = {}
 
 
@@ -54,24 +54,30 @@ def classifier_for(encoder, home: Path) -> Any:
     return _classifiers[key]
 
 
-def kb_template(pg_uri: str, template_db: str, encoder) -> tuple[str, Path, Path]:
-    """(template database name, shared home, knowledge folder) with the KB slice indexed.
+def kb_template(pg_uri: str, template_db: str, encoder, topics: tuple[str, ...] | None = KB_TOPICS
+                ) -> tuple[str, Path, Path]:
+    """(template database name, shared home, knowledge folder) with the KB slice indexed (``topics``;
+    None: the whole bundled pack, as ``make run`` serves it).
 
     The home holds the tantivy index of that generation; tests only read it.
     """
     from router.app.composition import make_knowledge_base
     from router.db import open_pool
 
-    key = (pg_uri, str(encoder.path))
+    key = (pg_uri, str(encoder.path), topics)
     if key in _templates:
         return _templates[key]
     home = Path(tempfile.mkdtemp(prefix="sbkb-"))
     atexit.register(shutil.rmtree, home, True)
     kb_dir = home / "kb"
     kb_dir.mkdir()
-    for topic in KB_TOPICS:
-        for lang in ("en", "zh"):
-            shutil.copy(SAMPLE_KB / f"{topic}-{lang}.md", kb_dir)
+    if topics is None:
+        for path in SAMPLE_KB.glob("*.md"):
+            shutil.copy(path, kb_dir)
+    else:
+        for topic in topics:
+            for lang in ("en", "zh"):
+                shutil.copy(SAMPLE_KB / f"{topic}-{lang}.md", kb_dir)
     if (SAMPLE_KB / "glossary.yaml").exists():
         shutil.copy(SAMPLE_KB / "glossary.yaml", kb_dir)
     name = f"kbt_{uuid.uuid4().hex[:10]}"
@@ -123,11 +129,13 @@ def rows(pool, sql: str, *params) -> list[dict[str, Any]]:
         return conn.execute(sql, params).fetchall()
 
 
-def flow_services(fresh_db, pg_server, template_dsn, encoder, **settings_overrides):
-    """routing_services with the workflows and the example shop wired, on a fresh copy of the KB template."""
+def flow_services(fresh_db, pg_server, template_dsn, encoder, *, topics: tuple[str, ...] | None = KB_TOPICS,
+                  **settings_overrides):
+    """routing_services with the workflows and the example shop wired, on a fresh copy of the KB template
+    (``topics``: the slice of the bundled pack; None: all of it)."""
     _, uri = pg_server
     template_name = psycopg.conninfo.conninfo_to_dict(template_dsn)["dbname"]
-    name, home, kb_dir = kb_template(uri, template_name, encoder)
+    name, home, kb_dir = kb_template(uri, template_name, encoder, topics)
     svc = routing_services(fresh_db(name), home, encoder, kb_dir, flows=True, **settings_overrides)
     assert svc.flows is not None, "the bundled tools and workflows must load"
     return svc

@@ -51,7 +51,25 @@ def test_account_security_is_urgent(policy, classifier, text):
     c = classifier.classify(text)
     v = evaluate(policy, text, c, target="l3_queuing")
     assert v.rule == "account_security" and v.priority == "urgent"
-    assert v.checks["account_security"] == {"fired": True, "intent": "account_security"}
+    assert v.checks["account_security"]["fired"] is True and v.checks["account_security"]["intent"] == "account_security"
+
+
+@pytest.mark.parametrize("text, fires", [("I forgot my password", False), ("密码忘了怎么办", False),
+                                         ("how do I turn on two-step verification?", False),
+                                         ("my account is frozen, why?", True), ("someone logged in, it wasn't me", True),
+                                         ("账号里有陌生订单，不是我下的单", True), ("我的账号好像被黑了", True)])
+def test_account_security_needs_a_sign_of_a_hacked_or_frozen_account(policy, text, fires):
+    """The embedding channel may place a forgotten password under account_security: self-service, no urgent L3,
+    unless the message says the account was taken over or frozen (a security phrase or a rule of the intent)."""
+    v = evaluate(policy, text, known(text, "account_security", tier="L3"), target="l3_queuing")
+    assert v.checks["account_security"]["fired"] is fires, v.checks["account_security"]
+    assert (v.rule == "account_security") is fires
+
+
+def test_without_security_phrases_the_intent_alone_escalates(classifier):
+    policy = EscalationPolicy(EscalationConfig())
+    v = evaluate(policy, "I forgot my password", known("I forgot my password", "account_security", tier="L3"))
+    assert v.rule == "account_security"
 
 
 @pytest.mark.parametrize("text", ["转人工", "轉人工", "我要找人工客服", "别用机器人了 我要跟真人说话",

@@ -1,0 +1,175 @@
+"""The routing set (tests/fixtures/routing_set.jsonl, written for this project in customers' words, zh and en):
+questions the bundled knowledge base answers, how-to questions, do-it-for-me requests, account-security cases
+and questions the pack cannot answer, each the first message of a new conversation, through the whole gateway
+over HTTP (the bundled intents on the e5 classifier, the whole bundled knowledge base, the workflows and the
+example shop), as ``make run`` serves them.
+
+Targets: at most 5 % of answerable questions open a ticket (and at most 10 % go unanswered); how-to questions
+are answered (90 %), never started as a task (the task may be offered after the answer); requests start their task; hacked, frozen or stolen accounts
+go to a person; a question the pack cannot answer gets no answer from the knowledge base (at most one in the
+set); every reply is in the customer's language.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from routing_kit import api_client, flow_services
+
+pytestmark = pytest.mark.slow
+
+SET = Path(__file__).resolve().parents[2] / "fixtures" / "routing_set.jsonl"
+HAN = re.compile(r"[\u4e00-\u9fff]")
+_ids = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def rows():
+    out = [json.loads(line) for line in SET.read_text(encoding="utf-8").splitlines() if line.strip()]
+    kinds = Counter(r["kind"] for r in out)
+    assert len(out) >= 120 and {r["lang"] for r in out} == {"en", "zh"}
+    assert set(kinds) == {"answer", "howto", "request", "security", "unanswerable"}, kinds
+    return out
+
+
+@pytest.fixture
+def api(fresh_db, pg_server, template_dsn, e5_encoder, tmp_path):
+    from router.turn.escalation import SAMPLE_POLICY
+
+    policy = yaml.safe_load(SAMPLE_POLICY.read_text(encoding="utf-8"))
+    policy["harness"]["quota"]["max_messages"] = 100000   # one shop customer writes every message of the set
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy, allow_unicode=True), encoding="utf-8")
+    svc = flow_services(fresh_db, pg_server, template_dsn, e5_encoder, topics=None, policy_file=path)
+    try:
+        with api_client(svc) as client:
+            yield client
+    finally:
+        svc.close()
+
+
+def _post(api, text: str, conversation: str) -> dict:
+    r = api.post("/v1/messages", json={"channel": "web", "conversation_id": conversation, "customer_id": "c1",
+                                       "message_id": f"rs-{next(_ids)}", "text": text})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _started(out: dict) -> str | None:
+    """The workflow the turn started as a task (an offer made after an answer is not a started task)."""
+    flow = out.get("flow") or {}
+    if not flow.get("workflow") or flow.get("awaiting") == "offer":
+        return None
+    return flow["workflow"]
+
+
+def test_the_routing_set_answers_questions_and_starts_only_requests(api, rows):
+    ticketed, tasked, unanswered, not_started, not_to_people, invented, wrong_lang = [], [], [], [], [], [], []
+    offered, cited = Counter(), Counter()
+    by_kind: dict[str, Counter] = {}
+    for i, r in enumerate(rows):
+        out = _post(api, r["text"], f"rs-{i}")
+        reply = out.get("reply") or {}
+        citations = [c.get("doc_id") or "" for c in reply.get("citations") or []]
+        answered = out["decision"]["tier"] == "L1" and bool(citations)
+        started = _started(out)
+        kind = r["kind"]
+        by_kind.setdefault(kind, Counter())[out["outcome"]] += 1
+        line = (r["text"], out["decision"]["intent"], out["outcome"], (reply.get("text") or "")[:60])
+        if kind in ("answer", "howto"):
+            if out["ticket_id"]:
+                ticketed.append(line)
+            if not answered:
+                unanswered.append(line)
+            if started:
+                tasked.append((*line, started))
+            if answered and any(c.startswith(tuple(r["topic"])) for c in citations):
+                cited[kind] += 1
+            if (out.get("flow") or {}).get("awaiting") == "offer":
+                offered[kind] += 1
+        elif kind == "request":
+            if started != r["task"] or out["ticket_id"]:
+                not_started.append((*line, started, r["task"]))
+        elif kind == "security":
+            if out["decision"]["tier"] != "L3" or not out["ticket_id"]:
+                not_to_people.append(line)
+        elif answered:
+            invented.append((*line, citations, out["decision"]["explanation"].get("answer")))
+        text = reply.get("text") or ""
+        shop_data = bool(started)   # a task's reply lists the shop's own records (product names as the shop has them)
+        if text and (reply.get("lang") != r["lang"] or (not shop_data and bool(HAN.search(text)) != (r["lang"] == "zh"))):
+            wrong_lang.append((r["text"], reply.get("lang"), text[:60]))
+    n = Counter(r["kind"] for r in rows)
+    answerable = n["answer"] + n["howto"]
+    figures = {"messages": len(rows), "answerable": answerable,
+               "tickets_for_answerable": len(ticketed), "answerable_not_answered": len(unanswered),
+               "howto_tasked": sum(1 for t in tasked if t[0] in {r["text"] for r in rows if r["kind"] == "howto"}),
+               "answer_tasked": sum(1 for t in tasked if t[0] in {r["text"] for r in rows if r["kind"] == "answer"}),
+               "requests_not_started": len(not_started), "requests": n["request"],
+               "security_not_to_people": len(not_to_people), "security": n["security"],
+               "unanswerable_answered": len(invented), "unanswerable": n["unanswerable"],
+               "cited_expected_article": dict(cited), "task_offered": dict(offered), "wrong_language": len(wrong_lang)}
+    print("\nrouting set:", json.dumps(figures, ensure_ascii=False))
+    print("outcomes by kind:", "; ".join(f"{k} {dict(v)}" for k, v in sorted(by_kind.items())))
+    for name, items in (("ticketed", ticketed), ("not answered", unanswered), ("tasked", tasked),
+                        ("requests not started", not_started), ("security not to people", not_to_people),
+                        ("unanswerable answered", invented), ("wrong language", wrong_lang)):
+        for item in items:
+            print(f"  {name}: {item}")
+    assert len(ticketed) <= 0.05 * answerable, ticketed
+    howto = {r["text"] for r in rows if r["kind"] == "howto"}
+    assert [t for t in tasked if t[0] in howto] == [], tasked
+    assert len(tasked) <= 0.02 * answerable, tasked
+    assert len([u for u in unanswered if u[0] in howto]) <= 0.1 * n["howto"], unanswered
+    assert len(unanswered) <= 0.1 * answerable, unanswered
+    assert not_started == [], not_started
+    assert not_to_people == [], not_to_people
+    assert len(invented) <= 1, invented
+    assert wrong_lang == [], wrong_lang
+
+
+def test_an_answer_offers_the_task_and_a_yes_starts_it(api):
+    """"衣服不合适能退吗" is answered with the return rules and the refund offered in Chinese; "是的" starts the
+    refund (the flow asks which order); "no thanks" to an offer starts nothing; another question lets it lapse."""
+    out = _post(api, "衣服不合适能退吗", "offer-zh")
+    reply = out["reply"]
+    assert out["decision"]["tier"] == "L1" and out["ticket_id"] is None and reply["citations"], out
+    assert out["flow"]["workflow"] == "refund" and out["flow"]["awaiting"] == "offer", out["flow"]
+    assert "需要我为您的订单办理“退款”吗" in reply["text"] and reply["lang"] == "zh", reply["text"]
+    assert reply["suggestions"] == ["是", "否"]
+    yes = _post(api, "是的", "offer-zh")
+    assert yes["ticket_id"] is None and yes["flow"]["workflow"] == "refund", yes
+    assert yes["flow"]["status"] == "waiting" and yes["flow"]["awaiting"] == "order_id", yes["flow"]
+    assert "订单" in yes["reply"]["text"], yes["reply"]["text"]
+
+    out = _post(api, "how do I get an e-invoice", "offer-en")
+    assert out["decision"]["tier"] == "L1" and out["reply"]["citations"][0]["doc_id"].startswith("invoice-")
+    assert out["flow"]["workflow"] == "invoice" and out["flow"]["awaiting"] == "offer"
+    assert "Shall I start it for one of your orders (issue an invoice)?" in out["reply"]["text"]
+    no = _post(api, "no thanks", "offer-en")
+    assert no["flow"]["workflow"] == "invoice" and no["flow"]["status"] == "cancelled", no["flow"]
+    assert no["ticket_id"] is None and "won't start it" in no["reply"]["text"]
+
+    _post(api, "how do I cancel an order?", "offer-lapse")
+    other = _post(api, "do you take PayPal?", "offer-lapse")   # moves on: the cancel offer lapses unanswered
+    assert other["reply"]["citations"][0]["doc_id"].startswith("payment-methods"), other
+    assert (other.get("flow") or {}).get("workflow") != "cancel_order", other["flow"]
+
+
+def test_a_forgotten_password_is_answered_and_a_hacked_account_goes_to_a_person(api):
+    for text in ("I forgot my password", "密码忘了怎么办", "how do I reset my password?"):
+        out = _post(api, text, f"pw-{text}")
+        assert out["decision"]["tier"] == "L1" and out["ticket_id"] is None, (text, out["decision"])
+        assert out["reply"]["citations"][0]["doc_id"].startswith("password-reset"), (text, out["reply"])
+        assert out["decision"]["escalation"] is None
+    for text in ("my account was hacked, I forgot my password now", "密码被人改了，不是我本人"):
+        out = _post(api, text, f"sec-{text}")
+        assert out["decision"]["tier"] == "L3" and out["ticket_id"], (text, out["decision"])
+        assert out["decision"]["escalation"]["rule"] == "account_security", out["decision"]

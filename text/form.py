@@ -1,0 +1,77 @@
+"""Is a message a question or a request? Read from the sentence's form, in Chinese and English.
+
+A question asks to be told something ("what is your return policy?", "how do I get an e-invoice",
+"衣服不合适能退吗", "电子发票怎么开"); a request asks the shop to do something ("I want to return my shirt",
+"can you cancel my order", "给我开张发票", "能帮我取消吗"). The classifier says what a message is about; the
+form says whether the customer wants to know or wants it done, so a how-to question is answered and a
+"do it for me" starts the task.
+
+Signals, strongest first:
+- a request to the shop: desire or need verbs about the customer's own case ("I want / need / would like",
+  "我要 / 我想 / 想要 / 需要"), an ask of the agent ("can you / could you / please", "帮我 / 给我 / 替我 / 麻烦 /
+  请帮"), "can I get / have" (a polite request, not a question of policy). A desire to know ("I want to know",
+  "我想问 / 想了解") is a question.
+- a question: interrogative words (what / how / when / where / why / which / who, "什么 / 怎么 / 如何 / 多久 /
+  哪些 / 为什么"), a modal or auxiliary opening ("can I / do you / is it / are there"), A-not-A and sentence-final
+  particles ("能不能 / 可不可以 / 是否 / …吗 / …呢"), a question mark.
+- a bare imperative at the start ("cancel my order", "refund order 100234", "开发票").
+Anything else (a statement: "I forgot my password", "电子发票没收到") reads as neither.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from text.normalise import normalise
+
+Form = Literal["question", "request"]
+
+# wanting to know is asking, not requesting: "I want to know how…", "我想问一下…"
+_KNOW_EN = r"(?:know|ask|understand|find\s+out|check\s+(?:if|whether)|learn|see\s+(?:if|whether)|confirm\s+(?:if|whether))"
+_KNOW_ZH = r"(?:问|知道|了解|咨询|确认一下|请教|看看能不能|弄清)"
+
+_REQUEST_EN = re.compile(
+    r"(?<!\bdo\s)(?<!\bdid\s)(?<!\bif\s)(?<!\bwhy\s)(?<!\bwhen\s)(?<!\bwhat\s)(?<!\bshould\s)(?<!\bwould\s)"
+    r"\b(?:i|we)\s*(?:really\s+|just\s+|also\s+)?(?:want|need|wanna|would\s+like|'d\s+like|wish|demand|request)\s+"
+    rf"(?!(?:to\s+)?{_KNOW_EN}\b)(?!some\s+info)"
+    r"|\b(?:can|could|would|will|won't)\s+(?:you|u|ya)\s+(?:please\s+|pls\s+|kindly\s+|just\s+)?"
+    r"(?!tell\b|explain\b|let\s+me\s+know\b|say\b|confirm\s+(?:if|whether)\b)[a-z]"
+    r"|\b(?:can|could|may)\s+i\s+(?:please\s+)?(?:get|have|request)\b"
+    r"(?!.*\b(?:if|when|as\s+an?|after|before|without|for\s+free|anymore|again|even)\b)"
+    r"|^\s*(?:please|pls|plz|kindly)\b|\b(?:please|pls|plz)\s*[.!]*\s*$"
+    r"|\bhelp\s+me\s+(?!(?:to\s+)?(?:understand|find\s+out)\b)(?:to\s+)?[a-z]"
+    r"|\bfor\s+me\b(?!\s+to\s+know)|\bi'?m\s+(?:requesting|asking\s+for)\b")
+_REQUEST_ZH = re.compile(
+    rf"(?<!不)(?:要|想要|想|需要|希望)(?!{_KNOW_ZH})(?:把|给|帮|申请|办|开|退|换|改|取消|修改|更改|补|重新|寄|查)"
+    r"|我要|我想要|(?<!不)想要"
+    r"|帮我|帮忙|给我|替我|麻烦(?:你|您)?|请(?:你|您)?帮|请(?:给|为|替)|劳驾|赶紧|快点|尽快")
+_QUESTION_EN = re.compile(
+    r"\?|^\s*(?:(?:so|and|but|ok|okay|hi|hello|hey|also|btw|sorry|excuse\s+me|quick\s+question)[,\s]+)*"
+    r"(?:what|what's|whats|how|how's|when|where|where's|why|which|who|whom|whose|is|are|am|was|were|do|does|did|"
+    r"can|could|may|might|will|would|should|shall|have|has|had|isn't|aren't|don't|doesn't|can't|won't)\b"
+    r"|\b(?:how\s+(?:do|does|can|could|should|would|long|much|many|soon|fast|to)|what\s+(?:if|is|are|about|happens)"
+    r"|is\s+(?:it|there)\s+(?:possible|ok|okay|allowed|free)|do\s+(?:you|u)\s+(?:have|accept|take|ship|deliver|offer|sell))\b")
+_QUESTION_ZH = re.compile(
+    r"[?？]|[吗么嘛呢]\s*[啊呀哈]?\s*[?？。.!！~～]*\s*$"
+    r"|什么|啥|谁|几点|几时|怎么|怎样|怎么样|如何|为什么|为何|多久|多长|多少|几天|几个|几号|哪些|哪个|哪里|哪儿|哪家|哪种|是否|能否|可否"
+    r"|能不能|可不可以|可以不|行不行|会不会|要不要|有没有|是不是|用不用|需不需要|还能.{0,8}吗")
+_IMPERATIVE_EN = re.compile(
+    r"^\s*(?:cancel|refund|return|change|update|fix|correct|send|resend|issue|reissue|give|make|ship|deliver|track|"
+    r"check|look\s+up|find|process|stop|transfer|connect|open|close|reset|unlock|delete|remove|add|apply)\b")
+_IMPERATIVE_ZH = re.compile(r"^\s*(?:取消|退款|退货|退掉|开发票|开票|补开|重开|改地址|修改|更改|查一下|查查|查询|发一下|寄|换)")
+
+
+def read_form(text: str | None) -> Form | None:
+    """"question", "request" or None (a statement, or too little to tell), from the sentence alone."""
+    t = normalise(text or "").strip()
+    if not t:
+        return None
+    t = t.replace("’", "'")
+    if _REQUEST_EN.search(t) or _REQUEST_ZH.search(t):
+        return "request"
+    if _QUESTION_EN.search(t) or _QUESTION_ZH.search(t):
+        return "question"
+    if _IMPERATIVE_EN.search(t) or _IMPERATIVE_ZH.search(t):
+        return "request"
+    return None
