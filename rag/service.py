@@ -215,7 +215,7 @@ class KnowledgeBase:
     def search(self, query: str, k: int = 10, mode: str = "hybrid", *, lang: str | None = None) -> list[Hit]:
         return self.retrieve(query, k, mode, lang=lang)
 
-    def warm(self, query: str) -> None:
+    def warm_query(self, query: str) -> None:
         """Encode the query as retrieval will (its rewritten form), so a caching encoder has it ready."""
         self.encoder.encode_queries([self.rewriter.rewrite(query).dense])
 

@@ -124,7 +124,7 @@ class Decider:
             personal.find(text)          # remembered per text: the turn's masking and context package reuse it
             if self.encoder is not None:
                 self.encoder.encode_queries([text])
-            warm = getattr(self.rag, "warm", None)
+            warm = getattr(self.rag, "warm_query", None)
             if warm is not None:
                 warm(text)
         except Exception:  # noqa: BLE001 - an optimisation only; the turn encodes what it needs itself
