@@ -77,6 +77,8 @@ class RagSettings(BaseModel):
                                        "the query is to the passage's own questions than to its text.")
     rag_margin_weight: float = Field(default=_D.margin_weight, description="Logistic weight of the best document's "
                                      "cosine lead over the next (capped at 0.1).")
+    rag_warm_answers: bool = Field(default=True, description="Encode the knowledge base's lines for answer "
+                                   "composition in the background at start-up (off: on first use).")
     rag_generator_url: str | None = Field(default=None, description="OpenAI-compatible endpoint that may rephrase "
                                           "answers (every sentence must be supported); unset = extractive only.")
     rag_generator_model: str | None = None

@@ -243,3 +243,4 @@ def test_a_missing_index_sends_the_question_to_a_human_instead_of_failing(pool, 
     assert not ok and "GenerationNotFound" in detail
     answer = elsewhere.answer("do coupons expire")
     assert not answer.answered and answer.reason == "retrieval failed: GenerationNotFound"
+
