@@ -148,29 +148,46 @@ class OpenAIChatGenerator:
         self._client.close()
 
 
+_NEGATION = re.compile(r"\b(?:not|no|never|cannot|can't|don't|doesn't|won't|isn't|aren't|without|none)\b|"
+                       r"[不没无未别勿非]", re.I)
+_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][A-Za-z0-9&-]*[A-Za-z0-9](?:\s+[A-Z][A-Za-z0-9&-]*)*")
+
+
 def unsupported_sentences(text: str, passages: Sequence[Hit], tokenizer: SearchTokenizer, *,
                           min_overlap: float = 0.8) -> list[str]:
     """Sentences of ``text`` that no single passage supports.
 
-    Supported = at least ``min_overlap`` of the sentence's content words occur in one passage,
-    and every number in the sentence occurs in that passage too.
+    Supported = at least ``min_overlap`` of the sentence's content words occur in one passage, and every
+    number and every name (a capitalised word inside the sentence: PayPal, SF Express) occurs in that
+    passage too, and a sentence that negates is supported only by a passage that negates as well (a
+    rephrasing must not turn "cannot be returned" into "can be returned", nor the other way round with
+    the same words).
     """
     sources = []
     for h in passages:
         body = (h.chunk.title + "\n" + h.chunk.section + "\n" + h.chunk.text) if h.chunk else ""
-        sources.append((set(tokenizer.words_of(body)), set(_NUMBER.findall(body))))
+        negating = {s for s in split_sentences(body) if _NEGATION.search(s)}
+        sources.append((set(tokenizer.words_of(body)), set(_NUMBER.findall(body)), body, negating))
     bad = []
     for sentence in split_sentences(text):
-        words = set(_content(tokenizer.words_of(_QA_PREFIX.sub("", sentence))))
+        plain = _QA_PREFIX.sub("", sentence)
+        words = set(_content(tokenizer.words_of(plain)))
         numbers = set(_NUMBER.findall(sentence))
+        names = {n for n in _NAME.findall(plain) if n.lower() not in EN_STOPWORDS}
+        negates = bool(_NEGATION.search(plain))
         if not words and not numbers:
             continue
         ok = False
-        for toks, nums in sources:
+        for toks, nums, body, negating in sources:
             overlap = len(words & toks) / len(words) if words else 1.0
-            if overlap >= min_overlap and numbers <= nums:
-                ok = True
-                break
+            if overlap < min_overlap or not numbers <= nums or any(n not in body for n in names):
+                continue
+            # the negation must be the evidence's: a negating sentence of the passage shares its words
+            close = [s for s in negating if len(words & set(tokenizer.words_of(s))) >= max(1, len(words) // 2)]
+            if negates != bool(close):
+                continue
+            ok = True
+            break
         if not ok:
             bad.append(sentence)
     return bad

@@ -103,6 +103,8 @@ class RagSettings(_RetrievalSettings):
     """rag's settings, composed into the app's Settings (``SWITCHBOARD_RAG_*``): the retrieval config's
     settings, then the optional answer generator's."""
 
+    rag_warm_answers: bool = Field(default=True, description="Encode the knowledge base's lines for answer "
+                                   "composition in the background at start-up (off: on first use).")
     rag_generator_url: str | None = Field(default=None, description="OpenAI-compatible endpoint that may rephrase "
                                           "answers (every sentence must be supported); unset = extractive only.")
     rag_generator_model: str | None = None

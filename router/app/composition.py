@@ -368,6 +368,23 @@ def wire_rag(services: Services) -> None:
         if summary:
             log.info("indexed the knowledge base", extra={"fields": {
                 k: summary.get(k) for k in ("generation", "docs", "chunks", "seconds")}})
+    if s.rag_warm_answers and not kb.is_empty():
+        _warm_in_background(kb)
+
+
+def _warm_in_background(kb) -> None:
+    """Encode the knowledge base's lines for answer composition once, off the request path, so that no
+    customer's first question about an article waits for it (rag.service.KnowledgeBase.warm)."""
+    import threading
+
+    def warm() -> None:
+        try:
+            n = kb.warm()
+            log.info("answer composition ready", extra={"fields": {"lines": n}})
+        except Exception:  # noqa: BLE001 - composition encodes lazily instead
+            log.warning("answer composition could not warm up; lines are encoded on first use", exc_info=True)
+
+    threading.Thread(target=warm, name="kb-warm", daemon=True).start()
 
 
 def wire_router(services: Services) -> None:

@@ -86,8 +86,10 @@ def test_a_question_finds_the_article_in_its_own_language(e5_kb, query, doc):
     answer = e5_kb.answer(query)
     assert answer.answered and answer.citations[0]["doc_id"] == doc
     cited = answer.passages[0].chunk
-    # extractive: every sentence of the answer is a sentence of the cited passage
-    assert all(s in cited.text for s in split_sentences(answer.text))
+    articles = e5_kb.articles(e5_kb.active_generation(), [c["doc_id"] for c in answer.citations])
+    source = "\n".join(ch.text for chunks in articles.values() for ch in chunks)
+    # extractive: every sentence of the answer is a sentence of a cited article (a list item closed as a sentence)
+    assert all(s.rstrip("。.；;") in source for s in split_sentences(answer.text)), answer.text
     c = answer.citations[0]
     assert (c["title"], c["section"], c["source"]) == (cited.title, cited.section, cited.source)
     assert 0.5 <= answer.confidence <= 1.0 and answer.timings["total"] > 0
@@ -157,6 +159,20 @@ def test_unsupported_sentences_catch_new_facts_and_numbers():
     assert unsupported_sentences("Refunds to Alipay take 10 business days.", hits, tok) == [
         "Refunds to Alipay take 10 business days."]
     assert unsupported_sentences("We also send you a free gift voucher.", hits, tok)
+
+
+def test_a_rephrasing_keeps_the_evidences_names_and_negations():
+    tok = get_tokenizer()
+    hits = [Hit(chunk_id="r#0", score=1.0, chunk=Chunk(chunk_id="r#0", doc_id="r", title="Returns", text=(
+        "Gift cards cannot be returned once the code has been delivered. Refunds to PayPal take 3–5 business days."
+        "\n退货运费由买家承担。礼品卡一经发放，不支持退货。")))]
+    assert unsupported_sentences("Gift cards cannot be returned once the code is delivered.", hits, tok) == []
+    assert unsupported_sentences("Gift cards can be returned once the code has been delivered.", hits, tok)
+    assert unsupported_sentences("Refunds to PayPal never take 3–5 business days.", hits, tok)
+    assert unsupported_sentences("Refunds to Alipay take 3–5 business days.", hits, tok)      # another name
+    assert unsupported_sentences("Refunds to PayPal take 3–5 business days.", hits, tok) == []
+    assert unsupported_sentences("礼品卡一经发放，不支持退货。", hits, tok) == []
+    assert unsupported_sentences("礼品卡一经发放，支持退货。", hits, tok)
 
 
 class _ChatStub(BaseHTTPRequestHandler):
@@ -243,3 +259,39 @@ def test_a_missing_index_sends_the_question_to_a_human_instead_of_failing(pool, 
     assert not ok and "GenerationNotFound" in detail
     answer = elsewhere.answer("do coupons expire")
     assert not answer.answered and answer.reason == "retrieval failed: GenerationNotFound"
+
+
+ANSWER_SET = Path(__file__).resolve().parent / "answer_set.jsonl"
+
+
+@pytest.fixture(scope="module")
+def answer_set_report(bundled_kb):
+    """The project's own answer set (customers' words, zh and en: facts, how-to, two-part questions and questions
+    the pack cannot answer) through the real knowledge base, judged by the facts each reply must contain."""
+    from rag.eval import evaluate_answer_set, load_answer_set
+
+    rows = load_answer_set(ANSWER_SET)
+    assert len(rows) >= 150 and {r["lang"] for r in rows} == {"en", "zh"}
+    assert {"fact", "howto", "two_part", "none"} <= {r["kind"] for r in rows}
+    return evaluate_answer_set(bundled_kb, rows)
+
+
+@pytest.mark.slow
+def test_answer_set_replies_are_whole_unframed_in_the_customers_language_and_honest(answer_set_report):
+    report = answer_set_report
+    assert report["framing"] == 0 and report["fragments"] == 0 and report["wrong_language"] == 0, [
+        (v["q"], v["text"]) for v in report["verdicts"] if v["framing"] or v["fragment"] or v["wrong_language"]]
+    assert report["wrong_answer_unanswerable_rate"] <= 0.03, [v["q"] for v in report["verdicts"]
+                                                               if v["kind"] == "none" and v["answered"]]
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="#33: the confidence does not yet separate the bundled pack's answerable "
+                   "questions from the unanswerable ones well enough: at the threshold that keeps wrong answers to "
+                   "unanswerable questions <= 3 % (2.8 %), 14.8 % of answerable ones get no answer (0.81 right)")
+def test_answer_set_is_answered_right(answer_set_report):
+    report = answer_set_report
+    wrong = [(v["q"], v["answered"], v["text"][:120]) for v in report["verdicts"] if not v["right"]]
+    assert report["right_rate"] >= 0.90, (report["right_rate"], wrong)
+    assert report["unanswered_answerable_rate"] <= 0.05, [v["q"] for v in report["verdicts"]
+                                                           if v["kind"] != "none" and not v["answered"]]

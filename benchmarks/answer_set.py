@@ -1,0 +1,103 @@
+"""The project's answer set through the knowledge base: how many replies are right, whole and in the right language.
+
+Indexes the bundled bilingual pack (what `make run` serves) in a throw-away database, warms answer
+composition, asks every question of tests/rag/answer_set.jsonl as L1 does (`KnowledgeBase.answer`) and
+judges each reply by the facts it must contain (rag.eval.judge_reply). The same figures are asserted by
+tests/rag/test_answer.py::test_the_answer_set_is_answered_right_whole_and_in_the_customers_language.
+
+    python benchmarks/answer_set.py [--set FILE] [--threshold T] [--show-wrong]
+
+Prints the rates and writes benchmarks/results/answer_set.json.
+"""
+
+from __future__ import annotations
+
+RUN_ALL = {"quick": [], "full": []}
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--set", default=str(REPO / "tests" / "rag" / "answer_set.jsonl"))
+    ap.add_argument("--threshold", type=float, help="answer threshold (default: the configured one)")
+    ap.add_argument("--threads", type=int, default=2, help="encoder threads (default: the gateway's)")
+    ap.add_argument("--show-wrong", action="store_true", help="print every reply judged wrong")
+    ap.add_argument("--models-dir", default=os.environ.get("SWITCHBOARD_HOME", str(REPO / "var")) + "/models")
+    ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "answer_set.json"))
+    args = ap.parse_args()
+
+    from router.app.services import limit_threads
+
+    limit_threads(args.threads)
+    from rag.encoder_backends import load_encoder
+    from rag.eval import evaluate_answer_set, load_answer_set
+    from rag.lexical.tantivy import TantivyIndex
+    from rag.rewrite import get_tokenizer, load_glossary
+    from rag.service import SAMPLE_KB, KnowledgeBase
+    from router.db import EmbeddedPostgres, migrate, open_pool
+
+    work = Path(tempfile.mkdtemp(prefix="sb-answers-"))
+    dsn = os.environ.get("SWITCHBOARD_DATABASE_URL")
+    embedded = None
+    if not dsn:
+        embedded = EmbeddedPostgres(work / "pg")
+        dsn = embedded.start()
+    migrate(dsn)
+    pool = open_pool(dsn, min_size=1, max_size=4)
+    try:
+        encoder = load_encoder("multilingual-e5-small", Path(args.models_dir), threads=args.threads)
+        glossary = load_glossary(SAMPLE_KB)
+        kb = KnowledgeBase(pool, encoder, TantivyIndex(work / "index", tokenizer=get_tokenizer(glossary.words())),
+                           glossary=glossary)
+        if args.threshold is not None:
+            kb.config.answer_threshold = args.threshold
+        build = kb.generations.rebuild(SAMPLE_KB)
+        t = time.perf_counter()
+        lines = kb.warm()
+        warm_s = round(time.perf_counter() - t, 1)
+        rows = load_answer_set(args.set)
+        report = evaluate_answer_set(kb, rows)
+        verdicts = report.pop("verdicts")
+        print(f"{len(rows)} questions ({report['n_unanswerable']} the pack cannot answer); {build['docs']} docs, "
+              f"{lines} lines warmed in {warm_s} s; load {os.getloadavg()[0]:.1f}")
+        for key in ("right_rate", "answerable_right_rate", "unanswered_answerable_rate",
+                    "wrong_answer_unanswerable_rate", "cited_right_rate", "framing", "fragments", "wrong_language",
+                    "by_kind", "latency_ms_p50", "latency_ms_p95"):
+            print(f"  {key:<32} {report[key]}")
+        if args.show_wrong:
+            for v in verdicts:
+                if not v["right"] or v["framing"] or v["fragment"] or v["wrong_language"]:
+                    print(f"- {v['q']} (answered {v['answered']}, cited {v['cited']}): {v['text'][:200]!r}")
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"set": args.set, "threshold": kb.config.answer_threshold, "encoder": encoder.name,
+                                   "machine": platform.machine(), "cpus": os.cpu_count(), "load_avg": os.getloadavg(),
+                                   "warm_seconds": warm_s, **report,
+                                   "wrong": [v for v in verdicts if not v["right"]]},
+                                  indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+        print(f"wrote {out}")
+    finally:
+        pool.close()
+        if embedded is not None:
+            embedded.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,414 @@
+"""Answer composition: the lines of the knowledge base that answer the question, whole, in the article's order.
+
+The retrieved passages say which articles hold the answer; the reply is composed from those articles read
+whole (every chunk, overlaps removed), so an answer never starts in the middle of a list or stops at a chunk
+break. Each line (a paragraph, a list item or table row, an FAQ entry) is scored against the question with
+the encoder already loaded (symmetric ``query:`` vectors, cached per text, so a warm article costs nothing),
+and the best one is taken with what it needs to be read alone:
+
+- an FAQ entry gives its answer, without the ``Q:`` / ``A:`` / ``问：`` / ``答：`` framing;
+- a list item or table row comes with the line that introduces its list (or its label, "Gold"), and a
+  how-to question, or a question that matches the introduction itself, gets the whole list;
+- a paragraph comes whole, with the lines of its section that score as well.
+
+A question of several parts ("PayPal or Apple Pay?", "when does it ship, and how many days to arrive?")
+gets one entry per part, each citing its article. Everything is taken from articles in one language: the
+customer's when the knowledge base has it, else the reply says which language the article is in. The text
+always ends where a sentence ends.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rag.chunk import _CJK, join_units, sentence_units
+from rag.types import Chunk, Hit
+
+_FAQ_Q = re.compile(r"^(?:q|问)\s*[:：]\s*", re.I)
+_FAQ_A = re.compile(r"^(?:a|答)\s*[:：]\s*", re.I)
+_TERMINAL = ("。", ".", "!", "！", "?", "？", "”", "」", ")", "）", '"')
+_SOFT_END = re.compile(r"[;；,，、:：\s]+$")
+_WHOLE_LIST = re.compile(r"\b(?:how (?:do|can|to|should)|how's|steps?|what do i (?:do|need)|where do i)\b|怎么|怎样|如何|"
+                    r"步骤|流程|办理|操作|\bwhich\b|\bwhat (?:are|kinds?|types?|options?)\b|哪些|哪几|有什么|有哪", re.I)
+# where a question of several parts is cut: sentence ends, commas, and the words that join two questions
+_PART_CUT = re.compile(r"[?？。!！;；]+|[,，]\s*(?:and|or|also|plus)?\s*|\s+(?:and also|and|or|also|plus)\s+|"
+                       r"还有|另外|以及|或者|还是|顺便问一下|顺便问", re.I)
+MAX_LIST = 8               # list lines shown at most when a whole list is the answer
+MAX_CHARS = 700            # a reply longer than this drops its weakest extra entries
+NEAR = 0.02                # a line this close to the best one's score belongs to the answer too
+SWITCH = 0.02             # a passage of the anchor's article whose lines match this much better anchors instead
+PART_FLOOR = 0.80          # a question part's best line below this adds nothing
+
+
+@dataclass
+class Line:
+    """One line of an article: a paragraph, a list item / table row, or an FAQ question / answer."""
+
+    doc: int                     # index of the article among the candidates
+    idx: int                     # position in the article
+    text: str
+    section: str
+    kind: str = "para"           # para | item | intro | label | faq_q | faq_a
+    group: int = -1              # the list or FAQ entry it belongs to
+    label: int = -1              # the item's label line ("Gold") or the list's introduction
+    chunks: tuple[str, ...] = ()  # the chunks the line was read from
+
+
+@dataclass
+class Composition:
+    text: str
+    docs: list[str]                                    # cited articles, in the order they appear
+    lang: str
+    scores: dict[str, float] = field(default_factory=dict)
+    parts: int = 1
+
+
+def _ends(text: str) -> bool:
+    return text.rstrip().endswith(_TERMINAL)
+
+
+def _is_cjk(text: str) -> bool:
+    return bool(_CJK.search(text))
+
+
+def close_sentence(text: str) -> str:
+    """End a list item or table row where a sentence ends (";" / "；" / no mark -> "." / "。")."""
+    text = text.rstrip()
+    if not text or _ends(text):
+        return text
+    stripped = _SOFT_END.sub("", text)
+    return stripped + ("。" if _is_cjk(stripped) else ".")
+
+
+def strip_framing(text: str) -> str:
+    return _FAQ_A.sub("", _FAQ_Q.sub("", text.strip())).strip()
+
+
+def article_lines(chunks: Sequence[Chunk], doc: int = 0) -> list[Line]:
+    """An article's lines from its chunks in order, the overlap repeated between chunks removed."""
+    lines: list[Line] = []
+    prev_section: str | None = None
+    prev_units: list[str] = []
+    current: list[tuple[str, bool]] = []
+    section = ""
+
+    owners: list[str] = []
+
+    def flush() -> None:
+        if current:
+            lines.append(Line(doc, len(lines), join_units([(s, False) for s, _ in current]), section,
+                              chunks=tuple(dict.fromkeys(owners))))
+            current.clear()
+            owners.clear()
+
+    for c in chunks:
+        units = sentence_units(c.text or "")
+        if c.section == prev_section and prev_units:
+            k = min(len(prev_units), len(units))
+            while k and [u for u, _ in units[:k]] != prev_units[-k:]:
+                k -= 1
+            units = units[k:]
+            if k and current:
+                owners.append(c.chunk_id)  # the repeated sentences end the line being read
+        else:
+            flush()
+        if c.section != prev_section:
+            prev_units = []
+        section = c.section or ""
+        for s, new_line in units:
+            if new_line:
+                flush()
+            current.append((s, new_line))
+            owners.append(c.chunk_id)
+        prev_units = (prev_units + [u for u, _ in sentence_units(c.text or "")])[-50:]
+        prev_section = c.section
+    flush()
+    _structure(lines)
+    return lines
+
+
+def _label_like(text: str) -> bool:
+    t = text.strip()
+    return (not _ends(t) and not _SOFT_END.search(t) and len(t) <= 24
+            and (t[:1].isupper() or (_is_cjk(t) and len(t) <= 8)) and ":" not in t and "：" not in t)
+
+
+def _structure(lines: list[Line]) -> None:
+    """Kinds and groups: FAQ entries, lists (runs of short lines in a section) with their introduction."""
+    group = 0
+    i = 0
+    while i < len(lines):
+        ln = lines[i]
+        if _FAQ_Q.match(ln.text):
+            group += 1
+            ln.kind, ln.group = "faq_q", group
+            j = i + 1
+            while j < len(lines) and lines[j].section == ln.section and not _FAQ_Q.match(lines[j].text):
+                lines[j].kind, lines[j].group = "faq_a", group
+                j += 1
+            i = j
+            continue
+        # a run of short lines in one section is a list (items, steps, table rows); a line ending in ":"
+        # introduces the run after it
+        intro = ln if ln.text.rstrip().endswith((":", "：")) else None
+        j = i + 1 if intro else i
+        while (j < len(lines) and lines[j].section == ln.section and len(lines[j].text) <= 260
+               and not _FAQ_Q.match(lines[j].text) and not lines[j].text.rstrip().endswith((":", "："))):
+            j += 1
+        items = lines[i + 1:j] if intro else lines[i:j]
+        if len(items) >= 2:
+            group += 1
+            label = intro.idx if intro else -1
+            if intro:
+                intro.kind, intro.group, intro.label = "intro", group, -1
+            for it in items:
+                if _label_like(it.text) and it is not items[-1]:
+                    it.kind, it.group, it.label = "label", group, label
+                    label = it.idx
+                else:
+                    it.kind, it.group, it.label = "item", group, label
+            i = j
+            continue
+        i += 1
+
+
+def _unit_text(ln: Line, lines: Sequence[Line]) -> str:
+    """What a line is scored as: the line with what gives it meaning (its list's label or introduction,
+    its section heading), and for an FAQ answer its question."""
+    text = strip_framing(ln.text)
+    if ln.kind in ("item", "label") and ln.label >= 0:
+        head = strip_framing(lines[ln.label].text).rstrip(":： ")
+        return f"{head}: {text}"
+    if ln.kind == "faq_a":
+        q = next((x for x in lines if x.group == ln.group and x.kind == "faq_q"), None)
+        return f"{strip_framing(q.text)} {text}" if q is not None else text
+    if ln.kind in ("item", "para", "intro") and ln.section:
+        return f"{ln.section.split(' > ')[-1]}: {text}"
+    return text
+
+
+def question_parts(query: str) -> list[str]:
+    """The parts of a question that asks several things (each long enough to mean something alone)."""
+    parts = [p.strip() for p in _PART_CUT.split(query or "") if p and p.strip()]
+    keep = [p for p in parts if (len(p) >= 2 if _is_cjk(p) else len(p.split()) >= 2 or len(p) >= 6)]
+    return keep if len(keep) >= 2 else []
+
+
+class VectorCache:
+    """Symmetric (``query:``) vectors of article lines, by text (LRU): an article is encoded once."""
+
+    def __init__(self, encoder: Any, size: int = 20000):
+        self.encoder = encoder
+        self.size = size
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def vectors(self, texts: Sequence[str]) -> np.ndarray:
+        out: dict[int, np.ndarray] = {}
+        with self._lock:
+            for i, t in enumerate(texts):
+                v = self._vectors.get(t)
+                if v is not None:
+                    self._vectors.move_to_end(t)
+                    out[i] = v
+        missing = sorted({t for i, t in enumerate(texts) if i not in out})
+        if missing:
+            vecs = self.encoder.encode_queries(missing)
+            with self._lock:
+                for t, v in zip(missing, vecs, strict=True):
+                    self._vectors[t] = np.asarray(v, dtype=np.float32)
+                    while len(self._vectors) > self.size:
+                        self._vectors.popitem(last=False)
+            new = dict(zip(missing, vecs, strict=True))
+            for i, t in enumerate(texts):
+                if i not in out:
+                    out[i] = new[t]
+        dim = int(getattr(self.encoder, "dim", 384))
+        return np.stack([out[i] for i in range(len(texts))]) if texts else np.empty((0, dim), np.float32)
+
+
+LANG_NOTE = {
+    ("en", "zh"): "This is answered in our Chinese help article:",
+    ("zh", "en"): "这个问题我们的帮助文章只有英文版：",
+}
+
+
+class Composer:
+    """Composes answers from whole articles; ``articles(doc_ids)`` returns each article's chunks in order."""
+
+    def __init__(self, encoder: Any, *, cache_size: int = 20000):
+        self.cache = VectorCache(encoder, cache_size)
+        self.encoder = encoder
+        self._lines: OrderedDict[tuple[str, str, str], list[Line]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def lines_of(self, key: str, doc: int, chunks: Sequence[Chunk]) -> list[Line]:
+        ident = (key, chunks[0].doc_id if chunks else "", "".join(c.content_hash for c in chunks))
+        with self._lock:
+            cached = self._lines.get(ident)
+        if cached is None:
+            cached = article_lines(chunks, 0)
+            with self._lock:
+                self._lines[ident] = cached
+                while len(self._lines) > 512:
+                    self._lines.popitem(last=False)
+        return [Line(doc, x.idx, x.text, x.section, x.kind, x.group, x.label, x.chunks) for x in cached]
+
+    def warm(self, key: str, articles: dict[str, list[Chunk]]) -> int:
+        """Encode every line of ``articles`` ahead of the first question (texts already cached cost nothing)."""
+        texts: list[str] = []
+        for i, (_, chunks) in enumerate(sorted(articles.items())):
+            lines = self.lines_of(key, i, chunks)
+            texts += [_unit_text(ln, lines) for ln in lines]
+            texts += sorted({ln.section.split(" > ")[-1] for ln in lines if ln.section})
+        texts = list(dict.fromkeys(texts))
+        for start in range(0, len(texts), 16):        # small batches: a turn never waits long for the encoder
+            self.cache.vectors(texts[start:start + 16])
+        return len(texts)
+
+    def compose(self, query: str, passages: Sequence[Hit], articles: Callable[[Sequence[str]], dict[str, list[Chunk]]],
+                *, lang: str | None = None, key: str = "", candidates: int = 5) -> Composition | None:
+        """The composed answer from the articles of ``passages`` (best first), or None without evidence.
+
+        The best passage (retrieval's choice, in the answer's language) anchors the answer: its lines are
+        scored against the question and the best of them is taken with its context. Each further part of
+        the question takes the best line among the candidate passages' lines when it adds a new entry.
+        """
+        hits = [h for h in passages if h.chunk is not None]
+        if not hits:
+            return None
+        langs = [h.chunk.lang for h in hits]
+        answer_lang = lang if lang and lang in langs else langs[0]
+        cands = [h for h in hits if h.chunk.lang == answer_lang][:candidates]
+        doc_ids = list(dict.fromkeys(h.chunk.doc_id for h in cands))
+        chunks = articles(doc_ids)
+        doc_ids = [d for d in doc_ids if chunks.get(d)]
+        if not doc_ids:
+            return None
+        per_doc = [self.lines_of(key, i, chunks[d]) for i, d in enumerate(doc_ids)]
+        doc_of = {d: i for i, d in enumerate(doc_ids)}
+        # the lines each candidate passage holds (anchor first)
+        pools: list[list[Line]] = []
+        for h in cands:
+            i = doc_of.get(h.chunk.doc_id)
+            if i is None:
+                continue
+            pools.append([ln for ln in per_doc[i] if h.chunk_id in ln.chunks])
+        pools = [p for p in pools if p]
+        if not pools:
+            return None
+        pool = list({(ln.doc, ln.idx): ln for p in pools for ln in p}.values())
+        parts = question_parts(query)
+        qvecs = self.encoder.encode_queries([query, *parts])
+        heads = sorted({ln.section.split(" > ")[-1] for ln in pool if ln.section})
+        vecs = self.cache.vectors([_unit_text(ln, per_doc[ln.doc]) for ln in pool] + heads)
+        sims = vecs[: len(pool)] @ qvecs.T
+        score_of = {(ln.doc, ln.idx): sims[i] for i, ln in enumerate(pool)}
+        head_sim = dict(zip(heads, (vecs[len(pool):] @ qvecs[0]).tolist(), strict=True))
+
+        def strength(pl: list[Line]) -> float:
+            """How well a passage's own words (its lines, its heading) match the question."""
+            best = max(float(score_of[(ln.doc, ln.idx)][0]) for ln in pl)
+            return max([best] + [head_sim.get(ln.section.split(" > ")[-1], -1.0) for ln in pl if ln.section])
+
+        # retrieval's best passage anchors the answer, unless another passage of the same article says it
+        # clearly better in its own words (an FAQ entry about a neighbouring question ranks high on shared words)
+        anchor = pools[0]
+        first = strength(anchor)
+        rival = max((pl for pl in pools[1:] if pl[0].doc == anchor[0].doc), key=strength, default=None)
+        if rival is not None and strength(rival) >= first + SWITCH:
+            anchor = rival
+            pools = [rival] + [pl for pl in pools if pl is not rival]
+        main = self._entry(anchor, per_doc, score_of, 0, query, head_sim=head_sim)
+        if sum(len(x.text) for x in main) < (60 if _is_cjk(query) else 110) and main[0].kind == "para":
+            # a short lead ("who pays depends on why you return it") says little alone: the next
+            # passage of the same article completes it
+            for pl in pools[1:]:
+                if pl[0].doc == main[0].doc and not any((x.doc, x.idx) in {(m.doc, m.idx) for m in main} for x in pl):
+                    main = main + self._entry(pl, per_doc, score_of, 0, query)
+                    break
+        chosen: list[tuple[float, list[Line]]] = [(1.0, main)]
+        taken = {(ln.doc, ln.idx) for ln in main}
+        for p in range(len(parts)):
+            best = max(pool, key=lambda ln: score_of[(ln.doc, ln.idx)][1 + p])
+            sc = float(score_of[(best.doc, best.idx)][1 + p])
+            if sc < PART_FLOOR or (best.doc, best.idx) in taken:
+                continue
+            home = next(pl for pl in pools if best in pl)
+            entry = self._entry(home, per_doc, score_of, 1 + p, parts[p], only=best)
+            if any((ln.doc, ln.idx) in taken for ln in entry if ln.kind not in ("intro", "label")):
+                continue
+            chosen.append((sc, entry))
+            taken |= {(ln.doc, ln.idx) for ln in entry}
+        while len(chosen) > 1 and sum(len(ln.text) for _, e in chosen for ln in e) > MAX_CHARS:
+            chosen.pop(min(range(1, len(chosen)), key=lambda i: chosen[i][0]))
+        blocks = []
+        for _, e in chosen:
+            blocks.append(render(sorted(e, key=lambda x: x.idx)))
+        # entries in the article's order (the main entry's article first)
+        order = sorted(range(len(chosen)), key=lambda i: (chosen[i][1][0].doc != main[0].doc, chosen[i][1][0].doc,
+                                                           min(x.idx for x in chosen[i][1])))
+        text = "\n".join(blocks[i] for i in order if blocks[i])
+        used = list(dict.fromkeys(doc_ids[chosen[i][1][0].doc] for i in [0, *order]))
+        if lang and answer_lang and lang != answer_lang and (lang, answer_lang) in LANG_NOTE:
+            text = f"{LANG_NOTE[(lang, answer_lang)]}\n{text}"
+        top = max((float(score_of[(ln.doc, ln.idx)][0]) for ln in main if (ln.doc, ln.idx) in score_of), default=0.0)
+        return Composition(text=text, docs=used, lang=answer_lang, parts=len(chosen), scores={"line": round(top, 4)})
+
+    def _entry(self, pool: list[Line], per_doc: list[list[Line]], score_of: dict, col: int, question: str,
+               only: Line | None = None, head_sim: dict[str, float] | None = None) -> list[Line]:
+        """The best line of ``pool`` for the question with what it needs to be read alone (module docstring)."""
+        def sc(x: Line) -> float:
+            v = score_of.get((x.doc, x.idx))
+            return float(v[col]) if v is not None else -1.0
+
+        faq = [x for x in pool if x.kind in ("faq_q", "faq_a")]
+        ln = only or (faq[0] if faq else max(pool, key=sc))
+        doc = per_doc[ln.doc]
+        top = sc(ln)
+        if ln.kind in ("faq_q", "faq_a"):
+            return [x for x in doc if x.group == ln.group and x.kind == "faq_a"] or [ln]
+        if ln.kind in ("item", "label", "intro"):
+            section = [x for x in doc if x.section == ln.section]
+            heading = ln.section.split(" > ")[-1]
+            if (head_sim and heading in head_sim and head_sim[heading] >= top or _WHOLE_LIST.search(question)) \
+                    and len(section) <= MAX_LIST + 2 and all(x.kind != "faq_q" for x in section):
+                return section        # the question asks what the section is about: the section, whole
+            members = [x for x in doc if x.group == ln.group]
+            intro = next((x for x in members if x.kind == "intro"), None)
+            if ln.kind == "intro" or _WHOLE_LIST.search(question):
+                body = [x for x in members if x.kind != "intro"][:MAX_LIST]
+                return ([intro] if intro else []) + body
+            if ln.kind == "label":
+                near = [ln] + [x for x in members if x.kind == "item" and x.label == ln.idx][:MAX_LIST]
+            else:
+                near = [x for x in members if x.kind == "item" and (x is ln or sc(x) >= top - NEAR)][:MAX_LIST]
+            heads = {x.label for x in near if x.label >= 0}
+            heads |= {doc[h].label for h in list(heads) if doc[h].label >= 0}
+            out = [doc[h] for h in heads] + near
+            return sorted({x.idx: x for x in out}.values(), key=lambda x: x.idx)
+        same = [x for x in pool if x.section == ln.section and x.kind == "para" and (x is ln or sc(x) >= top - NEAR)]
+        return same or [ln]
+
+
+def render(lines: Sequence[Line]) -> str:
+    """Lines in the article's order, framing removed, each list line closed as a sentence."""
+    out: list[str] = []
+    for ln in lines:
+        text = strip_framing(ln.text)
+        if not text:
+            continue
+        if ln.kind == "label" or ln.kind == "intro":
+            out.append(text if text.rstrip().endswith((":", "：")) else text + ("：" if _is_cjk(text) else ":"))
+        else:
+            out.append(close_sentence(text))
+    while out and out[-1].rstrip().endswith((":", "：")):        # never end on an introduction
+        out.pop()
+    return "\n".join(out).strip()
