@@ -833,8 +833,11 @@ class _Turn:
         self.move("l2_assisting", reason or f"intent {c.intent or 'unknown'}")
         evidence = [_hit_dict(h) for h in (answer.passages if answer else [])[:EVIDENCE_LIMIT]]
         draft = {
-            "text": (answer.text if answer and answer.text else (evidence[0]["text"] if evidence and
-                                                                  "text" in evidence[0] else None)),
+            # the composed answer (rag/compose.py), also when it was not confident enough to send: the agent
+            # reviews the same text the bot would have sent; else the best passage
+            "text": (answer.text if answer and answer.text else getattr(answer, "draft", None) if answer
+                     and getattr(answer, "draft", None) else (evidence[0]["text"] if evidence and
+                                                               "text" in evidence[0] else None)),
             "citations": _citations(answer.citations) if answer else [],
             "passages": evidence[:3],
             "intent": c.intent,
