@@ -9,7 +9,6 @@ at the customer's turn. The shape is documented in ``automation/workflows/README
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,17 +16,14 @@ import jsonschema
 import yaml
 
 from automation.workflows.expr import ExpressionError, holes, roots
-from failures.yaml_source import construct, dotted, line_for, render, syntax_error
+from automation.workflows.model import (BUILTIN_NAMES, COMMON_KEYS, DEFAULT_TIERS, ENTITY_TYPES, ID, LANGS,  # noqa: F401
+                                        RISK_ORDER, Slot, Step, Workflow, WorkflowConfigError, WorkflowSet)
+from failures.yaml_source import construct, dotted, line_for, syntax_error
 
 BUNDLED = Path(__file__).resolve().parent / "samples"
-LANGS = ("zh", "en")
 KINDS = ("ask", "split", "choose", "confirm", "call", "set", "check", "foreach", "approve", "reply", "handoff", "end")
-RISK_ORDER = {"read": 0, "write": 1, "money": 2}
-DEFAULT_TIERS = {"auto": 50.0, "supervisor": 500.0, "manager": 2000.0}   # above the last: director
-ENTITY_TYPES = ("order_id", "amount", "money", "yes_no", "phone", "email", "number", "text")
-_ID = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_ID = ID
 
-COMMON_KEYS = {"id", "when", "goto", "next", "on_error", "on_reject", "reset"}
 KIND_KEYS = {
     "ask": {"prompt", "quick_replies"},
     "split": {"kinds", "prompt", "text"},
@@ -43,114 +39,6 @@ KIND_KEYS = {
     "handoff": {"reply"},
     "end": {"reply"},
 }
-# names every expression may read besides bindings, slots of the workflow and loop variables
-BUILTIN_NAMES = {"slots", "caller", "lang", "approval", "error", "index", "message", "memory", "labels"}
-
-
-class WorkflowConfigError(ValueError):
-    """Problems in a workflows file, each pinned to a file, a line and a field."""
-
-    def __init__(self, errors: list[dict]):
-        self.errors = errors
-        super().__init__("\n".join(render(e, "<workflows>") for e in errors))
-
-    @property
-    def first(self) -> dict:
-        return self.errors[0]
-
-
-@dataclass
-class Slot:
-    name: str
-    prompt: dict[str, str] = field(default_factory=dict)
-    validate: dict[str, Any] = field(default_factory=dict)   # entity | regex | enum | schema
-    quick_replies: list[str] = field(default_factory=list)
-    recall: str | None = None          # CEL over memory: the value "the same as last time" names
-    line: int | None = None
-
-    def check(self, value: Any) -> bool:
-        v = self.validate
-        if "enum" in v and value not in v["enum"]:
-            return False
-        if "regex" in v and not (isinstance(value, str) and re.fullmatch(v["regex"], value)):
-            return False
-        if "schema" in v:
-            try:
-                jsonschema.validate(value, v["schema"])
-            except jsonschema.ValidationError:
-                return False
-        return True
-
-
-@dataclass
-class Step:
-    id: str
-    kind: str
-    raw: dict[str, Any]
-    line: int | None = None
-    parent: str | None = None           # the foreach whose body holds this step
-    following: str | None = None        # the next step of its sequence (None: end of the sequence)
-    body: list[str] = field(default_factory=list)   # foreach: ids of the body's steps
-
-    @property
-    def arg(self) -> Any:
-        return self.raw[self.kind]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.raw.get(key, default)
-
-
-@dataclass
-class Workflow:
-    name: str
-    version: int
-    steps: dict[str, Step]
-    first: str
-    slots: dict[str, Slot]
-    intents: list[str] = field(default_factory=list)
-    description: dict[str, str] = field(default_factory=dict)
-    approval_tiers: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TIERS))
-    vocabulary: dict[str, dict[str, list[str]]] = field(default_factory=dict)   # the shop's words for its values
-    risk: str = "read"
-    call_risk: dict[str, str] = field(default_factory=dict)   # call step -> risk it is judged at
-    file: str | None = None
-    line: int | None = None
-
-    def step(self, step_id: str) -> Step:
-        return self.steps[step_id]
-
-    def tier_for(self, amount: float) -> str:
-        tiers = sorted(self.approval_tiers.items(), key=lambda kv: kv[1])
-        for name, limit in tiers:
-            if amount <= limit:
-                return name
-        return "director"
-
-
-@dataclass
-class WorkflowSet:
-    workflows: dict[str, Workflow]
-    labels: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)   # table -> lang -> key -> text
-    memory: Any = None                  # automation.workflows.memory.MemorySpec: what a session loads first
-
-    def labels_for(self, lang: str) -> dict[str, dict[str, str]]:
-        """The label tables in one language (CEL ``labels.status[...]``), English where a language lacks one."""
-        return {name: by_lang.get(lang) or by_lang.get("en") or {} for name, by_lang in self.labels.items()}
-
-    def __getitem__(self, name: str) -> Workflow:
-        return self.workflows[name]
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.workflows
-
-    def names(self) -> list[str]:
-        return sorted(self.workflows)
-
-    def for_intent(self, intent: str) -> Workflow | None:
-        for wf in self.workflows.values():
-            if intent in wf.intents:
-                return wf
-        return None
 
 
 # ---------------------------------------------------------------- validation
@@ -244,7 +132,7 @@ def parse_workflows(text: str, *, file: str | None = None, tools: Any | None = N
             out[wf.name] = wf
     if chk.errors:
         raise WorkflowConfigError(chk.errors)
-    return WorkflowSet(out, labels=labels, memory=memory)
+    return WorkflowSet(workflows=out, labels=labels, memory=memory)
 
 
 def _labels(value: Any, path: tuple, chk: _Checker) -> dict[str, dict[str, dict[str, str]]]:
@@ -731,4 +619,4 @@ def load_workflows(path: str | Path | None = None, *, tools: Any | None = None) 
             memory = ws.memory
     if errors:
         raise WorkflowConfigError(errors)
-    return WorkflowSet(merged, labels=labels, memory=memory)
+    return WorkflowSet(workflows=merged, labels=labels, memory=memory)
