@@ -1,0 +1,34 @@
+"""``set: {SLOT: CEL}``: compute slots from what the flow knows (in order: a later one reads an earlier one)."""
+
+from __future__ import annotations
+
+from automation.workflows.checks import WorkflowChecks
+from automation.workflows.expr import evaluate
+from automation.workflows.model import ID, Step
+from automation.workflows.runtime import jsonable
+from automation.workflows.steps.base import Outcome, StepContext, StepKind
+
+
+class Set(StepKind):
+    name = "set"
+
+    def check(self, step: Step, ck: WorkflowChecks) -> None:
+        p = step.raw["_path"]
+        if not isinstance(step.arg, dict) or not step.arg:
+            ck.err(p + ("set",), "expected a mapping of slot name to a CEL expression")
+            return
+        for name, src in step.arg.items():
+            if not isinstance(name, str) or not ID.match(name):
+                ck.err(p + ("set", name), "a slot name is lower case letters, digits and _")
+            ck.expr(src, p + ("set", name))
+
+    def writes(self, step: Step) -> list[str]:
+        return list(step.arg)
+
+    def run(self, ctx: StepContext) -> Outcome:
+        inst = ctx.inst
+        scope = ctx.run.scope()
+        for name, source in ctx.step.arg.items():
+            inst["slots"][name] = jsonable(evaluate(source, scope))
+            scope["slots"] = dict(inst["slots"])
+        return "next"
