@@ -7,6 +7,7 @@ from automation.workflows.steps.ask import Ask
 from automation.workflows.steps.base import REGISTRY, StepContext, StepKind, register
 from automation.workflows.steps.call import Call
 from automation.workflows.steps.check import Check
+from automation.workflows.steps.clear import Clear
 from automation.workflows.steps.choose import Choose
 from automation.workflows.steps.confirm import Confirm
 from automation.workflows.steps.end import End
@@ -17,6 +18,7 @@ from automation.workflows.steps.set import Set
 from automation.workflows.steps.split import Split
 
 register(Ask(), Split(), Choose(), Confirm(), Call(), Set(), Check(), Foreach(), Approve(), Reply(), Handoff(), End())
+register(Clear())
 
 KINDS = tuple(REGISTRY)
 WAITING_KINDS = tuple(name for name, kind in REGISTRY.items() if kind.waits)
