@@ -25,6 +25,7 @@ from automation.workflows import requests as R
 from automation.workflows import store
 from automation.workflows import understand as U
 from automation.workflows.expr import ExpressionError, evaluate_bool
+from automation.workflows.store import Instance
 from automation.workflows.model import Workflow, WorkflowSet
 from automation.workflows.runtime import (ApprovalPort, ApprovalRequest, FlowRun, FlowTurn, HandoffRequest,  # noqa: F401
                                           Services, StepTrace, t)
@@ -50,7 +51,7 @@ class Listening:
     """What the conversation's waiting flow made of this turn's message: read once, before the turn's
     classifier and escalation rules judge it, and handed back to ``on_message`` so it is not read again."""
 
-    instance: dict[str, Any]
+    instance: Instance
     reading: str
 
 
@@ -88,7 +89,7 @@ class FlowEngine:
         self.workflows = workflows   # one assignment: a turn sees the old set or the new one, never half
         return warnings
 
-    def _pinned(self, inst: dict[str, Any]) -> tuple[Workflow, str | None]:
+    def _pinned(self, inst: Instance) -> tuple[Workflow, str | None]:
         """The definition a flow runs on: the version it started with, else the current one if its step
         still exists there; the second value says why neither fits (the flow then goes to a person)."""
         name, version = inst["workflow"], inst["version"]
@@ -106,7 +107,7 @@ class FlowEngine:
                else f"step {inst['step']} of workflow {name} version {version} no longer exists")
         return stub, why
 
-    def _flow_run(self, conn: Any, inst: dict[str, Any], wf: Workflow, caller: Caller | None,
+    def _flow_run(self, conn: Any, inst: Instance, wf: Workflow, caller: Caller | None,
                   lang: str) -> FlowRun:
         """A turn of one instance; the shop's words for its values (``vocabulary``) are this workflow's."""
         R.VOCABULARY.set(wf.vocabulary)
@@ -120,7 +121,7 @@ class FlowEngine:
         store.save(conn, run.inst)
         return run.to_turn()
 
-    def active(self, conn: Any, conversation_id: str) -> dict[str, Any] | None:
+    def active(self, conn: Any, conversation_id: str) -> Instance | None:
         return store.active(conn, conversation_id)
 
     def start(self, conn: Any, workflow: str, caller: Caller, text: str = "", entities: dict[str, Any] | None = None,
@@ -166,13 +167,13 @@ class FlowEngine:
             return None
         return self.start(conn, wf.name, caller, text, entities, lang=lang)
 
-    def read(self, instance: dict[str, Any], text: str, entities: dict[str, Any] | None = None, *,
+    def read(self, instance: Instance, text: str, entities: dict[str, Any] | None = None, *,
              intent: str | None = None, intent_confidence: float | None = None) -> str:
         """What the flow's waiting step reads ``text`` as (one of READINGS), changing nothing.
 
         The turn asks this before its classifier and escalation rules judge the message: an answer to the
         bot's own question ("50", "是的", an invoice title) is the flow's, never an unclear new message."""
-        wf, gone = self._pinned(dict(instance, history=list(instance.get("history") or [])))
+        wf, gone = self._pinned(Instance(**{**instance, "history": list(instance.get("history") or [])}))
         run = self._flow_run(None, instance, wf, None, instance.get("lang") or "en")
         return self._reading(run, gone, text, entities or {}, intent, intent_confidence)
 
@@ -212,7 +213,7 @@ class FlowEngine:
             return "digression"
         return "unclear"
 
-    def advance(self, conn: Any, instance: dict[str, Any] | str, caller: Caller, text: str,
+    def advance(self, conn: Any, instance: Instance | str, caller: Caller, text: str,
                 entities: dict[str, Any] | None = None, lang: str = "en", intent: str | None = None,
                 intent_confidence: float | None = None, *, reading: str | None = None,
                 only_active: bool = False) -> FlowTurn:
@@ -260,7 +261,7 @@ class FlowEngine:
 
     # ------------------------------------------------------------------ other tasks, corrections, memory
 
-    def suspend(self, conn: Any, instance: dict[str, Any], *, because: str) -> None:
+    def suspend(self, conn: Any, instance: Instance, *, because: str) -> None:
         """Interrupt a waiting flow for another task of the customer's (``because``: that task's workflow); it asks
         its question again once that task ends (``resume``)."""
         inst = store.get(conn, instance["id"], lock=True)
@@ -452,7 +453,7 @@ def _caller_dict(c: Caller) -> dict[str, Any]:
     return {k: v for k, v in asdict(c).items() if v is not None}
 
 
-def _caller_from(inst: dict[str, Any]) -> Caller:
+def _caller_from(inst: Instance) -> Caller:
     c = inst["caller"]
     return Caller(channel=c.get("channel", ""), customer_id=c.get("customer_id", ""),
                   conversation_id=c.get("conversation_id") or inst["conversation_id"])

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 from automation.tools.base import Caller
 from automation.workflows import memory as M
 from automation.workflows.expr import Envs, Scope, evaluate_bool, render
+from automation.workflows.store import Instance
 from automation.workflows.model import Step, Workflow, WorkflowSet
 
 if TYPE_CHECKING:
@@ -144,7 +145,7 @@ class Services:
 class FlowRun:
     """One instance's turn: the reply being built and the operations the step kinds share."""
 
-    def __init__(self, conn: Any, inst: dict[str, Any], wf: Workflow, caller: Caller | None, lang: str,
+    def __init__(self, conn: Any, inst: Instance, wf: Workflow, caller: Caller | None, lang: str,
                  services: Services):
         self.conn, self.inst, self.wf, self.caller, self.lang, self.services = conn, inst, wf, caller, lang, services
         self.parts: list[str] = []

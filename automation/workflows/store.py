@@ -8,7 +8,8 @@ arriving together are applied one after the other, never both from the same stat
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from datetime import datetime
+from typing import Any, TypedDict, cast
 
 from psycopg import Connection, Cursor
 from psycopg.rows import dict_row
@@ -18,9 +19,30 @@ ACTIVE = ("waiting", "running", "waiting_approval")
 PAUSED = ("suspended",)      # interrupted by another task; resumed when that one ends
 _JSON = ("caller", "slots", "bindings", "attempts", "loops", "pending", "history")
 Row = dict[str, Any]
-# an instance as stored: id, conversation_id, workflow, version, step, status, outcome, lang, caller, slots,
-# bindings, attempts, loops, pending, generation, approval_ticket, history, created_at, updated_at
-Instance = dict[str, Any]
+
+
+class Instance(TypedDict):
+    """A flow instance as stored (migration 0110): the engine's durable state of one running workflow."""
+
+    id: str
+    conversation_id: str
+    workflow: str
+    version: int
+    step: str | None                      # the step it is at (None: ended)
+    status: str                           # running | waiting | waiting_approval | suspended | completed | ...
+    outcome: str | None
+    lang: str
+    caller: dict[str, Any]                # the verified channel and customer id
+    slots: dict[str, Any]
+    bindings: dict[str, Any]              # call results by their `bind` name, and `memory`
+    attempts: dict[str, int]              # failed answers or calls per step (and `_reasks`)
+    loops: dict[str, dict[str, Any]]      # foreach id -> {items, index}
+    pending: dict[str, Any]               # action, approval, approval_result, approved_call, error, message...
+    generation: int                       # the plan's generation: part of a write's idempotency key
+    approval_ticket: str | None
+    history: list[dict[str, Any]]
+    created_at: datetime
+    updated_at: datetime
 _COLUMNS = ("step", "status", "outcome", "lang", "caller", "slots", "bindings", "attempts", "loops", "pending",
             "generation", "approval_ticket", "history")
 
@@ -37,13 +59,13 @@ def create(conn: Connection[Any], *, conversation_id: str, workflow: str, versio
         (uuid.uuid4(), conversation_id, workflow, version, step, lang, Jsonb(caller), Jsonb(slots)),
     ).fetchone()
     assert row is not None, "INSERT ... RETURNING gives the row"
-    return _plain(row)
+    return _instance(row)
 
 
 def active(conn: Connection[Any], conversation_id: str, *, lock: bool = False) -> Instance | None:
     sql = "SELECT * FROM flow_instances WHERE conversation_id = %s AND status = ANY(%s)"
     row = _cur(conn).execute(sql + (" FOR UPDATE" if lock else ""), (conversation_id, list(ACTIVE))).fetchone()
-    return _plain(row) if row else None
+    return _instance(row) if row else None
 
 
 def suspended(conn: Connection[Any], conversation_id: str, *, lock: bool = False) -> Instance | None:
@@ -51,31 +73,32 @@ def suspended(conn: Connection[Any], conversation_id: str, *, lock: bool = False
     sql = ("SELECT * FROM flow_instances WHERE conversation_id = %s AND status = 'suspended' "
            "ORDER BY updated_at DESC, id LIMIT 1")
     row = _cur(conn).execute(sql + (" FOR UPDATE" if lock else ""), (conversation_id,)).fetchone()
-    return _plain(row) if row else None
+    return _instance(row) if row else None
 
 
 def last(conn: Connection[Any], conversation_id: str) -> Instance | None:
     """The conversation's most recent flow, whatever its status."""
     row = _cur(conn).execute("SELECT * FROM flow_instances WHERE conversation_id = %s ORDER BY created_at DESC, id "
                              "LIMIT 1", (conversation_id,)).fetchone()
-    return _plain(row) if row else None
+    return _instance(row) if row else None
 
 
 def get(conn: Connection[Any], instance_id: str, *, lock: bool = False) -> Instance | None:
     sql = "SELECT * FROM flow_instances WHERE id = %s"
     row = _cur(conn).execute(sql + (" FOR UPDATE" if lock else ""), (str(instance_id),)).fetchone()
-    return _plain(row) if row else None
+    return _instance(row) if row else None
 
 
 def by_ticket(conn: Connection[Any], ticket_id: str, *, lock: bool = False) -> Instance | None:
     sql = "SELECT * FROM flow_instances WHERE approval_ticket = %s"
     row = _cur(conn).execute(sql + (" FOR UPDATE" if lock else ""), (str(ticket_id),)).fetchone()
-    return _plain(row) if row else None
+    return _instance(row) if row else None
 
 
 def save(conn: Connection[Any], inst: Instance) -> None:
     sets = ", ".join(f"{c} = %s" for c in _COLUMNS)
-    values = [Jsonb(inst[c]) if c in _JSON else inst[c] for c in _COLUMNS]
+    row: Row = dict(inst)
+    values = [Jsonb(row[c]) if c in _JSON else row[c] for c in _COLUMNS]
     conn.execute(f"UPDATE flow_instances SET {sets}, updated_at = now() WHERE id = %s", (*values, str(inst["id"])))
 
 
@@ -102,6 +125,10 @@ def customer_outcomes(conn: Connection[Any], channel: str, customer_id: str, *, 
            ORDER BY created_at DESC LIMIT %s""",
         (channel, customer_id, list(ACTIVE + PAUSED), exclude_conversation, limit)).fetchall()
     return [_plain(r) for r in rows]
+
+
+def _instance(row: Row) -> Instance:
+    return cast(Instance, _plain(row))
 
 
 def _plain(row: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from automation.workflows import understand as U
+from automation.workflows.store import Instance
 from automation.workflows.model import Step, Workflow
 from automation.workflows.steps.base import REGISTRY, ask_step_of
 
@@ -56,7 +57,7 @@ def stated(wf: Workflow, name: str, text: str, entities: dict[str, Any]) -> Any:
     return parse_slot(wf, name, text, entities)
 
 
-def correction(inst: dict[str, Any], wf: Workflow, text: str, entities: dict[str, Any],
+def correction(inst: Instance, wf: Workflow, text: str, entities: dict[str, Any],
                skip: str | None = None) -> tuple[str, Any] | None:
     """A new value for an already filled slot ("不是这个，是100235", "sorry, 25 not 45"): (slot, value)."""
     if U.is_correction(text):
@@ -71,7 +72,7 @@ def correction(inst: dict[str, Any], wf: Workflow, text: str, entities: dict[str
     return None
 
 
-def free_correction(inst: dict[str, Any], wf: Workflow, step: Step, text: str) -> tuple[str, Any] | None:
+def free_correction(inst: Instance, wf: Workflow, step: Step, text: str) -> tuple[str, Any] | None:
     """"No, it should be 21 Oak Road ..." at a confirmation: a new value for the free-text slot the step's
     on_reject would ask again (an address, a title), when the rest of the message is more than a number."""
     target = step.get("on_reject")
@@ -89,7 +90,7 @@ def free_correction(inst: dict[str, Any], wf: Workflow, step: Step, text: str) -
     return None
 
 
-def apply_correction(inst: dict[str, Any], wf: Workflow, step: Step, slot: str, value: Any) -> None:
+def apply_correction(inst: Instance, wf: Workflow, step: Step, slot: str, value: Any) -> None:
     """Set the corrected slot and forget what was collected or computed after it (except what the customer said first)."""
     inst["slots"][slot] = value
     inst["generation"] += 1
@@ -106,7 +107,7 @@ def apply_correction(inst: dict[str, Any], wf: Workflow, step: Step, slot: str, 
     inst["history"].append({"step": step.id, "event": "correction", "slot": slot, "at": time.time()})
 
 
-def fix(inst: dict[str, Any], wf: Workflow, step: Step, text: str, entities: dict[str, Any]) -> str | None:
+def fix(inst: Instance, wf: Workflow, step: Step, text: str, entities: dict[str, Any]) -> str | None:
     """A correction of an earlier answer while asked something else: re-plan from that answer's step."""
     if not U.is_correction(text):
         return None

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from automation.workflows.model import Step, Workflow
 
 if TYPE_CHECKING:
+    from automation.workflows.store import Instance
     from automation.workflows.checks import WorkflowChecks
     from automation.workflows.runtime import FlowRun
 
@@ -37,7 +38,7 @@ class StepContext:
     entities: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def inst(self) -> dict[str, Any]:
+    def inst(self) -> Instance:
         return self.run.inst
 
     @property
