@@ -25,12 +25,12 @@ from automation.workflows import requests as R
 from automation.workflows import store
 from automation.workflows import understand as U
 from automation.workflows.expr import ExpressionError, evaluate_bool
-from automation.workflows.store import Instance
 from automation.workflows.model import Workflow, WorkflowSet
 from automation.workflows.runtime import (ApprovalPort, ApprovalRequest, FlowRun, FlowTurn, HandoffRequest,  # noqa: F401
                                           Services, StepTrace, t)
 from automation.workflows.steps import REGISTRY, WAITING_KINDS, StepContext
 from automation.workflows.steps import answers as A
+from automation.workflows.store import Instance
 
 MAX_STEPS_PER_TURN = 400
 

@@ -78,10 +78,25 @@ class Slot(_Model):
         return v.get("entity") in (None, "text") and "regex" not in v and "enum" not in v
 
 
+class StepSpec(BaseModel):
+    """A step's YAML as its kind reads it: each kind's module (``steps/``) subclasses it with its own keys,
+    which are also the keys the loader allows for that kind. Built once the file passed its checks."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, arbitrary_types_allowed=True)
+
+    when: str | None = None
+    goto: str | None = None
+    next: Any = None                     # [{when, goto}]
+    on_error: Any = None                 # handoff | {goto, reset}
+    on_reject: Any = None                # {goto, reset}
+    reset: Any = None                    # [slots]
+
+
 class Step(_Model):
     id: str
     kind: str
     raw: dict[str, Any]                 # the step as written (plus its YAML path under ``_path``)
+    spec: StepSpec | None = None        # the typed YAML of its kind (set when the file loaded without errors)
     line: int | None = None
     parent: str | None = None           # the foreach whose body holds this step
     following: str | None = None        # the next step of its sequence (None: end of the sequence)

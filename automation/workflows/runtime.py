@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 from automation.tools.base import Caller
 from automation.workflows import memory as M
 from automation.workflows.expr import Envs, Scope, evaluate_bool, render
-from automation.workflows.store import Instance
 from automation.workflows.model import Step, Workflow, WorkflowSet
+from automation.workflows.store import Instance
 
 if TYPE_CHECKING:
     from automation.workflows.steps.base import Outcome

@@ -14,6 +14,7 @@ from typing import Any
 
 import jsonschema
 import yaml
+from pydantic import ValidationError
 
 from automation.workflows.checks import Checker, WorkflowChecks, expr_sources
 from automation.workflows.expr import ExpressionError, roots
@@ -63,9 +64,23 @@ def parse_workflows(text: str, *, file: str | None = None, tools: Any | None = N
             wf.vocabulary = vocabulary
         if wf is not None:
             out[wf.name] = wf
+    if not chk.errors:
+        for wf in out.values():
+            _typed(wf, chk)
     if chk.errors:
         raise WorkflowConfigError(chk.errors)
     return WorkflowSet(workflows=out, labels=labels, memory=memory)
+
+
+def _typed(wf: Workflow, chk: Checker) -> None:
+    """Each step's typed YAML (its kind's model), once the checks found nothing: the checks give the errors
+    a person can act on; a shape they let through and the model refuses is still reported at its field."""
+    for s in wf.steps.values():
+        try:
+            s.spec = REGISTRY[s.kind].spec.model_validate(s.raw)
+        except ValidationError as exc:
+            for e in exc.errors():
+                chk.err(s.raw["_path"] + tuple(e["loc"]), str(e["msg"]))
 
 
 def _labels(value: Any, path: P, chk: Checker) -> dict[str, dict[str, dict[str, str]]]:

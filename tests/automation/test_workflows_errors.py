@@ -64,3 +64,15 @@ def test_a_folder_reports_every_file_at_once_with_its_path():
     got = [{**e, "file": Path(e["file"]).name if e["file"] else None} for e in exc.value.errors]
     assert got == EXPECTED["folder"]
     assert str(exc.value).count("\n") == len(got) - 1
+
+
+def test_the_files_that_load_give_every_step_its_kinds_typed_yaml():
+    from automation.workflows.spec import BUNDLED
+    from automation.workflows.steps import REGISTRY
+
+    second = Path(__file__).resolve().parent / "second_shop" / "workflows.yaml"
+    for ws in (load_workflows(BUNDLED), load_workflows(second)):
+        steps = [s for wf in ws.workflows.values() for s in wf.steps.values()]
+        assert steps and all(type(s.spec) is REGISTRY[s.kind].spec for s in steps)
+        calls = [s.spec for s in steps if s.kind == "call"]
+        assert calls and all(c.call == s.arg for c, s in zip(calls, [s for s in steps if s.kind == "call"]))

@@ -12,9 +12,9 @@ import time
 from typing import Any
 
 from automation.workflows import understand as U
-from automation.workflows.store import Instance
 from automation.workflows.model import Step, Workflow
 from automation.workflows.steps.base import REGISTRY, ask_step_of
+from automation.workflows.store import Instance
 
 
 def parse_slot(wf: Workflow, name: str, text: str, entities: dict[str, Any]) -> Any:

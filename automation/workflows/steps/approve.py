@@ -7,16 +7,23 @@ from typing import Any
 
 from automation.workflows.checks import WorkflowChecks
 from automation.workflows.expr import evaluate, evaluate_value
-from automation.workflows.model import Step
+from automation.workflows.model import Step, StepSpec
 from automation.workflows.runtime import TIER_WORDS, ApprovalRequest, jsonable, t
-from automation.workflows.steps.base import Outcome, StepContext, StepKind
+from automation.workflows.steps.base import Outcome, StepContext, StepKind, spec_of
 
 FIELDS = ("amount", "currency", "order", "evidence", "call")
 
 
+class ApproveSpec(StepSpec):
+    approve: dict[str, Any]                # {amount, currency, order, evidence: CEL, call: STEP}
+    waiting: Any = None
+    approved: Any = None
+    rejected: Any = None
+
+
 class Approve(StepKind):
     name = "approve"
-    keys = frozenset({"waiting", "approved", "rejected"})
+    spec = ApproveSpec
 
     def check(self, step: Step, ck: WorkflowChecks) -> None:
         p, a = step.raw["_path"], step.arg
@@ -39,7 +46,8 @@ class Approve(StepKind):
 
     def run(self, ctx: StepContext) -> Outcome:
         run, inst, wf, step = ctx.run, ctx.inst, ctx.wf, ctx.step
-        spec = step.arg
+        sp = spec_of(step, ApproveSpec)
+        spec = sp.approve
         scope = run.scope()
         amount = float(evaluate(spec["amount"], scope))
         tier = wf.tier_for(amount)
@@ -69,7 +77,7 @@ class Approve(StepKind):
         inst["history"].append({"step": step.id, "event": "approval_requested", "tier": tier, "amount": amount,
                                 "ticket": str(ticket), "at": time.time()})
         run.approval = request
-        run.say(run.text(step.get("waiting"))
+        run.say(run.text(sp.waiting)
                 or t("waiting_approval", run.lang, amount=f"{amount:.2f}", currency=currency or "",
                      tier=TIER_WORDS.get(run.lang, {}).get(tier, tier)))
         return "stop"

@@ -8,15 +8,21 @@ from typing import Any
 from automation.workflows import memory as M
 from automation.workflows import understand as U
 from automation.workflows.checks import WorkflowChecks
-from automation.workflows.model import Step, Workflow
+from automation.workflows.model import Step, StepSpec, Workflow
 from automation.workflows.runtime import FlowRun, t
 from automation.workflows.steps import answers as A
 from automation.workflows.steps.base import Outcome, StepContext, StepKind
 
 
+class AskSpec(StepSpec):
+    ask: str                               # the slot
+    prompt: Any = None                     # {zh, en} (default: the slot's prompt)
+    quick_replies: Any = None
+
+
 class Ask(StepKind):
     name = "ask"
-    keys = frozenset({"prompt", "quick_replies"})
+    spec = AskSpec
     waits = True
 
     def check(self, step: Step, ck: WorkflowChecks) -> None:

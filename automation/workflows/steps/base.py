@@ -16,9 +16,9 @@ Step kinds never import the engine (an import contract keeps it so): they act th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from automation.workflows.model import Step, Workflow
+from automation.workflows.model import COMMON_KEYS, Step, StepSpec, Workflow
 
 if TYPE_CHECKING:
     from automation.workflows.store import Instance
@@ -26,6 +26,15 @@ if TYPE_CHECKING:
     from automation.workflows.runtime import FlowRun
 
 Outcome = str | None
+S = TypeVar("S", bound=StepSpec)
+
+
+def spec_of(step: Step, model: type[S]) -> S:
+    """The step's typed YAML (built at load; built here for a step made by hand)."""
+    spec = step.spec
+    if not isinstance(spec, model):
+        spec = step.spec = model.model_validate(step.raw)
+    return spec
 
 
 @dataclass
@@ -47,11 +56,18 @@ class StepContext:
 
 
 class StepKind:
-    """One kind of step. ``name`` is its YAML key; ``keys`` the other keys it takes besides the common ones."""
+    """One kind of step. ``name`` is its YAML key; ``spec`` its YAML model, whose fields (besides the kind's
+    own key and the common ones) are the other keys it takes (``keys``)."""
 
     name: ClassVar[str]
+    spec: ClassVar[type[StepSpec]] = StepSpec
     keys: ClassVar[frozenset[str]] = frozenset()
     waits: ClassVar[bool] = False          # it asks the customer and reads the answer
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        fields = {f.alias or n for n, f in cls.spec.model_fields.items()}
+        cls.keys = frozenset(fields - COMMON_KEYS - {cls.name})
 
     def check(self, step: Step, ck: WorkflowChecks) -> None:
         """Its references (slots, names, steps, tools) against the workflow and the tools, at load time."""

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from automation.tools.base import Caller
 from automation.workflows.checks import WorkflowChecks
 from automation.workflows.expr import evaluate_value
-from automation.workflows.model import ID, RISK_ORDER, Step
+from automation.workflows.model import ID, RISK_ORDER, Step, StepSpec
 from automation.workflows.runtime import jsonable
-from automation.workflows.steps.base import Outcome, StepContext, StepKind
+from automation.workflows.steps.base import Outcome, StepContext, StepKind, spec_of
+
+
+class CallSpec(StepSpec):
+    call: str                              # the tool
+    args: dict[str, Any] | None = None     # argument -> CEL (lists and nested maps allowed)
+    bind: str | None = None                # the name its result is bound to
 
 
 class Call(StepKind):
     name = "call"
-    keys = frozenset({"args", "bind"})
+    spec = CallSpec
 
     def check(self, step: Step, ck: WorkflowChecks) -> None:
         p = step.raw["_path"]
@@ -30,13 +37,14 @@ class Call(StepKind):
 
     def run(self, ctx: StepContext) -> Outcome:
         run, inst, wf, step = ctx.run, ctx.inst, ctx.wf, ctx.step
-        name = step.arg
+        sp = spec_of(step, CallSpec)
+        name = sp.call
         tools = run.services.tools
         approved = inst["pending"].get("approved_call") or {}
         if approved.get("step") == step.id:
             args = approved["arguments"]
         else:
-            args = evaluate_value(step.get("args") or {}, run.scope())
+            args = evaluate_value(sp.args or {}, run.scope())
         risk = getattr(tools.spec(name), "risk", "read")
         key = run.idempotency_key(step) if RISK_ORDER.get(risk, 2) > 0 else None
         caller = run.caller
@@ -54,6 +62,6 @@ class Call(StepKind):
             inst["pending"].pop("approved_call", None)
         inst["pending"].pop("error", None)
         inst["attempts"].pop(step.id, None)
-        if "bind" in step.raw:
-            inst["bindings"][step.raw["bind"]] = jsonable(result.output)
+        if sp.bind is not None:
+            inst["bindings"][sp.bind] = jsonable(result.output)
         return "next"

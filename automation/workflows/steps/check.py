@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from automation.workflows.checks import WorkflowChecks
 from automation.workflows.expr import evaluate_bool
-from automation.workflows.model import Step
-from automation.workflows.steps.base import Outcome, StepContext, StepKind
+from automation.workflows.model import Step, StepSpec
+from automation.workflows.steps.base import Outcome, StepContext, StepKind, spec_of
+
+
+class CheckSpec(StepSpec):
+    check: str                             # CEL: the condition
+    refuse: Any = None                     # {zh, en}: said when it fails
 
 
 class Check(StepKind):
     name = "check"
-    keys = frozenset({"refuse"})
+    spec = CheckSpec
 
     def check(self, step: Step, ck: WorkflowChecks) -> None:
         p, raw = step.raw["_path"], step.raw
@@ -24,12 +30,13 @@ class Check(StepKind):
 
     def run(self, ctx: StepContext) -> Outcome:
         run, step = ctx.run, ctx.step
-        if evaluate_bool(step.arg, run.scope()):
+        sp = spec_of(step, CheckSpec)
+        if evaluate_bool(sp.check, run.scope()):
             return "next"
         ctx.inst["history"].append({"step": step.id, "event": "check_failed", "at": time.time()})
-        if step.get("refuse"):
-            run.say(run.text(step.get("refuse")))
-        target = step.get("on_reject")
+        if sp.refuse:
+            run.say(run.text(sp.refuse))
+        target = sp.on_reject
         if isinstance(target, dict):
             run.jump(target)
             return str(target["goto"])

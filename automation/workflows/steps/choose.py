@@ -10,7 +10,7 @@ from automation.workflows import understand as U
 from automation.workflows.checks import WorkflowChecks
 from automation.workflows.expr import (ExpressionError, evaluate, evaluate_columns, evaluate_each, format_value,
                                        render_each, same_value)
-from automation.workflows.model import Step
+from automation.workflows.model import Step, StepSpec
 from automation.workflows.runtime import MAX_ATTEMPTS, FlowRun, t
 from automation.workflows.steps import answers as A
 from automation.workflows.steps.base import Outcome, StepContext, StepKind
@@ -92,10 +92,24 @@ def cheapest(run: FlowRun, step: Step, opts: list[Any], text: str, among: list[i
     return pool[best]
 
 
+class ChooseSpec(StepSpec):
+    choose: str                            # the slot
+    options: str                           # CEL: the list to choose from
+    label: Any                             # template over `option` ({zh, en} or one text)
+    value: str | None = None               # CEL over `option`: what is stored (default: the option)
+    option_id: str | None = None           # CEL over `option`: its id (default: option.id)
+    match: list[str] | None = None         # CEL over `option`: more texts that name it
+    prompt: Any = None
+    auto_single: Any = False
+    refuse: Any = None                     # said when there is nothing to choose from
+    text: str | None = None                # CEL: words already said, to resolve from before asking
+    cheapest: str | None = None            # CEL number over `option`: "the cheapest" picks the lowest
+    required: bool = True
+
+
 class Choose(StepKind):
     name = "choose"
-    keys = frozenset({"options", "label", "value", "option_id", "match", "prompt", "auto_single", "refuse", "text",
-                      "cheapest", "required"})
+    spec = ChooseSpec
     waits = True
 
     def check(self, step: Step, ck: WorkflowChecks) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 from automation.workflows import understand as U
 from automation.workflows.checks import WorkflowChecks
 from automation.workflows.expr import evaluate_bool, evaluate_value
-from automation.workflows.model import RISK_ORDER, Step
+from automation.workflows.model import RISK_ORDER, Step, StepSpec
 from automation.workflows.runtime import FlowRun, jsonable, t
 from automation.workflows.steps import answers as A
 from automation.workflows.steps.base import Outcome, StepContext, StepKind, ask_step_of
@@ -28,9 +28,14 @@ def pending_action(run: FlowRun, step: Step) -> dict[str, Any] | None:
             "summary": run.text(pa.get("summary"))}
 
 
+class ConfirmSpec(StepSpec):
+    confirm: Any                           # the question, {zh, en}
+    pending_action: Any = None             # {tool, arguments, summary} or a list of them (each with `when`)
+
+
 class Confirm(StepKind):
     name = "confirm"
-    keys = frozenset({"pending_action"})
+    spec = ConfirmSpec
     waits = True
 
     def check(self, step: Step, ck: WorkflowChecks) -> None:

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from automation.workflows.checks import WorkflowChecks
-from automation.workflows.model import Step
-from automation.workflows.steps.base import Outcome, StepContext, StepKind
+from automation.workflows.model import Step, StepSpec
+from automation.workflows.steps.base import Outcome, StepContext, StepKind, spec_of
+
+
+class EndSpec(StepSpec):
+    end: str                               # completed | cancelled
+    reply: Any = None
 
 
 class End(StepKind):
     name = "end"
-    keys = frozenset({"reply"})
+    spec = EndSpec
 
     def check(self, step: Step, ck: WorkflowChecks) -> None:
         p = step.raw["_path"]
@@ -19,7 +26,7 @@ class End(StepKind):
             ck.text(step.raw["reply"], p + ("reply",))
 
     def run(self, ctx: StepContext) -> Outcome:
-        run, step = ctx.run, ctx.step
-        run.say(run.text(step.get("reply")))
-        run.finish(step.arg, step.arg)
+        run, sp = ctx.run, spec_of(ctx.step, EndSpec)
+        run.say(run.text(sp.reply))
+        run.finish(sp.end, sp.end)
         return "stop"

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from automation.workflows.checks import WorkflowChecks
-from automation.workflows.model import Step
-from automation.workflows.steps.base import Outcome, StepContext, StepKind
+from automation.workflows.model import Step, StepSpec
+from automation.workflows.steps.base import Outcome, StepContext, StepKind, spec_of
+
+
+class HandoffSpec(StepSpec):
+    handoff: dict[str, Any]                # {tier: L2|L3, reason}
+    reply: Any = None
 
 
 class Handoff(StepKind):
     name = "handoff"
-    keys = frozenset({"reply"})
+    spec = HandoffSpec
 
     def check(self, step: Step, ck: WorkflowChecks) -> None:
         p, h = step.raw["_path"], step.arg
@@ -19,7 +26,7 @@ class Handoff(StepKind):
             ck.text(step.raw["reply"], p + ("reply",))
 
     def run(self, ctx: StepContext) -> Outcome:
-        run, step = ctx.run, ctx.step
-        say = run.text(step.get("reply")) or None
-        run.escalate(step.arg["tier"], step.arg["reason"], say=say)
+        run, sp = ctx.run, spec_of(ctx.step, HandoffSpec)
+        say = run.text(sp.reply) or None
+        run.escalate(sp.handoff["tier"], sp.handoff["reason"], say=say)
         return "stop"

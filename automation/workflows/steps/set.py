@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from automation.workflows.checks import WorkflowChecks
 from automation.workflows.expr import evaluate
-from automation.workflows.model import ID, Step
+from automation.workflows.model import ID, Step, StepSpec
 from automation.workflows.runtime import jsonable
-from automation.workflows.steps.base import Outcome, StepContext, StepKind
+from automation.workflows.steps.base import Outcome, StepContext, StepKind, spec_of
+
+
+class SetSpec(StepSpec):
+    set: dict[str, str]                    # slot -> CEL, in order
 
 
 class Set(StepKind):
     name = "set"
+    spec = SetSpec
 
     def check(self, step: Step, ck: WorkflowChecks) -> None:
         p = step.raw["_path"]
@@ -28,7 +33,7 @@ class Set(StepKind):
     def run(self, ctx: StepContext) -> Outcome:
         inst = ctx.inst
         scope = ctx.run.scope()
-        for name, source in ctx.step.arg.items():
+        for name, source in spec_of(ctx.step, SetSpec).set.items():
             inst["slots"][name] = jsonable(evaluate(source, scope))
             scope["slots"] = dict(inst["slots"])
         return "next"

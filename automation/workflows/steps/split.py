@@ -8,7 +8,7 @@ from typing import Any
 from automation.workflows import requests as R
 from automation.workflows.checks import WorkflowChecks
 from automation.workflows.expr import evaluate
-from automation.workflows.model import ID, Step, Workflow
+from automation.workflows.model import ID, Step, StepSpec, Workflow
 from automation.workflows.runtime import FlowRun
 from automation.workflows.steps.base import Outcome, StepContext, StepKind
 
@@ -18,9 +18,16 @@ def kind_words(step: Step) -> dict[str, list[str]]:
     return {k: list(v) if isinstance(v, list) else [w for ws in v.values() for w in ws] for k, v in kinds.items()}
 
 
+class SplitSpec(StepSpec):
+    split: str                             # the slot that gets the list of requests
+    kinds: dict[str, Any]                  # request kind -> its words ({zh: [...], en: [...]} or a list)
+    prompt: Any = None
+    text: str | None = None                # CEL: the words to split (default: the customer's message)
+
+
 class Split(StepKind):
     name = "split"
-    keys = frozenset({"kinds", "prompt", "text"})
+    spec = SplitSpec
     waits = True
 
     def check(self, step: Step, ck: WorkflowChecks) -> None:
