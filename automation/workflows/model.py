@@ -13,6 +13,7 @@ from typing import Any
 
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.dataclasses import dataclass
 
 from failures.yaml_source import render
 
@@ -42,24 +43,22 @@ class WorkflowConfigError(ValueError):
         return self.errors[0]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(arbitrary_types_allowed=True, populate_by_name=True)
+# pydantic dataclasses: validated when built, plain attributes when read (the engine reads them on every step;
+# a BaseModel's attribute hook would cost several times as much per read)
+_MODEL = ConfigDict(arbitrary_types_allowed=True)
 
 
-class Slot(_Model):
+@dataclass(config=_MODEL)
+class Slot:
     name: str
     prompt: Texts = Field(default_factory=dict)
-    rules: dict[str, Any] = Field(default_factory=dict, alias="validate")   # entity | regex | enum | schema
+    validate: dict[str, Any] = Field(default_factory=dict)   # entity | regex | enum | schema
     quick_replies: list[Any] = Field(default_factory=list)
     recall: Any = None                 # CEL over memory: the value "the same as last time" names
     line: int | None = None
 
-    @property
-    def validate(self) -> dict[str, Any]:   # type: ignore[override]  # the YAML's word for the rules
-        return self.rules
-
     def check(self, value: Any) -> bool:
-        v = self.rules
+        v = self.validate
         if "enum" in v and value not in v["enum"]:
             return False
         if "regex" in v and not (isinstance(value, str) and re.fullmatch(v["regex"], value)):
@@ -74,7 +73,7 @@ class Slot(_Model):
     @property
     def free_text(self) -> bool:
         """Any words answer it (an address, an invoice title): no entity, pattern or list of values."""
-        v = self.rules
+        v = self.validate
         return v.get("entity") in (None, "text") and "regex" not in v and "enum" not in v
 
 
@@ -92,7 +91,8 @@ class StepSpec(BaseModel):
     reset: Any = None                    # [slots]
 
 
-class Step(_Model):
+@dataclass(config=_MODEL)
+class Step:
     id: str
     kind: str
     raw: dict[str, Any]                 # the step as written (plus its YAML path under ``_path``)
@@ -110,7 +110,8 @@ class Step(_Model):
         return self.raw.get(key, default)
 
 
-class Workflow(_Model):
+@dataclass(config=_MODEL)
+class Workflow:
     name: str
     version: int
     steps: dict[str, Step]
@@ -136,7 +137,8 @@ class Workflow(_Model):
         return "director"
 
 
-class WorkflowSet(_Model):
+@dataclass(config=_MODEL)
+class WorkflowSet:
     workflows: dict[str, Workflow]
     labels: dict[str, dict[str, dict[str, str]]] = Field(default_factory=dict)   # table -> lang -> key -> text
     memory: Any = None                  # automation.workflows.memory.MemorySpec: what a session loads first
