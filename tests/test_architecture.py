@@ -58,7 +58,7 @@ def test_import_contracts_are_kept(lint_imports, tmp_path):
     for contract in ("rag and handoff never import router", "router's packages form layers",
                      "no import cycles between sibling modules", "channels never import the turn logic",
                      "automation (tool gateway + workflows) never imports", "text (normalisation",
-                     "failures (problem documents"):
+                     "failures (problem documents", "step kinds never import the workflow engine"):
         assert contract in result.stdout
 
 
@@ -84,6 +84,7 @@ def _copy_tree(tmp_path: Path) -> Path:
     ("text/normalise.py", "import text.personal", "no import cycles between sibling modules"),
     ("automation/tools/base.py", "import handoff.service", "automation (tool gateway + workflows) never imports"),
     ("automation/workflows/engine.py", "from router.turn import pipeline", "automation (tool gateway + workflows)"),
+    ("automation/workflows/steps/reply.py", "from automation.workflows import engine", "step kinds never import the"),
     ("text/leak.py", "import rag", "text (normalisation, personal-data masking) imports none of"),
     ("failures/leak.py", "import handoff.service", "failures (problem documents"),
 ])

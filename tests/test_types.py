@@ -34,7 +34,8 @@ def mypy_installed():
 
 def test_the_listed_packages_type_check(mypy_installed):
     files = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]["files"]
-    assert {"text", "failures", "router/channels", "router/outbox", "router/schemas.py", "handoff"} <= set(files)
+    assert {"text", "failures", "router/channels", "router/outbox", "router/schemas.py", "handoff",
+            "automation/workflows"} <= set(files)
     result = _mypy()
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Success: no issues found" in result.stdout
@@ -46,3 +47,13 @@ def test_a_wrong_type_fails_the_check(mypy_installed, tmp_path):
     result = _mypy(str(bad))
     assert result.returncode == 1
     assert 'Incompatible types in assignment (expression has type "str", variable has type "int")' in result.stdout
+
+
+def test_mypy_catches_a_wrong_type_in_a_step_kind(mypy_installed, tmp_path):
+    """The workflows are checked strictly: a step kind whose ``run`` returns a number is refused."""
+    bad = tmp_path / "bad_kind.py"
+    bad.write_text("from automation.workflows.steps.base import Outcome, StepContext, StepKind\n\n\n"
+                   "class Bad(StepKind):\n    name = 'bad'\n\n"
+                   "    def run(self, ctx: StepContext) -> Outcome:\n        return 3\n", encoding="utf-8")
+    result = _mypy(str(bad))
+    assert result.returncode == 1 and "Incompatible return value type" in result.stdout, result.stdout

@@ -93,7 +93,7 @@ def same_value(a: Any, b: Any) -> bool:
         return a.keys() == b.keys() and all(same_value(v, b[k]) for k, v in a.items())
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
-    return a == b
+    return bool(a == b)
 
 
 class _Env:
@@ -134,7 +134,7 @@ class Envs:
     __slots__ = ("_by_names",)
     MAX = 64
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._by_names: dict[frozenset[str], _Env] = {}
 
     def context(self, source: str, values: dict[str, Any]) -> cel.Context:
@@ -147,7 +147,7 @@ class Envs:
         return env.with_functions(source)
 
 
-class Scope(dict):
+class Scope(dict[str, Any]):
     """The names in scope of a step (a plain mapping) carrying the turn's CEL environments."""
 
     __slots__ = ("envs",)
@@ -267,7 +267,7 @@ def evaluate(source: str, data: dict[str, Any]) -> Any:
             except KeyError:
                 pass   # CEL reports the missing key in its own words
         split = _split_filter(source) if envs is not None else None
-        if split is not None:
+        if split is not None and envs is not None:
             kept = _filtered(split, needed, envs)
             if kept is not None:
                 return kept
@@ -276,7 +276,7 @@ def evaluate(source: str, data: dict[str, Any]) -> Any:
         raise ExpressionError(f"{source}: {str(exc).splitlines()[0]}") from None
 
 
-def _filtered(split: tuple[str, str, str], needed: dict[str, Any], envs: Envs) -> list | None:
+def _filtered(split: tuple[str, str, str], needed: dict[str, Any], envs: Envs) -> list[Any] | None:
     """``BASE.filter(v, P)`` as ``BASE`` and ``BASE.map(v, P)``: the macro copies its growing result list
     on every kept element (quadratic in large maps: 50 variants ~3 ms), a list of booleans does not."""
     base, var, pred = split
@@ -346,13 +346,13 @@ def template_expr(template: str) -> str:
     return " + ".join(parts) or '""'
 
 
-def evaluate_each(items: list, var: str, exprs: list[str], data: dict[str, Any]) -> list[list[Any]]:
+def evaluate_each(items: list[Any], var: str, exprs: list[str], data: dict[str, Any]) -> list[list[Any]]:
     """Evaluate several expressions for every item of a list (rows of values, one per item)."""
     cols = evaluate_columns(items, var, exprs, data)
     return [list(row) for row in zip(*cols)] if cols else [[] for _ in items]
 
 
-def evaluate_columns(items: list, var: str, exprs: list[str], data: dict[str, Any]) -> list[list[Any]]:
+def evaluate_columns(items: list[Any], var: str, exprs: list[str], data: dict[str, Any]) -> list[list[Any]]:
     """One list of values per expression over ``items`` (bound to ``var``), each list as long as ``items``.
 
     A field path (``option.id``) is read in Python; anything else is one ``items_.map(var, EXPR)`` over
@@ -420,7 +420,7 @@ def template_parts(template: str) -> list[tuple[bool, str]]:
     return parts
 
 
-def render_each(items: list, var: str, templates: list[str], data: dict[str, Any]) -> list[list[str]]:
+def render_each(items: list[Any], var: str, templates: list[str], data: dict[str, Any]) -> list[list[str]]:
     """Every template rendered for every item (one list of texts per template): the holes are evaluated
     column by column and formatted in Python, so CEL never calls back into Python per item."""
     parsed = [template_parts(t) for t in templates]

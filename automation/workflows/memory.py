@@ -61,7 +61,7 @@ class MemorySpec:
     ttl_seconds: float = 1800.0
 
 
-def parse_memory(value: Any, path: tuple, chk: Any) -> MemorySpec | None:
+def parse_memory(value: Any, path: tuple[Any, ...], chk: Any) -> MemorySpec | None:
     """Validate the ``memory:`` section against the gateway: read tools only, known arguments, CEL that compiles."""
     if value is None:
         return None
@@ -117,7 +117,7 @@ def parse_memory(value: Any, path: tuple, chk: Any) -> MemorySpec | None:
     return spec
 
 
-def _check_expr(source: Any, path: tuple, allowed: set[str], chk: Any) -> None:
+def _check_expr(source: Any, path: tuple[Any, ...], allowed: set[str], chk: Any) -> None:
     if not isinstance(source, str):
         chk.err(path, "expected a CEL expression (a string)")
         return
@@ -132,7 +132,7 @@ def _check_expr(source: Any, path: tuple, allowed: set[str], chk: Any) -> None:
 
 # ---------------------------------------------------------------- loading
 
-TicketHistory = Callable[[Any, str, str, int], list[dict]]   # (conn, channel, customer_id, limit) -> tickets
+TicketHistory = Callable[[Any, str, str, int], list[dict[str, Any]]]   # (conn, channel, customer_id, limit) -> tickets
 
 
 def empty(spec: MemorySpec | None) -> dict[str, Any]:
@@ -151,7 +151,7 @@ def _default(c: MemoryCall) -> Any:
         return None
 
 
-def load(conn, spec: MemorySpec, tools: Any, caller: Any, lang: str, *,
+def load(conn: Any, spec: MemorySpec, tools: Any, caller: Any, lang: str, *,
          tickets: TicketHistory | None = None) -> dict[str, Any]:
     """Call the declared read tools and gather earlier outcomes; a failure leaves that part at its default."""
     from automation.tools.base import Caller
@@ -190,10 +190,11 @@ def load(conn, spec: MemorySpec, tools: Any, caller: Any, lang: str, *,
                 out["failed"].append({"name": "outcomes", "tool": "tickets", "status": "error"})
         rows.sort(key=lambda r: r["at"] or "", reverse=True)
         out["outcomes"] = rows[: spec.outcomes * 2]
-    return _jsonable(out)
+    loaded: dict[str, Any] = _jsonable(out)
+    return loaded
 
 
-def session(conn, spec: MemorySpec | None, tools: Any, caller: Any, lang: str, *,
+def session(conn: Any, spec: MemorySpec | None, tools: Any, caller: Any, lang: str, *,
             tickets: TicketHistory | None = None) -> dict[str, Any]:
     """The conversation's memory: loaded once per session (``ttl_seconds``) and cached in ``flow_memory``."""
     if spec is None:
@@ -204,7 +205,8 @@ def session(conn, spec: MemorySpec | None, tools: Any, caller: Any, lang: str, *
     if row is not None:
         data, age = (row["data"], row["age"]) if isinstance(row, dict) else row
         if float(age) <= spec.ttl_seconds:
-            return data
+            kept: dict[str, Any] = data
+            return kept
     data = load(conn, spec, tools, caller, lang, tickets=tickets)
     data["loaded_at"] = time.time()
     conn.execute("""INSERT INTO flow_memory (conversation_id, customer_channel, customer_id, data)
@@ -214,15 +216,7 @@ def session(conn, spec: MemorySpec | None, tools: Any, caller: Any, lang: str, *
     return data
 
 
-def cached(conn, conversation_id: str) -> dict[str, Any] | None:
-    """The memory a session already loaded (for a ticket's context package), without calling anything."""
-    row = conn.execute("SELECT data FROM flow_memory WHERE conversation_id = %s", (str(conversation_id),)).fetchone()
-    if row is None:
-        return None
-    return row["data"] if isinstance(row, dict) else row[0]
-
-
-def recall(source: str, memory: dict, slots: dict) -> Any:
+def recall(source: str, memory: dict[str, Any], slots: dict[str, Any]) -> Any:
     """The remembered value a slot's ``recall`` names: the first of a list, or the value; None when nothing is known."""
     try:
         value = evaluate(source, {"memory": memory, "slots": slots})

@@ -9,208 +9,30 @@ at the customer's turn. The shape is documented in ``automation/workflows/README
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
+from pydantic import ValidationError
 
-from automation.workflows.expr import ExpressionError, holes, roots
-from failures.yaml_source import construct, dotted, line_for, render, syntax_error
+from automation.workflows.checks import Checker, WorkflowChecks, expr_sources
+from automation.workflows.expr import ExpressionError, roots
+from automation.workflows.model import (BUILTIN_NAMES, COMMON_KEYS, DEFAULT_TIERS, ENTITY_TYPES, ID, LANGS,  # noqa: F401
+                                        RISK_ORDER, Slot, Step, Workflow, WorkflowConfigError, WorkflowSet)
+from automation.workflows.model import Path as P
+from automation.workflows.steps import KINDS, REGISTRY
+from failures.yaml_source import construct, syntax_error
 
 BUNDLED = Path(__file__).resolve().parent / "samples"
-LANGS = ("zh", "en")
-KINDS = ("ask", "split", "choose", "confirm", "call", "set", "check", "foreach", "approve", "reply", "handoff", "end")
-RISK_ORDER = {"read": 0, "write": 1, "money": 2}
-DEFAULT_TIERS = {"auto": 50.0, "supervisor": 500.0, "manager": 2000.0}   # above the last: director
-ENTITY_TYPES = ("order_id", "amount", "money", "yes_no", "phone", "email", "number", "text")
-_ID = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
-
-COMMON_KEYS = {"id", "when", "goto", "next", "on_error", "on_reject", "reset"}
-KIND_KEYS = {
-    "ask": {"prompt", "quick_replies"},
-    "split": {"kinds", "prompt", "text"},
-    "choose": {"options", "label", "value", "option_id", "match", "prompt", "auto_single", "refuse", "text",
-               "cheapest", "required"},
-    "confirm": {"pending_action"},
-    "call": {"args", "bind"},
-    "set": set(),
-    "check": {"refuse"},
-    "foreach": {"as", "steps"},
-    "approve": {"waiting", "approved", "rejected"},
-    "reply": {"quick_replies"},
-    "handoff": {"reply"},
-    "end": {"reply"},
-}
-# names every expression may read besides bindings, slots of the workflow and loop variables
-BUILTIN_NAMES = {"slots", "caller", "lang", "approval", "error", "index", "message", "memory", "labels"}
-
-
-class WorkflowConfigError(ValueError):
-    """Problems in a workflows file, each pinned to a file, a line and a field."""
-
-    def __init__(self, errors: list[dict]):
-        self.errors = errors
-        super().__init__("\n".join(render(e, "<workflows>") for e in errors))
-
-    @property
-    def first(self) -> dict:
-        return self.errors[0]
-
-
-@dataclass
-class Slot:
-    name: str
-    prompt: dict[str, str] = field(default_factory=dict)
-    validate: dict[str, Any] = field(default_factory=dict)   # entity | regex | enum | schema
-    quick_replies: list[str] = field(default_factory=list)
-    recall: str | None = None          # CEL over memory: the value "the same as last time" names
-    line: int | None = None
-
-    def check(self, value: Any) -> bool:
-        v = self.validate
-        if "enum" in v and value not in v["enum"]:
-            return False
-        if "regex" in v and not (isinstance(value, str) and re.fullmatch(v["regex"], value)):
-            return False
-        if "schema" in v:
-            try:
-                jsonschema.validate(value, v["schema"])
-            except jsonschema.ValidationError:
-                return False
-        return True
-
-
-@dataclass
-class Step:
-    id: str
-    kind: str
-    raw: dict[str, Any]
-    line: int | None = None
-    parent: str | None = None           # the foreach whose body holds this step
-    following: str | None = None        # the next step of its sequence (None: end of the sequence)
-    body: list[str] = field(default_factory=list)   # foreach: ids of the body's steps
-
-    @property
-    def arg(self) -> Any:
-        return self.raw[self.kind]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.raw.get(key, default)
-
-
-@dataclass
-class Workflow:
-    name: str
-    version: int
-    steps: dict[str, Step]
-    first: str
-    slots: dict[str, Slot]
-    intents: list[str] = field(default_factory=list)
-    description: dict[str, str] = field(default_factory=dict)
-    approval_tiers: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TIERS))
-    vocabulary: dict[str, dict[str, list[str]]] = field(default_factory=dict)   # the shop's words for its values
-    risk: str = "read"
-    call_risk: dict[str, str] = field(default_factory=dict)   # call step -> risk it is judged at
-    file: str | None = None
-    line: int | None = None
-
-    def step(self, step_id: str) -> Step:
-        return self.steps[step_id]
-
-    def tier_for(self, amount: float) -> str:
-        tiers = sorted(self.approval_tiers.items(), key=lambda kv: kv[1])
-        for name, limit in tiers:
-            if amount <= limit:
-                return name
-        return "director"
-
-
-@dataclass
-class WorkflowSet:
-    workflows: dict[str, Workflow]
-    labels: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)   # table -> lang -> key -> text
-    memory: Any = None                  # automation.workflows.memory.MemorySpec: what a session loads first
-
-    def labels_for(self, lang: str) -> dict[str, dict[str, str]]:
-        """The label tables in one language (CEL ``labels.status[...]``), English where a language lacks one."""
-        return {name: by_lang.get(lang) or by_lang.get("en") or {} for name, by_lang in self.labels.items()}
-
-    def __getitem__(self, name: str) -> Workflow:
-        return self.workflows[name]
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.workflows
-
-    def names(self) -> list[str]:
-        return sorted(self.workflows)
-
-    def for_intent(self, intent: str) -> Workflow | None:
-        for wf in self.workflows.values():
-            if intent in wf.intents:
-                return wf
-        return None
+_ID = ID
 
 
 # ---------------------------------------------------------------- validation
 
-class _Checker:
-    def __init__(self, file: str | None, marks: dict[tuple, int], tools: Any | None):
-        self.file, self.marks, self.tools, self.errors = file, marks, tools, []
-        self._tool_names = set(tools.names()) if tools is not None else None
-
-    def err(self, path: tuple, message: str) -> None:
-        self.errors.append({"file": self.file, "line": line_for(path, self.marks), "field": dotted(path),
-                            "message": message})
-
-    def line(self, path: tuple) -> int | None:
-        return self.marks.get(path)
-
-    def texts(self, value: Any, path: tuple, *, required: bool = True) -> dict[str, str]:
-        """A text per language: {zh: ..., en: ...}; a plain string serves both."""
-        if value is None:
-            if required:
-                self.err(path, "a text is required (zh and en)")
-            return {}
-        if isinstance(value, str):
-            return {lang: value for lang in LANGS}
-        if not isinstance(value, dict):
-            self.err(path, "expected a mapping of language to text (zh, en)")
-            return {}
-        for lang in LANGS:
-            if not isinstance(value.get(lang), str):
-                self.err(path + (lang,), f"the {lang} text is missing")
-        for k in value:
-            if k not in LANGS:
-                self.err(path + (k,), f"unknown language {k!r} (zh, en)")
-        return {k: v for k, v in value.items() if isinstance(v, str)}
-
-    def tool(self, name: Any, path: tuple) -> Any | None:
-        if not isinstance(name, str):
-            self.err(path, "a tool name is required")
-            return None
-        if self._tool_names is None:
-            return None
-        if name not in self._tool_names:
-            self.err(path, f"unknown tool {name!r} (the gateway has: {', '.join(sorted(self._tool_names))})")
-            return None
-        return self.tools.spec(name)
-
-
-def _expr_sources(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in _expr_sources(v)]
-    if isinstance(value, list):
-        return [s for v in value for s in _expr_sources(v)]
-    return []
-
-
 def parse_workflows(text: str, *, file: str | None = None, tools: Any | None = None) -> WorkflowSet:
     """Parse and validate one workflows YAML text; raise WorkflowConfigError listing every problem."""
-    errors: list[dict] = []
+    errors: list[dict[str, Any]] = []
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
@@ -218,11 +40,11 @@ def parse_workflows(text: str, *, file: str | None = None, tools: Any | None = N
         raise WorkflowConfigError([{"file": file, "line": line, "field": None, "message": message}]) from None
     if root is None:
         raise WorkflowConfigError([{"file": file, "line": 1, "field": None, "message": "the file is empty"}])
-    marks: dict[tuple, int] = {}
+    marks: dict[P, int] = {}
     data = construct(root, file=file, marks=marks, keys=(str, int), errors=errors)
     if errors:
         raise WorkflowConfigError(errors)
-    chk = _Checker(file, marks, tools)
+    chk = Checker(file, marks, tools)
     if not isinstance(data, dict) or not isinstance(data.get("workflows"), dict):
         chk.err((), "expected a top-level mapping with a 'workflows' mapping")
         raise WorkflowConfigError(chk.errors)
@@ -242,12 +64,26 @@ def parse_workflows(text: str, *, file: str | None = None, tools: Any | None = N
             wf.vocabulary = vocabulary
         if wf is not None:
             out[wf.name] = wf
+    if not chk.errors:
+        for wf in out.values():
+            _typed(wf, chk)
     if chk.errors:
         raise WorkflowConfigError(chk.errors)
-    return WorkflowSet(out, labels=labels, memory=memory)
+    return WorkflowSet(workflows=out, labels=labels, memory=memory)
 
 
-def _labels(value: Any, path: tuple, chk: _Checker) -> dict[str, dict[str, dict[str, str]]]:
+def _typed(wf: Workflow, chk: Checker) -> None:
+    """Each step's typed YAML (its kind's model), once the checks found nothing: the checks give the errors
+    a person can act on; a shape they let through and the model refuses is still reported at its field."""
+    for s in wf.steps.values():
+        try:
+            s.spec = REGISTRY[s.kind].spec.model_validate(s.raw)
+        except ValidationError as exc:
+            for e in exc.errors():
+                chk.err(s.raw["_path"] + tuple(e["loc"]), str(e["msg"]))
+
+
+def _labels(value: Any, path: P, chk: Checker) -> dict[str, dict[str, dict[str, str]]]:
     """``labels: {TABLE: {zh: {KEY: TEXT}, en: {...}}}``: words for a shop's codes (an order status) per language."""
     if value is None:
         return {}
@@ -276,7 +112,7 @@ def _labels(value: Any, path: tuple, chk: _Checker) -> dict[str, dict[str, dict[
     return out
 
 
-def _tiers(value: Any, path: tuple, chk: _Checker) -> dict[str, float]:
+def _tiers(value: Any, path: P, chk: Checker) -> dict[str, float]:
     if value is None:
         return dict(DEFAULT_TIERS)
     if not isinstance(value, dict) or not value:
@@ -291,7 +127,7 @@ def _tiers(value: Any, path: tuple, chk: _Checker) -> dict[str, float]:
     return out
 
 
-def _vocabulary(value: Any, path: tuple, chk: _Checker) -> dict[str, dict[str, list[str]]]:
+def _vocabulary(value: Any, path: P, chk: Checker) -> dict[str, dict[str, list[str]]]:
     """``{group: {shop value: [words the customers use]}}``; a group named like an option maps that option."""
     if value is None:
         return {}
@@ -311,7 +147,7 @@ def _vocabulary(value: Any, path: tuple, chk: _Checker) -> dict[str, dict[str, l
     return out
 
 
-def _workflow(name: str, body: Any, path: tuple, chk: _Checker, tiers: dict[str, float]) -> Workflow | None:
+def _workflow(name: str, body: Any, path: P, chk: Checker, tiers: dict[str, float]) -> Workflow | None:
     if not _ID.match(name):
         chk.err(path, "a workflow name is lower case letters, digits and _")
     if not isinstance(body, dict):
@@ -346,7 +182,7 @@ def _workflow(name: str, body: Any, path: tuple, chk: _Checker, tiers: dict[str,
     return wf
 
 
-def _slots(value: Any, path: tuple, chk: _Checker) -> dict[str, Slot]:
+def _slots(value: Any, path: P, chk: Checker) -> dict[str, Slot]:
     if not isinstance(value, dict):
         chk.err(path, "expected a mapping of slot name to its definition")
         return {}
@@ -394,7 +230,7 @@ def _slots(value: Any, path: tuple, chk: _Checker) -> dict[str, Slot]:
     return out
 
 
-def _sequence(items: list, path: tuple, chk: _Checker, steps: dict[str, Step], parent: str | None) -> list[str]:
+def _sequence(items: list[Any], path: P, chk: Checker, steps: dict[str, Step], parent: str | None) -> list[str]:
     ids: list[str] = []
     for i, raw in enumerate(items):
         p = path + (i,)
@@ -414,8 +250,8 @@ def _sequence(items: list, path: tuple, chk: _Checker, steps: dict[str, Step], p
             chk.err(p + ("id",), f"step id {sid!r} is used twice")
             continue
         for k in raw:
-            if k != kind and k not in COMMON_KEYS and k not in KIND_KEYS[kind]:
-                allowed = sorted((COMMON_KEYS | KIND_KEYS[kind]) - {"id"})
+            if k != kind and k not in COMMON_KEYS and k not in REGISTRY[kind].keys:
+                allowed = sorted((COMMON_KEYS | REGISTRY[kind].keys) - {"id"})
                 chk.err(p + (k,), f"unknown key {k!r} for a {kind} step (allowed: {', '.join(allowed)})")
         step = Step(id=sid, kind=kind, raw=raw, line=chk.line(p), parent=parent)
         step.raw["_path"] = p
@@ -434,219 +270,37 @@ def _sequence(items: list, path: tuple, chk: _Checker, steps: dict[str, Step], p
     return ids
 
 
-def _cross_check(wf: Workflow, chk: _Checker) -> None:
+def _cross_check(wf: Workflow, chk: Checker) -> None:
     binds = {s.raw["bind"] for s in wf.steps.values() if s.kind == "call" and isinstance(s.raw.get("bind"), str)}
     loop_vars = {s.raw["as"] for s in wf.steps.values() if s.kind == "foreach" and isinstance(s.raw.get("as"), str)}
     set_slots = {k for s in wf.steps.values() if s.kind == "set" and isinstance(s.arg, dict) for k in s.arg}
     slot_names = set(wf.slots) | set_slots
     for b in binds & (BUILTIN_NAMES | slot_names):
         chk.err(("workflows", wf.name), f"the binding {b!r} shadows a slot or a built-in name")
-    known = BUILTIN_NAMES | binds | loop_vars
-
-    def expr(source: Any, path: tuple, extra: set[str] = frozenset()) -> None:
-        if not isinstance(source, str):
-            chk.err(path, "expected a CEL expression (a string)")
-            return
-        try:
-            names, slot_refs = roots(source)
-        except ExpressionError as exc:
-            chk.err(path, f"CEL does not compile: {exc}")
-            return
-        for n in sorted(names - known - set(extra)):
-            chk.err(path, f"unknown name {n!r} in {source!r} (known: {', '.join(sorted(known | set(extra)))})")
-        for s in sorted(slot_refs - slot_names):
-            chk.err(path, f"unknown slot {s!r} in {source!r}")
-
-    def template(texts: Any, path: tuple, extra: set[str] = frozenset()) -> None:
-        for lang, t in (texts.items() if isinstance(texts, dict) else [("", texts)] if isinstance(texts, str) else []):
-            for h in holes(t):
-                expr(h, path + ((lang,) if lang else ()), extra)
-
-    def goto(target: Any, path: tuple) -> None:
-        if target not in wf.steps:
-            chk.err(path, f"unknown step {target!r}")
-
-    def slot(name: Any, path: tuple) -> None:
-        if name not in slot_names:
-            chk.err(path, f"unknown slot {name!r} (declared: {', '.join(sorted(slot_names)) or 'none'})")
-
-    def jump(value: Any, path: tuple) -> None:
-        if value == "handoff" or value == "cancel":
-            return
-        if not isinstance(value, dict) or "goto" not in value:
-            chk.err(path, "expected {goto: STEP, reset: [slots]} or 'handoff'")
-            return
-        goto(value["goto"], path + ("goto",))
-        for j, r in enumerate(value.get("reset") or []):
-            slot(r, path + ("reset", j))
-
-    def arguments(tool_spec: Any, args: Any, path: tuple) -> None:
-        if args is None:
-            return
-        if not isinstance(args, dict):
-            chk.err(path, "arguments are a mapping of argument name to a CEL expression")
-            return
-        props = None
-        if tool_spec is not None:
-            if hasattr(tool_spec, "caller_arguments"):   # the gateway fills identity, key and static arguments
-                props = list(tool_spec.caller_arguments)
-            else:
-                schema = getattr(tool_spec, "input_schema", None) or {}
-                props = schema.get("properties") if isinstance(schema, dict) else None
-        for k, v in args.items():
-            if props is not None and k not in props:
-                chk.err(path + (k,), f"unknown argument {k!r} of tool {tool_spec.name!r} (it takes: {', '.join(sorted(props))})")
-            for src in _expr_sources(v):
-                expr(src, path + (k,))
-
+    ck = WorkflowChecks(wf, chk, set(BUILTIN_NAMES | binds | loop_vars), slot_names)
     for name, sl in wf.slots.items():
         if sl.recall is not None:
-            expr(sl.recall, ("workflows", wf.name, "slots", name, "recall"))
-    risk_of: dict[str, str] = {}
+            ck.expr(sl.recall, ("workflows", wf.name, "slots", name, "recall"))
     for s in wf.steps.values():
         p = s.raw["_path"]
         if "when" in s.raw:
-            expr(s.raw["when"], p + ("when",))
+            ck.expr(s.raw["when"], p + ("when",))
         if "goto" in s.raw:
-            goto(s.raw["goto"], p + ("goto",))
+            ck.goto(s.raw["goto"], p + ("goto",))
         for j, t in enumerate(s.raw.get("next") or []):
             if not isinstance(t, dict) or "goto" not in t:
                 chk.err(p + ("next", j), "a transition is {when: CEL, goto: STEP}")
                 continue
-            goto(t["goto"], p + ("next", j, "goto"))
+            ck.goto(t["goto"], p + ("next", j, "goto"))
             if "when" in t:
-                expr(t["when"], p + ("next", j, "when"))
+                ck.expr(t["when"], p + ("next", j, "when"))
         for key in ("on_error", "on_reject"):
             if key in s.raw:
-                jump(s.raw[key], p + (key,))
-        k = s.kind
-        if k == "ask":
-            slot(s.arg, p + ("ask",))
-            if s.arg in wf.slots and not wf.slots[s.arg].prompt and "prompt" not in s.raw:
-                chk.err(p + ("ask",), f"the slot {s.arg!r} has no prompt to ask with")
-            template(s.raw.get("prompt"), p + ("prompt",))
-        elif k == "split":
-            slot(s.arg, p + ("split",))
-            kinds = s.raw.get("kinds")
-            if not isinstance(kinds, dict) or not kinds:
-                chk.err(p + ("kinds",), "expected a mapping of request kind to its words ({zh: [...], en: [...]} or a list)")
-            else:
-                for kind, words in kinds.items():
-                    flat = words if isinstance(words, list) else [w for v in words.values() for w in v] \
-                        if isinstance(words, dict) and all(isinstance(v, list) for v in words.values()) else None
-                    if not _ID.match(str(kind)) or not flat or not all(isinstance(w, str) for w in flat):
-                        chk.err(p + ("kinds", kind), "a kind is a lower case name with a non-empty list of words")
-            chk.texts(s.raw.get("prompt"), p + ("prompt",))
-            template(s.raw.get("prompt"), p + ("prompt",))
-            if "text" in s.raw:
-                expr(s.raw["text"], p + ("text",))
-        elif k == "choose":
-            slot(s.arg, p + ("choose",))
-            if "text" in s.raw:
-                expr(s.raw["text"], p + ("text",))
-            if "cheapest" in s.raw:
-                expr(s.raw["cheapest"], p + ("cheapest",), {"option"})
-            if "required" in s.raw and not isinstance(s.raw["required"], bool):
-                chk.err(p + ("required",), "required is true or false")
-            expr(s.raw.get("options"), p + ("options",))
-            chk.texts(s.raw.get("prompt"), p + ("prompt",))
-            template(s.raw.get("prompt"), p + ("prompt",))
-            template(s.raw.get("label"), p + ("label",), {"option"})
-            if "label" not in s.raw:
-                chk.err(p + ("label",), "a choose step needs a label template over 'option'")
-            for key in ("value", "option_id"):
-                if key in s.raw:
-                    expr(s.raw[key], p + (key,), {"option"})
-            for j, m in enumerate(s.raw.get("match") or []):
-                expr(m, p + ("match", j), {"option"})
-            if "refuse" in s.raw:
-                chk.texts(s.raw["refuse"], p + ("refuse",))
-                template(s.raw["refuse"], p + ("refuse",))
-        elif k == "confirm":
-            chk.texts(s.arg, p + ("confirm",))
-            template(s.arg, p + ("confirm",))
-            pa = s.raw.get("pending_action")
-            entries = [(pa, p + ("pending_action",))] if not isinstance(pa, list) else \
-                [(e, p + ("pending_action", j)) for j, e in enumerate(pa)]   # several actions confirmed together
-            for entry, ep in entries if pa is not None else []:
-                if not isinstance(entry, dict):
-                    chk.err(ep, "expected {tool, arguments, summary} (or a list of them, each with an optional when)")
-                    continue
-                ts = chk.tool(entry.get("tool"), ep + ("tool",))
-                arguments(ts, entry.get("arguments"), ep + ("arguments",))
-                chk.texts(entry.get("summary"), ep + ("summary",))
-                template(entry.get("summary"), ep + ("summary",))
-                if "when" in entry:
-                    expr(entry["when"], ep + ("when",))
-                if ts is not None:
-                    r = getattr(ts, "risk", "read")
-                    if RISK_ORDER.get(r, 2) >= RISK_ORDER.get(risk_of.get(s.id, "read"), 0):
-                        risk_of[s.id] = r
-        elif k == "call":
-            ts = chk.tool(s.arg, p + ("call",))
-            arguments(ts, s.raw.get("args"), p + ("args",))
-            if "bind" in s.raw and (not isinstance(s.raw["bind"], str) or not _ID.match(s.raw["bind"])):
-                chk.err(p + ("bind",), "bind names the result (lower case letters, digits and _)")
-            risk = getattr(ts, "risk", "read") if ts is not None else "read"
-            if risk not in RISK_ORDER:
-                chk.err(p + ("call",), f"tool {s.arg!r} has an unknown risk {risk!r}")
-                risk = "money"
-            risk_of[s.id] = risk
-        elif k == "set":
-            if not isinstance(s.arg, dict) or not s.arg:
-                chk.err(p + ("set",), "expected a mapping of slot name to a CEL expression")
-            else:
-                for name, src in s.arg.items():
-                    if not isinstance(name, str) or not _ID.match(name):
-                        chk.err(p + ("set", name), "a slot name is lower case letters, digits and _")
-                    expr(src, p + ("set", name))
-        elif k == "check":
-            expr(s.arg, p + ("check",))
-            if "refuse" not in s.raw and "next" not in s.raw and "goto" not in s.raw and "on_reject" not in s.raw:
-                chk.err(p + ("refuse",), "a check needs a refusal text (zh, en) for when it fails")
-            if "refuse" in s.raw:
-                chk.texts(s.raw["refuse"], p + ("refuse",))
-                template(s.raw["refuse"], p + ("refuse",))
-        elif k == "foreach":
-            expr(s.arg, p + ("foreach",))
-        elif k == "approve":
-            a = s.arg
-            if not isinstance(a, dict) or "amount" not in a:
-                chk.err(p + ("approve",), "expected {amount, currency, order, evidence, call: STEP}")
-            else:
-                for key in ("amount", "currency", "order", "evidence"):
-                    if key in a:
-                        expr(a[key], p + ("approve", key))
-                if "call" in a:
-                    target = a["call"]
-                    if target not in wf.steps or wf.steps[target].kind != "call":
-                        chk.err(p + ("approve", "call"), f"{target!r} is not a call step of this workflow")
-                for key in a:
-                    if key not in ("amount", "currency", "order", "evidence", "call"):
-                        chk.err(p + ("approve", key), f"unknown key {key!r} (amount, currency, order, evidence, call)")
-            for key in ("waiting", "approved", "rejected"):
-                if key in s.raw:
-                    chk.texts(s.raw[key], p + (key,))
-                    template(s.raw[key], p + (key,))
-        elif k == "reply":
-            chk.texts(s.arg, p + ("reply",))
-            template(s.arg, p + ("reply",))
-        elif k == "handoff":
-            h = s.arg
-            if not isinstance(h, dict) or h.get("tier") not in ("L2", "L3") or not isinstance(h.get("reason"), str):
-                chk.err(p + ("handoff",), "expected {tier: L2|L3, reason: TEXT}")
-            if "reply" in s.raw:
-                chk.texts(s.raw["reply"], p + ("reply",))
-                template(s.raw["reply"], p + ("reply",))
-        elif k == "end":
-            if s.arg not in ("completed", "cancelled"):
-                chk.err(p + ("end",), "end is 'completed' or 'cancelled'")
-            if "reply" in s.raw:
-                chk.texts(s.raw["reply"], p + ("reply",))
-                template(s.raw["reply"], p + ("reply",))
+                ck.jump(s.raw[key], p + (key,))
+        REGISTRY[s.kind].check(s, ck)
         for j, r in enumerate(s.raw.get("reset") or []):
-            slot(r, p + ("reset", j))
-    _judge_risk(wf, risk_of)
+            ck.slot(r, p + ("reset", j))
+    _judge_risk(wf, ck.risk_of)
 
 
 def _judge_risk(wf: Workflow, risk_of: dict[str, str]) -> None:
@@ -655,16 +309,17 @@ def _judge_risk(wf: Workflow, risk_of: dict[str, str]) -> None:
     Data flows through bindings and through slots computed by ``set`` steps; an argument
     expression of a write that reads a name derived from a read ties that read to the write.
     """
-    origin: dict[str, set[str]] = {}    # name (binding or "slots.X") -> read call steps it derives from
+    origin: dict[Any, set[str]] = {}    # name (binding or "slots.X") -> read call steps it derives from
     for s in wf.steps.values():
         if s.kind == "call" and isinstance(s.raw.get("bind"), str):
             origin.setdefault(s.raw["bind"], set()).add(s.id)
     for s in wf.steps.values():
         if s.kind in ("set", "choose", "foreach") and isinstance(s.arg, (dict, str)):
-            pairs = s.arg.items() if s.kind == "set" else [(s.arg, s.raw.get("options"))] if s.kind == "choose" \
-                else [(None, s.arg)]
+            arg: Any = s.arg
+            pairs = arg.items() if s.kind == "set" else [(arg, s.raw.get("options"))] if s.kind == "choose" \
+                else [(None, arg)]
             for name, src in pairs:
-                for source in _expr_sources(src):
+                for source in expr_sources(src):
                     try:
                         names, slot_refs = roots(source)
                     except ExpressionError:
@@ -682,7 +337,7 @@ def _judge_risk(wf: Workflow, risk_of: dict[str, str]) -> None:
         risk = risk_of.get(s.id, "read")
         if s.kind not in ("call", "confirm") or RISK_ORDER.get(risk, 0) == 0:
             continue
-        for source in _expr_sources(args):
+        for source in expr_sources(args):
             try:
                 names, slot_refs = roots(source)
             except ExpressionError:
@@ -709,9 +364,9 @@ def load_workflows(path: str | Path | None = None, *, tools: Any | None = None) 
     path = Path(path) if path else BUNDLED
     files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
     merged: dict[str, Workflow] = {}
-    labels: dict[str, dict] = {}
+    labels: dict[str, dict[str, dict[str, str]]] = {}
     memory = None
-    errors: list[dict] = []
+    errors: list[dict[str, Any]] = []
     for f in files:
         try:
             ws = parse_workflows(f.read_text(encoding="utf-8"), file=str(f), tools=tools)
@@ -731,4 +386,4 @@ def load_workflows(path: str | Path | None = None, *, tools: Any | None = None) 
             memory = ws.memory
     if errors:
         raise WorkflowConfigError(errors)
-    return WorkflowSet(merged, labels=labels, memory=memory)
+    return WorkflowSet(workflows=merged, labels=labels, memory=memory)

@@ -8,72 +8,101 @@ arriving together are applied one after the other, never both from the same stat
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from datetime import datetime
+from typing import Any, TypedDict, cast
 
+from psycopg import Connection, Cursor
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 ACTIVE = ("waiting", "running", "waiting_approval")
 PAUSED = ("suspended",)      # interrupted by another task; resumed when that one ends
 _JSON = ("caller", "slots", "bindings", "attempts", "loops", "pending", "history")
+Row = dict[str, Any]
+
+
+class Instance(TypedDict):
+    """A flow instance as stored (migration 0110): the engine's durable state of one running workflow."""
+
+    id: str
+    conversation_id: str
+    workflow: str
+    version: int
+    step: str | None                      # the step it is at (None: ended)
+    status: str                           # running | waiting | waiting_approval | suspended | completed | ...
+    outcome: str | None
+    lang: str
+    caller: dict[str, Any]                # the verified channel and customer id
+    slots: dict[str, Any]
+    bindings: dict[str, Any]              # call results by their `bind` name, and `memory`
+    attempts: dict[str, int]              # failed answers or calls per step (and `_reasks`)
+    loops: dict[str, dict[str, Any]]      # foreach id -> {items, index}
+    pending: dict[str, Any]               # action, approval, approval_result, approved_call, error, message...
+    generation: int                       # the plan's generation: part of a write's idempotency key
+    approval_ticket: str | None
+    history: list[dict[str, Any]]
+    created_at: datetime
+    updated_at: datetime
 _COLUMNS = ("step", "status", "outcome", "lang", "caller", "slots", "bindings", "attempts", "loops", "pending",
             "generation", "approval_ticket", "history")
 
 
-def _cur(conn):
+def _cur(conn: Connection[Any]) -> Cursor[Row]:
     return conn.cursor(row_factory=dict_row)
 
 
-def create(conn, *, conversation_id: str, workflow: str, version: int, step: str, lang: str,
-           caller: dict, slots: dict) -> dict:
+def create(conn: Connection[Any], *, conversation_id: str, workflow: str, version: int, step: str, lang: str,
+           caller: dict[str, Any], slots: dict[str, Any]) -> Instance:
     row = _cur(conn).execute(
         """INSERT INTO flow_instances (id, conversation_id, workflow, version, step, status, lang, caller, slots)
            VALUES (%s, %s, %s, %s, %s, 'running', %s, %s, %s) RETURNING *""",
         (uuid.uuid4(), conversation_id, workflow, version, step, lang, Jsonb(caller), Jsonb(slots)),
     ).fetchone()
-    return _plain(row)
+    assert row is not None, "INSERT ... RETURNING gives the row"
+    return _instance(row)
 
 
-def active(conn, conversation_id: str, *, lock: bool = False) -> dict | None:
+def active(conn: Connection[Any], conversation_id: str, *, lock: bool = False) -> Instance | None:
     sql = "SELECT * FROM flow_instances WHERE conversation_id = %s AND status = ANY(%s)"
     row = _cur(conn).execute(sql + (" FOR UPDATE" if lock else ""), (conversation_id, list(ACTIVE))).fetchone()
-    return _plain(row) if row else None
+    return _instance(row) if row else None
 
 
-def suspended(conn, conversation_id: str, *, lock: bool = False) -> dict | None:
+def suspended(conn: Connection[Any], conversation_id: str, *, lock: bool = False) -> Instance | None:
     """The conversation's most recently interrupted flow, if any."""
     sql = ("SELECT * FROM flow_instances WHERE conversation_id = %s AND status = 'suspended' "
            "ORDER BY updated_at DESC, id LIMIT 1")
     row = _cur(conn).execute(sql + (" FOR UPDATE" if lock else ""), (conversation_id,)).fetchone()
-    return _plain(row) if row else None
+    return _instance(row) if row else None
 
 
-def last(conn, conversation_id: str) -> dict | None:
+def last(conn: Connection[Any], conversation_id: str) -> Instance | None:
     """The conversation's most recent flow, whatever its status."""
     row = _cur(conn).execute("SELECT * FROM flow_instances WHERE conversation_id = %s ORDER BY created_at DESC, id "
                              "LIMIT 1", (conversation_id,)).fetchone()
-    return _plain(row) if row else None
+    return _instance(row) if row else None
 
 
-def get(conn, instance_id: str, *, lock: bool = False) -> dict | None:
+def get(conn: Connection[Any], instance_id: str, *, lock: bool = False) -> Instance | None:
     sql = "SELECT * FROM flow_instances WHERE id = %s"
     row = _cur(conn).execute(sql + (" FOR UPDATE" if lock else ""), (str(instance_id),)).fetchone()
-    return _plain(row) if row else None
+    return _instance(row) if row else None
 
 
-def by_ticket(conn, ticket_id: str, *, lock: bool = False) -> dict | None:
+def by_ticket(conn: Connection[Any], ticket_id: str, *, lock: bool = False) -> Instance | None:
     sql = "SELECT * FROM flow_instances WHERE approval_ticket = %s"
     row = _cur(conn).execute(sql + (" FOR UPDATE" if lock else ""), (str(ticket_id),)).fetchone()
-    return _plain(row) if row else None
+    return _instance(row) if row else None
 
 
-def save(conn, inst: dict) -> None:
+def save(conn: Connection[Any], inst: Instance) -> None:
     sets = ", ".join(f"{c} = %s" for c in _COLUMNS)
-    values = [Jsonb(inst[c]) if c in _JSON else inst[c] for c in _COLUMNS]
+    row: Row = dict(inst)
+    values = [Jsonb(row[c]) if c in _JSON else row[c] for c in _COLUMNS]
     conn.execute(f"UPDATE flow_instances SET {sets}, updated_at = now() WHERE id = %s", (*values, str(inst["id"])))
 
 
-def outcomes(conn, conversation_id: str | None = None, *, limit: int = 20) -> list[dict]:
+def outcomes(conn: Connection[Any], conversation_id: str | None = None, *, limit: int = 20) -> list[Row]:
     """Recent flows (for memory and the context package): workflow, status, outcome, slots."""
     cur = _cur(conn)
     if conversation_id:
@@ -86,8 +115,8 @@ def outcomes(conn, conversation_id: str | None = None, *, limit: int = 20) -> li
     return [_plain(r) for r in rows]
 
 
-def customer_outcomes(conn, channel: str, customer_id: str, *, limit: int = 5,
-                      exclude_conversation: str | None = None) -> list[dict]:
+def customer_outcomes(conn: Connection[Any], channel: str, customer_id: str, *, limit: int = 5,
+                      exclude_conversation: str | None = None) -> list[Row]:
     """A customer's finished flows in other conversations, newest first (session memory's outcomes)."""
     rows = _cur(conn).execute(
         """SELECT id, conversation_id, workflow, status, outcome, slots, updated_at FROM flow_instances
@@ -98,13 +127,17 @@ def customer_outcomes(conn, channel: str, customer_id: str, *, limit: int = 5,
     return [_plain(r) for r in rows]
 
 
+def _instance(row: Row) -> Instance:
+    return cast(Instance, _plain(row))
+
+
 def _plain(row: dict[str, Any]) -> dict[str, Any]:
     row = dict(row)
     row["id"] = str(row["id"])
     return row
 
 
-def conversation_flows(conn, conversation_id: str) -> list[dict]:
+def conversation_flows(conn: Connection[Any], conversation_id: str) -> list[Row]:
     """Every flow of a conversation, oldest first, for its trace and the conversation eval: the outcome,
     the slots, the steps run and the tool calls made (with their recorded results from ``tool_calls``)."""
     cur = _cur(conn)
@@ -113,15 +146,15 @@ def conversation_flows(conn, conversation_id: str) -> list[dict]:
                           FROM flow_instances WHERE conversation_id = %s ORDER BY created_at, id""",
                        (str(conversation_id),)).fetchall()
     call_ids = [h["call_id"] for r in rows for h in r["history"] if h.get("event") == "call" and h.get("call_id")]
-    recorded = {}
+    recorded: dict[str, Row] = {}
     if call_ids:
         for c in cur.execute("SELECT id::text AS id, output, error FROM tool_calls WHERE id::text = ANY(%s)",
                              (call_ids,)).fetchall():
             recorded[c["id"]] = c
-    out = []
+    out: list[Row] = []
     for r in rows:
         history = r["history"] or []
-        calls = []
+        calls: list[Row] = []
         for h in history:
             if h.get("event") != "call":
                 continue
@@ -139,7 +172,7 @@ def conversation_flows(conn, conversation_id: str) -> list[dict]:
     return out
 
 
-def completion_by_workflow(conn, since, until) -> dict[str, dict]:
+def completion_by_workflow(conn: Connection[Any], since: Any, until: Any) -> dict[str, dict[str, int]]:
     """Flows started in [since, until) per workflow, by how they ended. ``completed`` means the task was
     done (status completed, outcome completed); a refusal by the shop's rules is counted apart."""
     rows = _cur(conn).execute(

@@ -49,9 +49,9 @@ def norm(text: str) -> str:
     return re.sub(r"[\s,.!?;:，。！？；：、~]+", " ", text).strip()
 
 
-def yes_no(text: str, entities: dict | None = None) -> bool | None:
+def yes_no(text: str, entities: dict[str, Any] | None = None) -> bool | None:
     if entities and isinstance(entities.get("yes_no"), bool):
-        return entities["yes_no"]
+        return bool(entities["yes_no"])
     t = norm(text)
     if not t:
         return None
@@ -124,7 +124,7 @@ def order_ids(text: str) -> list[str]:
     return [f.lstrip("#") for f in _ORDER_ID.findall(text or "")]
 
 
-def extract(entity: str, text: str, entities: dict | None = None) -> Any:
+def extract(entity: str, text: str, entities: dict[str, Any] | None = None) -> Any:
     """The value of an entity type in the message; the last mention wins (a correction names the new one last)."""
     entities = entities or {}
     if entity in entities and entities[entity] not in (None, ""):
@@ -169,7 +169,7 @@ class Choice:
 
 def _ratio(a: str, b: str) -> float:
     if _fuzz is not None:
-        return _fuzz.partial_ratio(a, b) / 100.0
+        return float(_fuzz.partial_ratio(a, b)) / 100.0
     if not a or not b:
         return 0.0
     short, long_ = (a, b) if len(a) <= len(b) else (b, a)
@@ -222,7 +222,7 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
     # most fields stated wins ("the navy one in size L" names two fields of one variant)
     counts = []
     for i, fields in enumerate(texts):
-        hit = set()
+        hit: set[Any] = set()
         for f in fields:
             nf = norm(f)
             if nf == t:
@@ -251,12 +251,12 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
                     best = 1.0
                 got += 1.0 if best >= fuzzy_threshold else 0.0
             scores.append(got / len(words))
-        top = max(scores)
-        if top > 0:
-            best = [pool[j] for j, s in enumerate(scores) if s == top]
-            if len(best) == 1:
-                return Choice(best[0], [], "fuzzy")
-            pool, matched = best, True
+        top_score = max(scores)
+        if top_score > 0:
+            leaders = [pool[j] for j, s in enumerate(scores) if s == top_score]
+            if len(leaders) == 1:
+                return Choice(leaders[0], [], "fuzzy")
+            pool, matched = leaders, True
     if similarity is not None:
         sims = similarity(text, [" ".join(texts[i]) for i in pool])
         order = sorted(range(len(pool)), key=lambda j: -sims[j])

@@ -146,6 +146,7 @@ class _Turn:
         self.flags: dict[str, Any] = {}
         self.rag_error: str | None = None
         self.flow: dict[str, Any] | None = None     # the workflow's part of the response
+        self.listening: Any = None                   # the waiting flow and its reading of the message (engine.listen)
         self._notes: list[str] | None = None
         self.outcome: str | None = None
         self.asking = None          # the intent config whose topics answer this message (a question), if any
@@ -606,14 +607,13 @@ class _Turn:
         engine = self.r.flows
         if engine is None:
             return None
-        instance = engine.active(self.conn, str(self.conv["id"]))
-        if instance is None:
-            return None
         with self.stage("workflow"):
-            reading = engine.read(instance, self.text, c.entities or {}, intent=c.intent,
-                                  intent_confidence=float(c.confidence))
-        self.trace["reading"] = reading
-        return reading
+            self.listening = engine.listen(self.conn, str(self.conv["id"]), self.text, c.entities or {},
+                                           intent=c.intent, intent_confidence=float(c.confidence))
+        if self.listening is None:
+            return None
+        self.trace["reading"] = self.listening.reading
+        return self.listening.reading
 
     def route_tier(self, c, planned: str) -> TurnResult:
         if planned == "L1":
@@ -683,18 +683,13 @@ class _Turn:
         if caller is None:
             return None
         lang = self.lang if self.lang in ("zh", "en") else (detect_lang(self.text) or "en")
-        entities = c.entities or {}
-        instance = engine.active(self.conn, str(self.conv["id"]))
         with self.stage("workflow"):
-            if instance is not None:
-                t = engine.advance(self.conn, instance, caller, self.text, entities, lang=lang, intent=c.intent,
-                                   intent_confidence=float(c.confidence))
-            else:
-                wf = (engine.workflows.workflows.get(workflow) if workflow else
-                      engine.workflows.for_intent(c.intent) if c.intent else None)
-                if wf is None:
-                    return None
-                t = engine.start(self.conn, wf.name, caller, self.text, entities, lang=lang)
+            # the flow that listened moves on with its reading; else `workflow` (or the intent's) starts
+            t = engine.on_message(self.conn, caller, self.text, c.entities or {}, lang=lang, listening=self.listening,
+                                  workflow=workflow, intent=c.intent, intent_confidence=float(c.confidence))
+            self.listening = None
+        if t is None:
+            return None
         self.flow = t.as_response()
         self.trace["workflow"] = {**self.flow, "outcome": t.outcome, "drift": t.drift,
                                   "steps": [{"step": s.step, "kind": s.kind, "ms": round(s.ms, 2),

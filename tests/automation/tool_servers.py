@@ -50,7 +50,8 @@ def gateway_env(**extra: str) -> dict[str, str]:
 
 
 def shop_dump(dsn: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "examples.shop", "dump", "--json", "--dsn", dsn], cwd=REPO,
+    out = subprocess.run([sys.executable, "-m", "examples.shop", "dump", "--json", "--show-personal-data",
+                          "--dsn", dsn], cwd=REPO,
                          env=gateway_env(), capture_output=True, text=True, timeout=120, check=True)
     return json.loads(out.stdout)
 

@@ -1,0 +1,340 @@
+"""What a flow's turn works with: the reply being built, the trace, and the operations steps share.
+
+``FlowRun`` is one instance's turn: the turn's connection, the instance row, the definition it runs
+on, the caller, the reply being collected and the engine's services (tools, approvals, similarity).
+Step kinds (``steps/``) act through it: read the CEL scope, render a text, move to the next step,
+jump, finish, fail, ask again, hand off. It holds the turn's caches (CEL data converted once, a
+choice's option rows), so nothing of a turn is stored on the instance row. It never imports the
+engine nor the step kinds (the engine lends it the registry): the engine builds it, runs the steps' handlers
+with it and saves the row.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol
+
+from automation.tools.base import Caller
+from automation.workflows import memory as M
+from automation.workflows.expr import Envs, Scope, evaluate_bool, render
+from automation.workflows.model import Step, Workflow, WorkflowSet
+from automation.workflows.store import Instance
+
+# a step handler's result (steps.base.Outcome): "next", "wait", "stop", a step id, or None when the flow is done;
+# spelled out here because the step kinds import this module, never the other way round (no sibling cycles)
+Outcome = str | None
+
+MAX_ATTEMPTS = 3
+
+# the approval levels in the customer's words ("需要主管审核", never "需要supervisor审核")
+TIER_WORDS = {"zh": {"supervisor": "主管", "manager": "经理", "director": "总监", "auto": "自动"},
+              "en": {"supervisor": "supervisor", "manager": "manager", "director": "director", "auto": "automatic"}}
+
+TEXT = {
+    "retry": {"zh": "抱歉，我没有听明白。", "en": "Sorry, I didn't catch that."},
+    "choose_again": {"zh": "有几项都符合，请问是哪一个？", "en": "Several match. Which one do you mean?"},
+    "tool_failed": {"zh": "抱歉，这一步暂时没能完成（{error}）。您回复任意内容我会再试一次。",
+                    "en": "I couldn't complete that yet ({error}). Reply and I will try again."},
+    "handoff": {"zh": "我把您的请求转给同事处理，请稍候。", "en": "I'm passing this to a colleague who can help. Please hold on."},
+    "cancelled": {"zh": "好的，已停止办理，不会再做后续操作。", "en": "OK, I've stopped here; nothing further will be done."},
+    "waiting_approval": {"zh": "您的请求（{amount} {currency}）需要{tier}审核，审核结果出来后我会告诉您。",
+                         "en": "Your request ({amount} {currency}) needs a {tier} review. I'll tell you the outcome."},
+    "still_reviewing": {"zh": "您的请求仍在审核中，结果出来后我会告诉您。",
+                        "en": "Your request is still being reviewed. I'll tell you as soon as there is a decision."},
+    "withdrawn": {"zh": "好的，已撤回您的审核申请，不会再做任何操作。",
+                  "en": "OK, I've withdrawn your request from review; nothing will be done."},
+    "approved": {"zh": "您的请求已通过审核。", "en": "Your request was approved."},
+    "rejected": {"zh": "很抱歉，您的请求未通过审核。", "en": "Sorry, your request was not approved."},
+    "no_recall": {"zh": "我这里没有您上次的记录。", "en": "I have no record of an earlier one."},
+    "confirm_yes": {"zh": "是", "en": "Yes"},
+    "confirm_no": {"zh": "否", "en": "No"},
+    "loop": {"zh": "流程出现循环，我把您转给同事。", "en": "This is going in circles; I'm passing you to a colleague."},
+    "changed": {"zh": "抱歉，这项业务的流程刚刚更新，我把您转给同事继续办理，请稍候。",
+                "en": "Sorry, the process for this request has just been updated; a colleague will take it "
+                      "from here. Please hold on."},
+    "broken": {"zh": "抱歉，这个流程出了问题，我把您转给同事。", "en": "Sorry, something went wrong in this process; a colleague will take over."},
+    "resume": {"zh": "回到您刚才的{task}：", "en": "Back to your earlier request ({task}):"},
+    "offer_declined": {"zh": "好的，先不办理。还有什么可以帮您的吗？", "en": "All right, I won't start it. Anything else I can help with?"},
+    "cancelled_by_staff": {"zh": "抱歉，我们的同事审核后取消了您的这项请求，不会做任何操作。如有疑问请回复我们。",
+                           "en": "Sorry, a colleague reviewed your request and cancelled it; nothing was done. "
+                                 "Reply if you have any questions."},
+}
+
+
+def t(key: str, lang: str, **kw: Any) -> str:
+    """One of the engine's own texts in the customer's language (English where a language lacks it)."""
+    text = TEXT[key].get(lang) or TEXT[key]["en"]
+    return text.format(**kw) if kw else text
+
+
+@dataclass
+class ApprovalRequest:
+    instance_id: str
+    conversation_id: str
+    workflow: str
+    step: str
+    amount: float
+    currency: str | None
+    tier: str
+    order: Any
+    proposed_call: dict[str, Any]        # {"tool", "arguments"}
+    evidence: Any
+    customer: dict[str, Any]             # {"channel", "customer_id"}
+    lang: str = "en"
+
+
+class ApprovalPort(Protocol):
+    """Opens a human approval (the router implements it over the handoff queue); returns the ticket id.
+
+    A port may also offer ``withdraw_approval(conn, ticket_id, reason)``: the customer cancelled while
+    the approval was pending, so the ticket is closed and a later decision has nothing to apply."""
+
+    def open_approval(self, conn: Any, request: ApprovalRequest) -> str: ...
+
+
+@dataclass
+class HandoffRequest:
+    tier: str                             # L2 | L3
+    reason: str
+    flow_state: dict[str, Any]
+
+
+@dataclass
+class StepTrace:
+    step: str
+    kind: str
+    ms: float
+    tool_status: str | None = None
+    note: str | None = None
+
+
+@dataclass
+class FlowTurn:
+    reply: str
+    status: str
+    workflow: str
+    instance_id: str | None
+    step: str | None = None
+    awaiting: str | None = None
+    quick_replies: list[str] = field(default_factory=list)
+    pending_action: dict[str, Any] | None = None
+    handoff: HandoffRequest | None = None
+    approval: ApprovalRequest | None = None
+    trace: list[StepTrace] = field(default_factory=list)
+    drift: bool = False                   # a confident other intent: answer it, then ask `reply` again
+    reading: str | None = None            # what the waiting step read the message as (see READINGS)
+    outcome: str | None = None            # completed | refused | cancelled | rejected | escalated | ...
+    reasks: int = 0
+
+    def as_response(self) -> dict[str, Any]:
+        return {"workflow": self.workflow, "instance_id": self.instance_id, "step": self.step,
+                "status": self.status, "awaiting": self.awaiting, "pending_action": self.pending_action}
+
+
+class Prompter(Protocol):
+    """What a turn needs of a waiting step kind to ask its question (steps.base.StepKind has it)."""
+
+    def prompt(self, run: FlowRun, step: Step, *, with_prompt: bool = True) -> None: ...
+
+
+@dataclass
+class Services:
+    """What the engine lends a turn: the loaded set, the tool gateway, the approval port, the encoder's
+    similarity (for choices by meaning) and the lifecycle observer."""
+
+    workflows: WorkflowSet
+    tools: Any
+    approvals: ApprovalPort
+    similarity: Callable[[str, list[str]], list[float]] | None = None
+    observe: Callable[[str, str], None] = lambda workflow, event: None
+    kinds: Mapping[str, Prompter] = field(default_factory=dict)   # the step kinds by name (steps.REGISTRY)
+
+
+class FlowRun:
+    """One instance's turn: the reply being built and the operations the step kinds share."""
+
+    def __init__(self, conn: Any, inst: Instance, wf: Workflow, caller: Caller | None, lang: str,
+                 services: Services):
+        self.conn, self.inst, self.wf, self.caller, self.lang, self.services = conn, inst, wf, caller, lang, services
+        self.parts: list[str] = []
+        self.quick: list[str] = []
+        self.trace: list[StepTrace] = []
+        self.handoff: HandoffRequest | None = None
+        self.approval: ApprovalRequest | None = None
+        self.awaiting: str | None = None
+        self.tool_status: str | None = None     # the last call step's status, for its trace line
+        self.envs = Envs()                      # the turn's CEL data, converted once
+        self.memo: dict[str, Any] = {}          # step kinds' per-turn caches (a choice's option rows)
+
+    # -- the reply
+
+    def say(self, text: str) -> None:
+        if text:
+            self.parts.append(text)
+
+    def text(self, texts: Any, **extra: Any) -> str:
+        """A step's text in the customer's language, its CEL holes filled."""
+        if not texts:
+            return ""
+        template = texts if isinstance(texts, str) else texts.get(self.lang) or texts.get("en") or ""
+        return render(template, self.scope(**extra))
+
+    def scope(self, **extra: Any) -> Scope:
+        inst, sets = self.inst, self.services.workflows
+        data = Scope(inst["bindings"], self.envs)
+        data["slots"] = dict(inst["slots"])
+        data["caller"] = inst["caller"]
+        data["lang"] = inst["lang"]
+        data["approval"] = inst["pending"].get("approval_result") or {}
+        data["error"] = inst["pending"].get("error") or {}
+        data["message"] = inst["pending"].get("message") or ""
+        if "memory" not in data:
+            data["memory"] = M.empty(sets.memory)
+        data["labels"] = sets.labels_for(inst["lang"])
+        for loop_id, lp in inst["loops"].items():
+            step = self.wf.steps[loop_id]
+            if 0 <= lp["index"] < len(lp["items"]):
+                data[step.raw["as"]] = lp["items"][lp["index"]]
+                data["index"] = lp["index"]
+        data.update(extra)
+        return data
+
+    # -- moving on
+
+    def after(self, step: Step, *, transitions: bool = True) -> str | None:
+        """The step after `step`: a matching transition, its goto, the next of its sequence, or back to its loop."""
+        if transitions:
+            for tr in step.get("next") or []:
+                if "when" not in tr or evaluate_bool(tr["when"], self.scope()):
+                    return str(tr["goto"])
+            if "goto" in step.raw:
+                return str(step.raw["goto"])
+        if step.following:
+            return step.following
+        if step.parent:
+            return step.parent   # the foreach moves to its next item
+        return None
+
+    def jump(self, target: dict[str, Any]) -> None:
+        inst, wf = self.inst, self.wf
+        for name in target.get("reset") or []:
+            inst["slots"].pop(name, None)
+        inst["generation"] += 1
+        goto = target["goto"]
+        ancestors = {goto}   # going to a foreach moves it to its next item
+        p = wf.steps[goto].parent
+        while p:
+            ancestors.add(p)
+            p = wf.steps[p].parent
+        for loop in list(inst["loops"]):
+            if loop not in ancestors:
+                inst["loops"].pop(loop)
+        inst["step"] = goto
+        inst["history"].append({"event": "jump", "goto": goto, "reset": target.get("reset") or [], "at": time.time()})
+
+    # -- ending
+
+    def finish(self, status: str, outcome: str) -> None:
+        inst = self.inst
+        self.services.observe(inst["workflow"], status)
+        inst["status"], inst["outcome"], inst["step"] = status, outcome, None
+        inst["pending"].pop("action", None)
+        inst["history"].append({"event": status, "outcome": outcome, "at": time.time()})
+
+    def cancel(self) -> None:
+        """The customer called it off in the middle of a step (a "no" at a confirmation)."""
+        self.say(t("cancelled", self.lang))
+        self.finish("cancelled", "cancelled")
+
+    def escalate(self, tier: str, reason: str, *, say: str | None = None) -> None:
+        inst = self.inst
+        self.services.observe(inst["workflow"], "escalated")
+        self.handoff = HandoffRequest(tier=tier, reason=reason, flow_state=self.state())
+        self.say(say if say is not None else t("handoff", self.lang))
+        inst["status"], inst["outcome"] = "escalated", "escalated"
+        inst["history"].append({"event": "escalated", "tier": tier, "reason": reason, "step": inst["step"],
+                                "at": time.time()})
+
+    def fail(self, step: Step, error: str) -> Outcome:
+        """A step that failed: its on_error, else wait and retry, and a human after the third failure."""
+        inst = self.inst
+        inst["pending"]["error"] = {"step": step.id, "error": error}
+        n = inst["attempts"].get(step.id, 0) + 1
+        inst["attempts"][step.id] = n
+        inst["history"].append({"step": step.id, "event": "failed", "error": error, "attempt": n, "at": time.time()})
+        handler = step.get("on_error")
+        if handler == "handoff" or n >= MAX_ATTEMPTS:
+            self.escalate("L2", f"step {step.id} failed {n} time(s): {error}")
+            return "stop"
+        if isinstance(handler, dict):
+            self.jump(handler)
+            return str(handler["goto"])
+        self.say(t("tool_failed", self.lang, error=_short_error(error, self.lang)))
+        return "wait"
+
+    def retry(self, step: Step, why: str, *, quiet: bool = False) -> Outcome:
+        """An answer the step could not read: ask again (with "sorry, I didn't catch that"), a person at the third."""
+        inst = self.inst
+        n = inst["attempts"].get(step.id, 0) + 1
+        inst["attempts"][step.id] = n
+        if n >= MAX_ATTEMPTS:
+            self.escalate("L2", f"{why} after {n} attempts at step {step.id}")
+            return "stop"
+        self.prompt(step, again=not quiet)
+        return "wait"
+
+    def prompt(self, step: Step, *, again: bool, with_prompt: bool = True) -> None:
+        """Ask what a waiting step asks (its kind says how)."""
+        if again:
+            self.say(t("retry", self.lang))
+        self.services.kinds[step.kind].prompt(self, step, with_prompt=with_prompt)
+
+    # -- what a person or a write sees
+
+    def state(self) -> dict[str, Any]:
+        """The flow's state for a ticket's context package."""
+        inst, wf = self.inst, self.wf
+        return {"workflow": wf.name, "version": wf.version, "instance_id": inst["id"], "step": inst["step"],
+                "status": inst["status"], "slots": inst["slots"],
+                "bindings": sorted(k for k in inst["bindings"] if k != "memory"),
+                "error": inst["pending"].get("error"), "risk": wf.risk,
+                "history": inst["history"][-20:]}
+
+    def idempotency_key(self, step: Step) -> str:
+        inst = self.inst
+        key = f"flow:{inst['id']}:{step.id}"
+        p = step.parent
+        chain = []
+        while p:
+            chain.append(str(inst["loops"].get(p, {}).get("index", 0)))
+            p = self.wf.steps[p].parent
+        if chain:
+            key += ":" + ".".join(reversed(chain))
+        if inst["generation"]:
+            key += f":g{inst['generation']}"
+        return key
+
+    def to_turn(self) -> FlowTurn:
+        inst = self.inst
+        status = inst["status"]
+        action = inst["pending"].get("action") if status == "waiting" else None
+        return FlowTurn(reply="\n".join(p for p in self.parts if p), status=status, workflow=self.wf.name,
+                        instance_id=inst["id"], step=inst["step"],
+                        awaiting=self.awaiting if status == "waiting" else None,
+                        quick_replies=self.quick if status == "waiting" else [],
+                        pending_action=action, handoff=self.handoff, approval=self.approval, trace=self.trace,
+                        outcome=inst.get("outcome"), reasks=inst["attempts"].get("_reasks", 0))
+
+
+def jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def _short_error(error: str, lang: str) -> str:
+    status = error.split(":", 1)[-1].strip().split(" ", 1)[0]
+    names = {"timeout": ("超时", "the system timed out"), "breaker_open": ("系统暂不可用", "the system is unavailable"),
+             "rate_limited": ("请求过多", "too many requests"), "denied": ("没有权限", "not permitted")}
+    zh, en = names.get(status, ("系统返回错误", "the system returned an error"))
+    return zh if lang == "zh" else en

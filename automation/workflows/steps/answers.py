@@ -1,0 +1,138 @@
+"""Reading a customer's words as slot values: shared by the waiting kinds and by the engine's reading of a turn.
+
+A value is read by the slot's validator (an entity, an enum word, a pattern, free text); a correction
+("不是这个，是100235", "sorry, 25 not 45") is a new value for a slot already filled.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any
+
+from automation.workflows import understand as U
+from automation.workflows.model import Step, Workflow
+from automation.workflows.steps.base import REGISTRY, ask_step_of
+from automation.workflows.store import Instance
+
+
+def parse_slot(wf: Workflow, name: str, text: str, entities: dict[str, Any]) -> Any:
+    slot = wf.slots[name]
+    v = slot.validate
+    value: Any = None
+    if name in entities:
+        value = entities[name]
+    elif "entity" in v:
+        value = U.extract(v["entity"], text, entities)
+    elif "enum" in v:
+        t = U.norm(text)
+        exact = [e for e in v["enum"] if U.norm(str(e)) == t]
+        last: dict[int, Any] = {}
+        for e in v["enum"]:
+            for m in re.finditer(rf"(?<!\w){re.escape(U.norm(str(e)))}(?!\w)", t):
+                last[m.start()] = e
+        value = exact[0] if exact else (last[max(last)] if last else None)   # the last mention wins
+    elif "regex" in v:
+        found = [m.group(0) for m in re.finditer(v["regex"].lstrip("^").rstrip("$"), text or "")]
+        value = found[-1] if found else None
+    else:
+        raw = (text or "").strip()
+        value = raw or None
+        if (v.get("schema") or {}).get("type") not in (None, "string"):
+            try:
+                value = json.loads(raw)
+            except ValueError:
+                pass
+    if value is None or not slot.check(value):
+        return None
+    return value
+
+
+def stated(wf: Workflow, name: str, text: str, entities: dict[str, Any]) -> Any:
+    """A value the customer states outright for a choose slot with a strict validator (entity or regex)."""
+    v = wf.slots[name].validate if name in wf.slots else {}
+    if v.get("entity") in (None, "text", "yes_no") and "regex" not in v:
+        return None
+    return parse_slot(wf, name, text, entities)
+
+
+def correction(inst: Instance, wf: Workflow, text: str, entities: dict[str, Any],
+               skip: str | None = None) -> tuple[str, Any] | None:
+    """A new value for an already filled slot ("不是这个，是100235", "sorry, 25 not 45"): (slot, value)."""
+    if U.is_correction(text):
+        text = U.drop_negated(text)
+    for name, slot in wf.slots.items():
+        ent = slot.validate.get("entity")
+        if name == skip or name not in inst["slots"] or ent in (None, "text", "yes_no"):
+            continue
+        value = parse_slot(wf, name, text, entities)
+        if value is not None and value != inst["slots"][name]:
+            return name, value
+    return None
+
+
+def free_correction(inst: Instance, wf: Workflow, step: Step, text: str) -> tuple[str, Any] | None:
+    """"No, it should be 21 Oak Road ..." at a confirmation: a new value for the free-text slot the step's
+    on_reject would ask again (an address, a title), when the rest of the message is more than a number."""
+    target = step.get("on_reject")
+    rest = U.strip_correction(text)
+    if not isinstance(target, dict) or not U.is_free_value(rest):
+        return None   # "不是这个，是100235", "I meant order W1003": an order number, not an address
+    if not (U.is_correction(text) or U.yes_no(text) is False):
+        return None
+    for name in target.get("reset") or []:
+        slot = wf.slots.get(name)
+        asked = ask_step_of(wf, name)
+        if slot is not None and slot.free_text and asked is not None and asked.kind == "ask" \
+                and name in inst["slots"] and slot.check(rest) and rest != inst["slots"][name]:
+            return name, rest
+    return None
+
+
+def apply_correction(inst: Instance, wf: Workflow, step: Step, slot: str, value: Any) -> None:
+    """Set the corrected slot and forget what was collected or computed after it (except what the customer said first)."""
+    inst["slots"][slot] = value
+    inst["generation"] += 1
+    inst["pending"].pop("action", None)
+    prefilled = set(next((h.get("prefilled", []) for h in inst["history"] if h.get("event") == "started"), []))
+    order = list(wf.steps)
+    ask = ask_step_of(wf, slot)
+    start = order.index(ask.id) if ask is not None else len(order)
+    for sid in order[start + 1:]:
+        s = wf.steps[sid]
+        for n in REGISTRY[s.kind].writes(s):
+            if n not in prefilled and n != slot:
+                inst["slots"].pop(n, None)
+    inst["history"].append({"step": step.id, "event": "correction", "slot": slot, "at": time.time()})
+
+
+def fix(inst: Instance, wf: Workflow, step: Step, text: str, entities: dict[str, Any]) -> str | None:
+    """A correction of an earlier answer while asked something else: re-plan from that answer's step."""
+    if not U.is_correction(text):
+        return None
+    found = correction(inst, wf, text, entities, skip=step.arg)
+    if found is None:
+        return None
+    slot, value = found
+    apply_correction(inst, wf, step, slot, value)
+    ask = ask_step_of(wf, slot)
+    return ask.id if ask is not None else None
+
+
+def prefill(wf: Workflow, text: str, entities: dict[str, Any]) -> dict[str, Any]:
+    """The slots the customer's first message already gives (an order number, an amount)."""
+    slots = {}
+    for name, slot in wf.slots.items():
+        ent = slot.validate.get("entity")
+        if ent in (None, "text", "number", "yes_no"):
+            if name in entities and slot.check(entities[name]):
+                slots[name] = entities[name]
+            continue
+        value = entities.get(name) if name in entities else U.extract(ent, text, entities)
+        if value is not None and not slot.check(value) and ent == "order_id" and name not in entities:
+            # "W3003的邮编改成98109": the last number-like token is a zip code; the slot's own rule picks the id
+            value = next((v for v in reversed(U.order_ids(text)) if slot.check(v)), None)
+        if value is not None and slot.check(value):
+            slots[name] = value
+    return slots

@@ -1,0 +1,261 @@
+"""``choose: SLOT``: pick one of a list (orders, variants) by number, id, name, words or meaning."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from automation.workflows import requests as R
+from automation.workflows import understand as U
+from automation.workflows.checks import WorkflowChecks
+from automation.workflows.expr import (ExpressionError, evaluate, evaluate_columns, evaluate_each, format_value,
+                                       render_each, same_value)
+from automation.workflows.model import Step, StepSpec
+from automation.workflows.runtime import MAX_ATTEMPTS, FlowRun, t
+from automation.workflows.steps import answers as A
+from automation.workflows.steps.base import Outcome, StepContext, StepKind
+
+Rows = tuple[list[str], list[list[str]], dict[str, list[str]]]
+
+
+def options(run: FlowRun, step: Step) -> list[Any]:
+    found = evaluate(step.raw["options"], run.scope())
+    if not isinstance(found, list):
+        raise ExpressionError(f"{step.raw['options']}: options must be a list")
+    return found
+
+
+def option_rows(run: FlowRun, step: Step, opts: list[Any]) -> Rows:
+    """Every option's id, matchable texts and labels; computed once per turn while the data is the same
+    (the reading of the message, the answer and a re-ask all need them)."""
+    inst = run.inst
+    sig = (step.id, tuple((k, id(v)) for k, v in inst["bindings"].items()),
+           tuple((k, id(lp["items"]), lp["index"]) for k, lp in inst["loops"].items()), inst["lang"])
+    memo: dict[str, Any] = run.memo.setdefault("choose_rows", {})
+    hit = memo.get(step.id)
+    if hit is not None and hit[0] == sig and same_value(hit[1], opts) and same_value(hit[2], inst["slots"]):
+        rows: Rows = hit[3]
+        return rows
+    rows = _compute_rows(run, step, opts)
+    memo[step.id] = (sig, opts, dict(inst["slots"]), rows)
+    return rows
+
+
+def _compute_rows(run: FlowRun, step: Step, opts: list[Any]) -> Rows:
+    label = step.raw["label"]
+    labels = label if isinstance(label, dict) else {lang: label for lang in ("zh", "en")}
+    langs = [lang for lang in ("en", "zh") if labels.get(lang)]
+    scope = run.scope()
+    templates = ["{{ " + step.raw["option_id"] + " }}" if "option_id" in step.raw else "{{ option }}"]
+    templates += [labels[lang] for lang in langs]
+    rendered = render_each(opts, "option", templates, scope)
+    matches = list(step.get("match") or [])
+    extra = evaluate_columns(opts, "option", matches, scope) if matches else []
+    ids: list[str] = []
+    texts: list[list[str]] = []
+    by_lang: dict[str, list[str]] = {lang: [] for lang in langs}
+    for n, o in enumerate(opts):
+        oid = rendered[0][n] if "option_id" in step.raw else (o.get("id") if isinstance(o, dict) else rendered[0][n])
+        ids.append("" if oid is None else str(oid))
+        fields: list[str] = []
+        for j, lang in enumerate(langs):
+            by_lang[lang].append(rendered[1 + j][n])
+            if rendered[1 + j][n] not in fields:
+                fields.append(rendered[1 + j][n])
+        for col in extra:
+            v = col[n]
+            fields.extend([format_value(x) for x in v] if isinstance(v, list) else [format_value(v)])
+        texts.append(fields)
+    return ids, texts, by_lang
+
+
+def option_texts(run: FlowRun, step: Step, opts: list[Any]) -> tuple[list[str], list[list[str]]]:
+    ids, texts, _ = option_rows(run, step, opts)
+    return ids, texts
+
+
+def value_of(run: FlowRun, step: Step, option: Any) -> Any:
+    if "value" in step.raw:
+        return evaluate(step.raw["value"], run.scope(option=option))
+    return option
+
+
+def cheapest(run: FlowRun, step: Step, opts: list[Any], text: str, among: list[int] | None) -> int | None:
+    """"the cheapest" / "最便宜的": the option (among those still in question) with the lowest ``cheapest``."""
+    if "cheapest" not in step.raw or not R.prefers_cheapest(text):
+        return None
+    pool = [i for i in (among or range(len(opts))) if i < len(opts)]
+    if not pool:
+        return None
+    ranks = evaluate_each([opts[i] for i in pool], "option", [step.raw["cheapest"]], run.scope())
+    best = min(range(len(pool)), key=lambda j: (float(ranks[j][0]), j))
+    return pool[best]
+
+
+class ChooseSpec(StepSpec):
+    choose: str                            # the slot
+    options: str                           # CEL: the list to choose from
+    label: Any                             # template over `option` ({zh, en} or one text)
+    value: str | None = None               # CEL over `option`: what is stored (default: the option)
+    option_id: str | None = None           # CEL over `option`: its id (default: option.id)
+    match: list[str] | None = None         # CEL over `option`: more texts that name it
+    prompt: Any = None
+    auto_single: Any = False
+    refuse: Any = None                     # said when there is nothing to choose from
+    text: str | None = None                # CEL: words already said, to resolve from before asking
+    cheapest: str | None = None            # CEL number over `option`: "the cheapest" picks the lowest
+    required: bool = True
+
+
+class Choose(StepKind):
+    name = "choose"
+    spec = ChooseSpec
+    waits = True
+
+    def check(self, step: Step, ck: WorkflowChecks) -> None:
+        p, raw = step.raw["_path"], step.raw
+        ck.slot(step.arg, p + ("choose",))
+        if "text" in raw:
+            ck.expr(raw["text"], p + ("text",))
+        if "cheapest" in raw:
+            ck.expr(raw["cheapest"], p + ("cheapest",), {"option"})
+        if "required" in raw and not isinstance(raw["required"], bool):
+            ck.err(p + ("required",), "required is true or false")
+        ck.expr(raw.get("options"), p + ("options",))
+        ck.text(raw.get("prompt"), p + ("prompt",))
+        ck.template(raw.get("label"), p + ("label",), {"option"})
+        if "label" not in raw:
+            ck.err(p + ("label",), "a choose step needs a label template over 'option'")
+        for key in ("value", "option_id"):
+            if key in raw:
+                ck.expr(raw[key], p + (key,), {"option"})
+        for j, m in enumerate(raw.get("match") or []):
+            ck.expr(m, p + ("match", j), {"option"})
+        if "refuse" in raw:
+            ck.text(raw["refuse"], p + ("refuse",))
+
+    def asks_for(self, step: Step) -> str | None:
+        return str(step.arg)
+
+    def run(self, ctx: StepContext) -> Outcome:
+        run, inst, wf, step, text, entities = ctx.run, ctx.inst, ctx.wf, ctx.step, ctx.text, ctx.entities
+        name = step.arg
+        if text is None and name in inst["slots"]:
+            return "next"
+        opts = options(run, step)
+        if not opts:
+            if step.get("refuse"):
+                run.say(run.text(step.get("refuse")))
+                run.finish("completed", "refused")
+                return "stop"
+            return run.fail(step, "there is nothing to choose from")
+        if text is None:
+            if len(opts) == 1 and step.get("auto_single", False):
+                inst["slots"][name] = value_of(run, step, opts[0])
+                return "next"
+            if "text" in step.raw:
+                said = evaluate(step.raw["text"], run.scope())
+                resolved = self._from_text(run, step, opts, str(said or ""))
+                if resolved:
+                    return resolved
+            run.prompt(step, again=False)
+            return "wait"
+        fix = A.fix(inst, wf, step, text, entities)
+        if fix:
+            return fix
+        ids, texts = option_texts(run, step, opts)
+        value = A.stated(wf, name, text, entities)
+        if value is not None and str(value) not in ids:
+            # an order number the list does not show is still the customer's answer (never fuzzily another
+            # option's number): the steps after the choice check it
+            inst["slots"][name] = value
+            inst["attempts"].pop(step.id, None)
+            inst["pending"].get("choose_among", {}).pop(step.id, None)
+            inst["history"].append({"step": step.id, "event": "stated", "at": time.time()})
+            return "next"
+        among = inst["pending"].get("choose_among", {}).get(step.id)
+        cheap = cheapest(run, step, opts, text, among)
+        if cheap is not None:
+            inst["pending"].get("choose_among", {}).pop(step.id, None)
+            inst["slots"][name] = value_of(run, step, opts[cheap])
+            inst["attempts"].pop(step.id, None)
+            return "next"
+        similarity = run.services.similarity
+        ch = None
+        if among:
+            sub = U.choose(text, [ids[i] for i in among], [texts[i] for i in among], similarity=similarity)
+            ch = U.Choice(among[sub.index], [], sub.how) if sub.index is not None else None
+        if ch is None:
+            ch = U.choose(text, ids, texts, similarity=similarity)
+        if ch.index is None:
+            if ch.candidates:
+                inst["pending"].setdefault("choose_among", {})[step.id] = ch.candidates
+                n = inst["attempts"].get(step.id, 0) + 1
+                inst["attempts"][step.id] = n
+                if n >= MAX_ATTEMPTS:
+                    run.escalate("L2", f"choice at {step.id} still ambiguous after {n} attempts")
+                    return "stop"
+                run.say(t("choose_again", run.lang))
+                run.prompt(step, again=False, with_prompt=False)
+                return "wait"
+            value = A.stated(wf, name, text, entities)
+            if value is not None:
+                # an order number the list does not show is still the customer's answer: the steps after check it
+                inst["slots"][name] = value
+                inst["attempts"].pop(step.id, None)
+                inst["history"].append({"step": step.id, "event": "stated", "at": time.time()})
+                return "next"
+            return run.retry(step, f"no option of {name} matched")
+        inst["pending"].get("choose_among", {}).pop(step.id, None)
+        inst["slots"][name] = value_of(run, step, opts[ch.index])
+        inst["attempts"].pop(step.id, None)
+        inst["history"].append({"step": step.id, "event": "chose", "index": ch.index, "how": ch.how, "at": time.time()})
+        return "next"
+
+    def _from_text(self, run: FlowRun, step: Step, opts: list[Any], said: str) -> str | None:
+        """Resolve a choice from words the customer already said (a request's item, the first message)
+        before asking: one match is taken, several are asked among; ``required: false`` stores null when
+        nothing is named and then accepts only what the words state outright (id, exact, the cheapest)."""
+        inst, name = run.inst, step.arg
+        optional = step.get("required") is False
+        if said.strip():
+            cheap = cheapest(run, step, opts, said, None)
+            if cheap is not None:
+                inst["slots"][name] = value_of(run, step, opts[cheap])
+                return "next"
+            ids, texts = option_texts(run, step, opts)
+            ch = U.choose(said, ids, texts, similarity=None if optional else run.services.similarity)
+            if ch.index is not None and (not optional or ch.how in ("id", "exact")):
+                inst["slots"][name] = value_of(run, step, opts[ch.index])
+                inst["history"].append({"step": step.id, "event": "chose", "index": ch.index,
+                                        "how": f"said:{ch.how}", "at": time.time()})
+                return "next"
+            if ch.candidates and (not optional or ch.how == "ambiguous"):
+                inst["pending"].setdefault("choose_among", {})[step.id] = ch.candidates
+                run.prompt(step, again=False)
+                return "wait"
+        if optional:
+            inst["slots"][name] = None
+            return "next"
+        return None
+
+    def prompt(self, run: FlowRun, step: Step, *, with_prompt: bool = True) -> None:
+        opts = options(run, step)
+        _, _, by_lang = option_rows(run, step, opts)
+        labels = by_lang.get(run.lang) or by_lang.get("en") or next(iter(by_lang.values()))
+        only = run.inst["pending"].get("choose_among", {}).get(step.id)
+        shown = [i for i in (only or range(len(opts))) if i < len(opts)]
+        if with_prompt:
+            run.say(run.text(step.get("prompt")))
+        run.say("\n".join(f"{n + 1}. {labels[i]}" for n, i in enumerate(shown)))   # numbered as answered
+        run.quick = [labels[i] for i in shown]
+        run.awaiting = step.arg
+
+    def strength(self, run: FlowRun, step: Step, text: str, entities: dict[str, Any]) -> str | None:
+        ids, texts = option_texts(run, step, options(run, step))
+        how = U.choose(text, ids, texts, similarity=run.services.similarity)
+        if A.stated(run.wf, step.arg, text, entities) is not None:
+            return "strong"
+        if how.index is None:
+            return None
+        return "strong" if how.how in ("number", "id", "exact") else "weak"
