@@ -21,7 +21,7 @@ from handoff import tickets as T
 from handoff.access import check_holder, check_open, check_visible
 from handoff.errors import Conflict, Forbidden, Invalid, NotFound, Unavailable
 from handoff.models import OPEN_STATUSES, Agent
-from handoff.ports import DeliveryUnavailable
+from handoff.ports import DeliveryUnavailable, FlowPort
 from text.personal import partial
 
 HOLDS = ("pending", "on_hold")
@@ -178,10 +178,10 @@ class DeskCommands:
         with self._read() as conn:
             ticket = T.fetch_ticket(conn, ticket_id)
             check_visible(agent, ticket)
-            getter = getattr(self.port, "pending_action", None)
-            if getter is None or ticket["status"] not in OPEN_STATUSES:
+            port = self.port
+            if not isinstance(port, FlowPort) or ticket["status"] not in OPEN_STATUSES:   # no workflow side
                 return None
-            found = getter(conn, ticket)
+            found = port.pending_action(conn, ticket)
         if found is None:
             return None
         shown = {k: partial(v) if isinstance(v, str) else v for k, v in found["arguments"].items()}
@@ -193,8 +193,8 @@ class DeskCommands:
         left out keep the flow's values). The flow goes on in this transaction; its tool runs for the agent and
         the result is the tool's real one. One ``action_completed`` event; an Idempotency-Key repeats it."""
         key = self._check_key(idempotency_key)
-        complete = getattr(self.port, "complete_pending", None)
-        if complete is None:
+        port = self.port
+        if not isinstance(port, FlowPort):
             raise Unavailable("no workflow side is wired: the action cannot be completed here")
         with self._action() as (conn, notes):
             ticket = self._lock(conn, ticket_id)
@@ -207,8 +207,8 @@ class DeskCommands:
                         "result": prior["payload"].get("result"), "replayed": True}
             check_holder(agent, ticket)
             try:
-                result = complete(conn, ticket, instance_id=str(instance_id), arguments=dict(arguments or {}),
-                                  actor=agent.actor)
+                result = port.complete_pending(conn, ticket, instance_id=str(instance_id),
+                                               arguments=dict(arguments or {}), actor=agent.actor)
             except ValueError as exc:
                 raise Invalid(str(exc)) from None
             except DeliveryUnavailable as exc:

@@ -93,6 +93,7 @@ class ConversationPort(Protocol):
         """
 
 
+@runtime_checkable
 class FlowPort(Protocol):
     """Optional methods of a conversation port whose side runs workflows: a person finishes an action a flow
     stopped at (e.g. a change of address waiting for the customer's yes). A port without them answers 503."""
