@@ -69,10 +69,9 @@ def _greeting_under(base: str, key: str, text: str, tag: str) -> tuple[int, floa
     return status, took, list(results.values())
 
 
-# On a busy shared machine the ten turns still compete with the greeting for the CPU (and the GIL): measured at
-# load ~12 on 2 cores, all eleven answered 2xx (no 503 since long turns hold at most half the pool) but the greeting
-# took 3.6 s. Not strict until it is shown to hold on a quiet machine.
-@pytest.mark.xfail(strict=False, reason="the greeting's time under ten long turns depends on the machine's load")
+# On a busy shared machine the ten turns compete with the greeting for the CPU (and the GIL), so two seconds is
+# the figure on a quiet machine (benchmarks/adversarial.py measures it); under load the yardstick is the same
+# ten turns without digits: the detector may add little to what long messages cost anyway.
 def test_ten_worst_case_messages_at_once_leave_a_greeting_answered_in_two_seconds(live):
     base, services = live
     key = issue_integration_key(services.pool, ["web"])
