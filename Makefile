@@ -45,7 +45,7 @@ chromium:
 	fc-list :lang=zh | grep -q . || (apt-get update && apt-get install -y fonts-wqy-microhei)   # Chinese glyphs in screenshots
 
 test: models chromium
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=25   # the slowest tests, to keep the suite inside its budget
 
 test-fast: install chromium
 	$(BIN)/python -m pytest -m "not slow"
