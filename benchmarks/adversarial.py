@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from text import personal  # noqa: E402
+from _stats import ms  # noqa: E402
 
 
 def _digits(r: random.Random, n: int) -> str:
@@ -66,11 +67,6 @@ DETECTORS = {
 }
 
 
-def _pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return round(values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))] * 1000, 3)
-
-
 def measure(fn, texts: list[str]) -> dict:
     """CPU time of the calling thread (p50/p95/max) and wall time's max: on a shared machine the wall
     figures measure the neighbours too (the load average is recorded)."""
@@ -81,8 +77,8 @@ def measure(fn, texts: list[str]) -> dict:
         fn(text)
         cpu.append(time.thread_time() - c0)
         wall.append(time.perf_counter() - t0)
-    return {"p50_ms": _pct(cpu, 50), "p95_ms": _pct(cpu, 95), "max_ms": round(max(cpu) * 1000, 3),
-            "wall_p50_ms": _pct(wall, 50), "wall_max_ms": round(max(wall) * 1000, 3)}
+    return {"p50_ms": ms(cpu, 50), "p95_ms": ms(cpu, 95), "max_ms": round(max(cpu) * 1000, 3),
+            "wall_p50_ms": ms(wall, 50), "wall_max_ms": round(max(wall) * 1000, 3)}
 
 
 def turns(texts_by_kind: dict[str, list[str]]) -> dict:
@@ -110,9 +106,9 @@ def turns(texts_by_kind: dict[str, list[str]]) -> dict:
                 wall.append(time.perf_counter() - t0)
                 prepared.append(stage.labels("prepare")._sum.get() - p0)
                 held.append(wall[-1] - prepared[-1])
-            out[kind] = {"wall_p95_ms": _pct(wall, 95), "wall_max_ms": round(max(wall) * 1000, 3),
-                         "cpu_p95_ms": _pct(cpu, 95), "cpu_max_ms": round(max(cpu) * 1000, 3),
-                         "prepare_p95_ms": _pct(prepared, 95), "connection_held_p95_ms": _pct(held, 95),
+            out[kind] = {"wall_p95_ms": ms(wall, 95), "wall_max_ms": round(max(wall) * 1000, 3),
+                         "cpu_p95_ms": ms(cpu, 95), "cpu_max_ms": round(max(cpu) * 1000, 3),
+                         "prepare_p95_ms": ms(prepared, 95), "connection_held_p95_ms": ms(held, 95),
                          "connection_held_max_ms": round(max(held) * 1000, 3)}
         out["encoder"] = repr(services.encoder)
         return out

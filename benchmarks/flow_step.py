@@ -42,6 +42,7 @@ from psycopg.rows import dict_row  # noqa: E402
 from automation.tools.base import Caller, ToolResult  # noqa: E402
 from automation.workflows.engine import FlowEngine  # noqa: E402
 from automation.workflows.spec import parse_workflows  # noqa: E402
+from _stats import percentile  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "flow_step.json"
 
@@ -144,11 +145,6 @@ class NoApprovals:
         raise AssertionError("no case here needs an approval")
 
 
-def _pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
-
-
 def run(dsn: str, turns: int, quiet: bool) -> dict:
     tools = BenchTools()
     engine = FlowEngine(parse_workflows(WORKFLOWS, file="bench.yaml", tools=tools), tools, NoApprovals())
@@ -185,7 +181,7 @@ def run(dsn: str, turns: int, quiet: bool) -> dict:
                 cpu_step.append(own_cpu / n)
 
             def q(values):
-                return {"p50": round(statistics.median(values), 3), "p95": round(_pct(values, 0.95), 3)}
+                return {"p50": round(statistics.median(values), 3), "p95": round(percentile(values, 95), 3)}
 
             out[case] = {"turns": turns, "steps_per_turn": steps_seen,
                          "turn_ms": q(per_turn), "step_ms": q(per_step),            # wall time (incl. Postgres)

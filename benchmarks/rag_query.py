@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
+from _stats import percentile  # noqa: E402
 
 
 def kb_questions(folder: Path) -> list[str]:
@@ -46,9 +47,8 @@ def kb_questions(folder: Path) -> list[str]:
 
 
 def percentiles(ms: list[float]) -> dict[str, float]:
-    a = np.asarray(ms)
-    return {"p50_ms": round(float(np.percentile(a, 50)), 2), "p95_ms": round(float(np.percentile(a, 95)), 2),
-            "mean_ms": round(float(a.mean()), 2), "n": len(ms)}
+    return {"p50_ms": round(percentile(ms, 50), 2), "p95_ms": round(percentile(ms, 95), 2),
+            "mean_ms": round(sum(ms) / len(ms), 2), "n": len(ms)}
 
 
 def main() -> None:

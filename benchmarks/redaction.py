@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from text.personal import mask, warm_up  # noqa: E402
+from _stats import ms  # noqa: E402
 
 MESSAGES = {
     "zh_personal": "您好，我的订单 20241130 还没到，请联系我 138 1234 5678 或者邮箱 王五@例子.公司，地址杭州市西湖区"
@@ -42,11 +43,6 @@ MESSAGES = {
 }
 
 
-def _pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return round(values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))] * 1000, 4)
-
-
 def time_it(fn, text: str, n: int) -> dict:
     for _ in range(200):
         fn(text)
@@ -56,8 +52,8 @@ def time_it(fn, text: str, n: int) -> dict:
         fn(text)
         cpu.append(time.thread_time() - c)
         wall.append(time.perf_counter() - w)
-    return {"chars": len(text), "n": n, "wall_p50_ms": _pct(wall, 50), "wall_p95_ms": _pct(wall, 95),
-            "cpu_p50_ms": _pct(cpu, 50), "cpu_p95_ms": _pct(cpu, 95)}
+    return {"chars": len(text), "n": n, "wall_p50_ms": ms(wall, 50, 4), "wall_p95_ms": ms(wall, 95, 4),
+            "cpu_p50_ms": ms(cpu, 50, 4), "cpu_p95_ms": ms(cpu, 95, 4)}
 
 
 def presidio_engine():

@@ -24,7 +24,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import numpy as np  # noqa: E402
+from _stats import percentile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -46,10 +46,6 @@ FREE_MESSAGES = [
     "怎么修改收货地址", "why was i charged twice for one order", "扣了两次钱", "my coupon expired yesterday",
     "I never received the confirmation email", "什么时候能退到我的支付宝",
 ]
-
-
-def _pct(values: list[float], q: float) -> float:
-    return round(float(np.percentile(np.asarray(values), q)), 3)
 
 
 def main() -> int:
@@ -124,9 +120,9 @@ def main() -> int:
         "intents": len(clf.config.intents),
         "examples": sum(len(i.examples) for i in clf.config.intents),
         "method": (clf.config.scoring or {}).get("method", "knn"),
-        "rule_path_ms_p50": _pct(rule_ms, 50), "rule_path_ms_p95": _pct(rule_ms, 95), "rule_n": len(rule_ms),
-        "embedding_path_ms_p50": _pct(emb_ms, 50), "embedding_path_ms_p95": _pct(emb_ms, 95), "embedding_n": len(emb_ms),
-        "encode_only_ms_p50": _pct(encode_ms, 50), "encode_only_ms_p95": _pct(encode_ms, 95),
+        "rule_path_ms_p50": round(percentile(rule_ms, 50), 3), "rule_path_ms_p95": round(percentile(rule_ms, 95), 3), "rule_n": len(rule_ms),
+        "embedding_path_ms_p50": round(percentile(emb_ms, 50), 3), "embedding_path_ms_p95": round(percentile(emb_ms, 95), 3), "embedding_n": len(emb_ms),
+        "encode_only_ms_p50": round(percentile(encode_ms, 50), 3), "encode_only_ms_p95": round(percentile(encode_ms, 95), 3),
         "batch_size": args.batch, "batch_messages": len(batch_msgs),
         "batch_messages_per_s": round(len(batch_msgs) / batch_s, 1),
         "build_seconds": round(build_s, 2),

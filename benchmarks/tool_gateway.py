@@ -41,18 +41,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from _scratch import drop_database, fresh_database  # noqa: E402
+from _stats import percentile  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "tool_gateway.json"
 
 
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
-
-
 def summary(values: list[float]) -> dict:
-    return {"p50_ms": round(pct(values, 50), 3), "p95_ms": round(pct(values, 95), 3),
-            "p99_ms": round(pct(values, 99), 3), "mean_ms": round(statistics.fmean(values), 3), "n": len(values)}
+    return {"p50_ms": round(percentile(values, 50), 3), "p95_ms": round(percentile(values, 95), 3),
+            "p99_ms": round(percentile(values, 99), 3), "mean_ms": round(statistics.fmean(values), 3), "n": len(values)}
 
 
 class TimedTransport:
@@ -82,7 +78,7 @@ class TimedTransport:
 
 
 def _cpu_summary(values: list[float]) -> dict:
-    return {"p50_ms": round(pct(values, 50), 3), "p95_ms": round(pct(values, 95), 3),
+    return {"p50_ms": round(percentile(values, 50), 3), "p95_ms": round(percentile(values, 95), 3),
             "mean_ms": round(statistics.fmean(values), 3)}
 
 

@@ -42,6 +42,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 from _scratch import drop_database, fresh_database  # noqa: E402
 from webhook_throughput import (_free_port, cpu_snapshot, delivery, start_server, wait_idle,  # noqa: E402
                                 wait_ready)
+from _stats import percentile  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "turn_latency.json"
 KINDS = {
@@ -51,11 +52,6 @@ KINDS = {
     "small_talk": ["hello", "thanks!", "你好", "谢谢"],
     "ticket": ["I want to talk to a human", "转人工", "my account was hacked", "我要投诉"],
 }
-
-
-def _pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
 def run_kind(client, base: str, texts: list[str], n: int, run: str) -> tuple[list[float], list[dict]]:
@@ -114,7 +110,7 @@ def main() -> None:
                 after = cpu_snapshot(proc.pid, pg_pid)
                 decisions = [pl.get("decision") or {} for pl in payloads]
                 results["kinds"][kind] = {
-                    "p50_ms": round(statistics.median(lat), 2), "p95_ms": round(_pct(lat, 0.95), 2),
+                    "p50_ms": round(statistics.median(lat), 2), "p95_ms": round(percentile(lat, 95), 2),
                     "max_ms": round(max(lat), 2),
                     "cpu_ms_per_turn": {k: round((after[k] - before[k]) * 1000 / args.turns, 2)
                                         for k in ("server", "postgres")},
