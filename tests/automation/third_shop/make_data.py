@@ -42,7 +42,7 @@ PRODUCTS = [
         "p_pan", {"size": ["S", "M", "L"], "material": ["steel", "cast iron"]}, 30.0, set())},
     {"product_id": "p_mug", "name": "Coffee Mug", "category": "kitchen", "variants": _variants(
         "p_mug", {"colour": ["white", "black", "blue"], "material": ["ceramic", "glass"]}, 12.0, set())},
-    {"product_id": "p_lamp", "name": "Desk Lamp", "category": "home", "variants": _variants(
+    {"product_id": "p_lamp", "name": "Desk Lamp", "category": "lighting", "variants": _variants(
         "p_lamp", {"colour": ["black", "white", "brass"], "material": ["metal", "wood"]}, 40.0, {("brass", "wood")})},
     {"product_id": "p_laptop", "name": "Laptop", "category": "electronics", "variants": _variants(
         "p_laptop", {"colour": ["silver", "space grey"], "storage": ["256GB", "512GB"]}, 900.0, set())},

@@ -242,6 +242,12 @@ def debug_dump() -> dict[str, Any]:
 
 
 @server.tool(structured_output=True)
+def debug_writes(since: int = 0) -> dict[str, Any]:
+    """The changes the tools made, from the ``since``-th on (the judge reads them after every turn)."""
+    return {"count": len(_state["writes"]), "writes": _state["writes"][since:]}
+
+
+@server.tool(structured_output=True)
 def debug_fail(tool: str, times: int = 1) -> dict[str, Any]:
     """Make the next ``times`` calls of ``tool`` fail."""
     _state["failures"][tool] = times
