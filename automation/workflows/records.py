@@ -49,6 +49,8 @@ _REL_EN = re.compile(r"(?<![a-z])(?:(a|one|two|three|\d)\s+)?(\w+?)s?\s+(smaller
                      r"|(?<![a-z])(smaller|bigger|larger)\s+(\w+)(?![a-z])", re.I)
 _REL_ZH = re.compile(r"(小|大)\s*([一两二三\d]?)\s*(\S)")
 _UP = {"bigger", "larger", "up", "more", "大"}
+# scores of a variant: each soft want of the customer, each current option kept, each `prefer:` of the shop
+SOFT_WEIGHT, KEEP_WEIGHT, PREFER_WEIGHT = 10.0, 1.0, 0.5
 
 
 def norm(text: str) -> str:
@@ -276,8 +278,9 @@ def _shift(text: str, units: list[str]) -> int:
 def variant_pick(text: str, traits: list[dict[str, Any]], current: dict[str, Any], order: dict[str, Any],
                  vocabulary: dict[str, dict[str, list[str]]], bonus: list[float] | None = None) -> tuple[Pick, Wants]:
     """The variant(s) the words want among ``traits`` (each variant's options): hard wants and the relative
-    target must hold; then soft wants (10 each), the shop's ``prefer`` bonus, and each current option kept
-    (1 each) score; the best is taken when it is the only best, else the best are asked among."""
+    target must hold; then soft wants (10 each), each current option kept (1 each) and the shop's ``prefer``
+    bonus (0.5 per true: a tie-breaker) score; the best is taken when it is the only best, else the best are
+    asked among."""
     axes: dict[str, list[str]] = {}
     for tr in traits:
         for k, v in tr.items():
@@ -299,9 +302,9 @@ def variant_pick(text: str, traits: list[dict[str, Any]], current: dict[str, Any
 
     def score(i: int) -> float:
         tr = traits[i]
-        s = sum(10.0 for k, v in w.soft.items() if str(tr.get(k)) == v)
+        s = sum(SOFT_WEIGHT for k, v in w.soft.items() if str(tr.get(k)) == v)
         s += (bonus[i] if bonus else 0.0)
-        return s + sum(1.0 for k, v in current.items() if k not in targets and str(tr.get(k)) == str(v))
+        return s + sum(KEEP_WEIGHT for k, v in current.items() if k not in targets and str(tr.get(k)) == str(v))
 
     best = max(score(i) for i in pool)
     top = [i for i in pool if score(i) == best]

@@ -31,15 +31,22 @@ def third_engine(northwind, approvals):
 
 
 @pytest.fixture
-def history(db):
+def pooled(pool):
+    """A turn in its own committed transaction on a pooled connection (hundreds of turns, a few connections),
+    and the flow's history as saved."""
     from automation.workflows import store
 
-    def read(instance_id):
-        with db() as conn:
+    def turn(fn, *args, **kwargs):
+        with pool.connection() as conn:
+            with conn.transaction():
+                return fn(conn, *args, **kwargs)
+
+    def history(instance_id):
+        with pool.connection() as conn:
             inst = store.get(conn, instance_id)
         return list((inst or {}).get("history") or [])
 
-    return read
+    return turn, history
 
 
 def test_the_cases_cover_every_process_in_both_languages():
@@ -51,7 +58,8 @@ def test_the_cases_cover_every_process_in_both_languages():
     assert sum(1 for c in CASES if len(c["writes"]) > 1) >= 10   # requests across orders
 
 
-def test_scripted_conversations_change_exactly_what_they_should(third_engine, northwind, turn, history):
+def test_scripted_conversations_change_exactly_what_they_should(third_engine, northwind, pooled):
+    turn, history = pooled
     verdicts = [run_case(third_engine, northwind, turn, history, case, f"conv3-{i}-{case['id']}")
                 for i, case in enumerate(CASES)]
     print("\n" + table(verdicts))

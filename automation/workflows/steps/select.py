@@ -39,7 +39,7 @@ class SelectSpec(StepSpec):
     traits: str | None = None              # CEL over `option`: its options {axis: value} (variants)
     keep: str | None = None                # CEL: the current options, kept where possible
     order: dict[str, Any] | None = None    # axis -> [values in order] or {values, words}: "one size smaller"
-    prefer: list[str] | None = None        # CEL over `option`: soft wants of the shop (true or a number adds)
+    prefer: list[str] | None = None        # CEL over `option`: the shop's soft wants (true adds 0.5, a number itself)
     prompt: Any = None
     refuse: Any = None                     # said when there is nothing to pick from
     auto_single: bool = False
@@ -147,8 +147,8 @@ class Select(StepKind):
             bonus = None
             if sp.prefer:
                 cols = evaluate_columns([opts[i] for i in pool], "option", list(sp.prefer), scope)
-                bonus = [sum(5.0 if v is True else float(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
-                             else 0.0 for v in (col[j] for col in cols)) for j in range(len(pool))]
+                bonus = [sum(RC.PREFER_WEIGHT if v is True else float(v) if isinstance(v, (int, float))
+                             and not isinstance(v, bool) else 0.0 for v in (col[j] for col in cols)) for j in range(len(pool))]
             pick, _ = RC.variant_pick(text, [dict(t or {}) for t in traits], dict(current or {}), sp.order or {},
                                       R.VOCABULARY.get(), bonus)
             pick.chosen = [pool[j] for j in pick.chosen]
