@@ -1,8 +1,8 @@
 """The third shop's scripted conversations as a benchmark: pass^1 and pass^k over varied phrasings.
 
 Every case of ``tests/automation/third_shop/conversations.jsonl`` runs k times (default 4), each time with
-its first message phrased another way (as written, with a greeting, with thanks, asked politely; in the
-case's language), from a reset shop, through the real tool gateway and MCP server on a temporary
+its first message phrased another way (as written, then the case's ``variants``: other words for the same
+request in the same language; past them, the phrasings with a greeting or thanks), from a reset shop, through the real tool gateway and MCP server on a temporary
 embedded Postgres. A trial is right when the shop's records changed exactly as the case says. Reported:
 pass^1 (the share of right trials), pass^k (the share of cases right in all k trials, tau-bench's
 pass^k), per workflow, and the two counts that must stay 0: writes without the customer's confirmation
@@ -72,10 +72,11 @@ def run(dsn: str, k: int, only: list[str], quiet: bool) -> dict:
     started = time.perf_counter()
     try:
         for n, case in enumerate(cases):
-            phrasings = PHRASINGS[case["lang"]]
+            phrasings = [case["turns"][0]] + list(case.get("variants") or [])
+            wrap = PHRASINGS[case["lang"]]
             trials = []
             for j in range(k):
-                first = phrasings[j % len(phrasings)](case["turns"][0])
+                first = phrasings[j] if j < len(phrasings) else wrap[j % len(wrap)](phrasings[j % len(phrasings)])
                 v = run_case(engine, gateway, turn, history, case, f"bench3-{n}-{j}-{uuid.uuid4().hex[:6]}", first)
                 trials.append(v.right)
                 unconfirmed += len(v.unconfirmed)

@@ -31,6 +31,7 @@ _ALL = re.compile(r"(?<![a-z])(?:all|every|everything|both|each|whole)(?![a-z])|
 _EXCEPT_EN = re.compile(r"(?<![a-z])(?:except(?: for)?|but not|other than|apart from|excluding|not the)(?![a-z])\s*(.*?)(?=[,;.!?]|$)",
                         re.I)
 _EXCEPT_ZH = re.compile(r"(?:除了|除去|不包括)(.*?)(?=以外|之外|外|都|，|,|。|$)|([^，,。]*?)除外")
+_PLURAL = re.compile(r"(?<![a-z])(?:items|things|ones|stuff|products|orders|articles)(?![a-z])", re.I)
 _SEGMENTS = re.compile(r"\s*(?:(?<![a-z])(?:and|plus|as well as)(?![a-z])|&|,|;|、|，|；|和|跟|还有|以及)\s*", re.I)
 _NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "一": 1, "两": 2, "二": 2, "三": 3, "四": 4, "五": 5}
 _COUNT_EN = re.compile(r"(?<![a-z])(one|two|three|four|five|\d+)\s+(?:items?|things?|products?|pieces?|articles?)(?![a-z])", re.I)
@@ -132,7 +133,7 @@ def resolve(text: str, ids: list[str], texts: list[list[str]], *, counts: list[i
         named = True
         if not pool:
             return Pick([], list(among if among is not None else range(len(ids))), "absent", True)
-    quantified = bool(_ALL.search(pos))
+    quantified = bool(_ALL.search(_COUNT_ZH.sub(" ", _COUNT_EN.sub(" ", pos))) or _PLURAL.search(_COUNT_EN.sub(" ", pos)))
     segments = [s for s in _SEGMENTS.split(pos) if s.strip()]
     per_seg: list[tuple[list[int], bool]] = []
     for seg in segments:
@@ -294,6 +295,8 @@ def variant_pick(text: str, traits: list[dict[str, Any]], current: dict[str, Any
         if cur not in values or not 0 <= values.index(cur) + n < len(values):
             return Pick([], [], "absent", True), w
         targets[axis] = values[values.index(cur) + n]
+    if targets and not w.soft and all(str(current.get(k)) == v for k, v in targets.items()):
+        return Pick([], [], "absent", True), w     # "the 512GB one" of a 512GB item: nothing to change, no guess
     pool = [i for i, tr in enumerate(traits) if all(str(tr.get(k)) == v for k, v in targets.items())]
     if not pool:
         return Pick([], [], "absent", w.any), w
@@ -332,12 +335,40 @@ def distinct(items: Any) -> list[Any]:
     return out
 
 
+_CHANGE_EN = re.compile(r"\s(?:for|to|into|instead of)\s|\sin\s(?!(?:order\s+)?[a-z]{1,4}-?\d|my\s|the\s|your\s|our\s)", re.I)
+_CHANGE_ZH = re.compile(r"换成|改成|换为|改为|变成|换个|换一个|换|改")
+
+
 def item_part(text: Any) -> str:
-    """``item_part(text)``: the words about the item, before the wanted change ("the black T-shirt" of
-    "change the black T-shirt to white", "水壶" of "水壶换成红色的"); the whole text when it states no change."""
+    """``item_part(text)``: the words about the item, before the wanted change: "the black T-shirt" of
+    "change the black T-shirt to white" or "I'd like the black T-shirt in white", "水壶" of "水壶换成红色的",
+    "make the T-shirt" of "make the T-shirt black" (an option word of the vocabulary after the item's noun);
+    the whole text when it states no change."""
     raw = str(text or "")
-    cuts = [m.start() for rx in (R._CHANGE_MARKERS_EN, R._CHANGE_MARKERS_ZH) for m in [rx.search(raw)] if m]
-    return raw[:min(cuts)].strip() if cuts and min(cuts) > 0 else raw
+    vocab = R.VOCABULARY.get()
+    t = norm(raw)
+    if len(t) != len(raw):      # positions of the folded text are the text's own only when it kept its length
+        return raw
+    nouns = [w for value, ws in (vocab.get("title") or {}).items() for w in [value, *ws]]
+    ends = [m.end() for w in nouns for m in [_said_at(w, t)] if m]
+    after = min(ends) if ends else 0          # the change comes after the item ("I want to exchange my jacket")
+    cuts = [m.start() for rx in (_CHANGE_EN, _CHANGE_ZH) for m in [rx.search(raw, after)] if m and m.start() > 0]
+    if cuts:
+        return raw[:min(cuts)].strip()
+    if not ends:
+        return raw
+    values = [w for group, entries in vocab.items() if group != "title" for value, ws in entries.items()
+              for w in [value, *ws]]
+    starts = [m.start() for w in values for m in [_said_at(w, t, after)] if m]
+    return raw[:min(starts)].strip() if starts else raw
+
+
+def _said_at(word: str, text: str, start: int = 0) -> re.Match[str] | None:
+    p = norm(word)
+    if not p or (len(p) < 2 and not _CJK.search(p)):
+        return None
+    rx = re.escape(p) if _CJK.search(p) else rf"(?<![a-z0-9]){re.escape(p)}(?:s|es)?(?![a-z0-9])"
+    return re.compile(rx).search(text, start)
 
 
 FUNCTIONS = {"group_by": group_by, "distinct": distinct, "item_part": item_part}

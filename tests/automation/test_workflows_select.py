@@ -84,6 +84,7 @@ def test_items_are_picked_across_orders_and_with_exceptions():
     assert _pick("please return the tablet and the earbuds", rows)[0] == ["H2101-2", "H2102-2"]
     assert _pick("return the laptop", rows)[1:] == (["H2101-1", "H2102-1"], "ambiguous")
     assert _pick("the silver one", rows, among=[0, 2])[0] == ["H2101-1"]
+    assert _pick("return the electronics items", rows)[0] == ["H2101-1", "H2101-2", "H2102-1", "H2102-2"]
     rows = _item_rows(_orders("cus_mia", "delivered"))
     assert _pick("return everything for the kitchen from my delivered order", rows)[0] == ["H2003-2", "H2003-3"]
     assert _pick("H2003除了杯子都退了", rows)[0] == ["H2003-1", "H2003-3"]
@@ -145,6 +146,8 @@ def test_a_soft_want_gives_way_and_a_hard_one_does_not():
     # a hard want nothing has, or a size past the end of the order: nothing, never the closest
     assert _variant("in green nylon, one size smaller", BLUE_L)[:2] == ([], "absent")
     assert _variant("one size bigger", {"size": "XL", "colour": "blue", "material": "nylon"})[:2] == ([], "absent")
+    # a want the item already has changes nothing: never another variant instead
+    assert _variant("the blue one please", BLUE_L)[:2] == ([], "absent")
     # nothing wanted: asked among all
     assert _variant("I want to exchange it", BLUE_L)[:2] == ([], "none")
 
@@ -168,6 +171,16 @@ def test_cel_helpers_for_several_orders():
     assert RC.item_part("change the black T-shirt to white") == "change the black T-shirt"
     assert RC.item_part("水壶换成红色的") == "水壶"
     assert RC.item_part("make all my T-shirts one size bigger") == "make all my T-shirts one size bigger"
+    token = R.VOCABULARY.set({"title": {"T-Shirt": ["t-shirt"], "Rain Jacket": ["jacket"]}, "colour": {"black": []},
+                              "size": {"L": ["large"]}})
+    try:   # with the shop's words: the change after the item's noun, with or without a marker
+        assert RC.item_part("make the T-shirt black") == "make the T-shirt"
+        assert RC.item_part("I want to exchange my jacket, black if there are several colours") == \
+            "I want to exchange my jacket,"
+        assert RC.item_part("the T-shirt in H2401 to size L") == "the T-shirt in H2401"
+        assert RC.item_part("I'd like the jacket in large") == "I'd like the jacket"
+    finally:
+        R.VOCABULARY.reset(token)
     from automation.workflows.expr import evaluate
     assert evaluate("group_by(xs, 'k').map(g, g.key)", {"xs": [{"k": "a"}, {"k": "b"}, {"k": "a"}]}) == ["a", "b"]
 
