@@ -14,7 +14,8 @@ black"), soft wants ("polyester if possible", "black if there are several colour
 targets over an option order the shop declares ("one size smaller", "大一号"), and the current options kept
 where possible.
 
-Pure functions over plain data; CEL gets :data:`FUNCTIONS` (``group_by``, ``distinct``, ``item_part``).
+Pure functions over plain data; CEL gets :data:`FUNCTIONS` (``group_by``, ``distinct``, ``item_part``, ``refer``,
+``mentioned``).
 """
 
 from __future__ import annotations
@@ -371,4 +372,23 @@ def _said_at(word: str, text: str, start: int = 0) -> re.Match[str] | None:
     return re.compile(rx).search(text, start)
 
 
-FUNCTIONS = {"group_by": group_by, "distinct": distinct, "item_part": item_part}
+def _refer(text: Any, rows: Any) -> Pick:
+    phrases = [[str(x) for x in (r if isinstance(r, list) else [r]) if x is not None] for r in list(rows or [])]
+    return resolve(str(text or ""), [str(n) for n in range(len(phrases))], phrases, by_id=False)
+
+
+def refer(text: Any, rows: Any) -> list[int]:
+    """``refer(text, rows)``: the records a description picks, given as their phrases (one list per record),
+    for steps other than ``select`` (a ``choose``'s options narrowed, a ``set``): their indices, empty unless
+    the words decide ("the order with the kettle and the lamp")."""
+    return _refer(text, rows).chosen
+
+
+def mentioned(text: Any, rows: Any) -> list[int]:
+    """``mentioned(text, rows)``: the records the words could mean (those decided, else those still in
+    question); empty when they name none."""
+    p = _refer(text, rows)
+    return p.chosen or (p.candidates if p.how == "ambiguous" else [])
+
+
+FUNCTIONS = {"group_by": group_by, "distinct": distinct, "item_part": item_part, "refer": refer, "mentioned": mentioned}

@@ -183,7 +183,13 @@ def test_cel_helpers_for_several_orders():
         R.VOCABULARY.reset(token)
     from automation.workflows.expr import evaluate
     assert evaluate("group_by(xs, 'k').map(g, g.key)", {"xs": [{"k": "a"}, {"k": "b"}, {"k": "a"}]}) == ["a", "b"]
-
+    # refer() / mentioned(): the same reading for a choose or a set ("the order with the kettle and the lamp")
+    orders = {"orders": {"orders": [{"id": "A", "items": ["Kettle", "Mug"]}, {"id": "B", "items": ["Kettle", "Lamp"]}]}}
+    rows = "orders.orders.map(o, o.items)"
+    assert evaluate(f"refer('the one with the kettle and the lamp', {rows})", orders) == [1]
+    assert evaluate(f"refer('the kettle order', {rows})", orders) == []           # two have a kettle: undecided
+    assert evaluate(f"mentioned('the kettle order', {rows})", orders) == [0, 1]
+    assert evaluate(f"mentioned('the toaster', {rows})", orders) == []
 
 BROKEN = """\
 workflows:
