@@ -289,6 +289,13 @@ def variant_pick(text: str, traits: list[dict[str, Any]], current: dict[str, Any
             if str(v) not in axes.setdefault(k, []):
                 axes[k].append(str(v))
     w = wants(text, axes, current, order, vocabulary)
+    # a value the shop has words for but this product lacks ("the jacket in red"): wanted, so nothing fits
+    lacking = {axis: [str(v) for v in (vocabulary.get(axis) or {}) if str(v) not in values]
+               for axis, values in axes.items()}
+    if any(lacking.values()):
+        wider = wants(text, {axis: axes[axis] + lacking[axis] for axis in axes}, current, order, vocabulary)
+        if any(v in lacking[axis] and v != str(current.get(axis)) for axis, v in wider.hard.items()):
+            return Pick([], [], "absent", True), w
     targets: dict[str, str] = dict(w.hard)
     for axis, n in w.shift.items():
         values, _ = _axis_words(axis, order[axis])

@@ -111,7 +111,7 @@ def test_answers_to_a_numbered_list():
 
 JACKET = next(p for p in DATA["products"] if p["product_id"] == "p_jacket")
 SIZES = {"size": {"values": ["XS", "S", "M", "L", "XL"], "words": ["size", "号", "码"]}}
-VOCAB = {"colour": {"black": ["黑色"]}, "material": {"polyester": ["聚酯纤维"]}, "size": {"L": ["large"]}}
+VOCAB = {"colour": {"black": ["黑色"], "red": ["红色"]}, "material": {"polyester": ["聚酯纤维"]}, "size": {"L": ["large"]}}
 
 
 def _variant(text, current, prefer=None):
@@ -146,6 +146,9 @@ def test_a_soft_want_gives_way_and_a_hard_one_does_not():
     # a hard want nothing has, or a size past the end of the order: nothing, never the closest
     assert _variant("in green nylon, one size smaller", BLUE_L)[:2] == ([], "absent")
     assert _variant("one size bigger", {"size": "XL", "colour": "blue", "material": "nylon"})[:2] == ([], "absent")
+    # a colour the shop knows but this jacket never comes in: nothing fits, never another colour
+    assert _variant("exchange the jacket for a red one", BLUE_L)[:2] == ([], "absent")
+    assert _variant("把夹克换成红色", BLUE_L)[:2] == ([], "absent")
     # a want the item already has changes nothing: never another variant instead
     assert _variant("the blue one please", BLUE_L)[:2] == ([], "absent")
     # nothing wanted: asked among all

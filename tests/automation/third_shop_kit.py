@@ -89,6 +89,8 @@ def run_case(engine: Any, gateway: Any, turn: Callable[..., Any], history: Calla
     expected = case["writes"]
     if t.status != case["status"]:
         v.problems.append(f"status {t.status} ({t.outcome}) != {case['status']}")
+    if case.get("outcome") and t.outcome != case["outcome"]:
+        v.problems.append(f"outcome {t.outcome} != {case['outcome']}")
     if len(writes) != len(expected) or not all(matches(w, e) for w, e in zip(writes, expected)):
         v.problems.append(f"writes {[(w['tool'], w['result']) for w in writes]} != {expected}")
         wrong = [w for w in writes if not any(matches(w, e) for e in expected)]
