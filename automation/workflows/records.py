@@ -134,6 +134,10 @@ def resolve(text: str, ids: list[str], texts: list[list[str]], *, counts: list[i
         named = True
         if not pool:
             return Pick([], list(among if among is not None else range(len(ids))), "absent", True)
+    # a shop noun none of the records has ("the order with the kettle and the laptop" when no order has a
+    # laptop) names something absent: asked, never the records the other words fit
+    if any(said(w, pos) and not any(norm(w) in norm(x) for i in pool for x in texts[i]) for w in nouns):
+        return Pick([], pool, "absent", True)
     quantified = bool(_ALL.search(_COUNT_ZH.sub(" ", _COUNT_EN.sub(" ", pos))) or _PLURAL.search(_COUNT_EN.sub(" ", pos)))
     segments = [s for s in _SEGMENTS.split(pos) if s.strip()]
     per_seg: list[tuple[list[int], bool]] = []
@@ -154,14 +158,8 @@ def resolve(text: str, ids: list[str], texts: list[list[str]], *, counts: list[i
             chosen = sorted(set().union(*sets))
             ambiguous = not quantified and any(len(s) > 1 and not plural for s, plural in per_seg)
     else:
-        chosen, ambiguous = list(pool), False
-        if not quantified and not named:
-            # nothing stated about the records: a shop noun none of them has names something absent
-            absent = [w for w in nouns if said(w, pos) and not any(norm(w) in norm(x) for i in pool for x in texts[i])]
-            if absent:
-                return Pick([], pool, "absent", True)
-        else:
-            ambiguous = by_count and not quantified and len(chosen) > 1   # "the order with two items": which?
+        chosen = list(pool)
+        ambiguous = by_count and not quantified and len(chosen) > 1   # "the order with two items": which?
     if neg.strip():
         named = True
         drop = {i for i in chosen if _hits(texts[i], neg)}

@@ -70,6 +70,9 @@ def test_a_description_that_fits_several_is_asked_never_guessed():
     # a shop noun no record has ("the lamp order" when no pending order has a lamp) names something absent
     ids, texts, counts = _order_rows(_orders("cus_ava", "pending"))
     assert _pick("cancel the lamp order", (ids, texts), counts=counts) == ([], ["H2401"], "absent")
+    ids, texts, counts = _order_rows(_orders("cus_mia", "pending"))
+    assert _pick("cancel the order with the kettle and the laptop", (ids, texts), counts=counts)[2] == "absent"
+    ids, texts, counts = _order_rows(_orders("cus_ava", "pending"))
     # an order number that is not among them is absent too, never another order
     assert _pick("cancel H2403", (ids, texts))[2] == "absent"
     # nothing stated: nothing chosen (a single record may then be taken by auto_single)
