@@ -22,6 +22,7 @@ from typing import Any
 import cel
 from cel import stdlib as _stdlib
 
+from automation.workflows import records as _records
 from automation.workflows import requests as _requests
 
 _HOLE = re.compile(r"\{\{\s*(.+?)\s*\}\}", re.S)
@@ -59,6 +60,7 @@ _EXTENSIONS["fmt"] = lambda value: format_value(value)    # a value as the templ
 _EXTENSIONS["options_in"] = lambda text, variants: _requests.options_in(str(text or ""), variants)
 _EXTENSIONS["synonyms"] = lambda value: _requests.synonyms(value)
 _EXTENSIONS["address_edit"] = lambda text, base: _requests.address_edit(str(text or ""), base)
+_EXTENSIONS.update(_records.FUNCTIONS)   # group_by, distinct (automation/workflows/records.py)
 
 
 @lru_cache(maxsize=4096)

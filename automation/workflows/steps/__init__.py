@@ -14,11 +14,13 @@ from automation.workflows.steps.end import End
 from automation.workflows.steps.foreach import Foreach
 from automation.workflows.steps.handoff import Handoff
 from automation.workflows.steps.reply import Reply
+from automation.workflows.steps.select import Select
 from automation.workflows.steps.set import Set
 from automation.workflows.steps.split import Split
 
 register(Ask(), Split(), Choose(), Confirm(), Call(), Set(), Check(), Foreach(), Approve(), Reply(), Handoff(), End())
 register(Clear())
+register(Select())
 
 KINDS = tuple(REGISTRY)
 WAITING_KINDS = tuple(name for name, kind in REGISTRY.items() if kind.waits)
