@@ -130,11 +130,11 @@ class WorkflowChecks:
         self.template(value, path)
 
     def goto(self, target: Any, path: Path) -> None:
-        if target not in self.wf.steps:
+        if not isinstance(target, str) or target not in self.wf.steps:
             self.err(path, f"unknown step {target!r}")
 
     def slot(self, name: Any, path: Path) -> None:
-        if name not in self.slot_names:
+        if not isinstance(name, str) or name not in self.slot_names:
             self.err(path, f"unknown slot {name!r} (declared: {', '.join(sorted(self.slot_names)) or 'none'})")
 
     def jump(self, value: Any, path: Path) -> None:

@@ -127,6 +127,8 @@ def test_every_cel_failure_is_an_expression_error(source):
     ("match: \"option == 'L' ? ['large', 'big'] : []\"", "match: 3", "workflows.notes.steps[1].match",
      "expected a CEL expression over 'option' or a list of them"),
     ("ask_again: true", "ask_again: maybe", "workflows.notes.steps[1].ask_again", "ask_again is true or false"),
+    ("ask_again: true", "ask_again: true\n        reset: [[size]]", "workflows.notes.steps[1].reset[0]",
+     "unknown slot ['size'] (declared: home, note, parts, size)"),
     ("defaults: {country: US}", "defaults: {country: 1}", "address.defaults.country",
      "expected text (quote it: YAML reads yes, no, on and digits as other types)"),
     ("line1: address1,", "street: address1,", "address.fields.street",
