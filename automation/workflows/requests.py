@@ -27,6 +27,7 @@ _SEPARATORS = re.compile(r"\s*(?:[,;，；。]|\band then\b|\bthen\b|\band also\
 _CHANGE_MARKERS_EN = re.compile(r"\s(?:for|to|into|with)\s", re.I)
 _CHANGE_MARKERS_ZH = re.compile(r"(?:换成|改成|换为|改为|变成|换个|换一个|成)")
 _LEAD_ZH = re.compile(r"^(?:把|将|给我把|帮我把|帮我|我要|我想|请)")
+_FOR_ITEM = re.compile(r"\s(?:for|on|of)\s+((?:the|my|this|that|order)\b.*|[A-Z]{1,4}[-#]?\d{3,10}\b.*)$", re.I)
 _PRONOUN = re.compile(r"(?:it|them|this|that|one|this one|that one|those|these)?", re.I)
 _ASKING = re.compile(r"\b(?:i(?:'d| would)? (?:like|want|need) to|i'd like to|can you|could you|please|i want|"
                      r"i'd like|let's|help me)\b|\b(?:[A-Z]{1,4}[-#]?\d{3,10}|#\d{3,12})\b\s*:?", re.I)
@@ -146,6 +147,12 @@ def _parts(piece: str, start: int, end: int) -> dict[str, str]:
         m = _CHANGE_MARKERS_EN.search(after)
         if m:
             item, change = after[:m.start()], after[m.end():]
+            target = _FOR_ITEM.search(change)
+            if target and _ORDER_TOKEN.match(target.group(1)):
+                change = change[:target.start()]   # "... to size 12 for W1003": the order, kept in `order`
+            elif target and m.group(0).strip().lower() in ("to", "into", "with"):
+                # "change the size to large for my jacket": the target first, the item after "for"
+                item, change = target.group(1), (item + " " + change[:target.start()]).strip()
         else:
             item = piece[:start] + " " + after if _CJK.search(piece) else after
             change = item

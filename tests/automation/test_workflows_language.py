@@ -52,6 +52,9 @@ def _split(text: str) -> list[tuple[str, str, str, str | None]]:
     ("For order W1001, swap the jacket for a large and return the lamp",
      [("exchange", "the jacket", "a large", "W1001"), ("return", "the lamp", "the lamp", "W1001")]),
     ("W1001 的外套换成大号", [("exchange", "外套", "大号", "W1001")]),
+    # the target before the item: "change the size to large for my jacket"
+    ("swap the size to large for my jacket", [("exchange", "my jacket", "the size large", None)]),
+    ("exchange the boots to size 12 for W1003", [("exchange", "the boots", "size 12", "W1003")]),
 ])
 def test_split_keeps_option_lists_addresses_and_either_word_order(text, expected):
     assert _split(text) == expected
