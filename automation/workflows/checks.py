@@ -37,11 +37,16 @@ class Checker:
             return {}
         if isinstance(value, str):
             return {lang: value for lang in LANGS}
+        if _scalar(value):
+            self.err(path, _SCALAR.format(_scalar(value)))
+            return {}
         if not isinstance(value, dict):
             self.err(path, "expected a mapping of language to text (zh, en)")
             return {}
         for lang in LANGS:
-            if not isinstance(value.get(lang), str):
+            if _scalar(value.get(lang)):
+                self.err(path + (lang,), _SCALAR.format(_scalar(value.get(lang))))
+            elif not isinstance(value.get(lang), str):
                 self.err(path + (lang,), f"the {lang} text is missing")
         for k in value:
             if k not in LANGS:
@@ -58,6 +63,18 @@ class Checker:
             self.err(path, f"unknown tool {name!r} (the gateway has: {', '.join(sorted(self._tool_names))})")
             return None
         return self.tools.spec(name)
+
+
+_SCALAR = "expected text, but YAML read a {} here: quote it"
+
+
+def _scalar(value: Any) -> str | None:
+    """What YAML made of an unquoted word that was meant as text (``reply: yes``, ``prompt: 2``)."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return None
 
 
 def expr_sources(value: Any) -> list[str]:
@@ -113,11 +130,11 @@ class WorkflowChecks:
         self.template(value, path)
 
     def goto(self, target: Any, path: Path) -> None:
-        if target not in self.wf.steps:
+        if not isinstance(target, str) or target not in self.wf.steps:
             self.err(path, f"unknown step {target!r}")
 
     def slot(self, name: Any, path: Path) -> None:
-        if name not in self.slot_names:
+        if not isinstance(name, str) or name not in self.slot_names:
             self.err(path, f"unknown slot {name!r} (declared: {', '.join(sorted(self.slot_names)) or 'none'})")
 
     def jump(self, value: Any, path: Path) -> None:

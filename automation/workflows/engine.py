@@ -112,6 +112,7 @@ class FlowEngine:
                   lang: str) -> FlowRun:
         """A turn of one instance; the shop's words for its values (``vocabulary``) are this workflow's."""
         R.VOCABULARY.set(wf.vocabulary)
+        R.ADDRESS.set(wf.address or R.DEFAULT_ADDRESS)
         services = Services(self.workflows, self.tools, self.approvals, self.similarity, self._observe, REGISTRY)
         return FlowRun(conn, inst, wf, caller, lang, services)
 

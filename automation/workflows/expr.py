@@ -27,7 +27,7 @@ from automation.workflows import requests as _requests
 
 _HOLE = re.compile(r"\{\{\s*(.+?)\s*\}\}", re.S)
 # comprehension variables: items.filter(i, ...), items.map(x, ...), exists(i, ...), all(i, ...)
-_COMPREHENSION = re.compile(r"\.\s*(?:filter|map|exists|all|exists_one|existsOne)\s*\(\s*([A-Za-z_]\w*)\s*,")
+_COMPREHENSION = re.compile(r"(?:\.\s*(?:filter|map|exists|all|exists_one|existsOne)|\bcel\s*\.\s*bind)\s*\(\s*([A-Za-z_]\w*)\s*,")
 _SLOT_REF = re.compile(r"\bslots\s*\.\s*([A-Za-z_]\w*)")
 _STRING_LIT = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
 
@@ -39,9 +39,72 @@ class ExpressionError(ValueError):
 @lru_cache(maxsize=4096)
 def compile_expr(source: str) -> Any:
     try:
-        return cel.compile(source)
+        return cel.compile(with_binds(source))
     except (ValueError, RuntimeError) as exc:
         raise ExpressionError(str(exc).splitlines()[0]) from None
+
+
+_BIND = re.compile(r"\bcel\s*\.\s*bind\s*\(")
+
+
+def with_binds(source: str) -> str:
+    """``cel.bind(name, value, body)`` (CEL's local binding, which this CEL library lacks) as
+    ``[value].map(name, body)[0]``: the value is computed once and named inside the body; binds nest."""
+    if "bind" not in source:
+        return source
+    out, i = [], 0
+    while True:
+        m = _BIND.search(source, i)
+        if m is None or _in_string(source, m.start()):
+            if m is None:
+                out.append(source[i:])
+                return "".join(out)
+            out.append(source[i:m.end()])
+            i = m.end()
+            continue
+        args, end = _call_args(source, m.end())
+        if args is None or len(args) != 3 or not re.fullmatch(r"\s*[A-Za-z_]\w*\s*", args[0]):
+            raise ExpressionError("cel.bind takes (name, value, expression)")
+        out.append(source[i:m.start()])
+        out.append(f"[{with_binds(args[1])}].map({args[0].strip()}, {with_binds(args[2])})[0]")
+        i = end
+
+
+def _in_string(source: str, at: int) -> bool:
+    quote = None
+    for ch in source[:at]:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+    return quote is not None
+
+
+def _call_args(source: str, start: int) -> tuple[list[str] | None, int]:
+    """The comma-separated arguments of a call whose "(" ends just before ``start`` and the index after its ")"."""
+    depth, quote, args, last, i = 0, None, [], start, start
+    while i < len(source):
+        ch = source[i]
+        if quote:
+            if ch == "\\":
+                i += 2
+                continue
+            if ch == quote:
+                quote = None
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            if depth == 0:
+                args.append(source[last:i])
+                return args, i + 1
+            depth -= 1
+        elif ch == "," and depth == 0:
+            args.append(source[last:i])
+            last = i + 1
+        i += 1
+    return None, i
 
 
 def roots(source: str) -> tuple[set[str], set[str]]:
@@ -61,6 +124,10 @@ _EXTENSIONS["options_in"] = lambda text, variants: _requests.options_in(str(text
 _EXTENSIONS["synonyms"] = lambda value: _requests.synonyms(value)
 _EXTENSIONS["address_edit"] = lambda text, base: _requests.address_edit(str(text or ""), base)
 _EXTENSIONS.update(_records.FUNCTIONS)   # group_by, distinct (automation/workflows/records.py)
+_EXTENSIONS["parse_address"] = lambda text: _requests.parse_address(str(text or ""))
+_EXTENSIONS["address_line"] = lambda address, lang="en": _requests.address_line(address, str(lang))
+_EXTENSIONS["address_model"] = lambda address: _requests.to_model(address)
+_EXTENSIONS["address_shop"] = lambda address: _requests.to_shop(address)
 
 
 @lru_cache(maxsize=4096)
@@ -274,8 +341,11 @@ def evaluate(source: str, data: dict[str, Any]) -> Any:
             if kept is not None:
                 return kept
         return program.execute(envs.context(source, needed) if envs is not None else _context(source, needed))
-    except (RuntimeError, TypeError, ValueError, KeyError) as exc:
-        raise ExpressionError(f"{source}: {str(exc).splitlines()[0]}") from None
+    except ExpressionError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - CEL raises IndexError, KeyError, OverflowError...: each is the expression's failure
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ExpressionError(f"{source}: {first}") from None
 
 
 def _filtered(split: tuple[str, str, str], needed: dict[str, Any], envs: Envs) -> list[Any] | None:
@@ -302,7 +372,7 @@ def evaluate_bool(source: str, data: dict[str, Any]) -> bool:
 
 
 def holes(template: str) -> list[str]:
-    return _HOLE.findall(template)
+    return _HOLE.findall(template) if isinstance(template, str) else []   # not text: the loader says so
 
 
 def format_value(value: Any) -> str:

@@ -121,8 +121,11 @@ class Workflow:
     description: Texts = Field(default_factory=dict)
     approval_tiers: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_TIERS))
     vocabulary: dict[str, dict[str, list[str]]] = Field(default_factory=dict)   # the shop's words for its values
+    address: dict[str, Any] = Field(default_factory=dict)   # {fields: {model: shop field}, defaults}; {}: the model's
     risk: str = "read"
     call_risk: dict[str, str] = Field(default_factory=dict)   # call step -> risk it is judged at
+    # every slot a step may read: declared, or computed by a `set`; one never set reads as null in CEL
+    known_slots: list[str] = Field(default_factory=list)
     file: str | None = None
     line: int | None = None
 

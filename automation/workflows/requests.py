@@ -16,6 +16,7 @@ import re
 from difflib import SequenceMatcher
 from typing import Any
 
+from text import address as _address
 from text.normalise import normalise
 
 # {group: {shop value: [words]}}; a group named like a product option (size, color) maps that option
@@ -26,6 +27,10 @@ _SEPARATORS = re.compile(r"\s*(?:[,;，；。]|\band then\b|\bthen\b|\band also\
 _CHANGE_MARKERS_EN = re.compile(r"\s(?:for|to|into|with)\s", re.I)
 _CHANGE_MARKERS_ZH = re.compile(r"(?:换成|改成|换为|改为|变成|换个|换一个|成)")
 _LEAD_ZH = re.compile(r"^(?:把|将|给我把|帮我把|帮我|我要|我想|请)")
+_FOR_ITEM = re.compile(r"\s(?:for|on|of)\s+((?:the|my|this|that|order)\b.*|[A-Z]{1,4}[-#]?\d{3,10}\b.*)$", re.I)
+_PRONOUN = re.compile(r"(?:it|them|this|that|one|this one|that one|those|these)?", re.I)
+_ASKING = re.compile(r"\b(?:i(?:'d| would)? (?:like|want|need) to|i'd like to|can you|could you|please|i want|"
+                     r"i'd like|let's|help me)\b|\b(?:[A-Z]{1,4}[-#]?\d{3,10}|#\d{3,12})\b\s*:?", re.I)
 _CHEAPEST = re.compile(r"(cheapest|least expensive|lowest price|cheaper one|最便宜|便宜的|价格最低|最低价)", re.I)
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 
@@ -57,29 +62,77 @@ def split(text: str, kinds: dict[str, list[str]]) -> list[dict[str, Any]]:
     of the request before. Each request carries the words about the current item (``item``)
     apart from the wanted change (``change``, after "for" / "to" / "换成"), and ``cheapest``.
     """
-    raw = normalise(text, case="keep", simplify="never", spaces="keep").strip()
-    pieces = [p for p in _SEPARATORS.split(raw) if p and p.strip()]
+    raw = _protect_addresses(normalise(text, case="keep", simplify="never", spaces="keep").strip())
+    pieces = [p.replace(_KEEP, ",") for p in _SEPARATORS.split(raw) if p and p.strip()]
     out: list[dict[str, Any]] = []
+    order: str | None = None          # an order id said before the requests ("W1001: swap ...") holds for them
+    lead: str | None = None
     for piece in pieces:
         low = piece.lower()
+        ids = _order_ids(piece)
         found = []
         for kind, words in kinds.items():
             for w in words:
                 for s, e in _has(low, w):
                     found.append((s, -(e - s), kind, e))
         if not found:
-            if out and prefers_cheapest(piece):   # "..., the cheapest one": a preference of the request before
+            if out and (prefers_cheapest(piece) or _continues_change(out[-1], piece)):
+                # "..., the cheapest one", "for a large, blue, waterproof one": the request before goes on
                 out[-1]["text"] += ", " + piece.strip()
                 out[-1]["change"] = (out[-1]["change"] + ", " + piece.strip()).strip()
             elif out:   # "return the hose and the lamp": another request of the same kind
-                out.append({"kind": out[-1]["kind"], "text": piece.strip(), **_parts(piece, 0, 0)})
+                out.append({"kind": out[-1]["kind"], "text": piece.strip(), **_parts(piece, 0, 0),
+                            "order": ids[0] if ids else out[-1].get("order")})
+            elif ids:
+                order = ids[0]
+            else:
+                lead = piece.strip()   # "the jacket, I want to exchange it ...": the item, named first
             continue
         start, _, kind, end = min(found)
-        out.append({"kind": kind, "text": piece.strip(), **_parts(piece, start, end)})
+        parts = _parts(piece, start, end)
+        if lead and _PRONOUN.fullmatch(parts["item"]):
+            parts = {"item": lead, "change": lead if parts["change"] == parts["item"] else parts["change"]}
+        lead = None
+        if ids:   # "W1001 的外套": the order id is the request's order, not words about the item
+            parts["item"] = _ORDER_TOKEN.sub("", parts["item"]).strip(" 的:：,")
+        out.append({"kind": kind, "text": piece.strip(), **parts, "order": ids[0] if ids else order})
     for i, r in enumerate(out):
         r["index"] = i
         r["cheapest"] = prefers_cheapest(r["text"])
     return out
+
+
+_KEEP = "\u0001"   # a comma inside an address: not a separator
+_ADDRESS_EN = re.compile(r"(?<![\w-])\d{1,6}[A-Za-z]?\s+[A-Za-z][^;。\n]{0,80}?\b\d{5}(?:-\d{4})?\b"
+                         r"(?:\s*,\s*(?:USA|US|United States))?"
+                         r"|\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)?,\s*(?:[A-Z]{2}|[A-Z][a-z]+(?:\s[A-Z][a-z]+)?)\s+\d{5}(?:-\d{4})?\b")
+_ORDER_TOKEN = re.compile(r"(?<![A-Za-z0-9])(?:[A-Z]{1,4}[-#]?\d{3,10}|#\d{3,12}|\d{6,12})(?![A-Za-z0-9])")
+
+
+def _protect_addresses(text: str) -> str:
+    """Commas inside a postal address ("77 Harbor Road, Suite 12, Portland, OR 97201") are not request
+    separators: they are kept aside while the message is cut."""
+    return _ADDRESS_EN.sub(lambda m: m.group(0).replace(",", _KEEP), text)
+
+
+def _order_ids(piece: str) -> list[str]:
+    text = _ADDRESS_EN.sub(" ", piece.replace(_KEEP, ","))   # a zip code is not an order id
+    return [t.lstrip("#") for t in _ORDER_TOKEN.findall(text)]
+
+
+_ITEM_LEAD = re.compile(r"^(?:the|my|that|this|those|these|both|all|把|将|那个|这个|还有|另外)\b|^(?:把|将|那个|这个|还有|另外)",
+                        re.I)
+
+
+def _continues_change(request: dict[str, Any], piece: str) -> bool:
+    """A piece after a request with an explicit change ("swap the jacket for a large, blue, waterproof one",
+    "换成大号，蓝色，防水的"), short and not naming another item ("the lamp", "把台灯"): more of that change."""
+    if request.get("change") == request.get("item") or not request.get("change"):
+        return False
+    p = piece.strip()
+    if _ITEM_LEAD.search(p) or _order_ids(p):
+        return False
+    return len(p.split()) <= 3 if not _CJK.search(p) else len(p) <= 6
 
 
 def _parts(piece: str, start: int, end: int) -> dict[str, str]:
@@ -94,9 +147,22 @@ def _parts(piece: str, start: int, end: int) -> dict[str, str]:
         m = _CHANGE_MARKERS_EN.search(after)
         if m:
             item, change = after[:m.start()], after[m.end():]
+            target = _FOR_ITEM.search(change)
+            if target and _ORDER_TOKEN.match(target.group(1)):
+                change = change[:target.start()]   # "... to size 12 for W1003": the order, kept in `order`
+            elif target and m.group(0).strip().lower() in ("to", "into", "with"):
+                # "change the size to large for my jacket": the target first, the item after "for"
+                item, change = target.group(1), (item + " " + change[:target.start()]).strip()
         else:
             item = piece[:start] + " " + after if _CJK.search(piece) else after
             change = item
+        if not _CJK.search(piece) and _PRONOUN.fullmatch(item.strip()):
+            # "the jacket, I want to exchange it for a large": the item is named before the kind word
+            before = _ASKING.sub("", piece[:start]).strip(" ,:")
+            if before:
+                item = before
+                if not m:
+                    change = item
     item = _LEAD_ZH.sub("", item.strip()).strip(" 的掉了")
     change = change.strip(" 的")
     return {"item": item.strip(), "change": change.strip() or item.strip()}
@@ -181,22 +247,77 @@ _CITY_ZH = re.compile(r"城市\s*(?:改成|改为|是|为)\s*([\u4e00-\u9fffA-Za
 
 
 def address_edit(text: str, base: Any) -> dict[str, Any] | None:
-    """The base address with the parts the text changes ("Suite 641, otherwise the same", "门牌改成641"),
-    or null when the text changes no part of an address."""
+    """The base address (the shop's fields) with the parts the text changes ("Suite 641, otherwise the same",
+    "门牌改成641", "18 Oak Lane, Apt 5, San Jose, CA 95112"), or null when the text changes no part of an
+    address. The result has the base's fields only."""
     if not isinstance(base, dict):
         return None
     raw = normalise(text, case="keep", simplify="never", spaces="keep")
-    new = dict(base)
+    old = to_model(base)
+    said = _address.find(raw) if re.search(r"\d", raw) else {}
+    if _address.is_whole(said):   # a whole address: nothing of the old one kept (but its country)
+        whole = {k: said.get(k) for k in _address.FIELDS}
+        whole["country"] = said.get("country") or old.get("country")
+        return to_shop(whole, like=base)
+    new = dict(old)
     changed = False
     for pattern, key in ((_LINE2_ZH, "line2"), (_ZIP, "zip"), (_LINE1_ZH, "line1"), (_CITY_ZH, "city"),
                          (_CITY, "city"), (_LINE1, "line1")):
         m = pattern.search(raw)
-        if m and key not in [k for k in new if new.get(k) != base.get(k)]:
+        if m and key not in [k for k in new if new.get(k) != old.get(k)]:
             new[key] = m.group(1).strip()
             changed = True
     m = _LINE2.search(raw)
-    if m and new.get("line2") == base.get("line2"):
+    if m and new.get("line2") == old.get("line2"):
         value = re.sub(r"\s+", " ", m.group(1)).strip()
         new["line2"] = value[:1].upper() + value[1:]
         changed = True
-    return new if changed else None
+    if not changed and said and all(re.search(r"\d", said.get(k, "0")) for k in ("line1", "zip")):
+        new.update(said)   # parts only ("San Jose, California 95112"): the rest kept
+        changed = True
+    return to_shop(new, like=base) if changed else None
+
+
+# ---------------------------------------------------------------- one address model, the shop's fields
+
+DEFAULT_ADDRESS = {"fields": {k: k for k in ("line1", "line2", "city", "state", "zip", "country")}, "defaults": {}}
+# the workflow's `address:` section: {fields: {model field: shop field}, defaults: {model field: value}}
+ADDRESS: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("address", default=DEFAULT_ADDRESS)
+
+
+def to_model(address: Any) -> dict[str, Any]:
+    """A shop's address (its own field names) in the model's fields (line1, line2, district, city...)."""
+    if not isinstance(address, dict):
+        return {}
+    fields = ADDRESS.get().get("fields") or DEFAULT_ADDRESS["fields"]
+    return {m: address[s] for m, s in fields.items() if s in address}
+
+
+def to_shop(model: Any, like: Any = None) -> dict[str, Any]:
+    """The model in the shop's field names (a district the shop has no field for leads line1); with ``like``
+    (an address of the shop), only its fields, the others kept as they were."""
+    if not isinstance(model, dict):
+        return {}
+    conf = ADDRESS.get()
+    fields = conf.get("fields") or DEFAULT_ADDRESS["fields"]
+    m = {**(conf.get("defaults") or {}), **{k: v for k, v in model.items() if v not in (None, "")}}
+    if m.get("district") and "district" not in fields:
+        sep = "" if _address.is_zh(str(m["district"])) else ", "
+        m["line1"] = sep.join(str(x) for x in (m.pop("district"), m.get("line1")) if x)
+    out = {fields[k]: v for k, v in m.items() if k in fields}
+    if isinstance(like, dict):
+        cleared = {fields[f] for f in model if f in fields}     # given as empty: "" in the shop's field
+        return {k: out.get(k, "" if k in cleared else v) for k, v in like.items()}
+    return out
+
+
+def parse_address(text: str) -> dict[str, Any] | None:
+    """A one-line address ("18 Oak Lane, Apt 5, San Jose, CA 95112, USA", "北京市朝阳区建国路88号...") in the
+    shop's fields, or null when the text is no address."""
+    said = _address.find(text)
+    return to_shop(said) if said else None
+
+
+def address_line(address: Any, lang: str = "en") -> str:
+    """A shop's address as one line, for a confirmation."""
+    return _address.one_line(to_model(address), lang)

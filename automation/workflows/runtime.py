@@ -184,7 +184,7 @@ class FlowRun:
     def scope(self, **extra: Any) -> Scope:
         inst, sets = self.inst, self.services.workflows
         data = Scope(inst["bindings"], self.envs)
-        data["slots"] = dict(inst["slots"])
+        data["slots"] = {**dict.fromkeys(self.wf.known_slots or self.wf.slots), **inst["slots"]}   # unset: null
         data["caller"] = inst["caller"]
         data["lang"] = inst["lang"]
         data["approval"] = inst["pending"].get("approval_result") or {}

@@ -49,11 +49,13 @@ def parse_workflows(text: str, *, file: str | None = None, tools: Any | None = N
         chk.err((), "expected a top-level mapping with a 'workflows' mapping")
         raise WorkflowConfigError(chk.errors)
     for k in data:
-        if k not in ("version", "workflows", "approval_tiers", "vocabulary", "labels", "memory"):
-            chk.err((k,), f"unknown key {k!r} (version, approval_tiers, vocabulary, labels, memory, workflows)")
+        if k not in ("version", "workflows", "approval_tiers", "vocabulary", "labels", "memory", "address"):
+            chk.err((k,), f"unknown key {k!r} (version, approval_tiers, vocabulary, labels, memory, address, "
+                          "workflows)")
     tiers = _tiers(data.get("approval_tiers"), ("approval_tiers",), chk)
     vocabulary = _vocabulary(data.get("vocabulary"), ("vocabulary",), chk)
     labels = _labels(data.get("labels"), ("labels",), chk)
+    address = _address(data.get("address"), ("address",), chk)
     from automation.workflows.memory import parse_memory
 
     memory = parse_memory(data.get("memory"), ("memory",), chk)
@@ -62,6 +64,7 @@ def parse_workflows(text: str, *, file: str | None = None, tools: Any | None = N
         wf = _workflow(str(name), body, ("workflows", name), chk, tiers)
         if wf is not None:
             wf.vocabulary = vocabulary
+            wf.address = address
         if wf is not None:
             out[wf.name] = wf
     if not chk.errors:
@@ -109,6 +112,37 @@ def _labels(value: Any, path: P, chk: Checker) -> dict[str, dict[str, dict[str, 
                         f"{', '.join(sorted(set(table) ^ keys))}")
             keys = set(table) if keys is None else keys
         out[name] = {lang: {str(k): v for k, v in t.items()} for lang, t in by_lang.items() if isinstance(t, dict)}
+    return out
+
+
+def _address(value: Any, path: P, chk: Checker) -> dict[str, Any]:
+    """``address: {fields: {line1: address1, ...}, defaults: {country: US}}``: the address model's fields
+    (``text.address.FIELDS``) in the shop's own names, and values for parts a customer rarely says."""
+    from text.address import FIELDS
+
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        chk.err(path, "expected {fields: {model field: shop field}, defaults: {model field: value}}")
+        return {}
+    for k in value:
+        if k not in ("fields", "defaults"):
+            chk.err(path + (k,), f"unknown key {k!r} (fields, defaults)")
+    out: dict[str, Any] = {"fields": {}, "defaults": {}}
+    for key in ("fields", "defaults"):
+        part = value.get(key) or {}
+        if not isinstance(part, dict):
+            chk.err(path + (key,), "expected a mapping of model field (" + ", ".join(FIELDS) + ") to text")
+            continue
+        for f, v in part.items():
+            if f not in FIELDS:
+                chk.err(path + (key, f), f"unknown address field {f!r} ({', '.join(FIELDS)})")
+            elif not isinstance(v, str):
+                chk.err(path + (key, f), "expected text (quote it: YAML reads yes, no, on and digits as other types)")
+            else:
+                out[key][f] = v
+    if not out["fields"]:
+        out["fields"] = {f: f for f in FIELDS if f != "district"}
     return out
 
 
@@ -238,6 +272,8 @@ def _sequence(items: list[Any], path: P, chk: Checker, steps: dict[str, Step], p
             chk.err(p, "a step is a mapping with an id and one kind (" + ", ".join(KINDS) + ")")
             continue
         kinds = [k for k in KINDS if k in raw]
+        if len(kinds) > 1:   # `end: completed` with its `reply`: a key of the other kind, not a second kind
+            kinds = [k for k in kinds if not any(k in REGISTRY[o].keys for o in kinds if o != k)]
         if len(kinds) != 1:
             chk.err(p, "a step has exactly one kind of: " + ", ".join(KINDS) + (f" (found {', '.join(kinds)})" if kinds else ""))
             continue
@@ -275,6 +311,7 @@ def _cross_check(wf: Workflow, chk: Checker) -> None:
     loop_vars = {s.raw["as"] for s in wf.steps.values() if s.kind == "foreach" and isinstance(s.raw.get("as"), str)}
     set_slots = {k for s in wf.steps.values() if s.kind == "set" and isinstance(s.arg, dict) for k in s.arg}
     slot_names = set(wf.slots) | set_slots
+    wf.known_slots = sorted(slot_names)
     for b in binds & (BUILTIN_NAMES | slot_names):
         chk.err(("workflows", wf.name), f"the binding {b!r} shadows a slot or a built-in name")
     ck = WorkflowChecks(wf, chk, set(BUILTIN_NAMES | binds | loop_vars), slot_names)

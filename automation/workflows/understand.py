@@ -35,7 +35,7 @@ _EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+")
 _PHONE = re.compile(r"\+?\d[\d\s-]{6,16}\d")
 _ORDINALS = {"first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "last": -1,
              "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9, "十": 10}
-_ORDINAL_RE = re.compile(r"(?:第\s*([一二两三四五六七八九十\d]+)\s*[个项条笔单]?|\b(first|second|third|fourth|fifth|last)\b"
+_ORDINAL_RE = re.compile(r"(?:第\s*([一二两三四五六七八九十\d]+)\s*[个项条笔单]?|\b(first|second|third|fourth|fifth|last)\b(?!\s+(?:week|month|year|time|night|order|summer|winter))"
                          r"|^\s*(?:no\.?|number|#)?\s*(\d{1,2})\s*[.)、]?\s*$)", re.I)
 _CURRENCY = {"¥": "CNY", "￥": "CNY", "元": "CNY", "块": "CNY", "rmb": "CNY", "cny": "CNY", "$": "USD",
              "usd": "USD", "dollar": "USD", "dollars": "USD", "€": "EUR", "eur": "EUR", "£": "GBP"}
@@ -190,14 +190,92 @@ def _tokens(text: str) -> list[str]:
 
 _STOP = {"the", "one", "with", "my", "that", "this", "order", "went", "to", "for", "please", "of", "and", "a",
          "an", "in", "on", "it", "is", "ending", "want", "i", "me", "which", "from", "card", "那个", "这个", "的"}
+# words that carry no description of an option: function words, hedges, requests to the bot. An answer is
+# judged by its other words (the evidence floor of ``choose``)
+_FUNCTION = _STOP | {
+    "not", "no", "sure", "can", "could", "would", "should", "will", "you", "your", "look", "up", "check", "find",
+    "all", "some", "any", "every", "each", "just", "maybe", "think", "know", "guess", "like", "need", "get", "got",
+    "do", "does", "did", "have", "has", "had", "was", "were", "be", "been", "am", "are", "so", "but", "or", "if",
+    "at", "by", "as", "about", "what", "where", "when", "how", "why", "who", "yes", "ok", "okay", "thanks",
+    "thank", "im", "its", "there", "here", "them", "they", "it's", "i'm", "we", "our", "us", "mine", "ones",
+    "those", "these", "bought", "ordered", "purchased", "item", "items", "thing", "things", "help", "let",
+    "tell", "see", "idea", "remember", "which", "wanted", "cancel", "return", "exchange", "change", "pending",
+    "钱", "款", "到", "里", "orders", "last", "time", "again", "also", "too", "really", "actually", "hmm", "um", "well", "oh",
+    "week", "month", "year", "day", "days", "ago", "yesterday", "today", "recently", "before", "earlier",
+    "refund", "send", "back", "swap", "replace", "replacement", "new", "old", "same", "other", "another",
+    "退", "退掉", "退货", "换", "换成", "换货", "改", "改成", "取消", "退款", "上次", "之前", "最近", "那个", "这个",
+    "我", "我的", "能", "下", "一", "在", "有", "没", "和", "跟", "或", "上", "哪", "还是", "他", "她", "它", "们", "你", "你们", "要", "想", "是", "了", "吧", "吗", "呢", "把", "给", "帮", "帮我", "一下", "那", "这",
+    "个", "哪个", "什么", "不", "不是", "知道", "不知道", "确定", "不确定", "可以", "能", "查", "查查", "查一下",
+    "看看", "看一下", "所有", "全部", "订单", "东西", "买", "的", "啊", "嗯", "就", "也", "还", "都", "请", "一个",
+}
+_ZH_RUN = re.compile(r"[\u4e00-\u9fff]+")
+_ZH_FUNCTION = re.compile("|".join(sorted((re.escape(w) for w in _FUNCTION if re.match(r"[\u4e00-\u9fff]", w)),
+                                          key=len, reverse=True)))
+
+
+@lru_cache(maxsize=8192)
+def content_words(text: str) -> tuple[str, ...]:
+    """The words of a text that can describe an option: Latin words and numbers, and the Chinese pieces left
+    between function words ("那个靴子的订单" -> 靴子), without function words."""
+    t = norm(text)
+    words = [w for w in re.findall(r"[a-z0-9][a-z0-9'-]*", t) if w not in _FUNCTION and (len(w) >= 2 or w.isdigit())
+             and not _ORDER_ID.fullmatch(w.upper())]   # an order number is about the order, not the option
+    for run in _ZH_RUN.findall(t):   # Chinese: what is left once the function words are taken out
+        words.extend(w for w in _ZH_FUNCTION.split(run) if w)
+    return tuple(words)
+
+
+def _word_hit(word: str, fields_norm: str, field_words: list[str]) -> bool:
+    if re.search(r"[\u4e00-\u9fff]", word):
+        return word in fields_norm or (len(word) >= 2 and any(len(f) >= 2 and f in word for f in field_words))
+    if re.search(rf"(?<![a-z0-9]){re.escape(word)}(?![a-z0-9])", fields_norm):
+        return True
+    if len(word) >= 4 and word in fields_norm:     # "phone" in "smartphone"
+        return True
+    return len(word) >= 4 and any(len(f) >= 4 and SequenceMatcher(None, word, f).ratio() >= 0.85 for f in field_words)
+
+
+def evidence(text: str, texts: list[list[str]], index: int, *, head: bool = False) -> float:
+    """How much of what the text says describes option ``index``: the share of its content words found in
+    the option's fields, counting only words that tell the options apart (a word every option has, like
+    "order", is no evidence). 1.0 when the text has no content words at all (a bare "that one")."""
+    words = content_words(text)
+    if not words:
+        return 0.0
+    fields = [" ".join(norm(f) for f in fs) for fs in texts]
+    field_words = [[w for f in fs for w in content_words(f)] + fields[i].split() for i, fs in enumerate(texts)]
+    hits, counted = 0, 0
+    for w in words:
+        if len(texts) > 1 and all(_word_hit(w, fields[i], field_words[i]) for i in range(len(texts))):
+            continue   # shared by every option ("order", "waterproof" among waterproof variants): no evidence
+        counted += 1
+        if _word_hit(w, fields[index], field_words[index]):
+            hits += 1
+        elif head and counted == 1:
+            return 0.0   # the first thing the words name is not this option
+    return hits / counted if counted else 0.0
+
+
+EVIDENCE_FLOOR = 0.6
+
+
+def _names_label(t: str, fields: list[str]) -> bool:
+    """The option's whole label stated as words of the answer ("M", "the small one, S")."""
+    label = norm(fields[0]) if fields else ""
+    return bool(label) and re.search(rf"(?<![a-z0-9]){re.escape(label)}(?![a-z0-9])", t) is not None
 
 
 def choose(text: str, ids: list[str], texts: list[list[str]], *,
            similarity: Callable[[str, list[str]], list[float]] | None = None,
-           fuzzy_threshold: float = 0.8, encoder_threshold: float = 0.85, encoder_margin: float = 0.05) -> Choice:
+           fuzzy_threshold: float = 0.8, encoder_threshold: float = 0.85, encoder_margin: float = 0.05,
+           floor: float = EVIDENCE_FLOOR, head: bool = True) -> Choice:
     """Pick an option by number, id, or description: exact, then fuzzy, then (optionally) the encoder.
 
-    ``ids`` are the options' ids; ``texts`` the label and matchable fields of each option.
+    ``ids`` are the options' ids; ``texts`` the label and matchable fields of each option. A description
+    is taken only when at least ``floor`` of its content words describe the option (``evidence``): an
+    answer that mostly names something else, or only shares a common word, picks nothing (asked again).
+    ``head``: the first thing the answer names must be the option ("Laptop (silver, 512GB)" is no smartphone,
+    whatever it shares with one); off for words said before the question, which name other things too.
     """
     n = len(ids)
     t = norm(text)
@@ -233,8 +311,13 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
         counts.append(len(hit) + (100 if any(isinstance(h, tuple) for h in hit) else 0))
     top = max(counts)
     exact = [i for i, c in enumerate(counts) if c == top] if top > 0 else []
-    if len(exact) == 1:
+    if len(exact) == 1 and (top >= 100 or _names_label(t, texts[exact[0]])
+                           or evidence(text, texts, exact[0], head=head) >= floor):
         return Choice(exact[0], [], "exact")
+    if len(exact) == 1:
+        return Choice(None, [], "none")   # a field named among words that describe something else ("Laptop (silver)")
+    if is_question(text) and not exact:
+        return Choice(None, [], "none")   # "can you look it up?": no answer
     pool = exact or list(range(n))
     matched = len(exact) > 1
     # fuzzy: the share of the customer's content words found in the option (each word fuzzily)
@@ -255,7 +338,9 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
         if top_score > 0:
             leaders = [pool[j] for j, s in enumerate(scores) if s == top_score]
             if len(leaders) == 1:
-                return Choice(leaders[0], [], "fuzzy")
+                if evidence(text, texts, leaders[0], head=head) >= floor:
+                    return Choice(leaders[0], [], "fuzzy")
+                return Choice(None, [], "none")   # weak: a word or two shared with one option, the rest not it
             pool, matched = leaders, True
     if similarity is not None:
         sims = similarity(text, [" ".join(texts[i]) for i in pool])
@@ -269,6 +354,15 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
 
 _QUESTION = re.compile(r"[?？]\s*$|[吗呢嘛]\s*[?？]?\s*$|什么|怎么|多久|多少|哪些|哪里|为什么|能不能|可不可以|是否"
                        r"|^\s*(what|how|when|where|why|which|who|can|could|do|does|is|are|will|should)\b", re.I)
+
+
+_NONE_OF_THESE = re.compile(r"^\s*(?:none(?:\s+of\s+(?:these|them|those|the\s+above))?|neither(?:\s+of\s+them)?"
+                            r"|not\s+any\s+of\s+(?:these|them)|都不是|都不对|一个都不是|都没有|没有)\s*[.!。！]?\s*$", re.I)
+
+
+def is_none_of_these(text: str) -> bool:
+    """The answer to a list is "none of these" / "neither" / "都不是" (the whole message)."""
+    return bool(_NONE_OF_THESE.match(text or ""))
 
 
 def is_question(text: str) -> bool:

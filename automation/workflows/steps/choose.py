@@ -16,6 +16,10 @@ from automation.workflows.steps import answers as A
 from automation.workflows.steps.base import Outcome, StepContext, StepKind
 
 Rows = tuple[list[str], list[list[str]], dict[str, list[str]]]
+# words said before the question (a whole request: "ship W1001 to the same address as my other order") also
+# name other things: one word that tells the options apart is enough there; an answer to the question is held
+# to understand.EVIDENCE_FLOOR
+FROM_TEXT_FLOOR = 0.01
 
 
 def options(run: FlowRun, step: Step) -> list[Any]:
@@ -49,7 +53,7 @@ def _compute_rows(run: FlowRun, step: Step, opts: list[Any]) -> Rows:
     templates = ["{{ " + step.raw["option_id"] + " }}" if "option_id" in step.raw else "{{ option }}"]
     templates += [labels[lang] for lang in langs]
     rendered = render_each(opts, "option", templates, scope)
-    matches = list(step.get("match") or [])
+    matches = match_list(step.get("match"))
     extra = evaluate_columns(opts, "option", matches, scope) if matches else []
     ids: list[str] = []
     texts: list[list[str]] = []
@@ -67,6 +71,13 @@ def _compute_rows(run: FlowRun, step: Step, opts: list[Any]) -> Rows:
             fields.extend([format_value(x) for x in v] if isinstance(v, list) else [format_value(v)])
         texts.append(fields)
     return ids, texts, by_lang
+
+
+def match_list(value: Any) -> list[str]:
+    """``match`` as written: one CEL expression or a list of them (never the characters of one string)."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
 
 
 def option_texts(run: FlowRun, step: Step, opts: list[Any]) -> tuple[list[str], list[list[str]]]:
@@ -98,13 +109,14 @@ class ChooseSpec(StepSpec):
     label: Any                             # template over `option` ({zh, en} or one text)
     value: str | None = None               # CEL over `option`: what is stored (default: the option)
     option_id: str | None = None           # CEL over `option`: its id (default: option.id)
-    match: list[str] | None = None         # CEL over `option`: more texts that name it
+    match: list[str] | str | None = None   # CEL over `option` (one or a list): more texts that name it
     prompt: Any = None
     auto_single: Any = False
     refuse: Any = None                     # said when there is nothing to choose from
     text: str | None = None                # CEL: words already said, to resolve from before asking
     cheapest: str | None = None            # CEL number over `option`: "the cheapest" picks the lowest
     required: bool = True
+    ask_again: bool = False                # asked each time the flow reaches it, even when its slot is set
 
 
 class Choose(StepKind):
@@ -119,8 +131,9 @@ class Choose(StepKind):
             ck.expr(raw["text"], p + ("text",))
         if "cheapest" in raw:
             ck.expr(raw["cheapest"], p + ("cheapest",), {"option"})
-        if "required" in raw and not isinstance(raw["required"], bool):
-            ck.err(p + ("required",), "required is true or false")
+        for key in ("required", "ask_again"):
+            if key in raw and not isinstance(raw[key], bool):
+                ck.err(p + (key,), f"{key} is true or false")
         ck.expr(raw.get("options"), p + ("options",))
         ck.text(raw.get("prompt"), p + ("prompt",))
         ck.template(raw.get("label"), p + ("label",), {"option"})
@@ -129,8 +142,14 @@ class Choose(StepKind):
         for key in ("value", "option_id"):
             if key in raw:
                 ck.expr(raw[key], p + (key,), {"option"})
-        for j, m in enumerate(raw.get("match") or []):
-            ck.expr(m, p + ("match", j), {"option"})
+        match = raw.get("match")
+        if isinstance(match, str):
+            ck.expr(match, p + ("match",), {"option"})
+        elif match is not None and not isinstance(match, list):
+            ck.err(p + ("match",), "expected a CEL expression over 'option' or a list of them")
+        else:
+            for j, m in enumerate(match or []):
+                ck.expr(m, p + ("match", j), {"option"})
         if "refuse" in raw:
             ck.text(raw["refuse"], p + ("refuse",))
 
@@ -141,9 +160,15 @@ class Choose(StepKind):
         run, inst, wf, step, text, entities = ctx.run, ctx.inst, ctx.wf, ctx.step, ctx.text, ctx.entities
         name = step.arg
         if text is None and name in inst["slots"]:
-            return "next"
+            if not step.get("ask_again"):
+                return "next"
+            inst["slots"].pop(name)   # reached again: the earlier choice is forgotten and asked anew
+            inst["pending"].get("choose_among", {}).pop(step.id, None)
         opts = options(run, step)
         if not opts:
+            if step.get("required") is False:   # nothing to choose from, and nothing needed: null
+                inst["slots"][name] = None
+                return "next"
             if step.get("refuse"):
                 run.say(run.text(step.get("refuse")))
                 run.finish("completed", "refused")
@@ -163,6 +188,12 @@ class Choose(StepKind):
         fix = A.fix(inst, wf, step, text, entities)
         if fix:
             return fix
+        if step.get("required") is False and U.is_none_of_these(text):   # "none of these" / "都不是": null
+            inst["slots"][name] = None
+            inst["attempts"].pop(step.id, None)
+            inst["pending"].get("choose_among", {}).pop(step.id, None)
+            inst["history"].append({"step": step.id, "event": "none", "at": time.time()})
+            return "next"
         ids, texts = option_texts(run, step, opts)
         value = A.stated(wf, name, text, entities)
         if value is not None and str(value) not in ids:
@@ -224,7 +255,8 @@ class Choose(StepKind):
                 inst["slots"][name] = value_of(run, step, opts[cheap])
                 return "next"
             ids, texts = option_texts(run, step, opts)
-            ch = U.choose(said, ids, texts, similarity=None if optional else run.services.similarity)
+            ch = U.choose(said, ids, texts, similarity=None if optional else run.services.similarity,
+                          floor=FROM_TEXT_FLOOR, head=False)
             if ch.index is not None and (not optional or ch.how in ("id", "exact")):
                 inst["slots"][name] = value_of(run, step, opts[ch.index])
                 inst["history"].append({"step": step.id, "event": "chose", "index": ch.index,
@@ -249,9 +281,13 @@ class Choose(StepKind):
             run.say(run.text(step.get("prompt")))
         run.say("\n".join(f"{n + 1}. {labels[i]}" for n, i in enumerate(shown)))   # numbered as answered
         run.quick = [labels[i] for i in shown]
+        if step.get("required") is False:
+            run.quick.append("都不是" if run.lang == "zh" else "None of these")
         run.awaiting = step.arg
 
     def strength(self, run: FlowRun, step: Step, text: str, entities: dict[str, Any]) -> str | None:
+        if step.get("required") is False and U.is_none_of_these(text):
+            return "strong"
         ids, texts = option_texts(run, step, options(run, step))
         how = U.choose(text, ids, texts, similarity=run.services.similarity)
         if A.stated(run.wf, step.arg, text, entities) is not None:

@@ -35,5 +35,5 @@ class Set(StepKind):
         scope = ctx.run.scope()
         for name, source in spec_of(ctx.step, SetSpec).set.items():
             inst["slots"][name] = jsonable(evaluate(source, scope))
-            scope["slots"] = dict(inst["slots"])
+            scope["slots"] = {**scope["slots"], **inst["slots"]}
         return "next"
