@@ -25,6 +25,8 @@ from fastapi import APIRouter, Query, Request, Response
 from handoff.api import CallerDep, ProblemRoute
 from handoff.errors import NotFound
 from handoff.reveal import refs
+from router.ops.trace import load_trace
+from router.ops.understanding import understood
 from router.outbox.store import deliveries_since
 from text import personal
 
@@ -87,6 +89,37 @@ async def ticket_conversation(ticket_id: UUID, request: Request,
         return conversation_log(request.app.state.services.pool, ticket, limit=limit)
 
     return await call.run(read)
+
+
+@router.get("/console/api/tickets/{ticket_id}/understanding",
+            summary="What the bot understood, one sentence per turn (en and zh)",
+            description="For the ticket's conversation, each turn's request and where it stood after it "
+                        "(\"asked to change the address of order 100271; waiting for confirmation\"), built "
+                        "from the turn's stored decision and trace, the audited tool calls and the workflow's "
+                        "slots; an action is said to be done only when its tool call returned ok. Actions run "
+                        "outside a turn (an approval, an agent confirming) are items of their own. For agents "
+                        "who may see the ticket.",
+            responses={401: {"description": "Missing or invalid token"}, 403: {"description": "Not your team"},
+                       404: {"description": "No such ticket"}})
+async def ticket_understanding(ticket_id: UUID, request: Request, call: CallerDep,
+                               limit: Annotated[int, Query(ge=1, le=100)] = 30) -> dict[str, Any]:
+    def read(agent):
+        ticket = call.svc.get_ticket(agent, ticket_id)
+        return {"ticket_id": ticket["id"],
+                "items": understanding(request.app.state.services.pool, ticket, limit=limit)}
+
+    return await call.run(read)
+
+
+def understanding(pool, ticket: dict[str, Any], *, limit: int = 30) -> list[dict[str, Any]]:
+    """The sentences of the ticket's conversation (none for a ticket opened outside the gateway)."""
+    try:
+        conversation = str(UUID(str(ticket["conversation_id"])))
+    except ValueError:
+        return []
+    with pool.connection() as conn:
+        replay = load_trace(conn, conversation)
+    return understood(replay, limit=limit) if replay else []
 
 
 def conversation_log(pool, ticket: dict[str, Any], *, limit: int = 200) -> dict[str, Any]:

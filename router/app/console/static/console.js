@@ -74,6 +74,7 @@ const T = {
     paMasked: "Shown masked: {args}. Leave a field as it is to keep the customer's value, or type the value the shop needs (reveal the customer's words in the transcript; the reveal is recorded).",
     paDone: "Done: {tools}. The customer was told: “{reply}”", paFailed: "The tool did not succeed ({tools}); the flow is {status}. The customer was told: “{reply}”",
     paGone: "Nothing waits for a confirmation any more.", paClaimFirst: "Claim the ticket to confirm it.",
+    understood: "What the bot understood", undNone: "No turns of the bot in this conversation.",
   },
   zh: {
     title: "坐席工作台", signOut: "退出登录", signInTitle: "登录", signIn: "登录", token: "坐席令牌",
@@ -137,6 +138,7 @@ const T = {
     paMasked: "以下字段已脱敏：{args}。保持不变即沿用客户提供的值，或输入商店需要的值（可在对话记录中查看客户原文，查看会被记录）。",
     paDone: "已完成：{tools}。已告知客户：“{reply}”", paFailed: "工具未成功（{tools}），流程状态：{status}。已告知客户：“{reply}”",
     paGone: "已没有等待确认的操作。", paClaimFirst: "请先认领工单再确认。",
+    understood: "机器人的理解", undNone: "此对话中没有机器人处理过的轮次。",
   },
 };
 
@@ -514,12 +516,14 @@ function onStreamEvent(event, id, data) {
 // -- the ticket ---------------------------------------------------------------------------------
 
 async function showTicket(id) {
-  const [ticket, events, convo, pending] = await Promise.all([
+  const [ticket, events, convo, pending, understood] = await Promise.all([
     api(`/v1/handoff/tickets/${id}`),
     api(`/v1/handoff/tickets/${id}/events?limit=500`),
     api(`/console/api/tickets/${id}/conversation`),
     api(`/v1/handoff/tickets/${id}/pending-action`).catch(() => ({ pending: null })),
+    api(`/console/api/tickets/${id}/understanding`).catch(() => ({ items: [] })),
   ]);
+  state.understood = understood.items;
   const samePending = state.pending && pending.pending && state.pending.instance_id === pending.pending.instance_id;
   state.pending = pending.pending;
   if (!state.current || state.current.id !== id) {
@@ -703,6 +707,7 @@ function renderTicket() {
     el("td", { text: o.status }), el("td", { text: String(o.attempts) })));
   $("outbox-rows").replaceChildren(...ob);
 
+  renderUnderstood();
   renderDecisions(ctx.decisions || []);
   renderEvidence(ctx.evidence || []);
   renderFacts(tk, ctx);
@@ -901,6 +906,15 @@ function renderDecisions(decisions) {
     return li;
   });
   $("decisions").replaceChildren(...items);
+}
+
+// one sentence per turn (and per action run outside a turn), in the agent's language; the raw trail stays folded
+function renderUnderstood() {
+  const items = state.understood || [];
+  $("understood").replaceChildren(...items.map((u) => el("li", { class: `und-${u.kind}`, "data-kind": u.kind },
+    el("span", { class: "who-line", text: [fmtTime(u.at), u.said ? `“${u.said}”` : null].filter(Boolean).join(" · ") }),
+    el("span", { class: "und-text", text: (u.text && (u.text[state.lang] || u.text.en)) || "" }))));
+  if (!items.length) $("understood").append(el("li", { class: "muted", text: t("undNone") }));
 }
 
 function renderEvidence(evidence) {
