@@ -75,6 +75,7 @@ const T = {
     paDone: "Done: {tools}. The customer was told: “{reply}”", paFailed: "The tool did not succeed ({tools}); the flow is {status}. The customer was told: “{reply}”",
     paGone: "Nothing waits for a confirmation any more.", paClaimFirst: "Claim the ticket to confirm it.",
     understood: "What the bot understood", undNone: "No turns of the bot in this conversation.",
+    allOpen: "Open tickets", allHolds: "Any waiting status", hNotWaiting: "not waiting", allTags: "All tags",
   },
   zh: {
     title: "坐席工作台", signOut: "退出登录", signInTitle: "登录", signIn: "登录", token: "坐席令牌",
@@ -139,6 +140,7 @@ const T = {
     paDone: "已完成：{tools}。已告知客户：“{reply}”", paFailed: "工具未成功（{tools}），流程状态：{status}。已告知客户：“{reply}”",
     paGone: "已没有等待确认的操作。", paClaimFirst: "请先认领工单再确认。",
     understood: "机器人的理解", undNone: "此对话中没有机器人处理过的轮次。",
+    allOpen: "未关闭的工单", allHolds: "全部等待状态", hNotWaiting: "未在等待", allTags: "全部标签",
   },
 };
 
@@ -157,8 +159,10 @@ const state = {
   refreshPending: null,
   replyKey: null,       // Idempotency-Key of the reply being composed (kept across retries)
   draftKey: null,
-  filters: { view: "all", q: "", team: "", kind: "", language: "", channel: "", priority: "" },
+  filters: { view: "all", q: "", team: "", kind: "", language: "", channel: "", priority: "", status: "", hold: "",
+             tag: "" },
   channels: new Set(["web"]),
+  tags: new Set(),
   macros: [],
   pending: null,        // the action a flow of the current ticket stopped at (GET .../pending-action)
   paKey: null,
@@ -206,12 +210,22 @@ function applyLanguage() {
 
 // -- the API ------------------------------------------------------------------------------------
 
+// an RFC 9457 problem: its detail, and each invalid field of a 422 with what is wrong with it
 class ApiError extends Error {
   constructor(status, problem) {
-    super((problem && (problem.detail || problem.title)) || `HTTP ${status}`);
+    const fields = problemFields(problem);
+    const detail = (problem && (problem.detail || problem.title)) || `HTTP ${status}`;
+    super(fields.length ? `${detail} ${fields.map((f) => `${f.field}: ${f.msg}`).join("; ")}` : detail);
     this.status = status;
     this.problem = problem || {};
+    this.fields = fields;
   }
+}
+
+function problemFields(problem) {
+  return ((problem && Array.isArray(problem.errors)) ? problem.errors : []).map((e) => ({
+    field: (e.loc || []).filter((x) => !["body", "query", "path", "header"].includes(x)).join(".") || "request",
+    msg: e.msg || e.type || "" }));
 }
 
 async function api(path, { method = "GET", body, key } = {}) {
@@ -256,7 +270,9 @@ async function signIn(token) {
   $("who").hidden = false;
   $("who").textContent = `${state.me.display_name || state.me.name} · ${state.me.role} · ${state.me.teams.join(", ")}`;
   $("supervisor").hidden = !["supervisor", "admin"].includes(state.me.role);
-  await Promise.all([loadQueue(), loadDeskLists()]);
+  filtersFromUrl();
+  // a filter the API refuses (an old or edited link) shows its problem; the desk still opens
+  await Promise.all([loadQueue().catch((err) => err.status !== 401 && notify(err.message, "error")), loadDeskLists()]);
   openStream();
   state.timers.push(setInterval(tickClocks, 1000));
   state.timers.push(setInterval(checkSession, SESSION_CHECK_MS));
@@ -297,14 +313,19 @@ async function checkSession() {
 
 // -- the queue ----------------------------------------------------------------------------------
 
+let queueLoads = 0;
+
 async function loadQueue() {
   performance.mark("queue-fetch-start");
+  filtersToUrl();
+  const load = ++queueLoads;          // filters change faster than lists arrive: only the latest one is shown
   const items = [];
   let cursor = null;
   do {
     const q = queueQuery();
     if (cursor) q.set("cursor", cursor);
     const page = await api(`/v1/handoff/tickets?${q}`);
+    if (load !== queueLoads) return;
     items.push(...page.items);
     cursor = page.next_cursor;
   } while (cursor && items.length < MAX_QUEUE);
@@ -315,6 +336,38 @@ async function loadQueue() {
   performance.measure("queue-load", "queue-fetch-start", "queue-rendered");
   performance.measure("queue-render", "queue-fetched", "queue-rendered");
   document.body.dataset.queueLoads = String(Number(document.body.dataset.queueLoads || 0) + 1);
+}
+
+// the filters live in the page's address too (?view=mine&tag=vip...): a reload or a shared link keeps them
+const VIEWS = ["all", "mine", "unassigned"];
+
+function filtersFromUrl() {
+  const url = new URLSearchParams(location.search);
+  for (const key of Object.keys(state.filters)) {
+    const v = (url.get(key) || "").trim();
+    state.filters[key] = key === "view" ? (VIEWS.includes(v) ? v : "all") : v.slice(0, 200);
+  }
+  showFilters();
+}
+
+function filtersToUrl() {
+  const url = new URLSearchParams();
+  for (const [k, v] of Object.entries(state.filters)) if (v && !(k === "view" && v === "all")) url.set(k, v);
+  const next = url.toString() ? `?${url}` : "";
+  if (next !== location.search) history.replaceState(null, "", next || location.pathname);
+}
+
+// the controls show the filters in force (after a reload, an option the list has not shown yet is added)
+function showFilters() {
+  $("q").value = state.filters.q;
+  for (const sel of document.querySelectorAll("#queue-filters select[data-filter]")) {
+    const v = state.filters[sel.dataset.filter] || "";
+    if (v && ![...sel.options].some((o) => o.value === v)) sel.append(el("option", { value: v, text: v }));
+    sel.value = v;
+  }
+  for (const b of document.querySelectorAll("#queue-filters button.view")) {
+    b.setAttribute("aria-pressed", String(b.dataset.view === state.filters.view));
+  }
 }
 
 // the list as the agent filtered it: every filter is a query parameter the server applies
@@ -377,6 +430,7 @@ function renderQueue() {
   for (const tk of state.tickets) {
     state.channels.add(tk.channel);
     state.teams.add(tk.team);
+    for (const g of tk.tags || []) state.tags.add(g);
     const kind = kindOf(tk);
     const mine = tk.claimed_by && state.me && tk.claimed_by === state.me.id;
     // the SLA is the deadline for a person to pick the ticket up: once claimed it no longer runs
@@ -413,6 +467,7 @@ function renderQueue() {
   $("queue-empty").hidden = state.tickets.length > 0;
   $("queue-empty").textContent = filtersActive() ? t("noMatch") : t("queueEmpty");
   fillSelect("f-channel", state.channels);
+  fillSelect("f-tag", state.tags);
   fillSelect("f-team", state.me && ["supervisor", "admin"].includes(state.me.role) ? state.teams : (state.me ? state.me.teams : []));
 }
 
