@@ -76,6 +76,11 @@ const T = {
     paGone: "Nothing waits for a confirmation any more.", paClaimFirst: "Claim the ticket to confirm it.",
     understood: "What the bot understood", undNone: "No turns of the bot in this conversation.",
     allOpen: "Open tickets", allHolds: "Any waiting status", hNotWaiting: "not waiting", allTags: "All tags",
+    manageMacros: "Macros", meTitle: "Macros: canned replies per language", meNew: "New macro", meClose: "Close",
+    meName: "Name", meTitleCol: "Title", meBody: "Text", meSave: "Save macro", meEdit: "Edit", meDelete: "Delete",
+    meNameHint: "lower-case letters, digits, - and _ (e.g. shipped)", meTeamHint: "every team",
+    meVars: "Variables: {vars}", meSaved: "Macro {name} ({lang}) saved.", meDeleted: "Macro {name} ({lang}) deleted.",
+    meConfirmDelete: "Delete the macro {name} ({lang})?", meEmpty: "No macros yet.", meAllTeams: "every team",
   },
   zh: {
     title: "坐席工作台", signOut: "退出登录", signInTitle: "登录", signIn: "登录", token: "坐席令牌",
@@ -141,6 +146,11 @@ const T = {
     paGone: "已没有等待确认的操作。", paClaimFirst: "请先认领工单再确认。",
     understood: "机器人的理解", undNone: "此对话中没有机器人处理过的轮次。",
     allOpen: "未关闭的工单", allHolds: "全部等待状态", hNotWaiting: "未在等待", allTags: "全部标签",
+    manageMacros: "快捷回复", meTitle: "快捷回复（按语言）", meNew: "新建快捷回复", meClose: "关闭",
+    meName: "名称", meTitleCol: "标题", meBody: "内容", meSave: "保存快捷回复", meEdit: "编辑", meDelete: "删除",
+    meNameHint: "小写字母、数字、- 和 _（例如 shipped）", meTeamHint: "所有团队",
+    meVars: "可用变量：{vars}", meSaved: "快捷回复 {name}（{lang}）已保存。", meDeleted: "快捷回复 {name}（{lang}）已删除。",
+    meConfirmDelete: "删除快捷回复 {name}（{lang}）？", meEmpty: "暂无快捷回复。", meAllTeams: "所有团队",
   },
 };
 
@@ -164,6 +174,7 @@ const state = {
   channels: new Set(["web"]),
   tags: new Set(),
   macros: [],
+  macroVars: [],
   pending: null,        // the action a flow of the current ticket stopped at (GET .../pending-action)
   paKey: null,
   colleagues: [],
@@ -204,6 +215,7 @@ function applyLanguage() {
   document.title = `switchboard · ${t("title")}`;
   if (state.me) {
     renderQueue();
+    renderMacroEditor();
     if (state.current) renderTicket();
   }
 }
@@ -224,7 +236,7 @@ class ApiError extends Error {
 
 function problemFields(problem) {
   return ((problem && Array.isArray(problem.errors)) ? problem.errors : []).map((e) => ({
-    field: (e.loc || []).filter((x) => !["body", "query", "path", "header"].includes(x)).join(".") || "request",
+    field: (e.loc || []).slice(["body", "query", "path", "header"].includes((e.loc || [])[0]) ? 1 : 0).join(".") || "request",
     msg: e.msg || e.type || "" }));
 }
 
@@ -270,6 +282,7 @@ async function signIn(token) {
   $("who").hidden = false;
   $("who").textContent = `${state.me.display_name || state.me.name} · ${state.me.role} · ${state.me.teams.join(", ")}`;
   $("supervisor").hidden = !["supervisor", "admin"].includes(state.me.role);
+  $("manage-macros").hidden = $("supervisor").hidden;     // the API lets only supervisors and admins change macros
   filtersFromUrl();
   // a filter the API refuses (an old or edited link) shows its problem; the desk still opens
   await Promise.all([loadQueue().catch((err) => err.status !== 401 && notify(err.message, "error")), loadDeskLists()]);
@@ -301,6 +314,8 @@ function signOut(message) {
   $("sign-out").hidden = true;
   $("who").hidden = true;
   $("live").hidden = true;
+  $("manage-macros").hidden = true;
+  $("macro-editor").hidden = true;
   $("token").value = "";
   $("queue-rows").replaceChildren();
   if (message && (wasSignedIn || message !== t("signedOutRevoked"))) notify(message, "error");
@@ -861,10 +876,93 @@ async function loadDeskLists() {
   try {
     const [macros, colleagues] = await Promise.all([api("/v1/handoff/macros"), api("/v1/handoff/agents")]);
     state.macros = macros.items;
+    state.macroVars = macros.variables || [];
+    renderMacroEditor();
     state.colleagues = colleagues.items;
     $("colleagues").replaceChildren(...state.colleagues.map((a) => el("option", { value: a.name,
       label: [a.display_name, a.teams.join(", ")].filter(Boolean).join(" · ") })));
   } catch { /* the desk works without them; a 401 signs out in api() */ }
+}
+
+// -- the macro editor (supervisors and admins): list, create, edit, delete; the server validates ---------
+
+function renderMacroEditor() {
+  $("me-vars").textContent = t("meVars", { vars: state.macroVars.map((v) => `{${v}}`).join(" ") });
+  const rows = state.macros.map((m) => el("tr", { "data-macro": `${m.name}/${m.language}` },
+    el("td", { text: m.name }), el("td", { text: m.language }), el("td", { text: m.title }),
+    el("td", { text: m.team || t("meAllTeams") }), el("td", { class: "me-body", text: m.body }),
+    el("td", {}, el("button", { type: "button", class: "small", "data-edit": `${m.name}/${m.language}`,
+                                "aria-label": `${t("meEdit")} ${m.name} ${m.language}`, text: t("meEdit") }),
+      " ", el("button", { type: "button", class: "small danger", "data-delete": `${m.name}/${m.language}`,
+                          "aria-label": `${t("meDelete")} ${m.name} ${m.language}`, text: t("meDelete") }))));
+  if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: "6", class: "muted", text: t("meEmpty") })));
+  $("me-table").tBodies[0].replaceChildren(...rows);
+}
+
+function macroForm(m) {
+  $("me-name").value = m ? m.name : "";
+  $("me-lang").value = m ? m.language : (state.lang === "zh" ? "zh" : "en");
+  $("me-title").value = m ? m.title : "";
+  $("me-team").value = m ? (m.team || "") : "";
+  $("me-body").value = m ? m.body : "";
+  showMacroErrors([]);
+  (m ? $("me-body") : $("me-name")).focus();
+}
+
+// the problem's invalid fields, listed and marked on their inputs (name and language come from the path)
+function showMacroErrors(fields) {
+  const input = { name: "me-name", language: "me-lang", title: "me-title", team: "me-team", body: "me-body" };
+  for (const id of Object.values(input)) $(id).removeAttribute("aria-invalid");
+  for (const f of fields) if (input[f.field]) $(input[f.field]).setAttribute("aria-invalid", "true");
+  $("me-errors").replaceChildren(...fields.map((f) => el("li", { "data-field": f.field, text: `${f.field}: ${f.msg}` })));
+  $("me-errors").hidden = !fields.length;
+}
+
+async function saveMacro() {
+  const name = $("me-name").value.trim();
+  const lang = $("me-lang").value;
+  const body = { title: $("me-title").value, body: $("me-body").value, team: $("me-team").value.trim() || null };
+  try {
+    await api(`/v1/handoff/macros/${encodeURIComponent(name || "-")}/${encodeURIComponent(lang)}`, { method: "PUT", body });
+    showMacroErrors([]);
+    notify(t("meSaved", { name, lang }), "ok");
+    await loadDeskLists();
+    if (state.current) renderTicket();
+  } catch (err) {
+    if (err.status === 401) return;
+    const fields = err.fields && err.fields.length ? err.fields : [{ field: "request", msg: err.message }];
+    showMacroErrors(fields);
+    notify(err.message, "error");
+  }
+}
+
+async function deleteMacro(key) {
+  const [name, lang] = key.split("/");
+  if (!window.confirm(t("meConfirmDelete", { name, lang }))) return;
+  try {
+    await api(`/v1/handoff/macros/${encodeURIComponent(name)}/${encodeURIComponent(lang)}`, { method: "DELETE" });
+    notify(t("meDeleted", { name, lang }), "ok");
+    await loadDeskLists();
+    if (state.current) renderTicket();
+  } catch (err) { if (err.status !== 401) notify(err.message, "error"); }
+}
+
+function wireMacroEditor() {
+  const toggle = (open) => {
+    $("macro-editor").hidden = !open;
+    $("manage-macros").setAttribute("aria-expanded", String(open));
+    if (open) { renderMacroEditor(); macroForm(null); }
+  };
+  $("manage-macros").addEventListener("click", () => toggle($("macro-editor").hidden));
+  $("me-close").addEventListener("click", () => { toggle(false); $("manage-macros").focus(); });
+  $("me-new").addEventListener("click", () => macroForm(null));
+  $("me-form").addEventListener("submit", (e) => { e.preventDefault(); saveMacro(); });
+  $("me-table").addEventListener("click", (e) => {
+    const edit = e.target.closest("button[data-edit]");
+    const del = e.target.closest("button[data-delete]");
+    if (edit) macroForm(state.macros.find((m) => `${m.name}/${m.language}` === edit.dataset.edit));
+    else if (del) deleteMacro(del.dataset.delete);
+  });
 }
 
 function levelName(level) { return T.en[`lv_${level}`] ? t(`lv_${level}`) : level; }
@@ -1196,5 +1294,6 @@ async function loadStats() {
 }
 
 wire();
+wireMacroEditor();
 applyLanguage();
 if (state.token) signIn(state.token);
