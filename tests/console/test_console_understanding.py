@@ -31,6 +31,13 @@ def test_each_turn_in_a_sentence_and_an_action_only_once_the_shop_did_it(shop_ga
     assert not any("done" in i["text"]["en"] for i in items)      # nothing ran before the approval
 
     h = {"Authorization": f"Bearer {sam}"}
+    # the approval ticket, opened by the workflow, still shows the customer as the shop knows them (masked)
+    r = httpx.get(f"{g.url}/console/api/tickets/{ticket['id']}/customer", headers=h)
+    assert r.status_code == 200 and r.json()["source"] == "shop", r.text
+    memory = r.json()["memory"]
+    assert memory["profile"]["name"] == "王小明" and "****" in memory["profile"]["phone"]
+    assert {"order_id": "100230", "status": "delivered"}.items() <= next(
+        o for o in memory["orders"] if o["order_id"] == "100230").items()
     assert httpx.post(f"{g.url}/v1/handoff/tickets/{ticket['id']}/claim", headers=h).status_code == 200
     assert httpx.post(f"{g.url}/v1/handoff/tickets/{ticket['id']}/approve", headers=h).status_code == 200
     refund = g.refunds("100230")
@@ -87,6 +94,8 @@ def test_the_panel_shows_the_sentences_in_the_agents_language(shop_console, shop
     page.get_by_text("Decisions and why", exact=True).click()
     expect(page.get_by_role("list", name="Decisions")).to_be_visible()
 
+    expect(page.locator("#reply-title")).to_have_text("Reply to the customer · 中文")
+    expect(page.get_by_label("Reply", exact=True)).to_have_attribute("lang", "zh-CN")
     page.get_by_role("button", name="Language").click()
     expect(page.locator("#und-title")).to_have_text("机器人的理解")
     expect(panel.locator("li").nth(1)).to_contain_text("要求修改收货地址（订单 100271）；等待客户确认")

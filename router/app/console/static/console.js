@@ -5,7 +5,8 @@ const TOKEN_KEY = "switchboard.console.token";
 const LANG_KEY = "switchboard.console.lang";
 const LEVELS = ["auto", "supervisor", "manager", "director"];
 const SESSION_CHECK_MS = 15000;     // a revoked token is noticed within this even when nothing else happens
-const MAX_QUEUE = 2000;             // tickets listed (pages of 500)
+const MAX_QUEUE = 2000;
+const LANG_NAMES = { zh: "中文", en: "English" };             // tickets listed (pages of 500)
 
 const T = {
   en: {
@@ -594,6 +595,11 @@ async function showTicket(id) {
     api(`/console/api/tickets/${id}/understanding`).catch(() => ({ items: [] })),
   ]);
   state.understood = understood.items;
+  // a ticket opened by a workflow (an approval) carries no shop view of the customer: asked for once per ticket
+  if (!(ticket.context || {}).memory && (!state.customer || state.customer.id !== id)) {
+    const out = await api(`/console/api/tickets/${id}/customer`).catch(() => ({ memory: null }));
+    state.customer = { id, memory: out.memory };
+  }
   const samePending = state.pending && pending.pending && state.pending.instance_id === pending.pending.instance_id;
   state.pending = pending.pending;
   if (!state.current || state.current.id !== id) {
@@ -790,6 +796,10 @@ function renderTicket() {
   $("events").replaceChildren(...(state.events || []).map((e) => el("li", {
     text: `${fmtTime(e.at)} · ${e.action} · ${e.agent || e.actor}${e.payload && e.payload.reason ? ` · ${e.payload.reason}` : ""}${e.payload && e.payload.text ? ` · ${e.payload.text}` : ""}` })));
 
+  // the reply box in the conversation's language: the browser's spelling and input follow it
+  const convLang = tk.language || "";
+  $("reply-text").lang = convLang === "zh" ? "zh-CN" : convLang;
+  $("reply-title").textContent = convLang ? `${t("reply")} · ${LANG_NAMES[convLang] || convLang}` : t("reply");
   const open = tk.status === "queued" || tk.status === "claimed";
   $("send").disabled = !held;
   $("reply-text").disabled = !held;
@@ -1081,9 +1091,9 @@ function renderEvidence(evidence) {
 function renderFacts(tk, ctx) {
   const list = $("facts");
   list.replaceChildren();
-  const memory = ctx.memory || {};
+  const memory = ctx.memory || (state.customer && state.customer.id === tk.id && state.customer.memory) || {};
   const profile = memory.profile || {};
-  dd(list, t("name"), tk.customer_name);
+  dd(list, t("name"), tk.customer_name || (memory.profile || {}).name);
   dd(list, t("customerId"), tk.customer_id);
   dd(list, t("phone"), profile.phone);
   const orders = (memory.orders || []).map((o) => [o.order_id || o.id, o.status, o.total !== undefined ? scalar(o.total) : null]
