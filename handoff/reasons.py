@@ -14,11 +14,15 @@ from functools import lru_cache
 
 LANGUAGES = ("en", "zh")
 
-# words inside a reason that have a Chinese name (approval levels, workflow names of the bundled shop)
+# words inside a reason that have a Chinese name (approval levels, workflow names of the bundled shop, the
+# bundled intents)
 _ZH_WORDS = {
     "supervisor": "主管", "manager": "经理", "director": "总监", "auto": "自动",
     "refund": "退款", "change_address": "改地址", "cancel_order": "取消订单", "invoice": "开发票",
     "order_status": "查订单", "exchange": "换货", "return": "退货",
+    "order_query": "查询订单", "refund_request": "退款申请", "refund_status": "退款进度", "faq": "常见问题",
+    "complaint": "投诉", "technical_issue": "技术问题", "account_security": "账户安全", "password_help": "密码帮助",
+    "human_agent": "人工服务", "shipping": "配送", "shipping_status": "包裹状态", "payment_methods": "支付方式",
 }
 
 # (pattern, English, Chinese): the first pattern that matches wins; {name} is a named group

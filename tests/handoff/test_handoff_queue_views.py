@@ -47,7 +47,7 @@ def test_views_search_and_filters(api, make_agent, open_ticket, conversation):
     assert rows[zh["id"]]["customer_name"] == "王小明"
     assert rows[en["id"]]["last_message"] == "where is my parcel 100271?"
     assert rows[zh["id"]]["reason_text"] == {"en": "“complaint” requests are handled by a person",
-                                             "zh": "“complaint”类请求由人工处理"}
+                                             "zh": "“投诉”类请求由人工处理"}
     assert rows[zh["id"]]["reason"] == "intent complaint is handled by a person"   # the raw reason stays
 
 
