@@ -4,8 +4,15 @@ the ticket's context panel in the agent's language, with the raw decision trail 
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import httpx
+import psycopg
+import pytest
 from playwright.sync_api import expect
+
+ROUTER_KITS = str(Path(__file__).resolve().parents[1] / "router")   # routing_kit: the routing tests' gateway
 
 
 def _understood(g, tid, token) -> list[dict]:
@@ -100,3 +107,36 @@ def test_the_panel_shows_the_sentences_in_the_agents_language(shop_console, shop
     expect(page.locator("#und-title")).to_have_text("机器人的理解")
     expect(panel.locator("li").nth(1)).to_contain_text("要求修改收货地址（订单 100271）；等待客户确认")
     assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+
+
+@pytest.mark.slow
+def test_an_answer_from_the_knowledge_base_names_its_article(fresh_db, pg_server, template_dsn, e5_encoder):
+    """On the production encoder and the bundled knowledge base (the routing tests' template, indexed once per
+    run): an answered question names the article it came from and says it was cited."""
+    if ROUTER_KITS not in sys.path:
+        sys.path.insert(0, ROUTER_KITS)
+    from routing_kit import api_client, kb_template, make_agent, routing_services
+
+    _, uri = pg_server
+    name, home, kb_dir = kb_template(uri, psycopg.conninfo.conninfo_to_dict(template_dsn)["dbname"], e5_encoder)
+    svc = routing_services(fresh_db(name), home, e5_encoder, kb_dir)
+    try:
+        with api_client(svc) as client:
+            for i, text in enumerate(("how long does a refund take to reach my card?", "转人工")):
+                r = client.post("/v1/messages", json={"channel": "web", "conversation_id": "kb-1", "customer_id": "u1",
+                                                      "message_id": f"kb-m{i}", "text": text})
+                assert r.status_code == 200, r.text
+            tid = r.json()["ticket_id"]
+            _, token = make_agent(svc.pool, "kim")
+            r = client.get(f"/console/api/tickets/{tid}/understanding", headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 200, r.text
+        first = r.json()["items"][0]["text"]
+        with svc.pool.connection() as conn:
+            top = conn.execute(   # the passage the answer ranked first, as the turn's trace stored it
+                "SELECT c.doc_id, c.title FROM turns t JOIN kb_chunks c "
+                "ON c.chunk_id = t.trace->'rag'->'passages'->0->>'chunk_id' ORDER BY t.created_at LIMIT 1").fetchone()
+        assert top["doc_id"] == "refund-timelines-en" and top["title"]
+        assert first["en"] == f"answered from ‘{top['title']}’ (cited)", first
+        assert first["zh"] == f"根据‘{top['title']}’作答（附引用）"
+    finally:
+        svc.close()
