@@ -66,8 +66,13 @@ _CATALOGUE: list[tuple[str, str, str]] = [
 _COMPILED = [(re.compile(p, re.I), en, zh) for p, en, zh in _CATALOGUE]
 
 
+def words(name: str, lang: str) -> str:
+    """A workflow's, intent's or level's name in a UI language (its Chinese name, else the name with spaces)."""
+    return (_ZH_WORDS.get(name) if lang == "zh" else None) or name.replace("_", " ")
+
+
 def _fill(template: str, parts: dict[str, str], lang: str) -> str:
-    values = {k: (_ZH_WORDS.get(v) if lang == "zh" else None) or v.replace("_", " ") for k, v in parts.items() if v}
+    values = {k: words(v, lang) for k, v in parts.items() if v}
     out = template
     for k in re.findall(r"\{(\w+)\}", template):
         out = out.replace("{" + k + "}", values.get(k, ""))

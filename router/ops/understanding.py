@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from handoff.reasons import reason_text
+from handoff.reasons import reason_text, words
 
 LANGS = ("en", "zh")
 WRITE_RISKS = ("write", "money")
@@ -180,7 +180,7 @@ def turn_sentence(turn: dict[str, Any], flows: dict[str, dict[str, Any]], lang: 
     if not parts:
         intent = decision.get("intent")
         if intent:
-            parts.append(f"关于“{intent.replace('_', ' ')}”" if zh else f"about “{intent.replace('_', ' ')}”")
+            parts.append(f"关于“{words(intent, lang)}”" if zh else f"about “{words(intent, lang)}”")
         else:
             parts.append("没能判断客户的意图" if zh else "could not tell what the customer wants")
     return ("；" if zh else "; ").join(parts)

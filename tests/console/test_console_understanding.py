@@ -106,6 +106,7 @@ def test_the_panel_shows_the_sentences_in_the_agents_language(shop_console, shop
     page.get_by_role("button", name="Language").click()
     expect(page.locator("#und-title")).to_have_text("机器人的理解")
     expect(panel.locator("li").nth(1)).to_contain_text("要求修改收货地址（订单 100271）；等待客户确认")
+    expect(page.locator("#facts")).to_contain_text("100271 已付款")            # the shop's order status in words
     assert page.evaluate("document.documentElement.scrollWidth") <= 1280
 
 

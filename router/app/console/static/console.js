@@ -76,6 +76,9 @@ const T = {
     paDone: "Done: {tools}. The customer was told: “{reply}”", paFailed: "The tool did not succeed ({tools}); the flow is {status}. The customer was told: “{reply}”",
     paGone: "Nothing waits for a confirmation any more.", paClaimFirst: "Claim the ticket to confirm it.",
     understood: "What the bot understood", undNone: "No turns of the bot in this conversation.",
+    f_amounts: "Amounts mentioned", f_order_numbers: "Order numbers mentioned", f_sensitive: "Sensitive",
+    f_do_not_contact: "Do not contact", os_paid: "paid", os_pending_payment: "pending payment", os_shipped: "shipped",
+    os_delivered: "delivered", os_cancelled: "cancelled", os_refunded: "refunded",
     allOpen: "Open tickets", allHolds: "Any waiting status", hNotWaiting: "not waiting", allTags: "All tags",
     manageMacros: "Macros", meTitle: "Macros: canned replies per language", meNew: "New macro", meClose: "Close",
     meName: "Name", meTitleCol: "Title", meBody: "Text", meSave: "Save macro", meEdit: "Edit", meDelete: "Delete",
@@ -146,6 +149,9 @@ const T = {
     paDone: "已完成：{tools}。已告知客户：“{reply}”", paFailed: "工具未成功（{tools}），流程状态：{status}。已告知客户：“{reply}”",
     paGone: "已没有等待确认的操作。", paClaimFirst: "请先认领工单再确认。",
     understood: "机器人的理解", undNone: "此对话中没有机器人处理过的轮次。",
+    f_amounts: "提到的金额", f_order_numbers: "提到的订单号", f_sensitive: "敏感客户", f_do_not_contact: "请勿联系",
+    os_paid: "已付款", os_pending_payment: "待付款", os_shipped: "已发货", os_delivered: "已签收", os_cancelled: "已取消",
+    os_refunded: "已退款",
     allOpen: "未关闭的工单", allHolds: "全部等待状态", hNotWaiting: "未在等待", allTags: "全部标签",
     manageMacros: "快捷回复", meTitle: "快捷回复（按语言）", meNew: "新建快捷回复", meClose: "关闭",
     meName: "名称", meTitleCol: "标题", meBody: "内容", meSave: "保存快捷回复", meEdit: "编辑", meDelete: "删除",
@@ -1096,7 +1102,9 @@ function renderFacts(tk, ctx) {
   dd(list, t("name"), tk.customer_name || (memory.profile || {}).name);
   dd(list, t("customerId"), tk.customer_id);
   dd(list, t("phone"), profile.phone);
-  const orders = (memory.orders || []).map((o) => [o.order_id || o.id, o.status, o.total !== undefined ? scalar(o.total) : null]
+  const known = (prefix, v) => (T.en[`${prefix}${v}`] ? t(`${prefix}${v}`) : v);   // a word of ours, else as given
+  const orders = (memory.orders || []).map((o) => [o.order_id || o.id, o.status && known("os_", o.status),
+                                                   o.total !== undefined ? scalar(o.total) : null]
     .filter((x) => x !== null && x !== undefined && x !== "").join(" "));
   if (orders.length) dd(list, t("orders"), orders.join(" · "));
   const outcomes = (memory.outcomes || []).map((o) => [o.workflow || o.kind, o.outcome || o.status].filter(Boolean).join(": "));
@@ -1105,7 +1113,7 @@ function renderFacts(tk, ctx) {
   for (const [k, v] of Object.entries(facts)) {
     if (["customer_id", "name"].includes(k)) continue;
     if (v === null || v === undefined || v === false || (Array.isArray(v) && !v.length)) continue;
-    dd(list, k, Array.isArray(v) ? v.map(scalar).join(", ") : scalar(v));
+    dd(list, known("f_", k), Array.isArray(v) ? v.map(scalar).join(", ") : scalar(v));
   }
 }
 
