@@ -17,6 +17,8 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from psycopg.types.json import Jsonb
+
 DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS.parent / "benchmarks"))
 
@@ -74,6 +76,31 @@ def context_for(text: str, amount, name=None):
     }
 
 
+def record_turns(conn, conv, channel: str, context: dict, kind: str, reason: str) -> None:
+    """The turns the router would have stored for the transcript (decision and trace per customer message), so
+    the ticket's "What the bot understood" reads as it does on a live conversation."""
+    lines = [m for m in context["transcript"] if m["sender"] == "customer"]
+    for i, line in enumerate(lines):
+        last = i == len(lines) - 1
+        msg = conn.execute("INSERT INTO messages (conversation_id, channel, external_id, direction, sender, text, "
+                           "received_at) VALUES (%s, %s, %s, 'in', 'customer', %s, now() - interval '2 minutes') "
+                           "RETURNING id",
+                           (conv, channel, f"m-{uuid.uuid4().hex}", line["text"])).fetchone()["id"]
+        if last:
+            decision = context["decisions"][-1]["decision"]
+            trace = {"ticket": {"kind": kind, "reason": reason, "priority": "normal"}}
+            if kind == "assist":
+                trace["rag"] = {"answered": False, "confidence": 0.41, "reason": "below the answer threshold",
+                                "passages": []}
+        else:
+            decision = {"intent": "order_query", "tier": "L1", "confidence": 1.0, "channel": "rules"}
+            trace = {"workflow": {"workflow": "order_status", "instance_id": None, "status": "waiting",
+                                  "step": "ask_order", "awaiting": "order_id"}}
+        conn.execute("INSERT INTO turns (conversation_id, message_id, state, decision, response, trace) "
+                     "VALUES (%s, %s, %s, %s, '{}', %s)",
+                     (conv, msg, "l2_assisting" if last else "l1_resolved", Jsonb(decision), Jsonb(trace)))
+
+
 def main() -> None:
     from handoff import agents
     from router.db import EmbeddedPostgres, open_pool
@@ -94,6 +121,7 @@ def main() -> None:
                         "VALUES (%s, %s, 'cust-5531', %s) RETURNING id",
                         (channel, f"shot-{uuid.uuid4().hex[:6]}", "l2_assisting" if kind == "assist" else "l3_queuing"),
                     ).fetchone()["id"]
+                    record_turns(conn, conv, channel, context_for(text, amount, name), kind, reason)
                     t = svc.open_ticket(conn, kind=kind, conversation_id=str(conv), channel=channel,
                                         customer_id="cust-5531", reason=reason, priority=prio, team=team,
                                         amount=amount, currency="CNY" if amount else None,

@@ -322,3 +322,29 @@ def customer_tickets(conn: psycopg.Connection[DictRow], channel: str, customer_i
             """SELECT id::text AS id, kind, status, outcome, reason, created_at FROM tickets
                WHERE channel = %s AND customer_id = %s ORDER BY created_at DESC LIMIT %s""",
             (channel, str(customer_id), int(limit))).fetchall()
+
+
+def queue_position(conn: psycopg.Connection[DictRow], conversation_id: Any) -> dict[str, Any] | None:
+    """Where the conversation's queued ticket stands, for a word to a customer who writes while waiting:
+    ``{ticket_id, position, ahead, typical_wait_seconds}``. ``position`` counts the queued tickets of its team
+    picked before it (priority, SLA due, age: the order claim-next takes) plus one; ``typical_wait_seconds`` is
+    the team's median wait before a claim over the last 24 hours (None without one). None when nothing of the
+    conversation is queued."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(
+            """
+            WITH me AS (
+                SELECT id, team, priority_rank, sla_due_at, created_at FROM tickets
+                WHERE conversation_id = %s AND status = 'queued' ORDER BY created_at DESC LIMIT 1)
+            SELECT me.id::text AS ticket_id,
+                   (SELECT count(*) FROM tickets t WHERE t.status = 'queued' AND t.team = me.team
+                      AND (t.priority_rank, t.sla_due_at, t.created_at, t.id)
+                          < (me.priority_rank, me.sla_due_at, me.created_at, me.id))::int AS ahead,
+                   (SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM t.first_claimed_at
+                                                                       - t.created_at))
+                      FROM tickets t WHERE t.team = me.team AND t.first_claimed_at > now() - interval '24 hours'
+                   )::float8 AS typical_wait_seconds
+            FROM me
+            """,
+            (str(conversation_id),)).fetchone()
+    return None if row is None else {**row, "position": row["ahead"] + 1}

@@ -14,11 +14,15 @@ from functools import lru_cache
 
 LANGUAGES = ("en", "zh")
 
-# words inside a reason that have a Chinese name (approval levels, workflow names of the bundled shop)
+# words inside a reason that have a Chinese name (approval levels, workflow names of the bundled shop, the
+# bundled intents)
 _ZH_WORDS = {
     "supervisor": "主管", "manager": "经理", "director": "总监", "auto": "自动",
     "refund": "退款", "change_address": "改地址", "cancel_order": "取消订单", "invoice": "开发票",
     "order_status": "查订单", "exchange": "换货", "return": "退货",
+    "order_query": "查询订单", "refund_request": "退款申请", "refund_status": "退款进度", "faq": "常见问题",
+    "complaint": "投诉", "technical_issue": "技术问题", "account_security": "账户安全", "password_help": "密码帮助",
+    "human_agent": "人工服务", "shipping": "配送", "shipping_status": "包裹状态", "payment_methods": "支付方式",
 }
 
 # (pattern, English, Chinese): the first pattern that matches wins; {name} is a named group
@@ -62,8 +66,13 @@ _CATALOGUE: list[tuple[str, str, str]] = [
 _COMPILED = [(re.compile(p, re.I), en, zh) for p, en, zh in _CATALOGUE]
 
 
+def words(name: str, lang: str) -> str:
+    """A workflow's, intent's or level's name in a UI language (its Chinese name, else the name with spaces)."""
+    return (_ZH_WORDS.get(name) if lang == "zh" else None) or name.replace("_", " ")
+
+
 def _fill(template: str, parts: dict[str, str], lang: str) -> str:
-    values = {k: (_ZH_WORDS.get(v) if lang == "zh" else None) or v.replace("_", " ") for k, v in parts.items() if v}
+    values = {k: words(v, lang) for k, v in parts.items() if v}
     out = template
     for k in re.findall(r"\{(\w+)\}", template):
         out = out.replace("{" + k + "}", values.get(k, ""))

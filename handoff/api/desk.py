@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from fastapi import APIRouter, Path, Query, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from handoff.api.deps import CallerDep, IdemKey, ProblemRoute, doc, replayed
 from handoff.desk import MAX_TAGS, VARIABLES
@@ -38,10 +39,25 @@ class HoldIn(_In):
 
 class MacroIn(_In):
     title: str = Field(min_length=1, max_length=120, pattern=HAS_CONTENT)
-    body: str = Field(min_length=1, max_length=4000, pattern=MACRO_BODY, description=(
+    body: str = Field(min_length=1, max_length=4000, description=(
         f"Variables: {', '.join('{' + v + '}' for v in VARIABLES)}; braces only around one of them."))
     team: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
                              description="Only this team's agents see it (default: every team).")
+
+    @field_validator("body")
+    @classmethod
+    def _known_variables(cls, body: str) -> str:
+        """Say which variable is unknown or which brace is stray (a pattern's message would not)."""
+        if re.fullmatch(MACRO_BODY, body):
+            return body
+        if not re.search(NOT_SPACE, body) or "\x00" in body:
+            raise ValueError("the text is empty or holds a NUL character")
+        unknown = sorted({v for v in re.findall(r"\{([^{}]*)\}", body) if v not in VARIABLES})
+        if unknown:
+            raise ValueError(f"unknown variable(s) {', '.join('{' + v + '}' for v in unknown)}; "
+                             f"one of {', '.join('{' + v + '}' for v in VARIABLES)}")
+        raise ValueError("a brace { or } that does not enclose a variable; write {variable} with one of "
+                         f"{', '.join(VARIABLES)}")
 
 
 class MacroOut(BaseModel):

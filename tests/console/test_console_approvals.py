@@ -30,6 +30,9 @@ def test_a_supervisor_approves_a_refund_and_the_shop_refunds_once(shop_console, 
     expect(details).to_contain_text("request_refund(amount=200, reason=customer request, order_id=100230)")
     expect(details).to_contain_text("total 256 · status delivered · refunded so far 0")
     expect(details).to_contain_text("“我要退款” · “100230” · “退200元” · “是”")
+    # the customer as the shop knows them, though the workflow opened this ticket without a package
+    expect(shop_console.locator("#facts")).to_contain_text("王小明")
+    expect(shop_console.locator("#facts")).to_contain_text("100230 delivered")
     # the transcript shows the request itself, not only the final "是"
     transcript = shop_console.get_by_role("list", name="Transcript", exact=True)
     expect(transcript).to_contain_text("我要退款")

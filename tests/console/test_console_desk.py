@@ -75,7 +75,7 @@ def test_preview_search_filters_and_views(console, gateway):
     # the same desk in Chinese: reasons in words, filters named in Chinese
     console.get_by_role("button", name="Language").click()
     expect(queue.locator(f"li[data-ticket='{assist['id']}'] .qreason")).to_have_text(
-        "机器人就“refund request”拟了回复，需人工审核")
+        "机器人就“退款申请”拟了回复，需人工审核")
     expect(console.get_by_label("Filter by kind")).to_contain_text("全部类型")
 
 

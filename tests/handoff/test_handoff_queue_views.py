@@ -47,7 +47,7 @@ def test_views_search_and_filters(api, make_agent, open_ticket, conversation):
     assert rows[zh["id"]]["customer_name"] == "王小明"
     assert rows[en["id"]]["last_message"] == "where is my parcel 100271?"
     assert rows[zh["id"]]["reason_text"] == {"en": "“complaint” requests are handled by a person",
-                                             "zh": "“complaint”类请求由人工处理"}
+                                             "zh": "“投诉”类请求由人工处理"}
     assert rows[zh["id"]]["reason"] == "intent complaint is handled by a person"   # the raw reason stays
 
 
@@ -78,3 +78,26 @@ def test_reasons_read_as_sentences_in_both_languages():
     assert reason_text("workflow change_address: step confirm failed 3 time(s): timeout")["en"] == (
         "The change address workflow got stuck and needs a person")
     assert reason_text("something new") == {"en": "something new", "zh": "something new"}   # honest fallback
+
+
+def test_queue_position_of_a_waiting_conversation(pool, hs, make_agent, open_ticket, conversation):
+    from handoff.queries import queue_position
+
+    agent, _ = make_agent("ana")
+    first = open_ticket()
+    urgent = open_ticket(priority="urgent")
+    mine = conversation()
+    last = open_ticket(conversation_id=mine)
+    open_ticket(team="billing", priority="urgent")            # another team's queue is not ahead
+    with pool.connection() as conn:
+        pos = queue_position(conn, mine)
+        assert (pos["ticket_id"], pos["position"], pos["ahead"]) == (last["id"], 3, 2)
+        assert pos["typical_wait_seconds"] is None             # nobody was picked up yet today
+        assert queue_position(conn, urgent["conversation_id"])["position"] == 1
+    hs.claim(agent, urgent["id"])
+    hs.claim(agent, first["id"])
+    with pool.connection() as conn:
+        pos = queue_position(conn, mine)
+        assert pos["position"] == 1 and pos["typical_wait_seconds"] >= 0
+        assert queue_position(conn, urgent["conversation_id"]) is None    # claimed: not waiting in the queue
+        assert queue_position(conn, conversation()) is None

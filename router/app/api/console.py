@@ -16,6 +16,7 @@ the references a recorded reveal asks for).
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Annotated, Any
 from uuid import UUID
@@ -24,9 +25,16 @@ from fastapi import APIRouter, Query, Request, Response
 
 from handoff.api import CallerDep, ProblemRoute
 from handoff.errors import NotFound
+from automation.tools.base import Caller
 from handoff.reveal import refs
+from handoff.tickets import AGENT_VIEW_KEEP
+from router.ops.trace import load_trace
+from router.ops.understanding import understood
 from router.outbox.store import deliveries_since
 from text import personal
+from text.personal import partial_obj
+
+log = logging.getLogger(__name__)
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
@@ -87,6 +95,73 @@ async def ticket_conversation(ticket_id: UUID, request: Request,
         return conversation_log(request.app.state.services.pool, ticket, limit=limit)
 
     return await call.run(read)
+
+
+@router.get("/console/api/tickets/{ticket_id}/understanding",
+            summary="What the bot understood, one sentence per turn (en and zh)",
+            description="For the ticket's conversation, each turn's request and where it stood after it "
+                        "(\"asked to change the address of order 100271; waiting for confirmation\"), built "
+                        "from the turn's stored decision and trace, the audited tool calls and the workflow's "
+                        "slots; an action is said to be done only when its tool call returned ok. Actions run "
+                        "outside a turn (an approval, an agent confirming) are items of their own. For agents "
+                        "who may see the ticket.",
+            responses={401: {"description": "Missing or invalid token"}, 403: {"description": "Not your team"},
+                       404: {"description": "No such ticket"}})
+async def ticket_understanding(ticket_id: UUID, request: Request, call: CallerDep,
+                               limit: Annotated[int, Query(ge=1, le=100)] = 30) -> dict[str, Any]:
+    def read(agent):
+        ticket = call.svc.get_ticket(agent, ticket_id)
+        return {"ticket_id": ticket["id"],
+                "items": understanding(request.app.state.services.pool, ticket, limit=limit)}
+
+    return await call.run(read)
+
+
+@router.get("/console/api/tickets/{ticket_id}/customer",
+            summary="The customer as the shop knows them: profile, recent orders, earlier tickets and outcomes",
+            description="The ticket's own session memory when its context package has one; otherwise (an "
+                        "approval ticket, opened by a workflow) the same memory loaded now through the tool "
+                        "gateway, as the workflows load it (cached per conversation). Agent view: personal data "
+                        "masked. `memory` is null when no workflow side is wired or the customer is unknown.",
+            responses={401: {"description": "Missing or invalid token"}, 403: {"description": "Not your team"},
+                       404: {"description": "No such ticket"}})
+async def ticket_customer(ticket_id: UUID, request: Request, call: CallerDep) -> dict[str, Any]:
+    def read(agent):
+        ticket = call.svc.get_ticket(agent, ticket_id)
+        return {"ticket_id": ticket["id"], **customer_memory(request.app.state.services, ticket)}
+
+    return await call.run(read)
+
+
+def customer_memory(services, ticket: dict[str, Any]) -> dict[str, Any]:
+    """(memory, source): the package's, else loaded now; a failure to load is no memory (logged), not an error."""
+    memory = (ticket.get("context") or {}).get("memory")
+    if memory:
+        return {"memory": memory, "source": "ticket"}
+    engine = getattr(services, "flows", None)
+    if engine is None or not ticket.get("customer_id"):
+        return {"memory": None, "source": None}
+    caller = Caller(channel=ticket["channel"], customer_id=str(ticket["customer_id"]),
+                    conversation_id=str(ticket["conversation_id"]))
+    lang = ticket.get("language") if ticket.get("language") in ("zh", "en") else "en"
+    try:
+        with services.pool.connection() as conn:
+            memory = engine.memory(conn, caller, lang)
+    except Exception:  # noqa: BLE001 - the shop's view is a courtesy to the agent; the ticket works without it
+        log.exception("the customer's session memory could not be loaded for ticket %s", ticket["id"])
+        return {"memory": None, "source": None}
+    return {"memory": partial_obj(memory, allow=[], keep=AGENT_VIEW_KEEP) if memory else None, "source": "shop"}
+
+
+def understanding(pool, ticket: dict[str, Any], *, limit: int = 30) -> list[dict[str, Any]]:
+    """The sentences of the ticket's conversation (none for a ticket opened outside the gateway)."""
+    try:
+        conversation = str(UUID(str(ticket["conversation_id"])))
+    except ValueError:
+        return []
+    with pool.connection() as conn:
+        replay = load_trace(conn, conversation)
+    return understood(replay, limit=limit) if replay else []
 
 
 def conversation_log(pool, ticket: dict[str, Any], *, limit: int = 200) -> dict[str, Any]:

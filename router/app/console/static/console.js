@@ -5,7 +5,8 @@ const TOKEN_KEY = "switchboard.console.token";
 const LANG_KEY = "switchboard.console.lang";
 const LEVELS = ["auto", "supervisor", "manager", "director"];
 const SESSION_CHECK_MS = 15000;     // a revoked token is noticed within this even when nothing else happens
-const MAX_QUEUE = 2000;             // tickets listed (pages of 500)
+const MAX_QUEUE = 2000;
+const LANG_NAMES = { zh: "中文", en: "English" };             // tickets listed (pages of 500)
 
 const T = {
   en: {
@@ -74,6 +75,16 @@ const T = {
     paMasked: "Shown masked: {args}. Leave a field as it is to keep the customer's value, or type the value the shop needs (reveal the customer's words in the transcript; the reveal is recorded).",
     paDone: "Done: {tools}. The customer was told: “{reply}”", paFailed: "The tool did not succeed ({tools}); the flow is {status}. The customer was told: “{reply}”",
     paGone: "Nothing waits for a confirmation any more.", paClaimFirst: "Claim the ticket to confirm it.",
+    understood: "What the bot understood", undNone: "No turns of the bot in this conversation.",
+    f_amounts: "Amounts mentioned", f_order_numbers: "Order numbers mentioned", f_sensitive: "Sensitive",
+    f_do_not_contact: "Do not contact", os_paid: "paid", os_pending_payment: "pending payment", os_shipped: "shipped",
+    os_delivered: "delivered", os_cancelled: "cancelled", os_refunded: "refunded",
+    allOpen: "Open tickets", allHolds: "Any waiting status", hNotWaiting: "not waiting", allTags: "All tags",
+    manageMacros: "Macros", meTitle: "Macros: canned replies per language", meNew: "New macro", meClose: "Close",
+    meName: "Name", meTitleCol: "Title", meBody: "Text", meSave: "Save macro", meEdit: "Edit", meDelete: "Delete",
+    meNameHint: "lower-case letters, digits, - and _ (e.g. shipped)", meTeamHint: "every team",
+    meVars: "Variables: {vars}", meSaved: "Macro {name} ({lang}) saved.", meDeleted: "Macro {name} ({lang}) deleted.",
+    meConfirmDelete: "Delete the macro {name} ({lang})?", meEmpty: "No macros yet.", meAllTeams: "every team",
   },
   zh: {
     title: "坐席工作台", signOut: "退出登录", signInTitle: "登录", signIn: "登录", token: "坐席令牌",
@@ -137,6 +148,16 @@ const T = {
     paMasked: "以下字段已脱敏：{args}。保持不变即沿用客户提供的值，或输入商店需要的值（可在对话记录中查看客户原文，查看会被记录）。",
     paDone: "已完成：{tools}。已告知客户：“{reply}”", paFailed: "工具未成功（{tools}），流程状态：{status}。已告知客户：“{reply}”",
     paGone: "已没有等待确认的操作。", paClaimFirst: "请先认领工单再确认。",
+    understood: "机器人的理解", undNone: "此对话中没有机器人处理过的轮次。",
+    f_amounts: "提到的金额", f_order_numbers: "提到的订单号", f_sensitive: "敏感客户", f_do_not_contact: "请勿联系",
+    os_paid: "已付款", os_pending_payment: "待付款", os_shipped: "已发货", os_delivered: "已签收", os_cancelled: "已取消",
+    os_refunded: "已退款",
+    allOpen: "未关闭的工单", allHolds: "全部等待状态", hNotWaiting: "未在等待", allTags: "全部标签",
+    manageMacros: "快捷回复", meTitle: "快捷回复（按语言）", meNew: "新建快捷回复", meClose: "关闭",
+    meName: "名称", meTitleCol: "标题", meBody: "内容", meSave: "保存快捷回复", meEdit: "编辑", meDelete: "删除",
+    meNameHint: "小写字母、数字、- 和 _（例如 shipped）", meTeamHint: "所有团队",
+    meVars: "可用变量：{vars}", meSaved: "快捷回复 {name}（{lang}）已保存。", meDeleted: "快捷回复 {name}（{lang}）已删除。",
+    meConfirmDelete: "删除快捷回复 {name}（{lang}）？", meEmpty: "暂无快捷回复。", meAllTeams: "所有团队",
   },
 };
 
@@ -155,9 +176,12 @@ const state = {
   refreshPending: null,
   replyKey: null,       // Idempotency-Key of the reply being composed (kept across retries)
   draftKey: null,
-  filters: { view: "all", q: "", team: "", kind: "", language: "", channel: "", priority: "" },
+  filters: { view: "all", q: "", team: "", kind: "", language: "", channel: "", priority: "", status: "", hold: "",
+             tag: "" },
   channels: new Set(["web"]),
+  tags: new Set(),
   macros: [],
+  macroVars: [],
   pending: null,        // the action a flow of the current ticket stopped at (GET .../pending-action)
   paKey: null,
   colleagues: [],
@@ -198,18 +222,29 @@ function applyLanguage() {
   document.title = `switchboard · ${t("title")}`;
   if (state.me) {
     renderQueue();
+    renderMacroEditor();
     if (state.current) renderTicket();
   }
 }
 
 // -- the API ------------------------------------------------------------------------------------
 
+// an RFC 9457 problem: its detail, and each invalid field of a 422 with what is wrong with it
 class ApiError extends Error {
   constructor(status, problem) {
-    super((problem && (problem.detail || problem.title)) || `HTTP ${status}`);
+    const fields = problemFields(problem);
+    const detail = (problem && (problem.detail || problem.title)) || `HTTP ${status}`;
+    super(fields.length ? `${detail} ${fields.map((f) => `${f.field}: ${f.msg}`).join("; ")}` : detail);
     this.status = status;
     this.problem = problem || {};
+    this.fields = fields;
   }
+}
+
+function problemFields(problem) {
+  return ((problem && Array.isArray(problem.errors)) ? problem.errors : []).map((e) => ({
+    field: (e.loc || []).slice(["body", "query", "path", "header"].includes((e.loc || [])[0]) ? 1 : 0).join(".") || "request",
+    msg: e.msg || e.type || "" }));
 }
 
 async function api(path, { method = "GET", body, key } = {}) {
@@ -254,7 +289,10 @@ async function signIn(token) {
   $("who").hidden = false;
   $("who").textContent = `${state.me.display_name || state.me.name} · ${state.me.role} · ${state.me.teams.join(", ")}`;
   $("supervisor").hidden = !["supervisor", "admin"].includes(state.me.role);
-  await Promise.all([loadQueue(), loadDeskLists()]);
+  $("manage-macros").hidden = $("supervisor").hidden;     // the API lets only supervisors and admins change macros
+  filtersFromUrl();
+  // a filter the API refuses (an old or edited link) shows its problem; the desk still opens
+  await Promise.all([loadQueue().catch((err) => err.status !== 401 && notify(err.message, "error")), loadDeskLists()]);
   openStream();
   state.timers.push(setInterval(tickClocks, 1000));
   state.timers.push(setInterval(checkSession, SESSION_CHECK_MS));
@@ -283,6 +321,8 @@ function signOut(message) {
   $("sign-out").hidden = true;
   $("who").hidden = true;
   $("live").hidden = true;
+  $("manage-macros").hidden = true;
+  $("macro-editor").hidden = true;
   $("token").value = "";
   $("queue-rows").replaceChildren();
   if (message && (wasSignedIn || message !== t("signedOutRevoked"))) notify(message, "error");
@@ -295,14 +335,19 @@ async function checkSession() {
 
 // -- the queue ----------------------------------------------------------------------------------
 
+let queueLoads = 0;
+
 async function loadQueue() {
   performance.mark("queue-fetch-start");
+  filtersToUrl();
+  const load = ++queueLoads;          // filters change faster than lists arrive: only the latest one is shown
   const items = [];
   let cursor = null;
   do {
     const q = queueQuery();
     if (cursor) q.set("cursor", cursor);
     const page = await api(`/v1/handoff/tickets?${q}`);
+    if (load !== queueLoads) return;
     items.push(...page.items);
     cursor = page.next_cursor;
   } while (cursor && items.length < MAX_QUEUE);
@@ -313,6 +358,38 @@ async function loadQueue() {
   performance.measure("queue-load", "queue-fetch-start", "queue-rendered");
   performance.measure("queue-render", "queue-fetched", "queue-rendered");
   document.body.dataset.queueLoads = String(Number(document.body.dataset.queueLoads || 0) + 1);
+}
+
+// the filters live in the page's address too (?view=mine&tag=vip...): a reload or a shared link keeps them
+const VIEWS = ["all", "mine", "unassigned"];
+
+function filtersFromUrl() {
+  const url = new URLSearchParams(location.search);
+  for (const key of Object.keys(state.filters)) {
+    const v = (url.get(key) || "").trim();
+    state.filters[key] = key === "view" ? (VIEWS.includes(v) ? v : "all") : v.slice(0, 200);
+  }
+  showFilters();
+}
+
+function filtersToUrl() {
+  const url = new URLSearchParams();
+  for (const [k, v] of Object.entries(state.filters)) if (v && !(k === "view" && v === "all")) url.set(k, v);
+  const next = url.toString() ? `?${url}` : "";
+  if (next !== location.search) history.replaceState(null, "", next || location.pathname);
+}
+
+// the controls show the filters in force (after a reload, an option the list has not shown yet is added)
+function showFilters() {
+  $("q").value = state.filters.q;
+  for (const sel of document.querySelectorAll("#queue-filters select[data-filter]")) {
+    const v = state.filters[sel.dataset.filter] || "";
+    if (v && ![...sel.options].some((o) => o.value === v)) sel.append(el("option", { value: v, text: v }));
+    sel.value = v;
+  }
+  for (const b of document.querySelectorAll("#queue-filters button.view")) {
+    b.setAttribute("aria-pressed", String(b.dataset.view === state.filters.view));
+  }
 }
 
 // the list as the agent filtered it: every filter is a query parameter the server applies
@@ -375,6 +452,7 @@ function renderQueue() {
   for (const tk of state.tickets) {
     state.channels.add(tk.channel);
     state.teams.add(tk.team);
+    for (const g of tk.tags || []) state.tags.add(g);
     const kind = kindOf(tk);
     const mine = tk.claimed_by && state.me && tk.claimed_by === state.me.id;
     // the SLA is the deadline for a person to pick the ticket up: once claimed it no longer runs
@@ -411,6 +489,7 @@ function renderQueue() {
   $("queue-empty").hidden = state.tickets.length > 0;
   $("queue-empty").textContent = filtersActive() ? t("noMatch") : t("queueEmpty");
   fillSelect("f-channel", state.channels);
+  fillSelect("f-tag", state.tags);
   fillSelect("f-team", state.me && ["supervisor", "admin"].includes(state.me.role) ? state.teams : (state.me ? state.me.teams : []));
 }
 
@@ -514,12 +593,19 @@ function onStreamEvent(event, id, data) {
 // -- the ticket ---------------------------------------------------------------------------------
 
 async function showTicket(id) {
-  const [ticket, events, convo, pending] = await Promise.all([
+  const [ticket, events, convo, pending, understood] = await Promise.all([
     api(`/v1/handoff/tickets/${id}`),
     api(`/v1/handoff/tickets/${id}/events?limit=500`),
     api(`/console/api/tickets/${id}/conversation`),
     api(`/v1/handoff/tickets/${id}/pending-action`).catch(() => ({ pending: null })),
+    api(`/console/api/tickets/${id}/understanding`).catch(() => ({ items: [] })),
   ]);
+  state.understood = understood.items;
+  // a ticket opened by a workflow (an approval) carries no shop view of the customer: asked for once per ticket
+  if (!(ticket.context || {}).memory && (!state.customer || state.customer.id !== id)) {
+    const out = await api(`/console/api/tickets/${id}/customer`).catch(() => ({ memory: null }));
+    state.customer = { id, memory: out.memory };
+  }
   const samePending = state.pending && pending.pending && state.pending.instance_id === pending.pending.instance_id;
   state.pending = pending.pending;
   if (!state.current || state.current.id !== id) {
@@ -703,6 +789,7 @@ function renderTicket() {
     el("td", { text: o.status }), el("td", { text: String(o.attempts) })));
   $("outbox-rows").replaceChildren(...ob);
 
+  renderUnderstood();
   renderDecisions(ctx.decisions || []);
   renderEvidence(ctx.evidence || []);
   renderFacts(tk, ctx);
@@ -715,6 +802,10 @@ function renderTicket() {
   $("events").replaceChildren(...(state.events || []).map((e) => el("li", {
     text: `${fmtTime(e.at)} · ${e.action} · ${e.agent || e.actor}${e.payload && e.payload.reason ? ` · ${e.payload.reason}` : ""}${e.payload && e.payload.text ? ` · ${e.payload.text}` : ""}` })));
 
+  // the reply box in the conversation's language: the browser's spelling and input follow it
+  const convLang = tk.language || "";
+  $("reply-text").lang = convLang === "zh" ? "zh-CN" : convLang;
+  $("reply-title").textContent = convLang ? `${t("reply")} · ${LANG_NAMES[convLang] || convLang}` : t("reply");
   const open = tk.status === "queued" || tk.status === "claimed";
   $("send").disabled = !held;
   $("reply-text").disabled = !held;
@@ -801,10 +892,93 @@ async function loadDeskLists() {
   try {
     const [macros, colleagues] = await Promise.all([api("/v1/handoff/macros"), api("/v1/handoff/agents")]);
     state.macros = macros.items;
+    state.macroVars = macros.variables || [];
+    renderMacroEditor();
     state.colleagues = colleagues.items;
     $("colleagues").replaceChildren(...state.colleagues.map((a) => el("option", { value: a.name,
       label: [a.display_name, a.teams.join(", ")].filter(Boolean).join(" · ") })));
   } catch { /* the desk works without them; a 401 signs out in api() */ }
+}
+
+// -- the macro editor (supervisors and admins): list, create, edit, delete; the server validates ---------
+
+function renderMacroEditor() {
+  $("me-vars").textContent = t("meVars", { vars: state.macroVars.map((v) => `{${v}}`).join(" ") });
+  const rows = state.macros.map((m) => el("tr", { "data-macro": `${m.name}/${m.language}` },
+    el("td", { text: m.name }), el("td", { text: m.language }), el("td", { text: m.title }),
+    el("td", { text: m.team || t("meAllTeams") }), el("td", { class: "me-body", text: m.body }),
+    el("td", {}, el("button", { type: "button", class: "small", "data-edit": `${m.name}/${m.language}`,
+                                "aria-label": `${t("meEdit")} ${m.name} ${m.language}`, text: t("meEdit") }),
+      " ", el("button", { type: "button", class: "small danger", "data-delete": `${m.name}/${m.language}`,
+                          "aria-label": `${t("meDelete")} ${m.name} ${m.language}`, text: t("meDelete") }))));
+  if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: "6", class: "muted", text: t("meEmpty") })));
+  $("me-table").tBodies[0].replaceChildren(...rows);
+}
+
+function macroForm(m) {
+  $("me-name").value = m ? m.name : "";
+  $("me-lang").value = m ? m.language : (state.lang === "zh" ? "zh" : "en");
+  $("me-title").value = m ? m.title : "";
+  $("me-team").value = m ? (m.team || "") : "";
+  $("me-body").value = m ? m.body : "";
+  showMacroErrors([]);
+  (m ? $("me-body") : $("me-name")).focus();
+}
+
+// the problem's invalid fields, listed and marked on their inputs (name and language come from the path)
+function showMacroErrors(fields) {
+  const input = { name: "me-name", language: "me-lang", title: "me-title", team: "me-team", body: "me-body" };
+  for (const id of Object.values(input)) $(id).removeAttribute("aria-invalid");
+  for (const f of fields) if (input[f.field]) $(input[f.field]).setAttribute("aria-invalid", "true");
+  $("me-errors").replaceChildren(...fields.map((f) => el("li", { "data-field": f.field, text: `${f.field}: ${f.msg}` })));
+  $("me-errors").hidden = !fields.length;
+}
+
+async function saveMacro() {
+  const name = $("me-name").value.trim();
+  const lang = $("me-lang").value;
+  const body = { title: $("me-title").value, body: $("me-body").value, team: $("me-team").value.trim() || null };
+  try {
+    await api(`/v1/handoff/macros/${encodeURIComponent(name || "-")}/${encodeURIComponent(lang)}`, { method: "PUT", body });
+    showMacroErrors([]);
+    notify(t("meSaved", { name, lang }), "ok");
+    await loadDeskLists();
+    if (state.current) renderTicket();
+  } catch (err) {
+    if (err.status === 401) return;
+    const fields = err.fields && err.fields.length ? err.fields : [{ field: "request", msg: err.message }];
+    showMacroErrors(fields);
+    notify(err.message, "error");
+  }
+}
+
+async function deleteMacro(key) {
+  const [name, lang] = key.split("/");
+  if (!window.confirm(t("meConfirmDelete", { name, lang }))) return;
+  try {
+    await api(`/v1/handoff/macros/${encodeURIComponent(name)}/${encodeURIComponent(lang)}`, { method: "DELETE" });
+    notify(t("meDeleted", { name, lang }), "ok");
+    await loadDeskLists();
+    if (state.current) renderTicket();
+  } catch (err) { if (err.status !== 401) notify(err.message, "error"); }
+}
+
+function wireMacroEditor() {
+  const toggle = (open) => {
+    $("macro-editor").hidden = !open;
+    $("manage-macros").setAttribute("aria-expanded", String(open));
+    if (open) { renderMacroEditor(); macroForm(null); }
+  };
+  $("manage-macros").addEventListener("click", () => toggle($("macro-editor").hidden));
+  $("me-close").addEventListener("click", () => { toggle(false); $("manage-macros").focus(); });
+  $("me-new").addEventListener("click", () => macroForm(null));
+  $("me-form").addEventListener("submit", (e) => { e.preventDefault(); saveMacro(); });
+  $("me-table").addEventListener("click", (e) => {
+    const edit = e.target.closest("button[data-edit]");
+    const del = e.target.closest("button[data-delete]");
+    if (edit) macroForm(state.macros.find((m) => `${m.name}/${m.language}` === edit.dataset.edit));
+    else if (del) deleteMacro(del.dataset.delete);
+  });
 }
 
 function levelName(level) { return T.en[`lv_${level}`] ? t(`lv_${level}`) : level; }
@@ -903,6 +1077,15 @@ function renderDecisions(decisions) {
   $("decisions").replaceChildren(...items);
 }
 
+// one sentence per turn (and per action run outside a turn), in the agent's language; the raw trail stays folded
+function renderUnderstood() {
+  const items = state.understood || [];
+  $("understood").replaceChildren(...items.map((u) => el("li", { class: `und-${u.kind}`, "data-kind": u.kind },
+    el("span", { class: "who-line", text: [fmtTime(u.at), u.said ? `“${u.said}”` : null].filter(Boolean).join(" · ") }),
+    el("span", { class: "und-text", text: (u.text && (u.text[state.lang] || u.text.en)) || "" }))));
+  if (!items.length) $("understood").append(el("li", { class: "muted", text: t("undNone") }));
+}
+
 function renderEvidence(evidence) {
   $("evidence").replaceChildren(...evidence.map((h) => el("li", {},
     el("span", { class: "cite", text: citation({ ...h, score: h.score }) }),
@@ -914,12 +1097,14 @@ function renderEvidence(evidence) {
 function renderFacts(tk, ctx) {
   const list = $("facts");
   list.replaceChildren();
-  const memory = ctx.memory || {};
+  const memory = ctx.memory || (state.customer && state.customer.id === tk.id && state.customer.memory) || {};
   const profile = memory.profile || {};
-  dd(list, t("name"), tk.customer_name);
+  dd(list, t("name"), tk.customer_name || (memory.profile || {}).name);
   dd(list, t("customerId"), tk.customer_id);
   dd(list, t("phone"), profile.phone);
-  const orders = (memory.orders || []).map((o) => [o.order_id || o.id, o.status, o.total !== undefined ? scalar(o.total) : null]
+  const known = (prefix, v) => (T.en[`${prefix}${v}`] ? t(`${prefix}${v}`) : v);   // a word of ours, else as given
+  const orders = (memory.orders || []).map((o) => [o.order_id || o.id, o.status && known("os_", o.status),
+                                                   o.total !== undefined ? scalar(o.total) : null]
     .filter((x) => x !== null && x !== undefined && x !== "").join(" "));
   if (orders.length) dd(list, t("orders"), orders.join(" · "));
   const outcomes = (memory.outcomes || []).map((o) => [o.workflow || o.kind, o.outcome || o.status].filter(Boolean).join(": "));
@@ -928,7 +1113,7 @@ function renderFacts(tk, ctx) {
   for (const [k, v] of Object.entries(facts)) {
     if (["customer_id", "name"].includes(k)) continue;
     if (v === null || v === undefined || v === false || (Array.isArray(v) && !v.length)) continue;
-    dd(list, k, Array.isArray(v) ? v.map(scalar).join(", ") : scalar(v));
+    dd(list, known("f_", k), Array.isArray(v) ? v.map(scalar).join(", ") : scalar(v));
   }
 }
 
@@ -1127,5 +1312,6 @@ async function loadStats() {
 }
 
 wire();
+wireMacroEditor();
 applyLanguage();
 if (state.token) signIn(state.token);
