@@ -12,6 +12,7 @@ with it and saves the row.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
@@ -21,6 +22,9 @@ from automation.workflows import memory as M
 from automation.workflows.expr import Envs, Scope, evaluate_bool, render
 from automation.workflows.model import Step, Workflow, WorkflowSet
 from automation.workflows.store import Instance
+from text import personal
+
+log = logging.getLogger("automation.workflows")
 
 # a step handler's result (steps.base.Outcome): "next", "wait", "stop", a step id, or None when the flow is done;
 # spelled out here because the step kinds import this module, never the other way round (no sibling cycles)
@@ -127,6 +131,7 @@ class FlowTurn:
     reading: str | None = None            # what the waiting step read the message as (see READINGS)
     outcome: str | None = None            # completed | refused | cancelled | rejected | escalated | ...
     reasks: int = 0
+    failure: str | None = None            # why a step failed or the flow escalated (masked), for the trace
 
     def as_response(self) -> dict[str, Any]:
         return {"workflow": self.workflow, "instance_id": self.instance_id, "step": self.step,
@@ -167,6 +172,7 @@ class FlowRun:
         self.tool_status: str | None = None     # the last call step's status, for its trace line
         self.envs = Envs()                      # the turn's CEL data, converted once
         self.memo: dict[str, Any] = {}          # step kinds' per-turn caches (a choice's option rows)
+        self.failure: str | None = None         # the turn's failure reason, masked (log and trace)
 
     # -- the reply
 
@@ -248,8 +254,18 @@ class FlowRun:
         self.say(t("cancelled", self.lang))
         self.finish("cancelled", "cancelled")
 
+    def failed(self, reason: str) -> None:
+        """A failure reason for the operator: logged at WARNING and put in the turn's trace, masked (a CEL
+        error or a tool's message can quote the customer's data)."""
+        masked = personal.mask(reason) or ""
+        self.failure = masked
+        log.warning("workflow %s (instance %s, step %s): %s", self.wf.name, self.inst["id"], self.inst["step"],
+                    masked)
+
     def escalate(self, tier: str, reason: str, *, say: str | None = None) -> None:
         inst = self.inst
+        if self.failure is None:
+            self.failed(reason)
         self.services.observe(inst["workflow"], "escalated")
         self.handoff = HandoffRequest(tier=tier, reason=reason, flow_state=self.state())
         self.say(say if say is not None else t("handoff", self.lang))
@@ -264,6 +280,7 @@ class FlowRun:
         n = inst["attempts"].get(step.id, 0) + 1
         inst["attempts"][step.id] = n
         inst["history"].append({"step": step.id, "event": "failed", "error": error, "attempt": n, "at": time.time()})
+        self.failed(f"step {step.id} failed (attempt {n}): {error}")
         handler = step.get("on_error")
         if handler == "handoff" or n >= MAX_ATTEMPTS:
             self.escalate("L2", f"step {step.id} failed {n} time(s): {error}")
@@ -325,7 +342,7 @@ class FlowRun:
                         awaiting=self.awaiting if status == "waiting" else None,
                         quick_replies=self.quick if status == "waiting" else [],
                         pending_action=action, handoff=self.handoff, approval=self.approval, trace=self.trace,
-                        outcome=inst.get("outcome"), reasks=inst["attempts"].get("_reasks", 0))
+                        outcome=inst.get("outcome"), reasks=inst["attempts"].get("_reasks", 0), failure=self.failure)
 
 
 def jsonable(value: Any) -> Any:

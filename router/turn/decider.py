@@ -691,7 +691,7 @@ class _Turn:
         if t is None:
             return None
         self.flow = t.as_response()
-        self.trace["workflow"] = {**self.flow, "outcome": t.outcome, "drift": t.drift,
+        self.trace["workflow"] = {**self.flow, "outcome": t.outcome, "drift": t.drift, "failure": t.failure,
                                   "steps": [{"step": s.step, "kind": s.kind, "ms": round(s.ms, 2),
                                              "tool_status": s.tool_status, "note": s.note} for s in t.trace]}
         return t
