@@ -292,6 +292,15 @@ def earlier_writes(source, tool: str, key: str, conversation_id: str | None, *, 
     return _rows(source, where + ") ORDER BY created_at DESC, id DESC LIMIT %s", params + (int(limit),))
 
 
+def writes_done(source, conversation_id: str, *, limit: int = 20) -> list[dict[str, Any]]:
+    """The conversation's writes that succeeded at their server (masked input and output), oldest first: what
+    earlier flows of the conversation already did."""
+    rows = _rows(source, "conversation_id = %s AND status = 'ok' AND attempts > 0 AND risk <> 'read'"
+                 " ORDER BY created_at DESC, id DESC LIMIT %s", (str(conversation_id), int(limit)))
+    return [{"tool": r["tool"], "arguments": r["input"], "result": r["output"], "at": r["created_at"],
+             "call_id": r["id"]} for r in rows[::-1]]
+
+
 SUMMARY_FIELDS = ("id", "turn_id", "tool", "risk", "status", "latency_ms", "attempts", "idempotency_key", "input", "output",
                   "error", "created_at")
 

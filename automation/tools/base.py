@@ -150,7 +150,9 @@ class ToolSpec:
 
 
 class ToolGateway(Protocol):
-    def call(self, name: str, arguments: dict, caller: Caller, *, idempotency_key: str | None = None) -> ToolResult:
+    def call(self, name: str, arguments: dict, caller: Caller, *, idempotency_key: str | None = None,
+             repeat: bool = False) -> ToolResult:
+        """``repeat``: the same write may be made again in the conversation (else answered from the audit)."""
         ...
 
     def spec(self, name: str) -> ToolSpec:

@@ -17,6 +17,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
+import psycopg
+
+from automation.tools.audit import writes_done
 from automation.tools.base import Caller
 from automation.workflows import memory as M
 from automation.workflows.expr import Envs, Scope, evaluate_bool, render
@@ -198,6 +201,8 @@ class FlowRun:
         data["message"] = inst["pending"].get("message") or ""
         if "memory" not in data:
             data["memory"] = M.empty(sets.memory)
+        if "done" not in data:
+            data["done"] = self.done_writes()
         data["labels"] = sets.labels_for(inst["lang"])
         for loop_id, lp in inst["loops"].items():
             step = self.wf.steps[loop_id]
@@ -206,6 +211,17 @@ class FlowRun:
                 data["index"] = lp["index"]
         data.update(extra)
         return data
+
+    def done_writes(self) -> list[dict[str, Any]]:
+        """CEL ``done``: the writes earlier flows of this conversation made (tool, arguments and result as the
+        audit keeps them, masked; at), read once per turn."""
+        done: list[dict[str, Any]] | None = self.memo.get("done")
+        if done is None:
+            done = []
+            if isinstance(self.conn, psycopg.Connection):
+                done = jsonable(writes_done(self.conn, self.inst["conversation_id"]))
+            self.memo["done"] = done
+        return done
 
     # -- moving on
 

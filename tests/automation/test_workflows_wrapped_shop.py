@@ -48,21 +48,6 @@ def _matches(writes, expected):
         for w, (tool, fields) in zip(writes, expected))
 
 
-def test_the_workflows_run_unchanged_on_a_wrapping_server_without_idempotency_arguments(wrapped_engine, turn):
-    engine, shop = wrapped_engine
-    wrong = []
-    for i, name in enumerate(ONE_PER_WORKFLOW):
-        case = CASES[name]
-        shop.shop("debug_reset")
-        t = _flow(engine, turn, Caller("web", case["customer"], conversation_id=f"wrapped-{i}"), case)
-        writes = shop.shop("debug_dump")["writes"]
-        if t.status != case["status"] or not _matches(writes, case["writes"]):
-            wrong.append((name, t.status, t.reply, [(w["tool"], w["result"]) for w in writes]))
-    assert not wrong
-    assert {r["tool"] for r in shop.calls if r["idempotency_key"]} >= {"cancel_pending_order",
-                                                                      "return_delivered_order_items"}
-
-
 PROFILE_ADDRESS = """
 version: 1
 workflows:
@@ -92,38 +77,53 @@ workflows:
         args:
           address: "{'line1': slots.address.line1, 'line2': slots.address.line2, 'city': slots.address.city, 'state': slots.address.state, 'zip': slots.address.zip, 'country': slots.address.country}"
         bind: changed
-        already: {zh: "默认地址已经在本次对话中改为 {{ done.result.default_address.city }}，没有再改。",
-                  en: "Your default address was already changed to {{ done.result.default_address.city }} in this conversation; nothing changed now."}
+        already: {zh: "默认地址已经在本次对话中改为 {{ earlier.result.default_address.city }}，没有再改。",
+                  en: "Your default address was already changed to {{ earlier.result.default_address.city }} in this conversation; nothing changed now."}
       - id: done
         reply: {zh: "默认地址已改为 {{ changed.default_address.city }}。",
-                en: "Default address changed to {{ changed.default_address.city }}."}
+                en: "Default address changed to {{ changed.default_address.city }} ({{ size(done) }} change(s) in this conversation: {{ done.map(d, d.tool).join(', ') }})."}
       - end: completed
 """
 
 
-def test_a_request_repeated_in_the_conversation_is_recognised_and_not_written_twice(pool, turn, tmp_path):
-    from automation.tools import load_tool_gateway
+def test_the_workflows_run_unchanged_on_a_wrapping_server_without_idempotency_arguments(wrapped_engine, turn,
+                                                                                      tmp_path):
+    engine, shop = wrapped_engine
+    wrong = []
+    for i, name in enumerate(ONE_PER_WORKFLOW):
+        case = CASES[name]
+        shop.shop("debug_reset")
+        t = _flow(engine, turn, Caller("web", case["customer"], conversation_id=f"wrapped-{i}"), case)
+        writes = shop.shop("debug_dump")["writes"]
+        if t.status != case["status"] or not _matches(writes, case["writes"]):
+            wrong.append((name, t.status, t.reply, [(w["tool"], w["result"]) for w in writes]))
+    assert not wrong
+    assert {r["tool"] for r in shop.calls if r["idempotency_key"]} >= {"cancel_pending_order",
+                                                                      "return_delivered_order_items"}
+
+    # a request repeated in the conversation is recognised and not written twice
+    _repeated_request(shop, turn, tmp_path)
+
+
+def _repeated_request(shop, turn, tmp_path):
     from automation.workflows.engine import FlowEngine
     from automation.workflows.spec import load_workflows
     from flow_testkit import RecordingApprovals
 
     (tmp_path / "workflows.yaml").write_text(PROFILE_ADDRESS, encoding="utf-8")
-    gw = load_tool_gateway(SECOND_SHOP / "tools_wrapped.yaml", pool=pool, variables=gateway_env(
-        TRAILHEAD_WRAPPED_SERVER=str(SECOND_SHOP / "wrapped_server.py")))
-    try:
-        engine = FlowEngine(load_workflows(tmp_path / "workflows.yaml", tools=gw), gw, RecordingApprovals())
-        shop = Trailhead(gw, pool)
-        shop.shop("debug_reset")
-        caller = Caller("web", "cus_ava", conversation_id="wrapped-repeat")
-        case = {"workflow": "default_address", "lang": "en", "turns": ["change my default address", "office", "yes"]}
-        first = _flow(engine, turn, caller, case)
-        assert first.outcome == "completed" and "Default address changed to" in first.reply
-        again = _flow(engine, turn, caller, case)        # asked again: the same change, recognised
-        assert again.status == "completed" and again.outcome == "already_done"
-        assert "already changed to" in again.reply and "nothing changed now" in again.reply
-        assert [w["tool"] for w in shop.shop("debug_dump")["writes"]] == ["update_customer_address"]
-        elsewhere = _flow(engine, turn, Caller("web", "cus_ava", conversation_id="wrapped-other"), case)
-        assert elsewhere.outcome == "completed"           # another conversation: a new request, written
-        assert len(shop.shop("debug_dump")["writes"]) == 2
-    finally:
-        gw.close()
+    gw = shop.gateway
+    engine = FlowEngine(load_workflows(tmp_path / "workflows.yaml", tools=gw), gw, RecordingApprovals())
+    shop.shop("debug_reset")
+    caller = Caller("web", "cus_ava", conversation_id="wrapped-repeat")
+    case = {"workflow": "default_address", "lang": "en", "turns": ["change my default address", "office", "yes"]}
+    first = _flow(engine, turn, caller, case)
+    assert first.outcome == "completed" and "Default address changed to" in first.reply
+    # CEL `done`: what the conversation's flows already wrote, from the audit
+    assert "(1 change(s) in this conversation: update_customer_address)" in first.reply
+    again = _flow(engine, turn, caller, case)        # asked again: the same change, recognised
+    assert again.status == "completed" and again.outcome == "already_done"
+    assert "already changed to" in again.reply and "nothing changed now" in again.reply
+    assert [w["tool"] for w in shop.shop("debug_dump")["writes"]] == ["update_customer_address"]
+    elsewhere = _flow(engine, turn, Caller("web", "cus_ava", conversation_id="wrapped-other"), case)
+    assert elsewhere.outcome == "completed"           # another conversation: a new request, written
+    assert len(shop.shop("debug_dump")["writes"]) == 2

@@ -18,7 +18,7 @@ class CallSpec(StepSpec):
     args: dict[str, Any] | None = None     # argument -> CEL (lists and nested maps allowed)
     bind: str | None = None                # the name its result is bound to
     repeat: bool = False                   # the same write may be made again in this conversation
-    already: Any = None                    # {zh, en} said when it was already done (CEL holes: done.result, ...)
+    already: Any = None                    # {zh, en} said when it was already done (CEL: earlier.result, ...)
 
 
 class Call(StepKind):
@@ -66,6 +66,8 @@ class Call(StepKind):
             return _already_done(run, step, sp, name, result.output, earlier)
         if not result.ok:
             return run.fail(step, f"{name}: {result.status}" + (f" ({result.error})" if result.error else ""))
+        if key is not None:
+            run.memo.pop("done", None)   # CEL `done` is read again with this write
         if approved.get("step") == step.id:
             inst["pending"].pop("approved_call", None)
         inst["pending"].pop("error", None)
@@ -83,10 +85,10 @@ def _already_done(run: Any, step: Step, sp: CallSpec, name: str, output: Any, ea
     """The same write (tool and arguments) succeeded earlier in the conversation: say so, with the shop's
     record, and end the flow without writing again (``repeat: true`` on the step allows a second one)."""
     inst = run.inst
-    done = {"tool": name, "result": jsonable(output), "at": earlier.get("at"), "call_id": earlier.get("call_id")}
-    inst["bindings"]["done"] = done
+    same = {"tool": name, "result": jsonable(output), "at": earlier.get("at"), "call_id": earlier.get("call_id")}
+    inst["bindings"]["earlier"] = same
     if sp.bind is not None:
-        inst["bindings"][sp.bind] = done["result"]
-    run.say(run.text(sp.already, done=done) if sp.already else _ALREADY.get(run.lang, _ALREADY["en"]))
+        inst["bindings"][sp.bind] = same["result"]
+    run.say(run.text(sp.already, earlier=same) if sp.already else _ALREADY.get(run.lang, _ALREADY["en"]))
     run.finish("completed", "already_done")
     return "stop"
