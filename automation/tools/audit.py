@@ -22,11 +22,11 @@ from psycopg.types.json import Jsonb
 log = logging.getLogger(__name__)
 
 _COLUMNS = ("id, conversation_id, turn_id, purpose, tool, risk, caller_channel, caller_customer, input, output,"
-            " status, error, latency_ms, attempts, idempotency_key, created_at")
+            " status, error, latency_ms, attempts, idempotency_key, created_at, args_digest")
 
 _INSERT = ("INSERT INTO tool_calls (id, conversation_id, turn_id, purpose, tool, risk, caller_channel,"
-           " caller_customer, input, output, status, error, latency_ms, attempts, idempotency_key, created_at)"
-           " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)")
+           " caller_customer, input, output, status, error, latency_ms, attempts, idempotency_key, created_at,"
+           " args_digest) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)")
 
 _BATCH = 200            # rows per transaction of the writer thread at most
 _QUEUE_MAX = 20_000     # rows waiting at most; past that a read's row is dropped (and counted), never a write's
@@ -72,7 +72,7 @@ class AuditWriter:
 
     @staticmethod
     def new_row(**fields) -> dict:
-        return {"id": uuid.uuid4(), "created_at": datetime.now(UTC), **fields}
+        return {"id": uuid.uuid4(), "created_at": datetime.now(UTC), "args_digest": None, **fields}
 
     def write_now(self, row: dict) -> str | None:
         """Insert ``row`` (raw input/output; redacted here) with a synchronous commit; its id, or None."""
@@ -140,7 +140,8 @@ class AuditWriter:
         return (row["id"], row["conversation_id"], row["turn_id"], row["purpose"], row["tool"], row["risk"],
                 row["caller_channel"], row["caller_customer"], Jsonb(self._redact_value(raw_input)),
                 Jsonb(self._redact_value(raw_output)) if raw_output is not None else None, row["status"],
-                row["error"], row["latency_ms"], row["attempts"], row["idempotency_key"], row["created_at"])
+                row["error"], row["latency_ms"], row["attempts"], row["idempotency_key"], row["created_at"],
+                row.get("args_digest"))
 
     def _durable_conn(self) -> psycopg.Connection | None:
         if self._conninfo is None:
@@ -279,6 +280,25 @@ def calls_for_conversation(source, conversation_id: str, *, limit: int = 50) -> 
     rows = _rows(source, "conversation_id = %s ORDER BY created_at DESC, id DESC LIMIT %s",
                  (str(conversation_id), int(limit)))
     return rows[::-1]
+
+
+def earlier_writes(source, tool: str, key: str, conversation_id: str | None, *, limit: int = 50) -> list[dict]:
+    """Calls of ``tool`` that reached its server with ``key``, or succeeded in the conversation; newest first."""
+    where = "tool = %s AND attempts > 0 AND (idempotency_key = %s"
+    params: tuple = (tool, key)
+    if conversation_id:
+        where += " OR (conversation_id = %s AND status = 'ok')"
+        params += (str(conversation_id),)
+    return _rows(source, where + ") ORDER BY created_at DESC, id DESC LIMIT %s", params + (int(limit),))
+
+
+def writes_done(source, conversation_id: str, *, limit: int = 20) -> list[dict[str, Any]]:
+    """The conversation's writes that succeeded at their server (masked input and output), oldest first: what
+    earlier flows of the conversation already did."""
+    rows = _rows(source, "conversation_id = %s AND status = 'ok' AND attempts > 0 AND risk <> 'read'"
+                 " ORDER BY created_at DESC, id DESC LIMIT %s", (str(conversation_id), int(limit)))
+    return [{"tool": r["tool"], "arguments": r["input"], "result": r["output"], "at": r["created_at"],
+             "call_id": r["id"]} for r in rows[::-1]]
 
 
 SUMMARY_FIELDS = ("id", "turn_id", "tool", "risk", "status", "latency_ms", "attempts", "idempotency_key", "input", "output",

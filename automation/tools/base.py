@@ -15,7 +15,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 Risk = Literal["read", "write", "money"]
 RISKS = ("read", "write", "money")
 CONNECT_TIMEOUT_S = 30.0  # opening a session; a stdio server is a fresh Python process, slow to import when busy
-STATUSES = ("ok", "error", "timeout", "invalid_input", "invalid_output", "breaker_open", "denied", "rate_limited")
+STATUSES = ("ok", "error", "timeout", "invalid_input", "invalid_output", "breaker_open", "denied", "rate_limited",
+            "unknown")  # unknown: a write the server cannot deduplicate was sent and its answer lost
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,9 @@ class ToolResult:
     attempts: int = 1
     latency_ms: float = 0.0
     call_id: str | None = None  # the audit row id
+    # not written again: {"call_id", "at", "via"}; via "key" (this step's own earlier call), "read_back" (the
+    # record shows the earlier call happened) or "conversation" (the same write earlier in the conversation)
+    earlier: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -76,6 +80,27 @@ class Binding:
 
 
 @dataclass(frozen=True)
+class Unwrap:
+    """Where a wrapping server puts the result (``{ok, parsed_content}``): the result is ``path`` of the answer;
+    ``ok`` names a boolean field whose false means the call failed, with ``error``'s text."""
+
+    path: tuple[str, ...] = ()
+    ok: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ReadBack:
+    """A read tool that shows whether a write happened: called with ``args`` (its argument -> the write's
+    argument), the write happened when every dotted path of ``done`` has its value (``$name``: the write's
+    argument ``name``)."""
+
+    tool: str
+    args: dict[str, str] = field(default_factory=dict)
+    done: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class ToolSpec:
     name: str
     description: dict[str, str]  # {"zh": ..., "en": ...}
@@ -91,6 +116,14 @@ class ToolSpec:
     identity_argument: str | None = None  # the argument the gateway fills with the verified customer id
     idempotency_argument: str | None = None  # the argument the gateway fills with the idempotency key
     static_arguments: dict[str, Any] = field(default_factory=dict)  # set by the gateway on every call
+    unwrap: Unwrap | None = None  # the result inside a wrapped answer
+    verify: ReadBack | None = None  # a write's read-back, before a repeat of an unknown outcome
+
+    @property
+    def server_deduplicates(self) -> bool:
+        """The key reaches the server (an argument, or HTTP's Idempotency-Key header), which recognises a repeat;
+        otherwise only the gateway's audit knows the write was made."""
+        return self.idempotency_argument is not None or self.binding.path is not None
 
     @property
     def injected_arguments(self) -> frozenset[str]:
@@ -117,7 +150,9 @@ class ToolSpec:
 
 
 class ToolGateway(Protocol):
-    def call(self, name: str, arguments: dict, caller: Caller, *, idempotency_key: str | None = None) -> ToolResult:
+    def call(self, name: str, arguments: dict, caller: Caller, *, idempotency_key: str | None = None,
+             repeat: bool = False) -> ToolResult:
+        """``repeat``: the same write may be made again in the conversation (else answered from the audit)."""
         ...
 
     def spec(self, name: str) -> ToolSpec:
@@ -132,11 +167,13 @@ class ToolGateway(Protocol):
 
 class TransportError(Exception):
     """A call that did not produce a usable result. ``counts`` = it says the server is unhealthy (breaker);
-    ``retryable`` = trying again may help."""
+    ``retryable`` = trying again may help; ``sent`` = the request may have reached the server (a write's outcome
+    is then unknown), false when it certainly did not (no connection)."""
 
     status = "error"
     counts = True
     retryable = True
+    sent = True
 
 
 class TransportTimeout(TransportError):
@@ -147,11 +184,18 @@ class TransportUnavailable(TransportError):
     """Cannot connect, connection lost, HTTP 5xx/429."""
 
 
+class NotConnected(TransportUnavailable):
+    """No connection to the server: the request was never sent."""
+
+    sent = False
+
+
 class ToolReportedError(TransportError):
     """The tool answered with an error of its own (MCP ``isError``, HTTP 4xx): a real answer, not an outage."""
 
     counts = False
     retryable = False
+    sent = False   # answered: nothing is unknown about it
 
 
 class MalformedOutput(TransportError):

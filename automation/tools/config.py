@@ -21,7 +21,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from automation.tools.base import Binding, BreakerPolicy, RateLimit, RetryPolicy, ToolSpec
+from automation.tools.base import Binding, BreakerPolicy, RateLimit, ReadBack, RetryPolicy, ToolSpec, Unwrap
 from failures.yaml_source import SourceError, construct, dotted, line_for, named_field, syntax_error
 
 BUNDLED_TOOLS = Path(__file__).resolve().parent / "samples" / "tools.yaml"
@@ -77,6 +77,43 @@ def _check_identity_template(v: str) -> None:
         raise ValueError(f"an identity template uses {{customer_id}} and optionally {{channel}} (got {v!r})")
 
 
+class UnwrapRule(BaseModel):
+    """``unwrap: parsed_content`` or ``unwrap: {path: parsed_content, ok: ok, error: message}``: a server that
+    wraps every result; expressions then read the result itself (``x.order``, not ``x.parsed_content.order``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(default="", description="dotted path of the result in the answer ('' = the whole answer)")
+    ok: str | None = Field(default=None, description="a field that is false when the call failed")
+    error: str | None = Field(default=None, description="the field with the failure's message")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short(cls, v: Any) -> Any:
+        return {"path": v} if isinstance(v, str) else v
+
+    @field_validator("path")
+    @classmethod
+    def _dotted(cls, v: str) -> str:
+        if v and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", v):
+            raise ValueError(f"a dotted path of field names (got {v!r})")
+        return v
+
+    def to_spec(self) -> Unwrap:
+        return Unwrap(path=tuple(self.path.split(".")) if self.path else (), ok=self.ok, error=self.error)
+
+
+class Verify(BaseModel):
+    """A write's read-back: the read tool that shows whether an earlier attempt of the write happened."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    call: str = Field(description="a read tool of this file")
+    args: dict[str, str] = Field(default_factory=dict, description="its argument -> the write's argument")
+    done: dict[str, Any] = Field(min_length=1, description="dotted path of its result -> the value once written "
+                                 "($name: the write's argument name)")
+
+
 class Server(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -91,6 +128,7 @@ class Server(BaseModel):
     # http
     base_url: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
+    unwrap: UnwrapRule | None = None   # every tool's results, unless the tool says otherwise
 
     @model_validator(mode="after")
     def _shape(self) -> Server:
@@ -167,6 +205,8 @@ class Tool(BaseModel):
     identity_argument: str | None = None
     idempotency_argument: str | None = None
     static_arguments: dict[str, Any] = Field(default_factory=dict)
+    unwrap: UnwrapRule | None = None
+    verify: Verify | None = None
     input_schema: dict[str, Any]
     output_schema: dict[str, Any]
 
@@ -199,6 +239,15 @@ class Tool(BaseModel):
         for key in self.static_arguments:
             if key not in props:
                 raise _AtPath(("static_arguments", key), f"{key!r} is not a property of input_schema")
+        if self.verify is not None:
+            if self.risk == "read":
+                raise _AtPath(("verify",), "`verify` reads back a write; a read tool needs none")
+            for key, arg in self.verify.args.items():
+                if arg not in props:
+                    raise _AtPath(("verify", "args", key), f"{arg!r} is not a property of input_schema")
+            for path, value in self.verify.done.items():
+                if isinstance(value, str) and value.startswith("$") and value[1:] not in props:
+                    raise _AtPath(("verify", "done", path), f"{value[1:]!r} is not a property of input_schema")
         if self.http is not None:
             required = set(schema.get("required") or [])
             for name in _PLACEHOLDER.findall(self.http.path):
@@ -238,10 +287,19 @@ class ToolsFile(BaseModel):
                               "binding (method, path)")
             if server.transport == "mcp" and tool.http is not None:
                 raise _AtPath(("tools", i, "http"), f"server {tool.server!r} is mcp: use `remote`, not `http`")
-            if tool.risk != "read" and server.transport == "mcp" and not tool.idempotency_argument:
-                raise _AtPath(("tools", i, "idempotency_argument"),
-                              f"a {tool.risk} tool over MCP needs `idempotency_argument` so the server can "
-                              "recognise a repeated call")
+        by_name = {t.name: t for t in self.tools}
+        for i, tool in enumerate(self.tools):
+            if tool.verify is None:
+                continue
+            reader = by_name.get(tool.verify.call)
+            if reader is None or reader.risk != "read":
+                raise _AtPath(("tools", i, "verify", "call"), f"{tool.verify.call!r} is not a read tool of this "
+                              f"file (reads: {', '.join(t.name for t in self.tools if t.risk == 'read') or 'none'})")
+            reader_props = (reader.input_schema.get("properties") or {})
+            for key in tool.verify.args:
+                if key not in reader_props:
+                    raise _AtPath(("tools", i, "verify", "args", key),
+                                  f"{key!r} is not a property of {reader.name}'s input_schema")
         for name, server in self.servers.items():
             for header, value in server.headers.items():
                 if _SECRET_HEADER.search(header) and value and not _ENV_REF.search(value):
@@ -385,5 +443,8 @@ def to_specs(config: ToolsFile) -> list[ToolSpec]:
             identity_argument=tool.identity_argument,
             idempotency_argument=tool.idempotency_argument,
             static_arguments=dict(tool.static_arguments),
+            unwrap=(tool.unwrap or server.unwrap).to_spec() if (tool.unwrap or server.unwrap) else None,
+            verify=(ReadBack(tool=tool.verify.call, args=dict(tool.verify.args), done=dict(tool.verify.done))
+                    if tool.verify else None),
         ))
     return specs

@@ -20,6 +20,8 @@ through ``breaker.call`` with a function that only re-raises the outcome.
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
+import json
 import logging
 import os
 import threading
@@ -38,15 +40,17 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from automation.tools.base import (
     CONNECT_TIMEOUT_S,
+    ReadBack,
     Caller,
     MalformedOutput,
+    ToolReportedError,
     ToolResult,
     ToolSpec,
     Transport,
     TransportError,
     TransportTimeout,
 )
-from automation.tools.audit import AuditWriter
+from automation.tools.audit import AuditWriter, earlier_writes
 from automation.tools.config import Identity, ToolsFile, load_tools_file, to_specs
 from automation.tools.loop import LoopThread
 from automation.tools.redact import Redactor, mask_text, redact_value
@@ -181,7 +185,10 @@ class Gateway:
     def spec(self, name: str) -> ToolSpec:
         return self._guards[name].spec
 
-    def call(self, name: str, arguments: dict, caller: Caller, *, idempotency_key: str | None = None) -> ToolResult:
+    def call(self, name: str, arguments: dict, caller: Caller, *, idempotency_key: str | None = None,
+             repeat: bool = False) -> ToolResult:
+        """``repeat``: the same write (tool and arguments) may be made again in this conversation; by default an
+        earlier successful one is returned instead (``ToolResult.earlier``) and nothing is written."""
         if name not in self._guards:
             raise KeyError(f"unknown tool {name!r} (known: {', '.join(self.names())})")
         if not isinstance(caller, Caller):
@@ -194,14 +201,14 @@ class Gateway:
         guard = self._guards[name]
         spec = guard.spec
         args = dict(arguments)
-        result = self._run(guard, args, caller, idempotency_key)
+        result = self._run(guard, args, caller, idempotency_key, repeat)
         result.latency_ms = (time.perf_counter() - started) * 1000.0
         result.call_id = self._audit(spec, args, caller, idempotency_key, result)
         return result
 
     # --- the call --------------------------------------------------------------------------------------------
 
-    def _run(self, guard: _Guard, args: dict, caller: Caller, key: str | None) -> ToolResult:
+    def _run(self, guard: _Guard, args: dict, caller: Caller, key: str | None, repeat: bool = False) -> ToolResult:
         spec = guard.spec
         if not spec.allows(caller.purpose):
             return self._fail(spec, "denied", f"{spec.name} is not allowed for {caller.purpose or 'no purpose'}")
@@ -222,6 +229,10 @@ class Gateway:
         error = guard.input.error(args, "arguments")
         if error is not None:
             return self._fail(spec, "invalid_input", error)
+        if spec.writes and key and self._pool is not None:
+            earlier = self._earlier(spec, args, caller, key, repeat)
+            if earlier is not None:
+                return earlier
         if guard.is_open():
             return self._fail(spec, "breaker_open", f"{spec.name}: circuit open after repeated failures",
                               plain=True)
@@ -232,20 +243,27 @@ class Gateway:
                                   f"calls per {spec.rate_limit.per_seconds:g} s reached", plain=True)
 
         transport = self._transports[spec.binding.server]
-        # reads may be repeated; writes only carry a key here, which the server deduplicates on
+        # reads may be repeated; writes only carry a key here, which the server deduplicates on; a write the
+        # server cannot deduplicate is repeated only when the request certainly never left (no connection)
         max_attempts = spec.retry.attempts if (not spec.writes or key) else 1
+        unkeyed = spec.writes and not spec.server_deduplicates
         backoff = spec.retry.backoff_ms / 1000.0
         attempt = 0
         while True:
             attempt += 1
             try:
                 raw = self._transport_call(transport, spec, args, key)
+                if spec.unwrap is not None:
+                    raw = _unwrapped(spec, raw)
             except TransportError as exc:
                 guard.record(exc if exc.counts else None)
-                if exc.retryable and attempt < max_attempts and not guard.is_open():
+                if exc.retryable and attempt < max_attempts and not guard.is_open() and not (unkeyed and exc.sent):
                     time.sleep(backoff)
                     backoff *= 2
                     continue
+                if unkeyed and exc.sent:
+                    return self._fail(spec, "unknown", f"{exc} (sent: the write may have happened; it is not "
+                                      "repeated)", attempts=attempt)
                 return self._fail(spec, exc.status, str(exc), attempts=attempt)
             error = guard.output.error(raw, "result")
             if error is not None:
@@ -253,6 +271,53 @@ class Gateway:
                 return self._fail(spec, "invalid_output", f"{spec.name}: output {error}", attempts=attempt)
             guard.record(None)
             return ToolResult(tool=spec.name, status="ok", output=raw, attempts=attempt)
+
+    def _earlier(self, spec: ToolSpec, args: dict, caller: Caller, key: str, repeat: bool) -> ToolResult | None:
+        """A write made before, from the durable audit: this key's own earlier call (a write the server cannot
+        deduplicate is never sent twice), or the same write earlier in the conversation. None: go ahead."""
+        try:
+            rows = earlier_writes(self._pool, spec.name, key, caller.conversation_id)
+        except Exception as exc:  # noqa: BLE001 - without the audit a write the server cannot dedupe is not safe
+            log.warning("tool %s: earlier calls not readable: %s", spec.name, type(exc).__name__)
+            if spec.server_deduplicates:
+                return None
+            return self._fail(spec, "unknown", f"{spec.name}: the audit cannot be read; not written", attempts=0,
+                              plain=True)
+        own = [r for r in rows if r["idempotency_key"] == key]
+        if own and not spec.server_deduplicates:
+            last = own[0]
+            if last["status"] == "ok":
+                return _answered(spec, last["output"], last, "key")
+            if last["status"] in ("unknown", "timeout", "invalid_output"):
+                done, record = self._read_back(spec, args, caller) if spec.verify else (None, None)
+                if done:
+                    return _answered(spec, record, last, "read_back")
+                if done is None:
+                    return self._fail(spec, "unknown", f"{spec.name}: an earlier attempt ({last['created_at']}) may "
+                                      "have been written and cannot be read back; not written again", attempts=0,
+                                      plain=True)
+        if repeat or not caller.conversation_id:
+            return None
+        mine = args_digest(args, spec)
+        for r in rows:
+            if r["status"] == "ok" and r["idempotency_key"] != key and r.get("args_digest") == mine:
+                return _answered(spec, r["output"], r, "conversation")
+        return None
+
+    def _read_back(self, spec: ToolSpec, args: dict, caller: Caller) -> tuple[bool | None, Any]:
+        """Whether the declared read-back shows the write done: (True, record), (False, record), or (None, None)
+        when it cannot tell (the read failed)."""
+        rb: ReadBack = spec.verify  # type: ignore[assignment]
+        rargs = {k: args[v] for k, v in rb.args.items() if v in args}
+        res = self.call(rb.tool, rargs, caller)
+        if not res.ok:
+            return None, None
+        for path, want in rb.done.items():
+            if isinstance(want, str) and want.startswith("$"):
+                want = _dig(args, want[1:])
+            if _dig(res.output, path) != want:
+                return False, res.output
+        return True, res.output
 
     def _transport_call(self, transport: Transport, spec: ToolSpec, args: dict, key: str | None) -> Any:
         # opening a session (starting a stdio server) is not the tool's time: it gets its own allowance
@@ -290,8 +355,11 @@ class Gateway:
         row = AuditWriter.new_row(
             conversation_id=caller.conversation_id, turn_id=caller.turn_id, purpose=caller.purpose, tool=spec.name,
             risk=spec.risk, caller_channel=caller.channel, caller_customer=caller.customer_id, input=args,
-            output=result.output if result.ok else None, status=result.status, error=result.error,
-            latency_ms=result.latency_ms, attempts=result.attempts, idempotency_key=key)
+            output=result.output if result.ok else None, status=result.status,
+            error=result.error if result.earlier is None else
+            f"not written again: {result.earlier['via']} {result.earlier['call_id']}",
+            latency_ms=result.latency_ms, attempts=result.attempts, idempotency_key=key,
+            args_digest=args_digest(args, spec) if spec.writes else None)
         if spec.writes and result.attempts > 0:
             return self._audit_writer.write_now(row)
         return self._audit_writer.write_later(row)
@@ -341,6 +409,51 @@ class Gateway:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+_MISSING = object()
+
+
+def _dig(value: Any, path: str | tuple[str, ...]) -> Any:
+    for part in path.split(".") if isinstance(path, str) else path:
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return _MISSING
+    return value
+
+
+def _unwrapped(spec: ToolSpec, raw: Any) -> Any:
+    """The result inside a wrapped answer; a false ``ok`` is the tool's own refusal."""
+    rule = spec.unwrap
+    assert rule is not None
+    if rule.ok is not None:
+        ok = _dig(raw, rule.ok)
+        if ok is _MISSING:
+            raise MalformedOutput(f"{spec.name}: the answer has no {rule.ok!r}")
+        if ok is False:
+            message = _dig(raw, rule.error) if rule.error else _MISSING
+            raise ToolReportedError(f"{spec.name}: {message if message is not _MISSING else 'the tool refused'}")
+    inner = _dig(raw, rule.path)
+    if inner is _MISSING:
+        raise MalformedOutput(f"{spec.name}: the answer has no {'.'.join(rule.path)!r}")
+    return inner
+
+
+def args_digest(args: dict, spec: ToolSpec) -> str:
+    """What makes two writes the same change: a digest of the tool and its arguments without the key (which
+    differs between two requests), so the audit can recognise a repeat without keeping the unmasked input."""
+    plain = {k: v for k, v in args.items() if k != spec.idempotency_argument}
+    text = json.dumps([spec.name, plain], sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _answered(spec: ToolSpec, output: Any, row: dict, via: str) -> ToolResult:
+    """A write answered from what is already known (attempts 0: nothing was sent)."""
+    return ToolResult(tool=spec.name, status="ok", output=output, attempts=0,
+                      earlier={"call_id": str(row["id"]), "at": str(row["created_at"]), "via": via})
 
 
 # --- construction --------------------------------------------------------------------------------------------

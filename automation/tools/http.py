@@ -17,6 +17,7 @@ import httpx
 
 from automation.tools.base import (
     MalformedOutput,
+    NotConnected,
     ToolReportedError,
     ToolSpec,
     TransportTimeout,
@@ -66,6 +67,8 @@ class HttpTransport:
                                      timeout=httpx.Timeout(timeout)), timeout)
         except (asyncio.TimeoutError, httpx.TimeoutException):
             raise TransportTimeout(f"{spec.name}: no answer within {timeout:g} s") from None
+        except httpx.ConnectError as exc:
+            raise NotConnected(f"{self.name}: {type(exc).__name__}") from None
         except httpx.HTTPError as exc:
             raise TransportUnavailable(f"{self.name}: {type(exc).__name__}") from None
         status = response.status_code

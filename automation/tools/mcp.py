@@ -25,6 +25,7 @@ from mcp.shared.exceptions import MCPError
 from automation.tools.base import (
     CONNECT_TIMEOUT_S,
     MalformedOutput,
+    NotConnected,
     ToolReportedError,
     ToolSpec,
     TransportError,
@@ -129,11 +130,11 @@ class McpTransport:
         try:
             session = await self._connect()
         except asyncio.TimeoutError:
-            raise TransportUnavailable(f"{self.name}: could not connect within {self.connect_timeout:g} s") from None
+            raise NotConnected(f"{self.name}: could not connect within {self.connect_timeout:g} s") from None
         except TransportError:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure to connect is the server being unavailable
-            raise TransportUnavailable(f"{self.name}: could not connect ({type(exc).__name__})") from None
+            raise NotConnected(f"{self.name}: could not connect ({type(exc).__name__})") from None
         remote = spec.binding.remote_name or spec.name
         try:
             result = await asyncio.wait_for(

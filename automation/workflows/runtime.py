@@ -12,15 +12,22 @@ with it and saves the row.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
+import psycopg
+
+from automation.tools.audit import writes_done
 from automation.tools.base import Caller
 from automation.workflows import memory as M
 from automation.workflows.expr import Envs, Scope, evaluate_bool, render
 from automation.workflows.model import Step, Workflow, WorkflowSet
 from automation.workflows.store import Instance
+from text import personal
+
+log = logging.getLogger("automation.workflows")
 
 # a step handler's result (steps.base.Outcome): "next", "wait", "stop", a step id, or None when the flow is done;
 # spelled out here because the step kinds import this module, never the other way round (no sibling cycles)
@@ -127,6 +134,7 @@ class FlowTurn:
     reading: str | None = None            # what the waiting step read the message as (see READINGS)
     outcome: str | None = None            # completed | refused | cancelled | rejected | escalated | ...
     reasks: int = 0
+    failure: str | None = None            # why a step failed or the flow escalated (masked), for the trace
 
     def as_response(self) -> dict[str, Any]:
         return {"workflow": self.workflow, "instance_id": self.instance_id, "step": self.step,
@@ -167,6 +175,7 @@ class FlowRun:
         self.tool_status: str | None = None     # the last call step's status, for its trace line
         self.envs = Envs()                      # the turn's CEL data, converted once
         self.memo: dict[str, Any] = {}          # step kinds' per-turn caches (a choice's option rows)
+        self.failure: str | None = None         # the turn's failure reason, masked (log and trace)
 
     # -- the reply
 
@@ -192,6 +201,8 @@ class FlowRun:
         data["message"] = inst["pending"].get("message") or ""
         if "memory" not in data:
             data["memory"] = M.empty(sets.memory)
+        if "done" not in data:
+            data["done"] = self.done_writes()
         data["labels"] = sets.labels_for(inst["lang"])
         for loop_id, lp in inst["loops"].items():
             step = self.wf.steps[loop_id]
@@ -200,6 +211,17 @@ class FlowRun:
                 data["index"] = lp["index"]
         data.update(extra)
         return data
+
+    def done_writes(self) -> list[dict[str, Any]]:
+        """CEL ``done``: the writes earlier flows of this conversation made (tool, arguments and result as the
+        audit keeps them, masked; at), read once per turn."""
+        done: list[dict[str, Any]] | None = self.memo.get("done")
+        if done is None:
+            done = []
+            if isinstance(self.conn, psycopg.Connection):
+                done = jsonable(writes_done(self.conn, self.inst["conversation_id"]))
+            self.memo["done"] = done
+        return done
 
     # -- moving on
 
@@ -248,8 +270,18 @@ class FlowRun:
         self.say(t("cancelled", self.lang))
         self.finish("cancelled", "cancelled")
 
+    def failed(self, reason: str) -> None:
+        """A failure reason for the operator: logged at WARNING and put in the turn's trace, masked (a CEL
+        error or a tool's message can quote the customer's data)."""
+        masked = personal.mask(reason) or ""
+        self.failure = masked
+        log.warning("workflow %s (instance %s, step %s): %s", self.wf.name, self.inst["id"], self.inst["step"],
+                    masked)
+
     def escalate(self, tier: str, reason: str, *, say: str | None = None) -> None:
         inst = self.inst
+        if self.failure is None:
+            self.failed(reason)
         self.services.observe(inst["workflow"], "escalated")
         self.handoff = HandoffRequest(tier=tier, reason=reason, flow_state=self.state())
         self.say(say if say is not None else t("handoff", self.lang))
@@ -264,6 +296,7 @@ class FlowRun:
         n = inst["attempts"].get(step.id, 0) + 1
         inst["attempts"][step.id] = n
         inst["history"].append({"step": step.id, "event": "failed", "error": error, "attempt": n, "at": time.time()})
+        self.failed(f"step {step.id} failed (attempt {n}): {error}")
         handler = step.get("on_error")
         if handler == "handoff" or n >= MAX_ATTEMPTS:
             self.escalate("L2", f"step {step.id} failed {n} time(s): {error}")
@@ -325,7 +358,7 @@ class FlowRun:
                         awaiting=self.awaiting if status == "waiting" else None,
                         quick_replies=self.quick if status == "waiting" else [],
                         pending_action=action, handoff=self.handoff, approval=self.approval, trace=self.trace,
-                        outcome=inst.get("outcome"), reasks=inst["attempts"].get("_reasks", 0))
+                        outcome=inst.get("outcome"), reasks=inst["attempts"].get("_reasks", 0), failure=self.failure)
 
 
 def jsonable(value: Any) -> Any:

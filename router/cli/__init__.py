@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from router.cli import (agents, conversations, db, index, keys, models, outbox, privacy, rag, report, routing, serve,
-                        shop, trace)
+                        shop, trace, workflows)
 
 
 def _flags_without_a_type() -> None:
@@ -48,6 +48,7 @@ app.add_typer(privacy.customers_app, name="customers")
 app.add_typer(keys.app, name="keys")
 app.add_typer(conversations.app, name="eval")
 app.add_typer(shop.app, name="shop")
+app.add_typer(workflows.app, name="workflows")
 app.command("serve")(serve.serve)
 app.command("report")(report.report)
 app.command("trace")(trace.trace)

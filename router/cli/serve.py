@@ -33,6 +33,9 @@ def serve(
     from router.app.exposure import refusal
     from router.telemetry.logs import configure_logging
 
+    from router.app.composition import install_sighup
+
+    install_sighup()   # first: a SIGHUP while the files load and the app is wired is a reload, never the end
     if dev_key:
         os.environ["SWITCHBOARD_DEV_KEY"] = "1"     # the workers read it too
     if allow_unauthenticated:
@@ -53,9 +56,7 @@ def serve(
     os.environ["SWITCHBOARD_READ_TIMEOUT_SECONDS"] = str(s.read_timeout_seconds)
     n = workers or s.workers
     if n == 1:
-        from router.app.composition import install_sighup
-
-        install_sighup()   # here, in the main thread: the app is wired in a worker thread, where none can be
+        install_sighup()   # in the main thread (done above): the app is wired in a worker thread, where none can be
         app = create_app(s)
         uvicorn.run(app, host=s.host, port=s.port, log_config=None, timeout_graceful_shutdown=10, **http_options())
         return

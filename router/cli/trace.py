@@ -27,6 +27,8 @@ def render(replay: dict) -> str:
                  f"ticket {(t.get('ticket') or {}).get('id')}" if (t.get("ticket") or {}).get("id") else "",
                  f"{len(t.get('tool_calls') or [])} tool calls" if t.get("tool_calls") else ""]
         lines.append(f"    {decided}" + "".join(f", {x}" for x in extra if x) + f" -> {t['state_after']}")
+        if flow.get("failure"):
+            lines.append(f"    ! flow failure: {_line(flow['failure'], 200)}")
         for o in t.get("outbound") or []:
             status = (o.get("delivery") or {}).get("status")
             lines.append(f"    < {o['sender']}: {_line(o['text'])}" + (f"  [{status}]" if status else ""))

@@ -69,7 +69,7 @@ def _flow(trace: dict[str, Any]) -> dict[str, Any] | None:
         return None
     return {"workflow": wf.get("workflow"), "instance_id": wf.get("instance_id"), "status": wf.get("status"),
             "step": wf.get("step"), "awaiting": wf.get("awaiting"), "outcome": wf.get("outcome"),
-            "drift": wf.get("drift"), "steps": wf.get("steps") or []}
+            "drift": wf.get("drift"), "failure": wf.get("failure"), "steps": wf.get("steps") or []}
 
 
 def _tool_calls(conn, conversation_id: str, turns: list[dict[str, Any]]) -> list[tuple[dict[str, Any], int | None]]:

@@ -178,9 +178,9 @@ class _Turn:
             if self.r.metrics is not None and name in ("harness", "retrieval", "handoff"):
                 self.r.metrics.stage_seconds.labels(name).observe(dt)
 
-    def move(self, to_state: str, reason: str, ticket_id=None) -> None:
+    def move(self, to_state: str, reason: str, ticket_id=None, *, counted: bool = True) -> None:
         t = sm.transition(self.conn, self.conv, to_state, reason=reason, message_id=self.message_id,
-                          ticket_id=ticket_id)
+                          ticket_id=ticket_id, counted=counted)
         self.transitions.append({"from": t["from"], "to": t["to"], "reason": reason, "id": t["id"]})
 
     def say(self, key: str) -> str:
@@ -691,7 +691,7 @@ class _Turn:
         if t is None:
             return None
         self.flow = t.as_response()
-        self.trace["workflow"] = {**self.flow, "outcome": t.outcome, "drift": t.drift,
+        self.trace["workflow"] = {**self.flow, "outcome": t.outcome, "drift": t.drift, "failure": t.failure,
                                   "steps": [{"step": s.step, "kind": s.kind, "ms": round(s.ms, 2),
                                              "tool_status": s.tool_status, "note": s.note} for s in t.trace]}
         return t
@@ -715,7 +715,7 @@ class _Turn:
             text = "\n\n".join(x for x in (t.reply, self.say("ack_l3" if tier == "L3" else "ack_l2")) if x)
             return self.result(decision, reply=self.send(text, kind="ack"), ticket_id=ticket_id)
         # the bot answered this turn (a flow that waits for the customer keeps its place in flow_instances)
-        self.move("l1_resolving", f"workflow {t.workflow}")
+        self.move("l1_resolving", f"workflow {t.workflow}", counted=False)   # served: not a loop-guard round
         resumed = self.resume_interrupted(t)
         text = "\n\n".join(x for x in (t.reply, resumed.reply if resumed is not None else None) if x)
         quick = resumed.quick_replies if resumed is not None else t.quick_replies

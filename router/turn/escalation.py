@@ -13,7 +13,8 @@ Rules, checked in this order (the first that fires wins; every rule's verdict is
 ``repeated_question``  the same question asked N times in a row without resolution (normalised
                        text equality, or embedding cosine at or above a threshold)
 ``low_confidence``     N consecutive turns the classifier could not place (UNKNOWN / low score)
-``loop_guard``         the conversation is about to re-enter the same state once too often
+``loop_guard``         the conversation is about to re-enter the same state once too often (entries by turns a
+                       workflow served are not counted: a fourth task in a session is normal work)
 
 The policy is configured in YAML (bundled: ``router/samples/escalation.yaml``) together with the
 harness and the fixed replies; the file is validated on load and errors name the line and field.

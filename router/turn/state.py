@@ -91,11 +91,13 @@ def lock_conversation(conn: psycopg.Connection, conversation_id: str) -> dict[st
 
 
 def transition(conn: psycopg.Connection, conversation: dict[str, Any], to_state: str, *, reason: str,
-               actor: str = "router", message_id: int | None = None, ticket_id: str | None = None) -> dict[str, Any]:
-    """Move ``conversation`` (a locked row, updated in place) to ``to_state`` and record the edge."""
+               actor: str = "router", message_id: int | None = None, ticket_id: str | None = None,
+               counted: bool = True) -> dict[str, Any]:
+    """Move ``conversation`` (a locked row, updated in place) to ``to_state`` and record the edge.
+    ``counted=False``: a turn the bot served (a workflow's), which the loop guard does not count."""
     from_state = conversation["state"]
     moved = move_conversation(conn, conversation["id"], {from_state: to_state}, reason=reason, actor=actor,
-                              message_id=message_id, ticket_id=ticket_id)
+                              message_id=message_id, ticket_id=ticket_id, counted=counted)
     if moved is None:
         raise RuntimeError(f"conversation {conversation['id']} is no longer in state {from_state!r}")
     conversation["state"] = to_state
@@ -111,10 +113,11 @@ def _move_writes(conv: str) -> str:
             UPDATE conversations v SET state = m.to_state, updated_at = now() FROM {conv} m WHERE v.id = m.id
         ), {conv}_counted AS (
             INSERT INTO conversation_counters AS k (conversation_id, session_no, state_entries)
-            SELECT id, session_no, jsonb_build_object(to_state, 1) FROM {conv}
+            SELECT id, session_no, jsonb_build_object(to_state, counted) FROM {conv}
             ON CONFLICT (conversation_id) DO UPDATE SET
                 state_entries = jsonb_set(k.state_entries, ARRAY[(SELECT to_state FROM {conv})],
-                    to_jsonb(COALESCE((k.state_entries ->> (SELECT to_state FROM {conv}))::int, 0) + 1)),
+                    to_jsonb(COALESCE((k.state_entries ->> (SELECT to_state FROM {conv}))::int, 0)
+                             + (SELECT counted FROM {conv}))),
                 updated_at = now()
         ), {conv}_history AS (
             INSERT INTO conversation_transitions
@@ -129,7 +132,7 @@ _MOVE_SQL = """
         SELECT id, session_no, state AS from_state,
                (%(tos)s::text[])[array_position(%(froms)s::text[], state)] AS to_state,
                %(reason)s::text AS reason, %(actor)s::text AS actor, %(message)s::bigint AS message_id,
-               %(ticket)s::text AS ticket_id
+               %(ticket)s::text AS ticket_id, %(counted)s::int AS counted
         FROM conversations WHERE id = %(cid)s AND state = ANY(%(froms)s::text[])
         FOR UPDATE
     ), """ + _move_writes("conv") + """
@@ -138,7 +141,8 @@ _MOVE_SQL = """
 
 
 def move_conversation(conn: psycopg.Connection, conversation_id, edges: dict[str, str], *, reason: str,
-                      actor: str, message_id: int | None = None, ticket_id: str | None = None) -> dict[str, Any] | None:
+                      actor: str, message_id: int | None = None, ticket_id: str | None = None,
+                      counted: bool = True) -> dict[str, Any] | None:
     """Lock the conversation and take the edge that leaves its current state, in one statement.
 
     ``edges`` maps a from-state to its to-state; a conversation in any other state is left alone
@@ -151,7 +155,8 @@ def move_conversation(conn: psycopg.Connection, conversation_id, edges: dict[str
     row = conn.execute(
         _MOVE_SQL,
         {"cid": conversation_id, "froms": list(edges), "tos": list(edges.values()), "reason": reason,
-         "actor": actor, "message": message_id, "ticket": str(ticket_id) if ticket_id is not None else None},
+         "actor": actor, "message": message_id, "ticket": str(ticket_id) if ticket_id is not None else None,
+         "counted": 1 if counted else 0},
     ).fetchone()
     if row is None:
         return None
@@ -237,7 +242,7 @@ def reset_counters(conn: psycopg.Connection, conversation: dict[str, Any]) -> No
 _CLAIM_MOVE_SQL = """, port_conv AS (
         SELECT v.id, v.session_no, v.state AS from_state, 'l3_connected'::text AS to_state,
                'ticket_claimed'::text AS reason, 'handoff'::text AS actor, NULL::bigint AS message_id,
-               claimed.id::text AS ticket_id
+               claimed.id::text AS ticket_id, 1 AS counted
         FROM conversations v JOIN claimed ON v.id = claimed.conversation_id::uuid
         WHERE claimed.kind = 'handoff' AND v.state = 'l3_queuing'
         FOR UPDATE OF v

@@ -71,14 +71,38 @@ def test_path_parameter_needs_a_pattern():
     assert err.field == "tools[0](lookup).http.path" and "pattern" in err.message and err.line == 9
 
 
-def test_unknown_server_and_missing_idempotency_argument():
+def test_unknown_server_and_a_write_without_idempotency_argument():
     err = _error(_file(GOOD_TOOL.replace("server: api", "server: nowhere")))
     assert err.field == "tools[0](lookup).server" and "unknown server" in err.message and err.line == 8
     mcp = "  shop: {transport: mcp, command: shop-server}\n"
     write = GOOD_TOOL.replace("risk: read", "risk: money").replace("server: api", "server: shop").replace(
         '    http: {method: GET, path: "/things/{thing_id}"}\n', "")
-    err = _error(_file(write, servers=mcp))
-    assert err.field == "tools[0](lookup).idempotency_argument" and "idempotency" in err.message
+    # a server that takes no key argument: the gateway keeps the key in its audit instead
+    spec = to_specs(parse_tools(_file(write, servers=mcp)))[0]
+    assert spec.writes and not spec.server_deduplicates
+    err = _error(_file(write.replace("    input_schema:", "    idempotency_argument: token\n    input_schema:"),
+                       servers=mcp))
+    assert err.field == "tools[0](lookup).idempotency_argument" and "not a property" in err.message
+
+
+def test_unwrap_and_verify():
+    mcp = "  shop: {transport: mcp, command: shop-server, unwrap: {path: parsed_content, ok: ok}}\n"
+    read = GOOD_TOOL.replace("server: api", "server: shop").replace(
+        '    http: {method: GET, path: "/things/{thing_id}"}\n', "")
+    write = read.replace("name: lookup", "name: change").replace("risk: read", "risk: write").replace(
+        "    input_schema:", "    unwrap: result.data\n    verify: {call: lookup, args: {thing_id: thing_id}, done: "
+        "{state: changed, id: $thing_id}}\n    input_schema:")
+    specs = {s.name: s for s in to_specs(parse_tools(_file(read + write, servers=mcp)))}
+    assert specs["lookup"].unwrap.path == ("parsed_content",) and specs["lookup"].unwrap.ok == "ok"
+    assert specs["change"].unwrap.path == ("result", "data") and specs["change"].unwrap.ok is None
+    assert specs["change"].verify.tool == "lookup" and specs["change"].verify.done["id"] == "$thing_id"
+    err = _error(_file(read + write.replace("call: lookup", "call: change"), servers=mcp))
+    assert err.field == "tools[1](change).verify.call" and "not a read tool" in err.message
+    err = _error(_file(read + write.replace("args: {thing_id: thing_id}", "args: {thing_id: nothing}"),
+                       servers=mcp))
+    assert err.field == "tools[1](change).verify.args.thing_id" and "not a property" in err.message
+    err = _error(_file(read.replace("    input_schema:", "    unwrap: 'a..b'\n    input_schema:"), servers=mcp))
+    assert err.field.startswith("tools[0](lookup).unwrap") and "dotted path" in err.message
 
 
 def test_environment_references():
