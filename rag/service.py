@@ -97,10 +97,13 @@ class KnowledgeBase:
         self.reranker = reranker
         self.generator = generator
         self.sample_dir = Path(sample_dir) if sample_dir else SAMPLE_KB
-        self.composer = Composer(encoder)
         self._articles: dict[tuple[str, str], list[Any]] = {}
         dim = int(getattr(encoder, "dim", 384))
         self.dense = DenseStore(pool, dim=dim, ef_search=self.config.ef_search)
+        # answer lines are encoded as queries (symmetric scoring), under their own key in the embedding cache:
+        # a line is encoded once, by any process, so a restart warms composition from the database
+        key = f"{encoder_name or getattr(encoder, 'name', None) or 'encoder'}#query"
+        self.composer = Composer(encoder, store=self.dense, store_key=key)
         self.generations = Generations(pool, self.dense, lexical, encoder, encoder_name=encoder_name,
                                        target_chars=self.config.chunk_chars,
                                        overlap_chars=self.config.chunk_overlap, progress=progress,
