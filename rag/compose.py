@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from rag.chunk import _CJK, join_units, sentence_units
+from rag.chunk import _CJK, content_hash, join_units, sentence_units
 from rag.types import Chunk, Hit
 
 _FAQ_Q = re.compile(r"^(?:q|问)\s*[:：]\s*", re.I)
@@ -204,11 +204,26 @@ def question_parts(query: str) -> list[str]:
 class VectorCache:
     """Symmetric (``query:``) vectors of article lines, by text (LRU): an article is encoded once."""
 
-    def __init__(self, encoder: Any, size: int = 20000):
+    def __init__(self, encoder: Any, size: int = 20000, store: Any = None, store_key: str = ""):
         self.encoder = encoder
         self.size = size
         self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
+        # the knowledge base's embedding cache (rag.dense.DenseStore: kb_embeddings by encoder and text hash):
+        # a line encoded once, by any process, is never encoded again, so a restart warms from the database
+        self.store = store
+        self.store_key = store_key
+
+    def _stored(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
+        if self.store is None or not texts:
+            return {}
+        hashes = {content_hash(t): t for t in texts}
+        found = self.store.cached_vectors(self.store_key, list(hashes))
+        return {hashes[h]: v for h, v in found.items()}
+
+    def _store(self, texts: Sequence[str], vecs: np.ndarray) -> None:
+        if self.store is not None and texts:
+            self.store.cache_vectors(self.store_key, [content_hash(t) for t in texts], vecs)
 
     def vectors(self, texts: Sequence[str]) -> np.ndarray:
         out: dict[int, np.ndarray] = {}
@@ -220,13 +235,17 @@ class VectorCache:
                     out[i] = v
         missing = sorted({t for i, t in enumerate(texts) if i not in out})
         if missing:
-            vecs = self.encoder.encode_queries(missing)
+            new = self._stored(missing)
+            todo = [t for t in missing if t not in new]
+            if todo:
+                vecs = np.asarray(self.encoder.encode_queries(todo), dtype=np.float32)
+                self._store(todo, vecs)
+                new.update(zip(todo, vecs, strict=True))
             with self._lock:
-                for t, v in zip(missing, vecs, strict=True):
-                    self._vectors[t] = np.asarray(v, dtype=np.float32)
+                for t in missing:
+                    self._vectors[t] = np.asarray(new[t], dtype=np.float32)
                     while len(self._vectors) > self.size:
                         self._vectors.popitem(last=False)
-            new = dict(zip(missing, vecs, strict=True))
             for i, t in enumerate(texts):
                 if i not in out:
                     out[i] = new[t]
@@ -243,8 +262,8 @@ LANG_NOTE = {
 class Composer:
     """Composes answers from whole articles; ``articles(doc_ids)`` returns each article's chunks in order."""
 
-    def __init__(self, encoder: Any, *, cache_size: int = 20000):
-        self.cache = VectorCache(encoder, cache_size)
+    def __init__(self, encoder: Any, *, cache_size: int = 20000, store: Any = None, store_key: str = ""):
+        self.cache = VectorCache(encoder, cache_size, store, store_key)
         self.encoder = encoder
         self._lines: OrderedDict[tuple[str, str, str], list[Line]] = OrderedDict()
         self._lock = threading.Lock()
@@ -269,8 +288,13 @@ class Composer:
             texts += [_unit_text(ln, lines) for ln in lines]
             texts += sorted({ln.section.split(" > ")[-1] for ln in lines if ln.section})
         texts = list(dict.fromkeys(texts))
-        for start in range(0, len(texts), 16):        # small batches: a turn never waits long for the encoder
-            self.cache.vectors(texts[start:start + 16])
+        stored = self.cache._stored(texts)             # what any process encoded before costs a read
+        with self.cache._lock:
+            for t, v in stored.items():
+                self.cache._vectors[t] = v
+        todo = [t for t in texts if t not in stored]
+        for start in range(0, len(todo), 16):        # small batches: a turn never waits long for the encoder
+            self.cache.vectors(todo[start:start + 16])
         return len(texts)
 
     def compose(self, query: str, passages: Sequence[Hit], articles: Callable[[Sequence[str]], dict[str, list[Chunk]]],
@@ -373,8 +397,8 @@ class Composer:
         ln = only or (faq[0] if faq else max(pool, key=sc))
         doc = per_doc[ln.doc]
         top = sc(ln)
-        if ln.kind in ("faq_q", "faq_a"):
-            return [x for x in doc if x.group == ln.group and x.kind == "faq_a"] or [ln]
+        if ln.kind in ("faq_q", "faq_a"):      # the entry: its question (rendered when the answer needs it) and answer
+            return [x for x in doc if x.group == ln.group and x.kind in ("faq_q", "faq_a")] or [ln]
         if ln.kind in ("item", "label", "intro"):
             section = [x for x in doc if x.section == ln.section]
             heading = ln.section.split(" > ")[-1]
@@ -398,12 +422,30 @@ class Composer:
         return same or [ln]
 
 
+_LEAD = re.compile(r"^[^,，.。!！?？;；:：]*")
+
+
+def bare_lead(answer: str) -> bool:
+    """Whether an FAQ answer opens without its subject ("No.", "Yes, if ...", "不需要。", "7 days, counted ...").
+
+    Such an answer is only read right after its question, so the question is kept with it."""
+    lead = _LEAD.match(answer.strip())
+    words = lead.group(0).strip() if lead else ""
+    return len(words) <= 5 if _is_cjk(words) else len(words.split()) <= 3
+
+
 def render(lines: Sequence[Line]) -> str:
     """Lines in the article's order, framing removed, each list line closed as a sentence."""
     out: list[str] = []
-    for ln in lines:
+    for i, ln in enumerate(lines):
         text = strip_framing(ln.text)
         if not text:
+            continue
+        if ln.kind == "faq_q":
+            answer = next((x for x in lines[i + 1:] if x.kind == "faq_a" and x.group == ln.group), None)
+            if answer is not None and not bare_lead(strip_framing(answer.text)):
+                continue           # the answer says what it is about: its question is not repeated
+            out.append(text)
             continue
         if ln.kind == "label" or ln.kind == "intro":
             out.append(text if text.rstrip().endswith((":", "：")) else text + ("：" if _is_cjk(text) else ":"))

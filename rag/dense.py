@@ -131,6 +131,17 @@ class DenseStore:
                     "ON CONFLICT (encoder, content_hash) DO NOTHING", (encoder,))
                 return cur.rowcount
 
+    def cached_vectors(self, encoder: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        """The cached vectors of ``hashes`` for ``encoder`` (those it has)."""
+        wanted = list(dict.fromkeys(hashes))
+        out: dict[str, np.ndarray] = {}
+        with self.pool.connection() as conn:
+            for i in range(0, len(wanted), 20000):
+                rows = conn.execute("SELECT content_hash, embedding FROM kb_embeddings WHERE encoder = %s "
+                                    "AND content_hash = ANY(%s)", (encoder, wanted[i:i + 20000])).fetchall()
+                out.update((r["content_hash"], _array(r["embedding"])) for r in rows)
+        return out
+
     def cache_size(self, encoder: str | None = None) -> int:
         with self.pool.connection() as conn:
             if encoder:
@@ -284,3 +295,12 @@ class DenseStore:
             hits.append(Hit(chunk_id=r["chunk_id"], score=score, rank=rank, chunk=row_chunk(r),
                             scores={"dense": score}))
         return hits
+
+
+def _array(value: Any) -> np.ndarray:
+    """A pgvector value as float32 (``Vector`` when the type is registered, else its text form)."""
+    if hasattr(value, "to_numpy"):
+        return np.asarray(value.to_numpy(), dtype=np.float32)
+    if isinstance(value, str):
+        return np.asarray([float(x) for x in value.strip("[]").split(",")], dtype=np.float32)
+    return np.asarray(value, dtype=np.float32)

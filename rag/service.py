@@ -19,7 +19,7 @@ from psycopg_pool import ConnectionPool
 
 from rag.answer import Generator, citation, unsupported_sentences
 from rag.chunk import split_sentences
-from rag.compose import Composer
+from rag.compose import Composer, question_parts
 from rag.confidence import model_of
 from rag.confidence import confidence as confidence_of
 from rag.config import RetrievalConfig
@@ -39,6 +39,7 @@ def _stem(word: str) -> str:
 
 _QA_PREFIX = re.compile(r"^(?:q|问)\s*[:：]\s*", re.I)
 QUESTION_UNITS = 4          # question sentences of a passage compared with the query, at most
+PART_HITS = 3              # hits retrieved for each part of a question of several parts
 SHORT_PASSAGE = 160         # a passage this short (a one-line FAQ entry) is itself a question unit
 
 
@@ -97,10 +98,13 @@ class KnowledgeBase:
         self.reranker = reranker
         self.generator = generator
         self.sample_dir = Path(sample_dir) if sample_dir else SAMPLE_KB
-        self.composer = Composer(encoder)
         self._articles: dict[tuple[str, str], list[Any]] = {}
         dim = int(getattr(encoder, "dim", 384))
         self.dense = DenseStore(pool, dim=dim, ef_search=self.config.ef_search)
+        # answer lines are encoded as queries (symmetric scoring), under their own key in the embedding cache:
+        # a line is encoded once, by any process, so a restart warms composition from the database
+        key = f"{encoder_name or getattr(encoder, 'name', None) or 'encoder'}#query"
+        self.composer = Composer(encoder, store=self.dense, store_key=key)
         self.generations = Generations(pool, self.dense, lexical, encoder, encoder_name=encoder_name,
                                        target_chars=self.config.chunk_chars,
                                        overlap_chars=self.config.chunk_overlap, progress=progress,
@@ -298,13 +302,23 @@ class KnowledgeBase:
                 generation: str | None) -> tuple[str, list[dict[str, Any]]]:
         """The composed answer (rag/compose.py) and one citation per article it uses."""
         gen = generation or self.active_generation() or ""
-        comp = self.composer.compose(query, passages, lambda ids: self.articles(gen, ids), lang=rw.lang, key=gen)
+        candidates = list(passages)
+        for part in question_parts(query):
+            # each part of a two-part question brings the passage it finds alone, so its entry can be cited
+            # even when the whole question's passages are all about the other part
+            try:
+                found = self.retrieve(part, PART_HITS, "hybrid", generation=gen or None, lang=rw.lang)
+            except Exception:  # noqa: BLE001 - the whole question's passages still answer
+                log.warning("retrieval for a question part failed", exc_info=True)
+                continue
+            candidates += [h for h in found if h.chunk_id not in {c.chunk_id for c in candidates}][:1]
+        comp = self.composer.compose(query, candidates, lambda ids: self.articles(gen, ids), lang=rw.lang, key=gen)
         if comp is None or not comp.text:
             best = passages[0]
             return (best.chunk.text if best.chunk else ""), [citation(best)]
         cites = []
         for doc in comp.docs:
-            hit = next((h for h in passages if h.chunk and h.chunk.doc_id == doc), passages[0])
+            hit = next((h for h in candidates if h.chunk and h.chunk.doc_id == doc), passages[0])
             cites.append(citation(hit))
         return comp.text, cites
 

@@ -288,10 +288,103 @@ def test_answer_set_replies_are_whole_unframed_in_the_customers_language_and_hon
 @pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="#33: the confidence does not yet separate the bundled pack's answerable "
                    "questions from the unanswerable ones well enough: at the threshold that keeps wrong answers to "
-                   "unanswerable questions <= 3 % (2.8 %), 14.8 % of answerable ones get no answer (0.81 right)")
+                   "unanswerable questions <= 3 % (2.8 %), 14.8 % of answerable ones get no answer (0.82 right); a "
+                   "reply-coverage confidence fitted on the set's dev half answered 3 of 18 unanswerable questions of "
+                   "its test half")
 def test_answer_set_is_answered_right(answer_set_report):
     report = answer_set_report
     wrong = [(v["q"], v["answered"], v["text"][:120]) for v in report["verdicts"] if not v["right"]]
     assert report["right_rate"] >= 0.90, (report["right_rate"], wrong)
     assert report["unanswered_answerable_rate"] <= 0.05, [v["q"] for v in report["verdicts"]
                                                            if v["kind"] != "none" and not v["answered"]]
+
+
+# the conversations of issue #33, each the first message of a new conversation: a set judged together
+ISSUE_CONVERSATIONS = ("what is your return policy?", "衣服不合适能退吗", "退货的运费谁来出", "how long does shipping take?",
+                       "can I pay with PayPal or Apple Pay?")
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="#33: the return-policy and shipping-time questions are still declined and "
+                   "'衣服不合适能退吗' is answered from the socks entry (retrieval ranks a neighbouring article or entry "
+                   "first)")
+def test_the_issues_conversations_are_answered_right(answer_set_report):
+    verdicts = {v["q"]: v for v in answer_set_report["verdicts"]}
+    wrong = [(q, verdicts[q]["answered"], verdicts[q]["text"][:120]) for q in ISSUE_CONVERSATIONS
+             if not verdicts[q]["right"]]
+    assert not wrong, wrong
+
+
+def _faq_article(doc_id: str, lang: str, text: str) -> tuple[Hit, list[Chunk]]:
+    chunk = Chunk(chunk_id=f"{doc_id}#0", doc_id=doc_id, title=doc_id, section="FAQ", text=text, lang=lang,
+                  content_hash=doc_id)
+    return Hit(chunk_id=chunk.chunk_id, score=1.0, chunk=chunk), [chunk]
+
+
+@pytest.mark.parametrize("query, text, question, answer", [
+    ("who pays the postage for a broken item?",
+     "Q: Do I have to pay postage to return a broken item?\nA: No. Returns for quality problems have free return "
+     "shipping.\nQ: How much is a no-reason pickup?\nA: A pickup costs ¥12, deducted from the refund.",
+     "Do I have to pay postage to return a broken item?", "No. Returns for quality problems"),
+    ("退货的运费谁来出", "问：商品坏了，退回来要我出运费吗？\n答：不需要。质量问题的退货都是免运费的。\n"
+     "问：不想要了退货，运费多少钱？\n答：App预约上门取件统一12元，从退款中扣除。",
+     "商品坏了，退回来要我出运费吗？", "不需要。质量问题的退货都是免运费的。"),
+])
+def test_an_faq_answer_that_opens_without_its_subject_keeps_its_question(minilm_encoder, query, text, question,
+                                                                         answer):
+    from rag.compose import Composer
+
+    hit, chunks = _faq_article("faq", "zh" if "问" in text else "en", text)
+    comp = Composer(minilm_encoder).compose(query, [hit], lambda ids: {"faq": chunks}, lang=hit.chunk.lang)
+    lines = comp.text.splitlines()
+    assert question in lines and answer in comp.text and lines.index(question) < len(lines) - 1, comp.text
+    assert not comp.text.startswith(("No.", "不需要")), comp.text
+    # an answer that says what it is about is not preceded by its question
+    plain, chunks = _faq_article("plain", "en", "Q: How much is a no-reason pickup?\nA: A pickup costs ¥12, deducted "
+                                 "from the refund.")
+    told = Composer(minilm_encoder).compose("how much is a pickup?", [plain], lambda ids: {"plain": chunks}, lang="en")
+    assert told.text == "A pickup costs ¥12, deducted from the refund.", told.text
+
+
+def test_answer_lines_are_encoded_once_and_a_restart_warms_from_the_database(pool, minilm_encoder, tmp_path):
+    class Counting:
+        """The real encoder, counting the texts it is asked to encode."""
+
+        def __init__(self, encoder):
+            self.encoder, self.texts = encoder, 0
+
+        def __getattr__(self, name):
+            return getattr(self.encoder, name)
+
+        def encode_queries(self, texts, *args, **kwargs):
+            self.texts += len(texts)
+            return self.encoder.encode_queries(texts, *args, **kwargs)
+
+    src = tmp_path / "kb"
+    src.mkdir()
+    shutil.copy(SAMPLE_KB / "coupons-en.md", src)
+    first = Counting(minilm_encoder)
+    kb = KnowledgeBase(pool, first, TantivyIndex(tmp_path / "idx"), sample_dir=src, encoder_name="minilm")
+    kb.load_sample_if_empty()
+    lines = kb.warm()
+    assert lines > 10 and first.texts >= lines
+    # another process over the same database: every line's vector is read, none is encoded
+    again = Counting(minilm_encoder)
+    restarted = KnowledgeBase(pool, again, TantivyIndex(tmp_path / "idx"), encoder_name="minilm")
+    assert restarted.warm() == lines and again.texts == 0
+    answer = restarted.answer("do coupons expire")
+    assert answer.draft or answer.text                          # composed from the stored vectors
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("query, parts", [
+    ("how much is return shipping and how long does the refund take?",
+     {"return-shipping-cost-en": "¥12", "refund-timelines-en": "48 hours"}),
+    ("退货运费多少钱，退款多久到账", {"return-shipping-cost-zh": "12元", "refund-timelines-zh": "工作日"}),
+])
+def test_each_part_of_a_two_part_question_gets_its_own_entry_and_citation(bundled_kb, query, parts):
+    answer = bundled_kb.answer(query)
+    assert answer.answered, answer.reason
+    cited = [c["doc_id"] for c in answer.citations]
+    assert all(doc in cited for doc in parts) and all(fact in answer.text for fact in parts.values()), (
+        cited, answer.text)
