@@ -52,7 +52,7 @@ class Call(StepKind):
         who = Caller(channel=caller.channel, customer_id=caller.customer_id,
                      conversation_id=caller.conversation_id or inst["conversation_id"],
                      turn_id=caller.turn_id, purpose=wf.name)
-        result = tools.call(name, args, who, idempotency_key=key)
+        result = run.call_tool(name, args, who, key)
         run.tool_status = result.status
         inst["history"].append({"step": step.id, "event": "call", "tool": name, "status": result.status,
                                 "idempotency_key": key, "call_id": result.call_id, "at": time.time()})
