@@ -125,6 +125,8 @@ class Server(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
     connect_timeout: float = Field(default=30.0, gt=0, le=300, description="seconds to open a session")
+    max_concurrent: int = Field(default=16, ge=1, le=1000, description="calls in flight to this server at once "
+                                "(a bulkhead: a slow server never takes more of the gateway than this)")
     # http
     base_url: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)

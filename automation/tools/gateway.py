@@ -75,6 +75,8 @@ class ToolSettings(BaseSettings):
                                  "(e.g. http://127.0.0.1:8201/mcp); unset = start it over stdio.")
     shop_data: Path | None = Field(default=None, description="Customers and orders the example shop loads; "
                                    "unset = examples/shop/sample_data.json.")
+    tool_deadline_seconds: float = Field(default=5.0, gt=0, le=120, description="How long one turn waits for "
+                                         "its tool calls in all; then the customer hears the shop is not answering.")
 
 
 class _Bucket:
@@ -163,9 +165,15 @@ class _Guard:
 class Gateway:
     """The ``ToolGateway`` of base.py over MCP and HTTP transports."""
 
+    #: how long one turn waits for its tool calls in all (the router's turn reads it; SWITCHBOARD_TOOL_DEADLINE_SECONDS)
+    turn_deadline_s = 5.0
+
     def __init__(self, specs: list[ToolSpec], transports: Mapping[str, Transport], *, pool=None,
-                 identity: Identity | None = None, redact: Redactor | None = None, loop: LoopThread | None = None):
+                 identity: Identity | None = None, redact: Redactor | None = None, loop: LoopThread | None = None,
+                 max_concurrent: Mapping[str, int] | None = None):
         self._guards = {s.name: _Guard(s) for s in specs}
+        # the bulkhead: calls in flight per server (a hanging server holds at most this many threads)
+        self._slots = {name: threading.BoundedSemaphore((max_concurrent or {}).get(name, 16)) for name in transports}
         for s in specs:
             if s.binding.server not in transports:
                 raise ValueError(f"tool {s.name}: no transport for server {s.binding.server!r}")
@@ -242,6 +250,17 @@ class Gateway:
                 return self._fail(spec, "rate_limited", f"{spec.name}: rate limit of {spec.rate_limit.calls} "
                                   f"calls per {spec.rate_limit.per_seconds:g} s reached", plain=True)
 
+        slots = self._slots[spec.binding.server]
+        if not slots.acquire(timeout=spec.timeout_s):
+            return self._fail(spec, "rate_limited", f"{spec.name}: every slot of server {spec.binding.server} is "
+                              "busy (the server is slow or not answering)", plain=True)
+        try:
+            return self._send(guard, args, key)
+        finally:
+            slots.release()
+
+    def _send(self, guard: _Guard, args: dict, key: str | None) -> ToolResult:
+        spec = guard.spec
         transport = self._transports[spec.binding.server]
         # reads may be repeated; writes only carry a key here, which the server deduplicates on; a write the
         # server cannot deduplicate is repeated only when the request certainly never left (no connection)
@@ -370,6 +389,13 @@ class Gateway:
 
     # --- operations ------------------------------------------------------------------------------------------
 
+    def turn_deadline(self) -> float:
+        """How long a turn waits for its tool calls: ``turn_deadline_s``, plus the time to open a session with a
+        server not yet connected (starting the stdio shop is not the shop's answer time)."""
+        opening = [getattr(t, "connect_timeout", CONNECT_TIMEOUT_S) for t in self._transports.values()
+                   if not getattr(t, "connected", True)]
+        return self.turn_deadline_s + max(opening, default=0.0)
+
     def breaker_state(self, name: str) -> str:
         return self._guards[name].breaker.current_state
 
@@ -486,7 +512,10 @@ def load_tool_gateway(path: str | Path | None = None, *, pool, redact: Redactor 
     if conninfo:
         values["SWITCHBOARD_DATABASE_URL"] = conninfo
     config = load_tools_file(path, variables=values)
-    return Gateway(to_specs(config), build_transports(config), pool=pool, identity=config.identity, redact=redact)
+    gateway = Gateway(to_specs(config), build_transports(config), pool=pool, identity=config.identity, redact=redact,
+                      max_concurrent={name: server.max_concurrent for name, server in config.servers.items()})
+    gateway.turn_deadline_s = ToolSettings().tool_deadline_seconds
+    return gateway
 
 
 def build_tool_gateway(settings: ToolSettings | None = None, *, pool, redact: Redactor | None = None) -> Gateway | None:

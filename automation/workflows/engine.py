@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import uuid
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
@@ -26,6 +27,7 @@ from automation.workflows import store
 from automation.workflows import understand as U
 from automation.workflows.expr import ExpressionError, evaluate_bool
 from automation.workflows.model import Workflow, WorkflowSet
+from automation.workflows.outside import Outside, inline
 from automation.workflows.runtime import (ApprovalPort, ApprovalRequest, FlowRun, FlowTurn, HandoffRequest,  # noqa: F401
                                           Services, StepTrace, t)
 from automation.workflows.steps import REGISTRY, WAITING_KINDS, StepContext
@@ -72,6 +74,8 @@ class FlowEngine:
         self._clock = clock
         # observer(workflow, event): started | completed | cancelled | escalated (the router counts them)
         self.observer: Callable[[str, str], None] | None = None
+        # where tool calls and memory loads run (the router points it outside the turn's transaction)
+        self.outside: Outside = inline
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -113,7 +117,8 @@ class FlowEngine:
         """A turn of one instance; the shop's words for its values (``vocabulary``) are this workflow's."""
         R.VOCABULARY.set(wf.vocabulary)
         R.ADDRESS.set(wf.address or R.DEFAULT_ADDRESS)
-        services = Services(self.workflows, self.tools, self.approvals, self.similarity, self._observe, REGISTRY)
+        services = Services(self.workflows, self.tools, self.approvals, self.similarity, self._observe, REGISTRY,
+                            outside=self.outside)
         return FlowRun(conn, inst, wf, caller, lang, services)
 
     def _gone(self, conn: Any, run: FlowRun, why: str) -> FlowTurn:
@@ -133,7 +138,8 @@ class FlowEngine:
         slots = A.prefill(wf, text, entities or {})
         remembered = self.memory(conn, caller, lang)
         inst = store.create(conn, conversation_id=conversation_id, workflow=wf.name, version=wf.version,
-                            step=wf.first, lang=lang, caller=_caller_dict(caller), slots=slots)
+                            step=wf.first, lang=lang, caller=_caller_dict(caller), slots=slots,
+                            id=_instance_id(conn, conversation_id, wf.name, caller.turn_id))
         inst["bindings"]["memory"] = remembered
         inst["history"].append({"event": "started", "at": time.time(), "prefilled": sorted(slots)})
         inst["pending"]["message"] = text or ""
@@ -384,7 +390,8 @@ class FlowEngine:
         if caller.conversation_id is None:
             caller = Caller(caller.channel, caller.customer_id, f"{caller.channel}:{caller.customer_id}",
                             caller.turn_id, caller.purpose)
-        return M.session(conn, self.workflows.memory, self.tools, caller, lang, tickets=self.tickets)
+        return M.session(conn, self.workflows.memory, self.tools, caller, lang, tickets=self.tickets,
+                         outside=self.outside)
 
     # ------------------------------------------------------------------ staff: approvals and cancels
 
@@ -575,6 +582,17 @@ class FlowEngine:
 
 def _ms(a: float, b: float) -> float:
     return round((b - a) * 1000.0, 3)
+
+
+def _instance_id(conn: Any, conversation_id: str, workflow: str, turn_id: str | None) -> uuid.UUID | None:
+    """A flow started by a turn gets an id derived from that turn (and the conversation's flows so far), so
+    the turn repeated (its next pass, a repeat after a crash or a lost connection) starts the same instance
+    and a write in it sends the same idempotency key: the shop does not repeat it."""
+    if not turn_id:
+        return None
+    row = conn.execute("SELECT count(*) FROM flow_instances WHERE conversation_id = %s", (conversation_id,)).fetchone()
+    n = row["count"] if isinstance(row, dict) else row[0]
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"switchboard:flow:{turn_id}:{conversation_id}:{workflow}:{n}")
 
 
 def _caller_dict(c: Caller) -> dict[str, Any]:

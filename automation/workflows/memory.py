@@ -8,6 +8,11 @@ belong to handoff). The result is cached per conversation in ``flow_memory`` (mi
 offered to every flow as CEL ``memory.<name>`` and ``memory.outcomes``; it is never required: a
 tool that fails leaves its default (``null`` or ``[]``) and the flow simply asks.
 
+The tools are called through the turn's outside port (automation.workflows.outside): all of them at once,
+in parallel, with no lock and no connection held. What they said is also kept per customer in this process
+for ``ttl_seconds``, so the customer's next conversation does not ask the shop again; a stale entry is still
+served once while one background refresh asks the shop anew (never two at once for one customer).
+
     memory:
       ttl_seconds: 1800                       # a session: reload after this long
       outcomes: 5                             # earlier flows and tickets offered as memory.outcomes
@@ -19,7 +24,9 @@ tool that fails leaves its default (``null`` or ``[]``) and the flow simply asks
 from __future__ import annotations
 
 import re
+import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -27,6 +34,7 @@ from psycopg.types.json import Jsonb
 
 from automation.workflows import understand as U
 from automation.workflows.expr import ExpressionError, evaluate, evaluate_value, roots
+from automation.workflows.outside import PENDING, CallPending, Outside, call_outside, inline
 
 PURPOSE = "memory"
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -151,23 +159,30 @@ def _default(c: MemoryCall) -> Any:
         return None
 
 
-def load(conn: Any, spec: MemorySpec, tools: Any, caller: Any, lang: str, *,
-         tickets: TicketHistory | None = None) -> dict[str, Any]:
-    """Call the declared read tools and gather earlier outcomes; a failure leaves that part at its default."""
+def _who(caller: Any) -> Any:
     from automation.tools.base import Caller
-    from automation.workflows import store
 
-    out = empty(spec)
-    who = Caller(channel=caller.channel, customer_id=caller.customer_id, conversation_id=caller.conversation_id,
-                 turn_id=caller.turn_id, purpose=PURPOSE)
+    return Caller(channel=caller.channel, customer_id=caller.customer_id, conversation_id=caller.conversation_id,
+                  turn_id=caller.turn_id, purpose=PURPOSE)
+
+
+def _from_tools(spec: MemorySpec, tools: Any, caller: Any, lang: str, outside: Outside) -> dict[str, Any]:
+    """What the declared read tools say (each its default when it fails); every call is asked of the port
+    before any result is needed, so a pass notes them all and they run in parallel."""
+    out: dict[str, Any] = {"failed": []}
+    who = _who(caller)
     scope = {"caller": {"channel": caller.channel, "customer_id": caller.customer_id}, "lang": lang}
+    got: list[tuple[MemoryCall, Any]] = []
     for c in spec.calls:
+        out[c.name] = _default(c)
         try:
             args = evaluate_value(c.args, scope)
-            result = tools.call(c.tool, args, who)
+            got.append((c, call_outside(outside, tools, c.tool, args, who, None)))
         except Exception as exc:  # noqa: BLE001 - memory is a courtesy: a broken tool never blocks the flow
             out["failed"].append({"name": c.name, "tool": c.tool, "status": type(exc).__name__})
-            continue
+    if any(result is PENDING for _, result in got):
+        raise CallPending("memory")
+    for c, result in got:
         if not result.ok:
             out["failed"].append({"name": c.name, "tool": c.tool, "status": result.status})
             continue
@@ -175,6 +190,89 @@ def load(conn: Any, spec: MemorySpec, tools: Any, caller: Any, lang: str, *,
             out[c.name] = evaluate(c.value, {"result": result.output}) if c.value else result.output
         except ExpressionError:
             out["failed"].append({"name": c.name, "tool": c.tool, "status": "bad_value"})
+    return out
+
+
+class _CustomerCache:
+    """What the memory tools said per customer (per gateway: a reload or another database starts afresh)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_tools: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], tuple[float, dict[str, Any]]]] = \
+            weakref.WeakKeyDictionary()
+        self._refreshing: set[tuple[Any, ...]] = set()
+
+    def get(self, tools: Any, key: tuple[Any, ...]) -> tuple[float, dict[str, Any]] | None:
+        with self._lock:
+            try:
+                return self._by_tools.get(tools, {}).get(key)
+            except TypeError:   # a gateway that cannot be weakly referenced is not cached
+                return None
+
+    def put(self, tools: Any, key: tuple[Any, ...], data: dict[str, Any]) -> None:
+        if data.get("failed"):
+            return   # a failed part is asked again next time
+        with self._lock:
+            try:
+                entries = self._by_tools.setdefault(tools, {})
+            except TypeError:
+                return
+            if len(entries) > 20_000:
+                entries.clear()
+            entries[key] = (time.monotonic(), data)
+
+    def refresh(self, tools: Any, key: tuple[Any, ...], load: Callable[[], dict[str, Any]]) -> None:
+        """Ask the shop again on a background thread (one at a time per customer)."""
+        with self._lock:
+            if key in self._refreshing:
+                return
+            self._refreshing.add(key)
+
+        def run() -> None:
+            try:
+                self.put(tools, key, load())
+            except Exception:  # noqa: BLE001 - the stale entry stays; the next conversation asks again
+                pass
+            finally:
+                with self._lock:
+                    self._refreshing.discard(key)
+
+        threading.Thread(target=run, name="memory-refresh", daemon=True).start()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._by_tools = weakref.WeakKeyDictionary()
+
+
+CUSTOMERS = _CustomerCache()
+
+
+def _tools_part(spec: MemorySpec, tools: Any, caller: Any, lang: str, outside: Outside) -> dict[str, Any]:
+    """The tools' part of the memory: the customer's cached one while fresh (a stale one once, refreshed in
+    the background), else asked of the shop through the port."""
+    key = (caller.channel, caller.customer_id, lang, id(spec))
+    cached = CUSTOMERS.get(tools, key)
+    if cached is not None:
+        at, data = cached
+        age = time.monotonic() - at
+        if age <= 2 * spec.ttl_seconds:
+            if age > spec.ttl_seconds:
+                CUSTOMERS.refresh(tools, key, lambda: _from_tools(spec, tools, caller, lang, inline))
+            copy: dict[str, Any] = _jsonable(data)
+            return copy
+    data = _from_tools(spec, tools, caller, lang, outside)
+    CUSTOMERS.put(tools, key, data)
+    return data
+
+
+def load(conn: Any, spec: MemorySpec, tools: Any, caller: Any, lang: str, *,
+         tickets: TicketHistory | None = None, outside: Outside = inline) -> dict[str, Any]:
+    """Call the declared read tools and gather earlier outcomes; a failure leaves that part at its default."""
+    from automation.workflows import store
+
+    out = empty(spec)
+    out.update(_tools_part(spec, tools, caller, lang, outside))
+    out["failed"] = list(out["failed"])
     if spec.outcomes:
         flows = store.customer_outcomes(conn, caller.channel, caller.customer_id, limit=spec.outcomes,
                                         exclude_conversation=caller.conversation_id)
@@ -195,7 +293,7 @@ def load(conn: Any, spec: MemorySpec, tools: Any, caller: Any, lang: str, *,
 
 
 def session(conn: Any, spec: MemorySpec | None, tools: Any, caller: Any, lang: str, *,
-            tickets: TicketHistory | None = None) -> dict[str, Any]:
+            tickets: TicketHistory | None = None, outside: Outside = inline) -> dict[str, Any]:
     """The conversation's memory: loaded once per session (``ttl_seconds``) and cached in ``flow_memory``."""
     if spec is None:
         return empty(None)
@@ -207,7 +305,7 @@ def session(conn: Any, spec: MemorySpec | None, tools: Any, caller: Any, lang: s
         if float(age) <= spec.ttl_seconds:
             kept: dict[str, Any] = data
             return kept
-    data = load(conn, spec, tools, caller, lang, tickets=tickets)
+    data = load(conn, spec, tools, caller, lang, tickets=tickets, outside=outside)
     data["loaded_at"] = time.time()
     conn.execute("""INSERT INTO flow_memory (conversation_id, customer_channel, customer_id, data)
                     VALUES (%s, %s, %s, %s)

@@ -20,8 +20,9 @@ from typing import Any, Callable, Mapping, Protocol
 import psycopg
 
 from automation.tools.audit import writes_done
-from automation.tools.base import Caller
+from automation.tools.base import Caller, ToolResult
 from automation.workflows import memory as M
+from automation.workflows.outside import PENDING, SILENT, CallPending, Outside, call_outside, inline
 from automation.workflows.expr import Envs, Scope, evaluate_bool, render
 from automation.workflows.model import Step, Workflow, WorkflowSet
 from automation.workflows.store import Instance
@@ -44,6 +45,9 @@ TEXT = {
     "choose_again": {"zh": "有几项都符合，请问是哪一个？", "en": "Several match. Which one do you mean?"},
     "tool_failed": {"zh": "抱歉，这一步暂时没能完成（{error}）。您回复任意内容我会再试一次。",
                     "en": "I couldn't complete that yet ({error}). Reply and I will try again."},
+    "shop_silent": {"zh": "抱歉，商店系统现在没有响应，这一步还没有完成。请稍后回复任意内容，我会再试一次；如果着急，我也可以帮您转人工。",
+                    "en": "Sorry, the shop is not answering right now, so this is not done yet. Reply in a little "
+                          "while and I'll try again, or ask for a colleague if it's urgent."},
     "handoff": {"zh": "我把您的请求转给同事处理，请稍候。", "en": "I'm passing this to a colleague who can help. Please hold on."},
     "cancelled": {"zh": "好的，已停止办理，不会再做后续操作。", "en": "OK, I've stopped here; nothing further will be done."},
     "waiting_approval": {"zh": "您的请求（{amount} {currency}）需要{tier}审核，审核结果出来后我会告诉您。",
@@ -158,6 +162,7 @@ class Services:
     similarity: Callable[[str, list[str]], list[float]] | None = None
     observe: Callable[[str, str], None] = lambda workflow, event: None
     kinds: Mapping[str, Prompter] = field(default_factory=dict)   # the step kinds by name (steps.REGISTRY)
+    outside: Outside = inline   # where tool calls run (the router: outside the turn's transaction)
 
 
 class FlowRun:
@@ -304,7 +309,10 @@ class FlowRun:
         if isinstance(handler, dict):
             self.jump(handler)
             return str(handler["goto"])
-        self.say(t("tool_failed", self.lang, error=_short_error(error, self.lang)))
+        if self.tool_status in SILENT:
+            self.say(t("shop_silent", self.lang))
+        else:
+            self.say(t("tool_failed", self.lang, error=_short_error(error, self.lang)))
         return "wait"
 
     def retry(self, step: Step, why: str, *, quiet: bool = False) -> Outcome:
@@ -323,6 +331,16 @@ class FlowRun:
         if again:
             self.say(t("retry", self.lang))
         self.services.kinds[step.kind].prompt(self, step, with_prompt=with_prompt)
+
+    def call_tool(self, name: str, args: dict[str, Any], who: Caller, key: str | None, *,
+                  repeat: bool = False) -> ToolResult:
+        """A step's tool call, outside the turn's transaction where the router offers that (see Services.outside);
+        raises :class:`CallPending` in a pass that only notes the call."""
+        result = call_outside(self.services.outside, self.services.tools, name, args, who, key, repeat=repeat)
+        if result is PENDING:
+            raise CallPending(name)
+        got: ToolResult = result
+        return got
 
     # -- what a person or a write sees
 

@@ -52,11 +52,11 @@ def _cur(conn: Connection[Any]) -> Cursor[Row]:
 
 
 def create(conn: Connection[Any], *, conversation_id: str, workflow: str, version: int, step: str, lang: str,
-           caller: dict[str, Any], slots: dict[str, Any]) -> Instance:
+           caller: dict[str, Any], slots: dict[str, Any], id: uuid.UUID | None = None) -> Instance:
     row = _cur(conn).execute(
         """INSERT INTO flow_instances (id, conversation_id, workflow, version, step, status, lang, caller, slots)
            VALUES (%s, %s, %s, %s, %s, 'running', %s, %s, %s) RETURNING *""",
-        (uuid.uuid4(), conversation_id, workflow, version, step, lang, Jsonb(caller), Jsonb(slots)),
+        (id or uuid.uuid4(), conversation_id, workflow, version, step, lang, Jsonb(caller), Jsonb(slots)),
     ).fetchone()
     assert row is not None, "INSERT ... RETURNING gives the row"
     return _instance(row)

@@ -3,6 +3,8 @@
     python -m examples.shop                         # MCP over stdio (how the tool gateway starts it)
     python -m examples.shop --http --port 8201      # MCP over streamable HTTP at http://127.0.0.1:8201/mcp
     python -m examples.shop dump [--json]           # every order with its status and the writes (personal data masked)
+    python -m examples.shop --latency-ms 300        # every tool answers 300 ms late (or SWITCHBOARD_SHOP_LATENCY_MS)
+    python -m examples.shop --hang                  # no tool ever answers (or SWITCHBOARD_SHOP_HANG=1)
 
 The database comes from ``--dsn`` or ``SWITCHBOARD_DATABASE_URL``; the data from ``--data`` or
 ``SWITCHBOARD_SHOP_DATA`` (default: the bundled sample_data.json), loaded on start.
@@ -35,7 +37,15 @@ def serve(argv: list[str]) -> int:
     p.add_argument("--reload", choices=("always", "changed"), default="always",
                    help="replace the shop's data on start always, or only when the data file changed since it was "
                         "loaded (keeps the recorded writes across restarts)")
+    p.add_argument("--latency-ms", type=float, default=float(os.environ.get("SWITCHBOARD_SHOP_LATENCY_MS") or 0),
+                   help="delay every tool's answer by this many ms (default $SWITCHBOARD_SHOP_LATENCY_MS or 0): a "
+                        "slow shop for benchmarks and tests")
+    p.add_argument("--hang", action="store_true",
+                   default=os.environ.get("SWITCHBOARD_SHOP_HANG", "").lower() in ("1", "true", "yes"),
+                   help="never answer a tool call (default $SWITCHBOARD_SHOP_HANG): a shop that hangs")
     args = p.parse_args(argv)
+    if args.latency_ms < 0:
+        p.error("--latency-ms must be >= 0")
 
     from examples.shop.server import build_server
     from examples.shop.store import Shop
@@ -43,7 +53,7 @@ def serve(argv: list[str]) -> int:
     shop = Shop(_dsn(args.dsn))
     try:
         shop.load(args.data or os.environ.get("SWITCHBOARD_SHOP_DATA") or None, reload=args.reload)
-        app = build_server(shop)
+        app = build_server(shop, latency_ms=args.latency_ms, hang=args.hang)
         if args.http:
             app.run("streamable-http", host=args.host, port=args.port)
         else:

@@ -7,6 +7,8 @@ only ever sees their own orders. Refusals are tool errors whose text starts with
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
@@ -15,11 +17,18 @@ from mcp.server.mcpserver.exceptions import ToolError
 from examples.shop.store import Shop, ShopError
 
 
-def build_server(shop: Shop) -> MCPServer:
+def build_server(shop: Shop, *, latency_ms: float = 0.0, hang: bool = False) -> MCPServer:
+    """The shop's tools; ``latency_ms`` delays every answer and ``hang`` never answers (benchmarks, tests:
+    a slow or stuck business system). Tools run on the SDK's worker threads, so a delay holds only its call."""
     app = MCPServer("example-shop", instructions="A small shop: orders, shipments, refunds, invoices.",
                     log_level="WARNING")
+    stuck = threading.Event()   # never set: a hanging shop's calls wait on it
 
     def guarded(fn, *args):
+        if hang:
+            stuck.wait()
+        if latency_ms > 0:
+            time.sleep(latency_ms / 1000.0)
         try:
             return fn(*args)
         except ShopError as exc:

@@ -39,7 +39,7 @@ from router.turn import state as sm
 from router.turn.escalation import EscalationPolicy, Policy
 from router.turn.guards import Harness, Verdict
 from router.outbox.store import enqueue_outbound
-from router.turn.pipeline import TurnContext, TurnResult
+from router.turn.pipeline import TurnContext, TurnResult, per_turn
 from router.problems import Problem
 from router.schemas import Decision, Escalation, InboundMessage
 
@@ -85,6 +85,11 @@ class Decider:
                  encoder: Any = None, metrics: Any = None, workflows: Any = None, flows: Any = None):
         self.policy = policy
         self.flows = flows          # automation.workflows FlowEngine, or None (no tools configured)
+        if flows is not None:       # its tool calls and memory loads run outside the turn's transaction
+            from router.turn.pipeline import tool_port
+
+            flows.outside = tool_port(lambda: flows.tools.turn_deadline() if hasattr(flows.tools, "turn_deadline")
+                                      else 5.0)
         # ``serve: workflow <name>`` intents without an engine fall back here (name -> workflow); None: not wired
         self.harness = Harness(policy.harness)
         self.escalation = EscalationPolicy(policy.escalation, policy.feedback, encoder)
@@ -363,8 +368,8 @@ class _Turn:
         return self.result(Decision(channel="state", explanation={"feedback": "positive"}), reply=reply)
 
     def classify(self):
-        with self.stage("classify"):
-            c = self.r.classifier.classify(self.text)
+        with self.stage("classify"):   # once per turn: a later pass (after its tool calls) reuses it
+            c = per_turn(("classify", self.text), lambda: self.r.classifier.classify(self.text))
         if c.decided_by == "embeddings" and self.r.metrics is not None:   # the rules path: see Pipeline
             self.r.metrics.stage_seconds.labels("embedding").observe(self.ctx.timings["classify"])
         self.note_classification(c)
@@ -925,6 +930,7 @@ class _Turn:
 
     def session_memory(self) -> dict[str, Any] | None:
         """The customer's profile, recent orders and earlier outcomes (the workflows' session memory), if wired."""
+        from automation.workflows.outside import CallPending
         from router.turn.flows import caller_of
 
         engine = self.r.flows
@@ -934,6 +940,8 @@ class _Turn:
         try:
             with self.conn.transaction():   # a savepoint: a failure here never spoils the turn
                 return engine.memory(self.conn, caller, self.lang if self.lang in ("zh", "en") else "en")
+        except CallPending:
+            raise   # its tools run outside the transaction; the turn's next pass has the memory
         except Exception:  # noqa: BLE001 - memory is a courtesy to the agent, never a reason to lose the ticket
             log.exception("session memory could not be loaded for the context package")
             return None

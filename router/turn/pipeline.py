@@ -24,11 +24,24 @@ nothing can be lost or answered twice), the work runs with nothing held, and the
 result at hand: the decision is re-made under the lock, and uses the result only if it asks for the same
 work again (same question, same evidence), otherwise it decides without it. A retry of the same message
 id meanwhile finds no stored message and is routed the same way; one that arrives after the commit gets
-the stored response, byte for byte.
+the stored response, byte for byte. Work a decision asks for only once an earlier result is known (a
+workflow's second tool call) takes another pass, at most :attr:`Pipeline.MAX_PASSES` in all; the work of
+one pass runs in parallel, each item within its own deadline (``until``), after which the next pass gets
+:class:`OutsideDeadline` for it. What a turn computes once and reuses in every pass (its classification)
+is kept with :func:`per_turn`.
+
+Between the passes the conversation is not locked, so it may move on: when another message of the
+conversation was stored meanwhile (the customer's next message, an agent's reply), or its state, session or
+tickets changed (an agent claimed it), the newer event wins: the message is stored without a decision of
+its own (``superseded``), and the outside work's results stay only where that work recorded them (the tool
+audit). The turn's id is derived from the message (channel and message id), so everything a pass does
+elsewhere (an audited tool call, a flow started with a write's idempotency key) names the same turn in every
+pass and in a repeat of the message after a crash or a lost connection.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import threading
@@ -67,8 +80,21 @@ class TurnContext:
     # run with the connection once the turn has committed (e.g. NOTIFY the queue screens: a
     # NOTIFY inside the turn would serialise every turn's commit behind Postgres's notify lock)
     after_commit: list[Callable[[psycopg.Connection], None]] = field(default_factory=list)
-    # the turn row's id, known before the decider runs so what the turn does elsewhere (tool calls) names it
+    # the turn row's id, known before the decider runs so what the turn does elsewhere (tool calls) names it;
+    # the pipeline derives it from the message (turn_id_of), the same in every pass and every repeat
     turn_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+
+_TURN_NAMESPACE = uuid.UUID("5b0c7e3e-3f7a-4c55-9d8e-7a1f2f0c9b31")
+
+
+def _conversation_id(channel: str, external_id: str) -> str:
+    return str(uuid.uuid5(_TURN_NAMESPACE, f"conversation\x00{channel}\x00{external_id}"))
+
+
+def turn_id_of(msg: InboundMessage) -> str:
+    """The turn's id for a message: the same for every pass and every repeat of the same delivery."""
+    return str(uuid.uuid5(_TURN_NAMESPACE, f"{msg.channel}\x00{msg.message_external_id}"))
 
 
 @dataclass
@@ -108,13 +134,28 @@ def same_message(stored: dict[str, Any], conversation: dict[str, Any], msg: Inbo
 PENDING = object()
 
 
-class _Pass:
-    """The outside-the-transaction work of one turn: results computed so far and work asked for in this pass."""
+class OutsideDeadline(TimeoutError):
+    """The outside work did not finish within its deadline; it may still finish (and record itself) later."""
 
-    def __init__(self, ready: dict[Hashable, tuple[bool, Any]], may_defer: bool):
-        self.ready = ready              # key -> (ok, value or exception), kept across the turn's passes
+
+class _Work:
+    """What one message's turn keeps across its passes and its repeats after a lost connection."""
+
+    def __init__(self) -> None:
+        self.ready: dict[Hashable, tuple[bool, Any]] = {}   # key -> (ok, value or exception)
+        self.memo: dict[Hashable, Any] = {}                 # per_turn values
+        self.mark: dict[str, Any] | None = None             # the conversation as the first pass saw it
+        self.outside_runs = 0                               # passes that ran outside work
+
+
+class _Pass:
+    """The outside-the-transaction work asked for in one pass (results so far live in the turn's _Work)."""
+
+    def __init__(self, work: _Work, may_defer: bool):
+        self.work = work
+        self.ready = work.ready
         self.may_defer = may_defer
-        self.wanted: dict[Hashable, Callable[[], Any]] = {}
+        self.wanted: dict[Hashable, tuple[Callable[[], Any], float | None]] = {}
 
 
 class _RollBack(Exception):
@@ -129,15 +170,17 @@ class NotComputed(LookupError):
 
 
 def outside_transaction(key: Hashable, compute: Callable[[], Any], *,
-                        available: Callable[[], bool] | None = None) -> Any:
+                        available: Callable[[], bool] | None = None, until: float | None = None) -> Any:
     """The result of ``compute()``, run where no conversation lock or pooled connection is held.
 
-    Outside a turn it is simply called. In a turn's first pass it is only noted and :data:`PENDING` is
+    Outside a turn it is simply called. In a turn's pass it is only noted and :data:`PENDING` is
     returned (the pass is then rolled back and ``compute`` runs with nothing held); in the next pass the
-    result for the same ``key`` is returned (or its exception raised). A key the first pass did not ask
-    for is never computed inside the transaction: :class:`NotComputed` (the caller decides without it).
+    result for the same ``key`` is returned (or its exception raised). A key asked for when no further pass
+    is allowed is never computed inside the transaction: :class:`NotComputed` (the caller decides without it).
     ``available`` is asked before deferring: when it says no (e.g. every slot of a rate-limited service
     is busy) nothing is deferred and :class:`NotComputed` is raised at once, sparing the turn a second pass.
+    ``until`` (``time.monotonic()`` seconds): the next pass gets :class:`OutsideDeadline` if ``compute``
+    has not returned by then (it keeps running on its own thread, holding nothing of the turn's).
     """
     scope = _PASS.get()
     if scope is None:
@@ -147,10 +190,46 @@ def outside_transaction(key: Hashable, compute: Callable[[], Any], *,
         if ok:
             return value
         raise value
+    if until is not None and time.monotonic() >= until:
+        raise OutsideDeadline("the turn's deadline for this work has passed")
     if scope.may_defer and (available is None or available()):
-        scope.wanted.setdefault(key, compute)
+        scope.wanted.setdefault(key, (compute, until))
         return PENDING
     raise NotComputed("not computed before the turn's transaction")
+
+
+def per_turn(key: Hashable, compute: Callable[[], Any]) -> Any:
+    """``compute()`` once per message's turn, reused by its later passes (outside a turn: simply called).
+
+    For what depends on the message alone (its classification): a pass repeated for outside work or after
+    a lost connection does not pay for it again.
+    """
+    scope = _PASS.get()
+    if scope is None:
+        return compute()
+    memo = scope.work.memo
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]
+
+
+def tool_port(deadline: Callable[[], float]) -> Callable[[Hashable, Callable[[], Any]], Any]:
+    """The workflow engine's outside port (automation.workflows.outside): its tool calls and memory loads run
+    between the turn's passes, all of one turn within ``deadline()`` seconds of its first call."""
+    from automation.workflows.outside import PENDING as CALL_PENDING
+
+    def port(key: Hashable, compute: Callable[[], Any]) -> Any:
+        budget = per_turn(("tools", "budget"), lambda: {"started": time.monotonic(), "seconds": 0.0})
+        # the largest allowance seen in the turn holds (one that included opening a session stays)
+        budget["seconds"] = max(budget["seconds"], deadline())
+        got = outside_transaction(key, compute, until=budget["started"] + budget["seconds"])
+        return CALL_PENDING if got is PENDING else got
+
+    return port
+
+
+#: threads that run turns' outside work (a call that outlives its deadline finishes here on its own)
+_OUTSIDE = concurrent.futures.ThreadPoolExecutor(max_workers=128, thread_name_prefix="turn-outside")
 
 
 Owner = Callable[[str], str]   # channel -> "refuse" | "separate"
@@ -172,6 +251,9 @@ class _Refused(Exception):
 
 class Pipeline:
     ATTEMPTS = 5   # a turn that loses a deadlock is retried from scratch (it is one transaction)
+    #: passes of one turn at most: the first decides and notes the outside work it wants, each later one
+    #: applies the results (and may ask for work that depends on them); the last may not defer any more
+    MAX_PASSES = 4
 
     def __init__(self, pool, metrics, decider: Decider = record_only, *, owner: Owner = refuse_others,
                  admission=None, prepare: Callable[[InboundMessage], None] | None = None,
@@ -235,10 +317,10 @@ class Pipeline:
         # (Pool.retry_wait): a 503 still comes within the fail-fast bound
         t0 = time.monotonic()
         acquire: float | None = None
-        ready: dict[Hashable, tuple[bool, Any]] = {}    # outside work done for this message (kept across retries)
+        work = _Work()    # outside work done for this message (kept across retries)
         for attempt in range(self.ATTEMPTS):
             try:
-                return self._handle(msg, acquire, ready, on_conversation)
+                return self._handle(msg, acquire, work, on_conversation)
             except LOST_RACE:
                 # an agent action locked the ticket, then the conversation; this turn did the reverse
                 self.metrics.turn_failures.labels("deadlock").inc()
@@ -259,34 +341,49 @@ class Pipeline:
                 raise
         raise AssertionError("unreachable")
 
-    def _handle(self, msg: InboundMessage, acquire: float | None = None,
-                ready: dict[Hashable, tuple[bool, Any]] | None = None,
+    def _handle(self, msg: InboundMessage, acquire: float | None = None, work: _Work | None = None,
                 on_conversation=None) -> tuple[dict[str, Any], bool]:
         t0 = time.perf_counter()
-        ready = {} if ready is None else ready
-        scope = _Pass(ready, may_defer=True)
+        work = _Work() if work is None else work
+        passes = 1
+        scope = _Pass(work, may_defer=passes < self.MAX_PASSES)
         while True:
             token = _PASS.set(scope)
             try:
                 outcome = self._attempt(msg, acquire, scope, t0, on_conversation)
             except _RollBack:
                 outcome = None
+            except (Problem, DatabaseUnavailable, *LOST_RACE):
+                raise
+            except Exception:
+                # a decision that cannot go on without the work it asked for (a workflow waiting for its
+                # tool's result) ends its pass by raising: the pass is discarded like any other first pass
+                if not scope.wanted:
+                    raise
+                outcome = None
             finally:
                 _PASS.reset(token)
             if outcome is not None:
                 return outcome
-            # the first pass asked for slow work: it runs now, with no lock and no connection held
+            # the pass asked for slow work: it runs now, with no lock and no connection held
             self._run_outside(scope)
-            scope = _Pass(ready, may_defer=False)
+            passes += 1
+            scope = _Pass(work, may_defer=passes < self.MAX_PASSES)
 
     def _run_outside(self, scope: _Pass) -> None:
-        for key, compute in scope.wanted.items():
-            t = time.perf_counter()
+        """The pass's wanted work, in parallel, each item until its deadline (a late one: OutsideDeadline)."""
+        t = time.perf_counter()
+        futures = {key: (_OUTSIDE.submit(compute), until) for key, (compute, until) in scope.wanted.items()}
+        for key, (future, until) in futures.items():
+            wait = None if until is None else max(0.0, until - time.monotonic())
             try:
-                scope.ready[key] = (True, compute())
+                scope.ready[key] = (True, future.result(wait))
+            except concurrent.futures.TimeoutError:
+                scope.ready[key] = (False, OutsideDeadline("no answer within the turn's deadline"))
             except Exception as exc:  # noqa: BLE001 - handed to the next pass, whose caller decides without it
                 scope.ready[key] = (False, exc)
-            self.metrics.stage_seconds.labels("outside").observe(time.perf_counter() - t)
+        scope.work.outside_runs += 1
+        self.metrics.stage_seconds.labels("outside").observe(time.perf_counter() - t)
 
     def _attempt(self, msg: InboundMessage, acquire: float | None, scope: _Pass, t0: float, on_conversation=None):
         try:
@@ -295,7 +392,7 @@ class Pipeline:
                     if self.deadline:
                         conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, true)",
                                      (f"{int(self.deadline * 1000)}ms",))
-                    response, ctx, result = self._turn(conn, msg, on_conversation)
+                    response, ctx, result = self._turn(conn, msg, on_conversation, scope.work)
                     if ctx is None:
                         return response, True
                     if scope.wanted:
@@ -318,9 +415,11 @@ class Pipeline:
         self.metrics.decisions.labels(d.tier or "none", d.intent or "none", d.channel or "none").inc()
         return response, False
 
+    # a new conversation's id comes from its channel and external id, so every pass of its first turn (and a
+    # repeat after a crash) makes the same row: what the pass did outside (an audited tool call) names it
     _CONVERSATION = """
-        INSERT INTO conversations (channel, external_id, customer_id)
-        VALUES (%s, %s, %s)
+        INSERT INTO conversations (id, channel, external_id, customer_id)
+        VALUES (%s, %s, %s, %s)
         ON CONFLICT (channel, external_id) DO UPDATE
             SET updated_at = CASE WHEN conversations.customer_id = EXCLUDED.customer_id THEN now()
                                   ELSE conversations.updated_at END
@@ -334,20 +433,22 @@ class Pipeline:
         racing for a new conversation id cannot both get it. Another customer's message is refused (409, and the
         rollback stores nothing) or goes to that customer's own conversation ``<id>~<customer id>``, by policy.
         """
-        conversation = conn.execute(self._CONVERSATION,
-                                    (msg.channel, msg.conversation_external_id, msg.customer_id)).fetchone()
+        conversation = conn.execute(self._CONVERSATION, (_conversation_id(msg.channel, msg.conversation_external_id),
+                                                         msg.channel, msg.conversation_external_id,
+                                                         msg.customer_id)).fetchone()
         if conversation["customer_id"] == msg.customer_id:
             return conversation
         if self.owner(msg.channel) == "separate":
             own = f"{msg.conversation_external_id}{SEPARATOR}{msg.customer_id}"
-            conversation = conn.execute(self._CONVERSATION, (msg.channel, own, msg.customer_id)).fetchone()
+            conversation = conn.execute(self._CONVERSATION, (_conversation_id(msg.channel, own), msg.channel, own,
+                                                             msg.customer_id)).fetchone()
             if conversation["customer_id"] == msg.customer_id:
                 return conversation
         self.metrics.refused.labels("conversation_owner").inc()
         raise Problem(409, "This conversation belongs to another customer: start a new conversation id.",
                       title="Conflict")
 
-    def _turn(self, conn, msg: InboundMessage, on_conversation=None):
+    def _turn(self, conn, msg: InboundMessage, on_conversation=None, work: _Work | None = None):
         """The turn inside its transaction: (response, ctx, result); ctx None for an already-answered retry."""
         conversation = self._conversation(conn, msg)
         if on_conversation is not None:
@@ -390,14 +491,52 @@ class Pipeline:
                     return json.loads(stored["response_text"]), None, None
                 return stored["response"], None, None
 
-        ctx = TurnContext(conn=conn, conversation=conversation, message=message, inbound=msg, timings={})
+        ctx = TurnContext(conn=conn, conversation=conversation, message=message, inbound=msg, timings={},
+                          turn_id=turn_id_of(msg))
         t_decide = time.perf_counter()
-        result = self.decider(ctx)
+        moved = self._moved(conn, conversation, message, work) if work is not None else None
+        result = self.decider(ctx) if moved is None else self._superseded(conversation, moved, work)
         ctx.timings.setdefault("decide", time.perf_counter() - t_decide)
         response = None
         if result.reject is None:     # a refused message is rolled back by the caller
             response = self._store_turn(conn, conversation, message, ctx, result)
         return response, ctx, result
+
+    def _mark(self, conn, conversation: dict[str, Any], message: dict[str, Any]) -> dict[str, Any]:
+        """What must not change while a turn's outside work runs: the conversation's state and session, its
+        messages after this one, and who holds its tickets."""
+        row = conn.execute(
+            "SELECT coalesce(string_agg(id::text || ':' || status || ':' || coalesce(claimed_by::text, ''), ','"
+            " ORDER BY id), '') AS tickets FROM tickets WHERE conversation_id = %s AND status IN ('queued', 'claimed')",
+            (str(conversation["id"]),)).fetchone()
+        return {"message": message["id"], "state": conversation["state"], "session": conversation["session_no"],
+                "tickets": row["tickets"]}
+
+    def _moved(self, conn, conversation: dict[str, Any], message: dict[str, Any], work: _Work) -> str | None:
+        """Why the conversation moved on since the turn's first pass (None: it did not, or nothing ran outside)."""
+        now = self._mark(conn, conversation, message)
+        if work.mark is None or work.outside_runs == 0:
+            work.mark = now
+            return None
+        was = work.mark
+        newer = conn.execute("SELECT sender FROM messages WHERE conversation_id = %s AND id > %s AND id <> %s"
+                             " ORDER BY id LIMIT 1", (conversation["id"], was["message"], message["id"])).fetchone()
+        if newer is not None:
+            return f"a newer message ({newer['sender']}) was routed meanwhile"
+        if (now["state"], now["session"]) != (was["state"], was["session"]):
+            return f"the conversation moved from {was['state']} to {now['state']} meanwhile"
+        if now["tickets"] != was["tickets"]:
+            return "its tickets changed meanwhile (an agent claimed or closed one)"
+        return None
+
+    def _superseded(self, conversation: dict[str, Any], why: str, work: _Work) -> TurnResult:
+        """The turn of a message the conversation moved past while its outside work ran: stored, not decided;
+        that work's results are not applied (a tool call keeps its audit row)."""
+        log.info("turn of message %s superseded: %s", work.mark and work.mark.get("message"), why)
+        done = sorted(str(k[1]) if isinstance(k, tuple) and len(k) > 1 else str(k) for k in work.ready)
+        return TurnResult(decision=Decision(channel="none", explanation={"note": "superseded", "why": why}),
+                          state=conversation["state"], trace={"superseded": {"why": why, "outside": done},
+                                                              "outcome": "superseded"})
 
     def _observe_stages(self, ctx: TurnContext, result: TurnResult) -> None:
         """Stage latencies the decider does not observe itself, read from the turn's trace."""

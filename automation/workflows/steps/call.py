@@ -56,7 +56,7 @@ class Call(StepKind):
         who = Caller(channel=caller.channel, customer_id=caller.customer_id,
                      conversation_id=caller.conversation_id or inst["conversation_id"],
                      turn_id=caller.turn_id, purpose=wf.name)
-        result = tools.call(name, args, who, idempotency_key=key, **({"repeat": True} if sp.repeat else {}))
+        result = run.call_tool(name, args, who, key, repeat=sp.repeat)
         run.tool_status = result.status
         earlier = getattr(result, "earlier", None)
         inst["history"].append({"step": step.id, "event": "call", "tool": name, "status": result.status,

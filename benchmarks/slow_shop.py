@@ -1,0 +1,317 @@
+"""A slow shop must not slow the gateway: 64 customers at once, half asking the shop, half not.
+
+The gateway runs as in production (``switchboard serve``) on a fresh database with the bundled tools file:
+the example shop over MCP stdio, started by the gateway with ``SWITCHBOARD_SHOP_LATENCY_MS`` or
+``SWITCHBOARD_SHOP_HANG``. Phases, one server each: tools off (the baseline), the shop answering in 300 ms,
+in 2 s, and hanging. In each phase ``--concurrency`` keep-alive clients post signed ``web`` webhook deliveries:
+half of them ask about one of their orders (the order_status workflow), half ask an
+FAQ or make small talk (no tool). Every message is a new conversation; each order client is its own shop
+customer (the shop loads generated data: one customer and one shipped order per client), so no customer
+has two turns at once (the admission's per-customer cap would refuse the second).
+
+Reported per phase: messages/s, p50/p95 per kind, the count of 503 answers (and every status), the replies to
+order questions that say the shop is not answering, the most sessions seen idle in a transaction while the
+load ran (``pg_stat_activity``, sampled every 20 ms: a turn holding its transaction over a tool call shows
+here: the most at once, those idle for over 250 ms, the longest), and the CPU of the gateway and Postgres per
+message; and, exactly, the tool calls made while their turn's stored transaction was open (from the audit's
+times and the turn's transaction start). Targets: 0 tool calls inside a turn's transaction, 0 503s,
+FAQ/small-talk p95 within 1.5x of the tools-off phase, order-status p95 <= shop latency + 50 ms (once the
+customers' session memory is cached: the first conversation of each customer also loads their profile).
+
+    .venv/bin/python benchmarks/slow_shop.py                        # 64 customers, 384 messages per phase
+    .venv/bin/python benchmarks/slow_shop.py --messages 128 --phases off,300,hang
+
+Prints a table and writes benchmarks/results/slow_shop.json (with the machine: cores, load average, Python).
+"""
+
+from __future__ import annotations
+
+# arguments of `make bench` (benchmarks/run_all.py): quick by default, full = this script's defaults
+RUN_ALL = {"quick": ["--messages", "128", "--concurrency", "32"], "full": []}
+
+import argparse
+import asyncio
+import hashlib
+import hmac
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from _scratch import drop_database, fresh_database  # noqa: E402
+from webhook_throughput import SECRET, cpu_snapshot, start_server, wait_ready  # noqa: E402
+
+RESULTS = REPO / "benchmarks" / "results" / "slow_shop.json"
+SAMPLE = REPO / "examples" / "shop" / "sample_data.json"
+ORDER_TEXTS = ["where is my order {o}", "我的订单{o}到哪了", "order {o} status please", "订单{o}发货了吗"]
+OTHER_TEXTS = ["hello", "你好", "what is your return policy", "退货政策是什么", "thanks!", "谢谢",
+               "which payment methods do you accept", "你们支持哪些付款方式"]
+SILENT = ("not answering", "没有响应")
+
+
+def _delivery(conversation: str, customer: str, text: str) -> tuple[bytes, dict]:
+    body = json.dumps({"conversation_id": conversation, "customer_id": customer, "message_id": uuid.uuid4().hex,
+                       "text": text}).encode()
+    ts = str(int(time.time()))
+    sig = hmac.new(SECRET.encode(), ts.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return body, {"Content-Type": "application/json", "X-Switchboard-Signature": f"sha256={sig}",
+                  "X-Switchboard-Timestamp": ts}
+
+
+class IdleSampler:
+    """Sessions of the gateway's database idle in a transaction, sampled while the load runs: the most at
+    once, and the longest one stayed idle (a turn that held its transaction over a shop call of L ms stays
+    idle for L ms; a turn computing between two statements, for a few ms)."""
+
+    def __init__(self, dsn: str, every: float = 0.02, over_ms: float = 250.0):
+        self.dsn, self.every, self.over_ms = dsn, every, over_ms
+        self.peak = 0
+        self.samples = 0
+        self.nonzero = 0
+        self.longest_ms = 0.0
+        self.peak_over = 0          # the most at once idle in a transaction for longer than over_ms
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self._stop.is_set():
+                n, longest, over = conn.execute(
+                    "SELECT count(*), coalesce(max(extract(epoch FROM clock_timestamp() - state_change)), 0) * 1000,"
+                    " count(*) FILTER (WHERE clock_timestamp() - state_change > make_interval(secs => %s / 1000.0))"
+                    " FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    " AND state LIKE 'idle in transaction%%'", (self.over_ms,)).fetchone()
+                self.samples += 1
+                self.nonzero += n > 0
+                self.peak = max(self.peak, n)
+                self.longest_ms = max(self.longest_ms, float(longest))
+                self.peak_over = max(self.peak_over, over)
+                time.sleep(self.every)
+
+    def __enter__(self) -> IdleSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+def shop_data(path: Path, customers: int) -> None:
+    """The sample shop's data plus one customer ``b<k>`` with one shipped order ``9<k:05d>`` per order client."""
+    data = json.loads(SAMPLE.read_text(encoding="utf-8"))
+    template = next(o for o in data["orders"] if o["status"] == "shipped")
+    for k in range(customers):
+        data["customers"].append({"customer_id": f"b{k}", "name": f"Bench {k}", "phone": None})
+        data["orders"].append({**template, "order_id": f"9{k:05d}", "customer_id": f"b{k}"})
+    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+
+
+async def load(base: str, n: int, concurrency: int, run: str) -> dict:
+    """``concurrency`` clients: even ones ask about an order, odd ones ask an FAQ or say hello."""
+    import httpx
+
+    url = f"{base}/v1/channels/web/webhook"
+    lat: dict[str, list[float]] = {"order": [], "other": []}
+    status: Counter = Counter()
+    silent = 0
+    counter = iter(range(n))
+
+    async def client(session, k: int) -> None:
+        nonlocal silent
+        kind = "order" if k % 2 == 0 else "other"
+        for i in counter:
+            if kind == "order":
+                customer, order = f"b{k}", f"9{k:05d}"
+                text = ORDER_TEXTS[i % len(ORDER_TEXTS)].format(o=order)
+            else:
+                customer, text = f"{run}-u{i}", OTHER_TEXTS[i % len(OTHER_TEXTS)]
+            body, headers = _delivery(f"{run}-c{i}", customer, text)
+            t0 = time.perf_counter()
+            r = await session.post(url, content=body, headers=headers)
+            lat[kind].append(time.perf_counter() - t0)
+            status[r.status_code] += 1
+            if kind == "order" and r.status_code == 200:
+                reply = ((r.json().get("reply") or {}).get("text") or "")
+                silent += any(s in reply for s in SILENT)
+
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(limits=limits, timeout=120) as session:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client(session, k) for k in range(concurrency)))
+        wall = time.perf_counter() - t0
+
+    def pct(xs: list[float], q: float) -> float | None:
+        xs = sorted(xs)
+        return round(xs[int(q * (len(xs) - 1))] * 1000, 1) if xs else None
+
+    return {"messages": n, "seconds": round(wall, 2), "messages_per_s": round(n / wall, 1),
+            "order": {"n": len(lat["order"]), "p50_ms": pct(lat["order"], 0.5), "p95_ms": pct(lat["order"], 0.95),
+                      "shop_not_answering_replies": silent},
+            "faq_smalltalk": {"n": len(lat["other"]), "p50_ms": pct(lat["other"], 0.5),
+                              "p95_ms": pct(lat["other"], 0.95)},
+            "status": {str(k): v for k, v in status.items()}, "answers_503": status.get(503, 0)}
+
+
+def calls_inside(dsn: str) -> dict:
+    """Tool calls made while their turn's stored transaction was open: that transaction began (``turns.created_at``
+    is its ``now()``) before the call started (the audit row's time minus its latency). Exact whatever the load,
+    unlike the idle sessions a busy machine shows between any turn's statements."""
+    import psycopg
+
+    time.sleep(1.0)   # the audit writer's queue
+    with psycopg.connect(dsn) as conn:
+        n, inside = conn.execute(
+            "SELECT count(*), count(*) FILTER (WHERE t.created_at < c.created_at - make_interval(secs => c.latency_ms"
+            " / 1000.0)) FROM tool_calls c JOIN turns t ON t.id::text = c.turn_id").fetchone()
+    return {"calls": n, "inside": inside}
+
+
+def phase_env(phase: str) -> dict[str, str]:
+    env = {"SWITCHBOARD_TOOLS_ENABLED": "true", "SWITCHBOARD_SHOP_LATENCY_MS": "", "SWITCHBOARD_SHOP_HANG": ""}
+    if phase == "off":
+        env["SWITCHBOARD_TOOLS_ENABLED"] = "false"
+    elif phase == "hang":
+        env["SWITCHBOARD_SHOP_HANG"] = "1"
+    else:
+        env["SWITCHBOARD_SHOP_LATENCY_MS"] = phase
+    return env
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--phases", default="off,300,2000,hang",
+                   help="comma-separated: off (tools off), a shop latency in ms, hang (default off,300,2000,hang)")
+    p.add_argument("--messages", type=int, default=384, help="messages per phase")
+    p.add_argument("--concurrency", type=int, default=64, help="customers at once (half ask about an order)")
+    p.add_argument("--workers", type=int, default=1, help="gateway processes (`switchboard serve --workers`)")
+    p.add_argument("--pool-max", type=int, default=10, help="the gateway's database pool size")
+    p.add_argument("--json", action="store_true", help="print only the JSON result")
+    args = p.parse_args()
+    phases = [x.strip() for x in args.phases.split(",") if x.strip()]
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # a stopped run still stops its server and database
+
+    home = Path(os.environ.get("SWITCHBOARD_HOME", REPO / "var"))
+    model = home / "models" / "multilingual-e5-small"
+    if not (model / "modules.json").is_file():
+        sys.exit(f"{model} is missing: run `switchboard models prepare` first")
+    tmp = Path(tempfile.mkdtemp(prefix="sbslowshop-"))
+    embedded = None
+    admin = os.environ.get("SWITCHBOARD_DATABASE_URL")
+    if not admin:
+        from router.db import EmbeddedPostgres
+
+        embedded = EmbeddedPostgres(tmp / "pg")
+        admin = embedded.start()
+    data = tmp / "shop.json"
+    shop_data(data, args.concurrency)
+    os.environ["SWITCHBOARD_SHOP_DATA"] = str(data)
+    results: dict = {"benchmark": "slow_shop", "concurrency": args.concurrency, "messages": args.messages,
+                     "workers": args.workers, "pool_max": args.pool_max,
+                     "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                 "platform": platform.platform(), "load_average_start": os.getloadavg()[0]},
+                     "phases": {}}
+    try:
+        pg_pid = embedded.status().pid if embedded is not None else None
+        for phase in phases:
+            dsn = fresh_database(admin)
+            saved = {k: os.environ.get(k) for k in phase_env(phase)}
+            os.environ.update(phase_env(phase))
+            port = _free_port()
+            base = f"http://127.0.0.1:{port}"
+            proc = start_server(dsn, tmp / f"home-{phase}", str(model), port, args.pool_max,
+                                threads=max(1, (os.cpu_count() or 1) // args.workers), workers=args.workers)
+            try:
+                wait_ready(base, proc)
+                run = uuid.uuid4().hex[:6]
+                # warm-up: models, the shop's session (stdio start), every order client's session memory
+                asyncio.run(load(base, args.concurrency, args.concurrency, run + "w"))
+                before = cpu_snapshot(proc.pid, pg_pid)
+                with IdleSampler(dsn) as idle:
+                    r = asyncio.run(load(base, args.messages, args.concurrency, run))
+                after = cpu_snapshot(proc.pid, pg_pid)
+                r["cpu_ms_per_message"] = {k: round((after[k] - before[k]) * 1000 / args.messages, 2) for k in after}
+                r["idle_in_transaction"] = {"peak": idle.peak, "samples": idle.samples,
+                                            "samples_with_any": idle.nonzero,
+                                            "longest_ms": round(idle.longest_ms, 1),
+                                            f"peak_over_{int(idle.over_ms)}_ms": idle.peak_over}
+                r["tool_calls_inside_the_turns_transaction"] = calls_inside(dsn)
+                r["load_average"] = os.getloadavg()[0]
+                results["phases"][phase] = r
+                if not args.json:
+                    print(f"phase {phase}: {json.dumps(r, ensure_ascii=False)}", flush=True)
+            finally:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+                drop_database(admin, dsn)
+    finally:
+        if embedded is not None:
+            embedded.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    base_p95 = (results["phases"].get("off") or {}).get("faq_smalltalk", {}).get("p95_ms")
+    for phase, r in results["phases"].items():
+        checks = {"no_tool_call_inside_a_turns_transaction": r["tool_calls_inside_the_turns_transaction"]["inside"] == 0,
+                  "no_503": r["answers_503"] == 0}
+        if base_p95 and phase != "off":
+            checks["faq_p95_within_1_5x_of_off"] = r["faq_smalltalk"]["p95_ms"] <= 1.5 * base_p95
+        if phase.isdigit():
+            checks["order_p95_within_latency_plus_50ms"] = (r["order"]["p95_ms"] or 0) <= int(phase) + 50
+        r["targets"] = checks
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2, ensure_ascii=False))
+    if args.json:
+        print(json.dumps(results, ensure_ascii=False))
+        return
+    m = results["machine"]
+    print(f"\nslow shop: {args.concurrency} customers at once, {args.messages} messages per phase, "
+          f"{args.workers} worker(s); {m['cpus']} cores, Python {m['python']}, load average at start "
+          f"{m['load_average_start']:.1f}")
+    print(f"{'phase':<6} {'msg/s':>6} {'order p50/p95 ms':>18} {'faq p50/p95 ms':>16} {'503':>4} "
+          f"{'calls in tx':>11} {'idle-in-tx peak/>250ms/longest ms':>34} {'cpu ms/msg gw+pg':>17}  targets")
+    for phase, r in results["phases"].items():
+        o, f, c, i = r["order"], r["faq_smalltalk"], r["cpu_ms_per_message"], r["idle_in_transaction"]
+        print(f"{phase:<6} {r['messages_per_s']:>6} {str(o['p50_ms']) + '/' + str(o['p95_ms']):>18} "
+              f"{str(f['p50_ms']) + '/' + str(f['p95_ms']):>16} {r['answers_503']:>4} "
+              f"{str(r['tool_calls_inside_the_turns_transaction']['inside']) + '/' + str(r['tool_calls_inside_the_turns_transaction']['calls']):>11} "
+              f"{str(i['peak']) + '/' + str(i['peak_over_250_ms']) + '/' + str(i['longest_ms']):>34} "
+              f"{c['server']:>8}+{c['postgres']:<8}  "
+              f"{', '.join(k for k, v in r['targets'].items() if not v) or 'all met'}")
+    print(f"written to {RESULTS.relative_to(REPO)}")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+if __name__ == "__main__":
+    main()

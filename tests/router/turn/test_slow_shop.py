@@ -1,0 +1,223 @@
+"""A slow shop must not slow the gateway: a turn's tool calls and session-memory loads run between its
+passes, with no transaction open and no pooled connection held, on the real example shop (MCP over stdio,
+started with a latency or hanging) and real Postgres. The conversation may move meanwhile (the customer's
+next message, an agent's claim): the newer event wins and the call's result stays only in the audit."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import psycopg
+import pytest
+
+from router.schemas import InboundMessage
+from routing_kit import flow_services, make_agent, rows
+
+pytestmark = pytest.mark.slow
+
+LATENCY_MS = "700"
+_ids = itertools.count()
+
+
+@pytest.fixture
+def slow(fresh_db, pg_server, template_dsn, e5_encoder, monkeypatch):
+    monkeypatch.setenv("SWITCHBOARD_SHOP_LATENCY_MS", LATENCY_MS)
+    s = flow_services(fresh_db, pg_server, template_dsn, e5_encoder)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def hanging(fresh_db, pg_server, template_dsn, e5_encoder, monkeypatch):
+    monkeypatch.setenv("SWITCHBOARD_SHOP_HANG", "1")
+    monkeypatch.setenv("SWITCHBOARD_TOOL_DEADLINE_SECONDS", "1")
+    s = flow_services(fresh_db, pg_server, template_dsn, e5_encoder)
+    yield s
+    s.close()
+
+
+def _msg(text: str, *, conv: str = "conv-1", customer: str = "c1", mid: str | None = None) -> InboundMessage:
+    return InboundMessage(channel="web", conversation_external_id=conv, customer_id=customer,
+                          message_external_id=mid or f"m-{next(_ids)}", text=text)
+
+
+def _in_thread(fn, *args):
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            out["error"] = exc
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+def _calls(svc, tool: str) -> list[dict]:
+    svc.tools.flush_audit(5.0)
+    return rows(svc.pool, "SELECT turn_id, status, idempotency_key FROM tool_calls WHERE tool = %s ORDER BY created_at",
+                tool)
+
+
+def _wait_outside(pipeline_pool, t: threading.Thread, *, quiet_for: float = 0.15, timeout: float = 60.0) -> None:
+    """Until the turn in ``t`` has run a pass and given its connection back (its calls are then running)."""
+    deadline = time.monotonic() + timeout
+    idle_since = None
+    while time.monotonic() < deadline and t.is_alive():
+        stats = pipeline_pool.get_stats()
+        if stats.get("requests_num", 0) >= 1 and stats.get("pool_size", 0) == stats.get("pool_available", 0):
+            idle_since = idle_since or time.monotonic()
+            if time.monotonic() - idle_since >= quiet_for:
+                return
+        else:
+            idle_since = None
+        time.sleep(0.01)
+
+
+def _shop_dump(dsn: str) -> dict:
+    env = {**os.environ, "SWITCHBOARD_DATABASE_URL": dsn}
+    out = subprocess.run([sys.executable, "-m", "examples.shop", "dump", "--json"], env=env, capture_output=True,
+                         text=True, timeout=120, check=True)
+    return json.loads(out.stdout)
+
+
+def _warm(svc) -> None:
+    """Start the stdio shop (its first session) with another customer's order question."""
+    out, _ = svc.pipeline.handle(_msg("where is my order 100241", conv="warm", customer="c2"))
+    assert out["flow"]["status"] == "completed", out
+
+
+def test_the_customers_next_message_during_a_slow_call_wins_and_nothing_is_held(slow):
+    _warm(slow)
+    slow.pipeline.handle(_msg("hello", conv="conv-1"))          # the conversation row exists: its lock can be probed
+    t, out = _in_thread(slow.pipeline.handle, _msg("where is my order 100234", conv="conv-1"))
+    _wait_outside(slow.pool, t)
+    assert t.is_alive(), out
+    # the call runs with nothing held: the row is free and no session idles in a transaction
+    with psycopg.connect(slow.dsn) as probe:
+        probe.execute("SET lock_timeout = '300ms'")
+        probe.execute("SELECT id FROM conversations WHERE external_id = 'conv-1' FOR UPDATE").fetchone()
+        probe.rollback()
+        idle = probe.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                             "AND state LIKE 'idle in transaction%%'").fetchone()[0]
+    assert idle == 0
+    # the customer's next message is routed at once, while the first one's call is still out
+    second, _ = slow.pipeline.handle(_msg("thanks, and what are your opening hours?", conv="conv-1"))
+    assert t.is_alive() and second["reply"] is not None
+    t.join(60)
+    assert "error" not in out, out.get("error")
+    first, _ = out["value"]
+    # the newer message won: the first is stored without a decision, its result only in the audit
+    assert first["decision"]["explanation"]["note"] == "superseded" and first["reply"] is None
+    assert "newer message" in first["decision"]["explanation"]["why"]
+    audited = [c for c in _calls(slow, "get_order") if c["turn_id"] == first["turn_id"]]
+    assert [c["status"] for c in audited] == ["ok"]
+    assert rows(slow.pool, "SELECT count(*) AS n FROM flow_instances f JOIN conversations c ON c.id::text = "
+                           "f.conversation_id WHERE c.external_id = 'conv-1'")[0]["n"] == 0
+
+
+def test_an_agent_claiming_the_conversation_during_a_call_wins(slow):
+    from router.turn.pipeline import PENDING, Pipeline, outside_transaction
+
+    from automation.tools import Caller
+
+    _warm(slow)
+    held, _ = slow.pipeline.handle(_msg("I want to talk to a human", conv="conv-2"))
+    assert held["ticket_id"] and held["state"] == "l3_queuing", held
+
+    def decider(ctx):
+        """Looks an order up in the shop, outside the transaction, and answers with its status."""
+        from router.schemas import Decision
+        from router.turn.pipeline import TurnResult
+
+        who = Caller(channel="web", customer_id="c1", conversation_id=str(ctx.conversation["id"]),
+                     turn_id=ctx.turn_id, purpose="order_status")
+        got = outside_transaction(("order", "100234"),
+                                  lambda: slow.tools.call("get_order", {"order_id": "100234"}, who))
+        status = None if got is PENDING else got.output["order"]["status"]
+        return TurnResult(decision=Decision(channel="workflow", explanation={"status": status}),
+                          state=ctx.conversation["state"])
+
+    pipe = Pipeline(slow.pool, slow.metrics, decider)
+    t, out = _in_thread(pipe.handle, _msg("where is my order 100234", conv="conv-2"))
+    _wait_outside(slow.pool, t)
+    agent, _ = make_agent(slow.pool, "li")
+    slow.handoff.claim(agent, held["ticket_id"])
+    t.join(60)
+    assert "error" not in out, out.get("error")
+    response, _ = out["value"]
+    assert response["decision"]["explanation"]["note"] == "superseded", response
+    assert "l3_connected" in response["decision"]["explanation"]["why"] and response["state"] == "l3_connected"
+    assert [c["status"] for c in _calls(slow, "get_order") if c["turn_id"] == response["turn_id"]] == ["ok"]
+
+
+def test_a_connection_lost_between_the_call_and_the_apply_does_not_call_again(slow):
+    _warm(slow)
+    t, out = _in_thread(slow.pipeline.handle, _msg("where is my order 100234", conv="conv-3"))
+    _wait_outside(slow.pool, t)
+    # every idle connection of the gateway's pool dies while the shop answers
+    pids = [c.info.backend_pid for c in list(slow.pool._pool)]
+    assert pids
+    with psycopg.connect(slow.dsn, autocommit=True) as probe:
+        killed = probe.execute("SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+                               "WHERE pid = ANY(%s)", (pids,)).fetchone()[0]
+    assert killed == len(pids)
+    t.join(60)
+    assert "error" not in out, out.get("error")
+    response, _ = out["value"]
+    assert response["flow"]["status"] == "completed" and "SF1402837465299" in response["reply"]["text"]
+    mine = [c for c in _calls(slow, "get_order") if c["turn_id"] == response["turn_id"]]
+    assert len(mine) == 1          # applied from the result at hand: the shop was not asked twice
+
+
+def test_a_refund_repeated_after_a_crash_is_made_once(slow):
+    from router.db.pool import open_pool
+    from router.turn.pipeline import Pipeline
+
+    first, _ = slow.pipeline.handle(_msg("I want a refund of 30 for order 100234", conv="conv-4"))
+    assert first["flow"]["step"] == "confirm_refund", first
+    yes = _msg("yes", conv="conv-4", mid="yes-1")
+    # a gateway process that dies after the shop made the refund, before the turn is stored
+    doomed_pool = open_pool(slow.dsn, min_size=1, max_size=2, name="doomed")
+    doomed = Pipeline(doomed_pool, slow.metrics, slow.pipeline.decider)
+    t, out = _in_thread(doomed.handle, yes)
+    _wait_outside(doomed_pool, t)
+    doomed_pool.close()
+    t.join(60)
+    assert "error" in out                                    # nothing of the turn was stored
+    assert rows(slow.pool, "SELECT count(*) AS n FROM messages WHERE external_id = 'yes-1'")[0]["n"] == 0
+    # the channel delivers the message again: the same flow, the same step, the same idempotency key
+    again, replayed = slow.pipeline.handle(yes)
+    assert not replayed and again["flow"]["status"] == "completed", again
+    assert "Refunded" in again["reply"]["text"] or "refund" in again["reply"]["text"].lower()
+    refunds = _calls(slow, "request_refund")
+    assert len(refunds) == 2 and refunds[0]["idempotency_key"] == refunds[1]["idempotency_key"]
+    order = next(o for o in _shop_dump(slow.dsn)["orders"] if o["order_id"] == "100234")
+    assert len([w for w in order["writes"] if w["tool"] == "request_refund"]) == 1
+
+
+def test_a_hanging_shop_gets_a_truthful_reply_and_nobody_else_waits(hanging):
+    assert hanging.tools.check(timeout=60) == {}    # the shop is up (it lists its tools) but no call ever returns
+    t, out = _in_thread(hanging.pipeline.handle, _msg("where is my order 100234", conv="conv-5"))
+    _wait_outside(hanging.pool, t)
+    assert t.is_alive()
+    # meanwhile other customers are served (no 503, no wait for the shop)
+    hello, _ = hanging.pipeline.handle(_msg("hello", conv="conv-6", customer="c3"))
+    assert hello["reply"] is not None and t.is_alive()
+    zh, _ = hanging.pipeline.handle(_msg("你好", conv="conv-7", customer="c4"))
+    assert zh["reply"] is not None
+    t.join(60)
+    assert "error" not in out, out.get("error")
+    response, _ = out["value"]
+    text = response["reply"]["text"]
+    assert "not answering" in text and "Refunded" not in text and "shipped" not in text, text
+    assert response["flow"]["status"] == "waiting"
+    assert "error" not in out
