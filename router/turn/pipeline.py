@@ -60,6 +60,7 @@ from router.db.errors import DatabaseUnavailable
 from router.problems import Problem
 from router.schemas import Decision, InboundMessage, TurnOut
 from router.telemetry.logs import BUSINESS_KEYS, redact_obj
+from text import LONG_MESSAGE_CHARS
 
 log = logging.getLogger(__name__)
 
@@ -290,7 +291,7 @@ class Pipeline:
 
     #: a message from this length on is a heavy turn (its text costs the detector, the rewriter and the
     #: context package measurably more than a chat message)
-    HEAVY_FROM_CHARS = 160
+    HEAVY_FROM_CHARS = LONG_MESSAGE_CHARS
     #: how long a heavy turn waits for a slot before the message is refused (429, nothing stored)
     HEAVY_WAIT_SECONDS = 10.0
 
