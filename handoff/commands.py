@@ -28,7 +28,7 @@ from handoff.config import HandoffConfig
 from handoff.errors import Conflict, Forbidden, Invalid, NotFound, TooLarge, Unavailable
 from handoff.models import KINDS, PRIORITIES, Agent, level_rank, priority_rank
 from handoff.ports import ConversationPort, CustomerUnreachable, DeliveryUnavailable
-from handoff.queries import queue_depth
+from handoff.queries import queue_depth, queue_position
 
 SWEEP_LOCK_KEY = T.SWEEP_LOCK_KEY
 _TEAM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -191,6 +191,11 @@ class TicketCommands:
     def active_ticket(self, conn: psycopg.Connection, conversation_id: str) -> dict[str, Any] | None:
         """The conversation's open (queued or claimed) ticket, if any."""
         return T.open_ticket_of(conn, conversation_id)
+
+    def queue_position(self, conn: psycopg.Connection, conversation_id: str) -> dict[str, Any] | None:
+        """Where the conversation's queued ticket stands: its place in its team's queue and the team's usual
+        wait (handoff.queries.queue_position), for the word to a customer who writes while waiting."""
+        return queue_position(conn, conversation_id)
 
     def add_customer_message(self, conn: psycopg.Connection, ticket_id, text: str,
                              notes: list[str] | None = None, message_id: int | None = None) -> None:

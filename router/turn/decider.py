@@ -357,7 +357,22 @@ class _Turn:
         if row is not None and not (row["due"] or row["never"]):
             return None
         self.trace["served"] = {"reply": "still_waiting"}
-        return self.send(self.say("still_waiting"), kind="status")
+        return self.send(" ".join([self.say("still_waiting"), *self.queue_place()]).replace("。 ", "。"),
+                         kind="status")
+
+    def queue_place(self) -> list[str]:
+        """"You are number 3 in the queue", and the team's usual wait when one is known: what the customer
+        can expect, from the queue itself (nothing is promised that the queue does not show)."""
+        where = self.r.handoff.queue_position(self.conn, self.conv["id"]) if self.r.handoff is not None else None
+        if where is None:
+            return []
+        out = [self.say("queue_position").replace("{position}", str(where["position"]))]
+        if where.get("typical_wait_seconds") is not None:
+            minutes = max(1, round(where["typical_wait_seconds"] / 60))
+            out.append(self.say("typical_wait").replace("{minutes}", str(minutes)))
+        self.trace["served"]["queue"] = {"position": where["position"],
+                                         "typical_wait_seconds": where.get("typical_wait_seconds")}
+        return out
 
     def close_with_feedback(self) -> TurnResult:
         if self.conv["state"] != "feedback_pending":

@@ -99,6 +99,9 @@ class Replies(BaseModel):
     still_waiting: LocalText = {"en": "Thanks, your message is with our team; someone will be with you as soon as "
                                       "possible.",
                                 "zh": "收到，您的消息已转给我们的客服，请稍候，我们会尽快回复您。"}
+    queue_position: LocalText = {"en": "You are number {position} in the queue.", "zh": "您目前排在第 {position} 位。"}
+    typical_wait: LocalText = {"en": "Someone usually replies within about {minutes} min.",
+                               "zh": "通常约 {minutes} 分钟内会有客服回复。"}
     ask_order_number: LocalText = {"en": "I can look into that. What is your order number? (You'll find it in your "
                                          "order confirmation.)",
                                    "zh": "好的，我来帮您查询。请提供您的订单号（见订单确认信息）。"}

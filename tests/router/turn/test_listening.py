@@ -7,6 +7,7 @@ unclear turn, a repeated question or another state entry, so nobody is handed to
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 
@@ -174,6 +175,15 @@ def test_a_customer_waiting_in_the_queue_hears_that_the_message_arrived_once_per
     later = say(api, "hello? anyone there?", customer="c4", conversation="l-wait")
     assert later["reply"] is not None and later["ticket_id"] == first["ticket_id"], later
     assert later["reply"]["lang"] == "en" and "with our team" in later["reply"]["text"]
+    # with the ticket's place in its team's queue: a customer who asks for a person after c4 waits behind
+    place = re.search(r"You are number (\d+) in the queue\.", later["reply"]["text"])
+    assert place, later["reply"]
+    assert say(api, "转人工", customer="c6", conversation="l-wait-2")["ticket_id"]
+    svc.pool.run(lambda conn: conn.execute(
+        "UPDATE messages SET received_at = received_at - interval '10 minutes' WHERE conversation_id = "
+        "(SELECT id FROM conversations WHERE external_id = 'l-wait-2')"))
+    behind = say(api, "有人吗？", customer="c6", conversation="l-wait-2")["reply"]
+    assert behind["lang"] == "zh" and f"您目前排在第 {int(place.group(1)) + 1} 位。" in behind["text"], behind
     again = say(api, "???", customer="c4", conversation="l-wait")
     assert again["reply"] is None                                              # once per interval, not every time
     assert tickets_of(svc, "l-wait") == 1
