@@ -6,6 +6,7 @@ the example shop; a Telegram group through the signed channel webhook."""
 
 from __future__ import annotations
 
+import re
 import itertools
 import threading
 
@@ -64,7 +65,8 @@ def test_another_customers_message_is_409_stores_nothing_and_never_reads_the_sho
         r = post(api, "where is my order 100234", customer="c5", conversation="conv-c1")
         assert r.status_code == 409, r.text
         assert r.headers["content-type"].startswith(PROBLEM)
-        assert "c1" not in r.text and C1_TRACKING not in r.text and "100234" not in r.text
+        # the owner's id as a word (a random request id in the problem may hold the letters "c1")
+        assert not re.search(r"\bc1\b", r.text) and C1_TRACKING not in r.text and "100234" not in r.text
         assert counts(svc) == before          # no conversation, message, turn, nor tool call (as c1 or anyone)
         # the owner goes on as before
         again = post(api, "where is my order 100234", customer="c1", conversation="conv-c1")
