@@ -6,8 +6,8 @@ the example shop; a Telegram group through the signed channel webhook."""
 
 from __future__ import annotations
 
-import re
 import itertools
+import re
 import threading
 
 import psycopg
