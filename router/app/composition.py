@@ -153,7 +153,11 @@ def wire_flows(services: Services) -> None:
                                                      f"{len(engine.tools.names())} tools")
     if services.metrics is not None:
         services.metrics.allow_workflows_of(engine)
-        engine.observer = services.metrics.count_flow
+        from router.turn.pipeline import when_committed
+
+        count_flow = services.metrics.count_flow
+        # counted when the turn commits: a pass rolled back for a tool call starts the flow again
+        engine.observer = lambda workflow, event: when_committed(lambda: count_flow(workflow, event))
     services.closers.append(on_sighup(lambda: reload_flows(services), name="workflows-reload"))
 
 

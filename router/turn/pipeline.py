@@ -157,6 +157,7 @@ class _Pass:
         self.ready = work.ready
         self.may_defer = may_defer
         self.wanted: dict[Hashable, tuple[Callable[[], Any], float | None]] = {}
+        self.committed: list[Callable[[], None]] = []    # when_committed: run after this pass's commit
 
 
 class _RollBack(Exception):
@@ -197,6 +198,16 @@ def outside_transaction(key: Hashable, compute: Callable[[], Any], *,
         scope.wanted.setdefault(key, (compute, until))
         return PENDING
     raise NotComputed("not computed before the turn's transaction")
+
+
+def when_committed(fn: Callable[[], None]) -> None:
+    """Run ``fn`` once the turn's transaction has committed (a counter of what the turn did); at once outside a
+    turn. A pass rolled back for outside work, a refused or retried attempt never runs it: counted once."""
+    scope = _PASS.get()
+    if scope is None:
+        fn()
+        return
+    scope.committed.append(fn)
 
 
 def per_turn(key: Hashable, compute: Callable[[], Any]) -> Any:
@@ -387,6 +398,7 @@ class Pipeline:
         self.metrics.stage_seconds.labels("outside").observe(time.perf_counter() - t)
 
     def _attempt(self, msg: InboundMessage, acquire: float | None, scope: _Pass, t0: float, on_conversation=None):
+        scope.committed.clear()     # what an earlier attempt of this pass noted did not commit
         try:
             with self.pool.connection(acquire) as conn:
                 with conn.transaction():
@@ -401,6 +413,11 @@ class Pipeline:
                     if result.reject is not None:   # refused (a quota): rolled back, nothing stored
                         raise _Refused(result.reject)
                 self.metrics.messages.labels(channel_label(msg.channel)).inc()   # committed
+                for count in scope.committed:
+                    try:
+                        count()
+                    except Exception:  # noqa: BLE001 - the turn is committed; a failed count is only logged
+                        log.warning("after-commit count failed", exc_info=True)
                 for hook in ctx.after_commit:
                     try:
                         hook(conn)
