@@ -47,25 +47,16 @@ class _Approvals:
 
 
 def run(dsn: str, k: int, only: list[str], quiet: bool) -> dict:
-    from automation.workflows import store
     from automation.workflows.engine import FlowEngine
     from automation.workflows.spec import load_workflows
     from router.db.pool import open_pool
-    from third_shop_kit import CASES, THIRD_SHOP, northwind_gateway, run_case
+    from third_shop_kit import CASES, THIRD_SHOP, northwind_gateway, pooled_turns, run_case
 
     pool = open_pool(dsn, min_size=1, max_size=4)
     gateway = northwind_gateway(pool)
     engine = FlowEngine(load_workflows(THIRD_SHOP / "workflows.yaml", tools=gateway), gateway, _Approvals())
 
-    def turn(fn, *args, **kwargs):
-        with pool.connection() as conn:
-            with conn.transaction():
-                return fn(conn, *args, **kwargs)
-
-    def history(instance_id):
-        with pool.connection() as conn:
-            inst = store.get(conn, instance_id)
-        return list((inst or {}).get("history") or [])
+    turn, history = pooled_turns(pool)
 
     cases = [c for c in CASES if not only or c["id"] in only]
     per_case, failures, unconfirmed, weak_wrong = {}, [], 0, 0

@@ -32,21 +32,9 @@ def third_engine(northwind, approvals):
 
 @pytest.fixture
 def pooled(pool):
-    """A turn in its own committed transaction on a pooled connection (hundreds of turns, a few connections),
-    and the flow's history as saved."""
-    from automation.workflows import store
+    from third_shop_kit import pooled_turns
 
-    def turn(fn, *args, **kwargs):
-        with pool.connection() as conn:
-            with conn.transaction():
-                return fn(conn, *args, **kwargs)
-
-    def history(instance_id):
-        with pool.connection() as conn:
-            inst = store.get(conn, instance_id)
-        return list((inst or {}).get("history") or [])
-
-    return turn, history
+    return pooled_turns(pool)
 
 
 def test_the_cases_cover_every_process_in_both_languages():

@@ -57,6 +57,24 @@ def matches(write: dict[str, Any], expected: list[Any]) -> bool:
     return write["tool"] == tool and all(result.get(k) == v for k, v in fields.items())
 
 
+def pooled_turns(pool: Any) -> tuple[Callable[..., Any], Callable[[str], list[dict[str, Any]]]]:
+    """``turn(fn, ...)``: ``fn(conn, ...)`` in its own committed transaction on a pooled connection (hundreds of
+    turns, a few connections); ``history(instance_id)``: the flow's history as saved."""
+    from automation.workflows import store
+
+    def turn(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        with pool.connection() as conn:
+            with conn.transaction():
+                return fn(conn, *args, **kwargs)
+
+    def history(instance_id: str) -> list[dict[str, Any]]:
+        with pool.connection() as conn:
+            inst = store.get(conn, instance_id)
+        return list((inst or {}).get("history") or [])
+
+    return turn, history
+
+
 def run_case(engine: Any, gateway: Any, turn: Callable[..., Any], history: Callable[[str], list[dict[str, Any]]],
              case: dict[str, Any], conversation_id: str, first: str | None = None) -> Verdict:
     """One scripted conversation from a reset shop; ``first`` replaces its first message (a rephrasing)."""
