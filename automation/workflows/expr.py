@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
+from collections.abc import Iterator
 from typing import Any
 
 import cel
@@ -70,19 +71,10 @@ def with_binds(source: str) -> str:
         i = end
 
 
-def _in_string(source: str, at: int) -> bool:
-    quote = None
-    for ch in source[:at]:
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "\"'":
-            quote = ch
-    return quote is not None
-
-
-def _call_args(source: str, start: int) -> tuple[list[str] | None, int]:
-    """The comma-separated arguments of a call whose "(" ends just before ``start`` and the index after its ")"."""
-    depth, quote, args, last, i = 0, None, [], start, start
+def _code(source: str, start: int = 0) -> Iterator[tuple[int, str]]:
+    """(index, character) of ``source`` from ``start`` that stand outside CEL string literals (a backslash
+    escapes the next character): one reading of quotes for cel.bind and the filter rewrite alike."""
+    quote, i = None, start
     while i < len(source):
         ch = source[i]
         if quote:
@@ -93,7 +85,22 @@ def _call_args(source: str, start: int) -> tuple[list[str] | None, int]:
                 quote = None
         elif ch in "\"'":
             quote = ch
-        elif ch in "([{":
+        else:
+            yield i, ch
+        i += 1
+
+
+def _in_string(source: str, at: int) -> bool:
+    """Whether position ``at`` lies inside a string literal (or an unclosed one, at the end)."""
+    padded = source[:at] + " "    # a blank at ``at``: read as code unless a literal is open there
+    return all(i != at for i, _ in _code(padded))
+
+
+def _call_args(source: str, start: int) -> tuple[list[str] | None, int]:
+    """The comma-separated arguments of a call whose "(" ends just before ``start`` and the index after its ")"."""
+    depth, args, last = 0, [], start
+    for i, ch in _code(source, start):
+        if ch in "([{":
             depth += 1
         elif ch in ")]}":
             if depth == 0:
@@ -103,8 +110,7 @@ def _call_args(source: str, start: int) -> tuple[list[str] | None, int]:
         elif ch == "," and depth == 0:
             args.append(source[last:i])
             last = i + 1
-        i += 1
-    return None, i
+    return None, len(source)
 
 
 def roots(source: str) -> tuple[set[str], set[str]]:
@@ -231,18 +237,9 @@ class Scope(dict[str, Any]):
 
 def _top_level(text: str) -> tuple[list[int], list[tuple[int, int]]] | None:
     """Positions of ``.filter`` at nesting depth 0 and the (open, close) spans of depth-0 brackets."""
-    depth, quote, i, filters, spans, opened = 0, None, 0, [], [], 0
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            if ch == "\\":
-                i += 2
-                continue
-            if ch == quote:
-                quote = None
-        elif ch in "\"'":
-            quote = ch
-        elif ch in "([{":
+    depth, filters, spans, opened = 0, [], [], 0
+    for i, ch in _code(text):
+        if ch in "([{":
             if depth == 0:
                 opened = i
             depth += 1
@@ -254,8 +251,7 @@ def _top_level(text: str) -> tuple[list[int], list[tuple[int, int]]] | None:
                 spans.append((opened, i))
         elif depth == 0 and text.startswith(".filter", i):
             filters.append(i)
-        i += 1
-    return (filters, spans) if depth == 0 and quote is None else None
+    return (filters, spans) if depth == 0 and not _in_string(text, len(text)) else None
 
 
 @lru_cache(maxsize=4096)

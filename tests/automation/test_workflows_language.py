@@ -110,6 +110,8 @@ def test_cel_bind_names_a_value_once():
     assert evaluate("cel.bind(p, [1, 2], cel.bind(q, size(p), q * 10))", scope) == 20
     assert roots("cel.bind(p, slots.a, p)") == ({"slots"}, {"a"})     # the bound name is no unknown name
     assert evaluate("'cel.bind(x' + slots.a", scope) == "cel.bind(xx, y"   # text is never rewritten
+    # an escaped quote does not end the text: what follows it is still text, never rewritten
+    assert evaluate("'it\\'s cel.bind(p, 1, p)' + slots.a", scope) == "it's cel.bind(p, 1, p)x, y"
     with pytest.raises(ExpressionError, match="cel.bind takes"):
         evaluate("cel.bind(p, 1)", scope)
 
