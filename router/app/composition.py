@@ -153,7 +153,7 @@ def wire_flows(services: Services) -> None:
                                                      f"{len(engine.tools.names())} tools")
     if services.metrics is not None:
         services.metrics.allow_workflows_of(engine)
-        from router.turn.pipeline import when_committed
+        from router.turn.passes import when_committed
 
         count_flow = services.metrics.count_flow
         # counted when the turn commits: a pass rolled back for a tool call starts the flow again
@@ -288,7 +288,7 @@ class GuardedGenerator:
     """The optional answer generator as a third party should see it: redacted, bounded, never in the transaction.
 
     Generation takes seconds, so it never runs with the conversation locked or a pooled connection held:
-    inside a turn the call goes through :func:`router.turn.pipeline.outside_transaction` (the pipeline
+    inside a turn the call goes through :func:`router.turn.passes.outside_transaction` (the pipeline
     decides once, rolls back, generates with nothing held, and decides again under the lock; the
     generated text is used only if that decision asks for it with the same question and passages, and
     the knowledge base still checks every sentence against them). The question goes out with personal
@@ -321,7 +321,7 @@ class GuardedGenerator:
 
     def generate(self, query: str, passages) -> str:
         from router.telemetry.logs import redact
-        from router.turn.pipeline import PENDING, NotComputed, outside_transaction
+        from router.turn.passes import PENDING, NotComputed, outside_transaction
 
         masked = redact(query) or ""
         key = ("generator", masked,

@@ -39,7 +39,8 @@ from router.turn import state as sm
 from router.turn.escalation import EscalationPolicy, Policy
 from router.turn.guards import Harness, Verdict
 from router.outbox.store import enqueue_outbound
-from router.turn.pipeline import TurnContext, TurnResult, per_turn
+from router.turn.passes import per_turn
+from router.turn.pipeline import TurnContext, TurnResult
 from router.problems import Problem
 from router.schemas import Decision, Escalation, InboundMessage
 from text import LONG_MESSAGE_CHARS
@@ -87,7 +88,7 @@ class Decider:
         self.policy = policy
         self.flows = flows          # automation.workflows FlowEngine, or None (no tools configured)
         if flows is not None:       # its tool calls and memory loads run outside the turn's transaction
-            from router.turn.pipeline import tool_port
+            from router.turn.passes import tool_port
 
             flows.outside = tool_port(lambda: flows.tools.turn_deadline() if hasattr(flows.tools, "turn_deadline")
                                       else 5.0)

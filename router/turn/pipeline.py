@@ -19,7 +19,7 @@ messages; every failed attempt counts in ``switchboard_turn_failures_total`` by 
 
 Slow work a decision may want (the optional answer generator, an external HTTP call of seconds) never
 runs with the conversation locked or a pooled connection held: code inside the turn asks for it through
-:func:`outside_transaction`. The first pass then decides as usual, is rolled back (nothing is stored, so
+:func:`router.turn.passes.outside_transaction`. The first pass then decides as usual, is rolled back (nothing is stored, so
 nothing can be lost or answered twice), the work runs with nothing held, and the turn runs again with the
 result at hand: the decision is re-made under the lock, and uses the result only if it asks for the same
 work again (same question, same evidence), otherwise it decides without it. A retry of the same message
@@ -47,8 +47,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Hashable
-from contextvars import ContextVar
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +58,7 @@ from router.channels.registry import channel_label
 from router.db.errors import DatabaseUnavailable
 from router.problems import Problem
 from router.schemas import Decision, InboundMessage, TurnOut
+from router.turn.passes import CURRENT_PASS, OUTSIDE, OutsideDeadline, Pass, RollBack, Work
 from router.telemetry.logs import BUSINESS_KEYS, redact_obj
 from text import LONG_MESSAGE_CHARS
 
@@ -89,8 +89,9 @@ class TurnContext:
 _TURN_NAMESPACE = uuid.UUID("5b0c7e3e-3f7a-4c55-9d8e-7a1f2f0c9b31")
 
 
-def _conversation_id(channel: str, external_id: str) -> str:
-    return str(uuid.uuid5(_TURN_NAMESPACE, f"conversation\x00{channel}\x00{external_id}"))
+def _conversation_id(channel: str, external_id: str, attempt: int = 0) -> str:
+    extra = f"\x00{attempt}" if attempt else ""
+    return str(uuid.uuid5(_TURN_NAMESPACE, f"conversation\x00{channel}\x00{external_id}{extra}"))
 
 
 def turn_id_of(msg: InboundMessage) -> str:
@@ -129,119 +130,6 @@ def same_message(stored: dict[str, Any], conversation: dict[str, Any], msg: Inbo
             and stored["customer_id"] in (None, msg.customer_id)
             and (stored["integration_key_id"] is None and msg.integration_key_id is None
                  or str(stored["integration_key_id"]) == str(msg.integration_key_id)))
-
-
-#: what :func:`outside_transaction` returns during a first pass: the value comes with the next pass
-PENDING = object()
-
-
-class OutsideDeadline(TimeoutError):
-    """The outside work did not finish within its deadline; it may still finish (and record itself) later."""
-
-
-class _Work:
-    """What one message's turn keeps across its passes and its repeats after a lost connection."""
-
-    def __init__(self) -> None:
-        self.ready: dict[Hashable, tuple[bool, Any]] = {}   # key -> (ok, value or exception)
-        self.memo: dict[Hashable, Any] = {}                 # per_turn values
-        self.mark: dict[str, Any] | None = None             # the conversation as the first pass saw it
-        self.outside_runs = 0                               # passes that ran outside work
-
-
-class _Pass:
-    """The outside-the-transaction work asked for in one pass (results so far live in the turn's _Work)."""
-
-    def __init__(self, work: _Work, may_defer: bool):
-        self.work = work
-        self.ready = work.ready
-        self.may_defer = may_defer
-        self.wanted: dict[Hashable, tuple[Callable[[], Any], float | None]] = {}
-        self.committed: list[Callable[[], None]] = []    # when_committed: run after this pass's commit
-
-
-class _RollBack(Exception):
-    """Raised inside the transaction to discard a pass whose decision waits for outside work."""
-
-
-_PASS: ContextVar[_Pass | None] = ContextVar("switchboard_turn_pass", default=None)
-
-
-class NotComputed(LookupError):
-    """The work was not done before this pass (the decision asked for other work under the lock)."""
-
-
-def outside_transaction(key: Hashable, compute: Callable[[], Any], *,
-                        available: Callable[[], bool] | None = None, until: float | None = None) -> Any:
-    """The result of ``compute()``, run where no conversation lock or pooled connection is held.
-
-    Outside a turn it is simply called. In a turn's pass it is only noted and :data:`PENDING` is
-    returned (the pass is then rolled back and ``compute`` runs with nothing held); in the next pass the
-    result for the same ``key`` is returned (or its exception raised). A key asked for when no further pass
-    is allowed is never computed inside the transaction: :class:`NotComputed` (the caller decides without it).
-    ``available`` is asked before deferring: when it says no (e.g. every slot of a rate-limited service
-    is busy) nothing is deferred and :class:`NotComputed` is raised at once, sparing the turn a second pass.
-    ``until`` (``time.monotonic()`` seconds): the next pass gets :class:`OutsideDeadline` if ``compute``
-    has not returned by then (it keeps running on its own thread, holding nothing of the turn's).
-    """
-    scope = _PASS.get()
-    if scope is None:
-        return compute()
-    if key in scope.ready:
-        ok, value = scope.ready[key]
-        if ok:
-            return value
-        raise value
-    if until is not None and time.monotonic() >= until:
-        raise OutsideDeadline("the turn's deadline for this work has passed")
-    if scope.may_defer and (available is None or available()):
-        scope.wanted.setdefault(key, (compute, until))
-        return PENDING
-    raise NotComputed("not computed before the turn's transaction")
-
-
-def when_committed(fn: Callable[[], None]) -> None:
-    """Run ``fn`` once the turn's transaction has committed (a counter of what the turn did); at once outside a
-    turn. A pass rolled back for outside work, a refused or retried attempt never runs it: counted once."""
-    scope = _PASS.get()
-    if scope is None:
-        fn()
-        return
-    scope.committed.append(fn)
-
-
-def per_turn(key: Hashable, compute: Callable[[], Any]) -> Any:
-    """``compute()`` once per message's turn, reused by its later passes (outside a turn: simply called).
-
-    For what depends on the message alone (its classification): a pass repeated for outside work or after
-    a lost connection does not pay for it again.
-    """
-    scope = _PASS.get()
-    if scope is None:
-        return compute()
-    memo = scope.work.memo
-    if key not in memo:
-        memo[key] = compute()
-    return memo[key]
-
-
-def tool_port(deadline: Callable[[], float]) -> Callable[[Hashable, Callable[[], Any]], Any]:
-    """The workflow engine's outside port (automation.workflows.outside): its tool calls and memory loads run
-    between the turn's passes, all of one turn within ``deadline()`` seconds of its first call."""
-    from automation.workflows.outside import PENDING as CALL_PENDING
-
-    def port(key: Hashable, compute: Callable[[], Any]) -> Any:
-        budget = per_turn(("tools", "budget"), lambda: {"started": time.monotonic(), "seconds": 0.0})
-        # the largest allowance seen in the turn holds (one that included opening a session stays)
-        budget["seconds"] = max(budget["seconds"], deadline())
-        got = outside_transaction(key, compute, until=budget["started"] + budget["seconds"])
-        return CALL_PENDING if got is PENDING else got
-
-    return port
-
-
-#: threads that run turns' outside work (a call that outlives its deadline finishes here on its own)
-_OUTSIDE = concurrent.futures.ThreadPoolExecutor(max_workers=128, thread_name_prefix="turn-outside")
 
 
 Owner = Callable[[str], str]   # channel -> "refuse" | "separate"
@@ -329,7 +217,7 @@ class Pipeline:
         # (Pool.retry_wait): a 503 still comes within the fail-fast bound
         t0 = time.monotonic()
         acquire: float | None = None
-        work = _Work()    # outside work done for this message (kept across retries)
+        work = Work()    # outside work done for this message (kept across retries)
         for attempt in range(self.ATTEMPTS):
             try:
                 return self._handle(msg, acquire, work, on_conversation)
@@ -353,17 +241,17 @@ class Pipeline:
                 raise
         raise AssertionError("unreachable")
 
-    def _handle(self, msg: InboundMessage, acquire: float | None = None, work: _Work | None = None,
+    def _handle(self, msg: InboundMessage, acquire: float | None = None, work: Work | None = None,
                 on_conversation=None) -> tuple[dict[str, Any], bool]:
         t0 = time.perf_counter()
-        work = _Work() if work is None else work
+        work = Work() if work is None else work
         passes = 1
-        scope = _Pass(work, may_defer=passes < self.MAX_PASSES)
+        scope = Pass(work, may_defer=passes < self.MAX_PASSES)
         while True:
-            token = _PASS.set(scope)
+            token = CURRENT_PASS.set(scope)
             try:
                 outcome = self._attempt(msg, acquire, scope, t0, on_conversation)
-            except _RollBack:
+            except RollBack:
                 outcome = None
             except (Problem, DatabaseUnavailable, *LOST_RACE):
                 raise
@@ -374,18 +262,18 @@ class Pipeline:
                     raise
                 outcome = None
             finally:
-                _PASS.reset(token)
+                CURRENT_PASS.reset(token)
             if outcome is not None:
                 return outcome
             # the pass asked for slow work: it runs now, with no lock and no connection held
             self._run_outside(scope)
             passes += 1
-            scope = _Pass(work, may_defer=passes < self.MAX_PASSES)
+            scope = Pass(work, may_defer=passes < self.MAX_PASSES)
 
-    def _run_outside(self, scope: _Pass) -> None:
+    def _run_outside(self, scope: Pass) -> None:
         """The pass's wanted work, in parallel, each item until its deadline (a late one: OutsideDeadline)."""
         t = time.perf_counter()
-        futures = {key: (_OUTSIDE.submit(compute), until) for key, (compute, until) in scope.wanted.items()}
+        futures = {key: (OUTSIDE.submit(compute), until) for key, (compute, until) in scope.wanted.items()}
         for key, (future, until) in futures.items():
             wait = None if until is None else max(0.0, until - time.monotonic())
             try:
@@ -397,7 +285,7 @@ class Pipeline:
         scope.work.outside_runs += 1
         self.metrics.stage_seconds.labels("outside").observe(time.perf_counter() - t)
 
-    def _attempt(self, msg: InboundMessage, acquire: float | None, scope: _Pass, t0: float, on_conversation=None):
+    def _attempt(self, msg: InboundMessage, acquire: float | None, scope: Pass, t0: float, on_conversation=None):
         scope.committed.clear()     # what an earlier attempt of this pass noted did not commit
         try:
             with self.pool.connection(acquire) as conn:
@@ -409,7 +297,7 @@ class Pipeline:
                     if ctx is None:
                         return response, True
                     if scope.wanted:
-                        raise _RollBack()
+                        raise RollBack()
                     if result.reject is not None:   # refused (a quota): rolled back, nothing stored
                         raise _Refused(result.reject)
                 self.metrics.messages.labels(channel_label(msg.channel)).inc()   # committed
@@ -434,15 +322,36 @@ class Pipeline:
         return response, False
 
     # a new conversation's id comes from its channel and external id, so every pass of its first turn (and a
-    # repeat after a crash) makes the same row: what the pass did outside (an audited tool call) names it
-    _CONVERSATION = """
+    # repeat after a crash) makes the same row: what the pass did outside (an audited tool call) names it.
+    # Two unique keys can clash (the id and (channel, external id)), and ON CONFLICT with one target raises on
+    # the other when first turns race: the insert yields to any clash, and the row is then taken by its key.
+    _NEW_CONVERSATION = """
         INSERT INTO conversations (id, channel, external_id, customer_id)
         VALUES (%s, %s, %s, %s)
-        ON CONFLICT (channel, external_id) DO UPDATE
-            SET updated_at = CASE WHEN conversations.customer_id = EXCLUDED.customer_id THEN now()
-                                  ELSE conversations.updated_at END
+        ON CONFLICT DO NOTHING
         RETURNING id, channel, external_id, customer_id, state, session_no, metadata
     """
+    _KNOWN_CONVERSATION = """
+        UPDATE conversations
+        SET updated_at = CASE WHEN customer_id = %s THEN now() ELSE updated_at END
+        WHERE channel = %s AND external_id = %s
+        RETURNING id, channel, external_id, customer_id, state, session_no, metadata
+    """
+
+    def _upsert_conversation(self, conn, channel: str, external_id: str, customer_id: str) -> dict[str, Any]:
+        """The conversation row, made if new, locked either way (the insert or the update holds its lock)."""
+        for attempt in range(self.ATTEMPTS):
+            row = conn.execute(self._KNOWN_CONVERSATION, (customer_id, channel, external_id)).fetchone()
+            if row is not None:
+                return row
+            # the id is taken without the key when a forgotten conversation (router.ops.privacy) kept it: the
+            # next attempt's id is as deterministic, so a later pass of this turn makes the same row again
+            row = conn.execute(self._NEW_CONVERSATION, (_conversation_id(channel, external_id, attempt), channel,
+                                                        external_id, customer_id)).fetchone()
+            if row is not None:
+                return row
+            # another turn made it meanwhile (its insert committed first): it is taken by its key next time
+        raise LookupError(f"conversation {channel}/{external_id} could be neither made nor found")
 
     def _conversation(self, conn, msg: InboundMessage) -> dict[str, Any]:
         """The message's conversation row, locked (the upsert locks it), and always the message's customer's.
@@ -451,22 +360,19 @@ class Pipeline:
         racing for a new conversation id cannot both get it. Another customer's message is refused (409, and the
         rollback stores nothing) or goes to that customer's own conversation ``<id>~<customer id>``, by policy.
         """
-        conversation = conn.execute(self._CONVERSATION, (_conversation_id(msg.channel, msg.conversation_external_id),
-                                                         msg.channel, msg.conversation_external_id,
-                                                         msg.customer_id)).fetchone()
+        conversation = self._upsert_conversation(conn, msg.channel, msg.conversation_external_id, msg.customer_id)
         if conversation["customer_id"] == msg.customer_id:
             return conversation
         if self.owner(msg.channel) == "separate":
             own = f"{msg.conversation_external_id}{SEPARATOR}{msg.customer_id}"
-            conversation = conn.execute(self._CONVERSATION, (_conversation_id(msg.channel, own), msg.channel, own,
-                                                             msg.customer_id)).fetchone()
+            conversation = self._upsert_conversation(conn, msg.channel, own, msg.customer_id)
             if conversation["customer_id"] == msg.customer_id:
                 return conversation
         self.metrics.refused.labels("conversation_owner").inc()
         raise Problem(409, "This conversation belongs to another customer: start a new conversation id.",
                       title="Conflict")
 
-    def _turn(self, conn, msg: InboundMessage, on_conversation=None, work: _Work | None = None):
+    def _turn(self, conn, msg: InboundMessage, on_conversation=None, work: Work | None = None):
         """The turn inside its transaction: (response, ctx, result); ctx None for an already-answered retry."""
         conversation = self._conversation(conn, msg)
         if on_conversation is not None:
@@ -530,7 +436,7 @@ class Pipeline:
         return {"message": message["id"], "state": conversation["state"], "session": conversation["session_no"],
                 "tickets": row["tickets"]}
 
-    def _moved(self, conn, conversation: dict[str, Any], message: dict[str, Any], work: _Work) -> str | None:
+    def _moved(self, conn, conversation: dict[str, Any], message: dict[str, Any], work: Work) -> str | None:
         """Why the conversation moved on since the turn's first pass (None: it did not, or nothing ran outside)."""
         now = self._mark(conn, conversation, message)
         if work.mark is None or work.outside_runs == 0:
@@ -547,7 +453,7 @@ class Pipeline:
             return "its tickets changed meanwhile (an agent claimed or closed one)"
         return None
 
-    def _superseded(self, conversation: dict[str, Any], why: str, work: _Work) -> TurnResult:
+    def _superseded(self, conversation: dict[str, Any], why: str, work: Work) -> TurnResult:
         """The turn of a message the conversation moved past while its outside work ran: stored, not decided;
         that work's results are not applied (a tool call keeps its audit row)."""
         log.info("turn of message %s superseded: %s", work.mark and work.mark.get("message"), why)

@@ -174,3 +174,54 @@ def test_a_telegram_group_member_never_speaks_in_another_members_conversation(se
     else:
         assert r.status_code == 409 and r.headers["content-type"].startswith(PROBLEM)
         assert len(convs) == 1 and len(routes) == 1 and len(texts) == 1
+
+
+def test_a_first_turn_waiting_on_anothers_uncommitted_insert_takes_the_row_it_made(services):
+    """The race's narrow window made wide: one first turn has inserted the conversation and not committed; the
+    other's insert must wait, yield to it and take the row by its key (not fail on the id both derived)."""
+    from router.app.factory import create_app
+
+    with TestClient(create_app(services=services)):
+        pipeline = services.pipeline
+        got: dict[str, object] = {}
+        with services.pool.connection() as first, first.transaction():
+            mine = pipeline._upsert_conversation(first, "web", "held", "u1")
+
+            def second() -> None:
+                try:
+                    with services.pool.connection() as conn, conn.transaction():
+                        got["row"] = pipeline._upsert_conversation(conn, "web", "held", "u2")
+                except Exception as exc:  # noqa: BLE001 - the assertion below names it
+                    got["error"] = exc
+
+            t = threading.Thread(target=second)
+            t.start()
+            t.join(0.5)
+            assert t.is_alive(), "the second insert did not wait for the first transaction"
+        t.join(10)
+    assert "error" not in got, got.get("error")
+    assert got["row"]["id"] == mine["id"] and got["row"]["customer_id"] == "u1"
+
+
+def test_a_forgotten_conversations_external_id_starts_a_new_conversation(services):
+    """Forgetting a customer renames their conversation but keeps its id, which is derived from the old
+    external id: a new message under that external id makes a new row (another derived id), never a 500."""
+    from router.app.factory import create_app
+    from router.ops.privacy import forget
+    from router.schemas import InboundMessage
+
+    with TestClient(create_app(services=services)):
+        pipeline = services.pipeline
+
+        def send(n: int) -> dict:
+            return pipeline.handle(InboundMessage(channel="web", conversation_external_id="again", customer_id="u1",
+                                                  message_external_id=f"again-{n}", text="hello"))[0]
+
+        first = send(1)
+        with services.pool.connection() as conn, conn.transaction():
+            forget(conn, "u1")
+        second = send(2)
+        assert send(3)["conversation_id"] == second["conversation_id"]
+    assert second["conversation_id"] != first["conversation_id"]
+    convs = rows(services.pool, "SELECT id::text AS id, external_id FROM conversations ORDER BY created_at")
+    assert [c["external_id"] for c in convs] == [f"forgotten:{first['conversation_id']}", "again"]

@@ -125,7 +125,8 @@ def test_the_customers_next_message_during_a_slow_call_wins_and_nothing_is_held(
 
 
 def test_an_agent_claiming_the_conversation_during_a_call_wins(slow):
-    from router.turn.pipeline import PENDING, Pipeline, outside_transaction
+    from router.turn.passes import PENDING, outside_transaction
+    from router.turn.pipeline import Pipeline
 
     from automation.tools import Caller
 

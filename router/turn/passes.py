@@ -1,0 +1,128 @@
+"""A turn's passes: slow work a decision wants runs between them, with no lock and no connection held.
+
+The pipeline (router.turn.pipeline) runs a turn as one or more passes of the same transaction's work; code
+inside a pass asks for slow work through :func:`outside_transaction` (the pass is then rolled back, the work
+runs, and the next pass gets its result), for values computed once per message through :func:`per_turn`, and
+for counts that must see a committed turn through :func:`when_committed`. Kept apart from the pipeline so
+deciders and ports depend on this small surface, not on the pipeline that runs them.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from collections.abc import Callable, Hashable
+from contextvars import ContextVar
+from typing import Any
+
+#: what :func:`outside_transaction` returns during a first pass: the value comes with the next pass
+PENDING = object()
+
+
+class OutsideDeadline(TimeoutError):
+    """The outside work did not finish within its deadline; it may still finish (and record itself) later."""
+
+
+class Work:
+    """What one message's turn keeps across its passes and its repeats after a lost connection."""
+
+    def __init__(self) -> None:
+        self.ready: dict[Hashable, tuple[bool, Any]] = {}   # key -> (ok, value or exception)
+        self.memo: dict[Hashable, Any] = {}                 # per_turn values
+        self.mark: dict[str, Any] | None = None             # the conversation as the first pass saw it
+        self.outside_runs = 0                               # passes that ran outside work
+
+
+class Pass:
+    """The outside-the-transaction work asked for in one pass (results so far live in the turn's Work)."""
+
+    def __init__(self, work: Work, may_defer: bool):
+        self.work = work
+        self.ready = work.ready
+        self.may_defer = may_defer
+        self.wanted: dict[Hashable, tuple[Callable[[], Any], float | None]] = {}
+        self.committed: list[Callable[[], None]] = []    # when_committed: run after this pass's commit
+
+
+class RollBack(Exception):
+    """Raised inside the transaction to discard a pass whose decision waits for outside work."""
+
+
+CURRENT_PASS: ContextVar[Pass | None] = ContextVar("switchboard_turn_pass", default=None)
+
+
+class NotComputed(LookupError):
+    """The work was not done before this pass (the decision asked for other work under the lock)."""
+
+
+def outside_transaction(key: Hashable, compute: Callable[[], Any], *,
+                        available: Callable[[], bool] | None = None, until: float | None = None) -> Any:
+    """The result of ``compute()``, run where no conversation lock or pooled connection is held.
+
+    Outside a turn it is simply called. In a turn's pass it is only noted and :data:`PENDING` is
+    returned (the pass is then rolled back and ``compute`` runs with nothing held); in the next pass the
+    result for the same ``key`` is returned (or its exception raised). A key asked for when no further pass
+    is allowed is never computed inside the transaction: :class:`NotComputed` (the caller decides without it).
+    ``available`` is asked before deferring: when it says no (e.g. every slot of a rate-limited service
+    is busy) nothing is deferred and :class:`NotComputed` is raised at once, sparing the turn a second pass.
+    ``until`` (``time.monotonic()`` seconds): the next pass gets :class:`OutsideDeadline` if ``compute``
+    has not returned by then (it keeps running on its own thread, holding nothing of the turn's).
+    """
+    scope = CURRENT_PASS.get()
+    if scope is None:
+        return compute()
+    if key in scope.ready:
+        ok, value = scope.ready[key]
+        if ok:
+            return value
+        raise value
+    if until is not None and time.monotonic() >= until:
+        raise OutsideDeadline("the turn's deadline for this work has passed")
+    if scope.may_defer and (available is None or available()):
+        scope.wanted.setdefault(key, (compute, until))
+        return PENDING
+    raise NotComputed("not computed before the turn's transaction")
+
+
+def when_committed(fn: Callable[[], None]) -> None:
+    """Run ``fn`` once the turn's transaction has committed (a counter of what the turn did); at once outside a
+    turn. A pass rolled back for outside work, a refused or retried attempt never runs it: counted once."""
+    scope = CURRENT_PASS.get()
+    if scope is None:
+        fn()
+        return
+    scope.committed.append(fn)
+
+
+def per_turn(key: Hashable, compute: Callable[[], Any]) -> Any:
+    """``compute()`` once per message's turn, reused by its later passes (outside a turn: simply called).
+
+    For what depends on the message alone (its classification): a pass repeated for outside work or after
+    a lost connection does not pay for it again.
+    """
+    scope = CURRENT_PASS.get()
+    if scope is None:
+        return compute()
+    memo = scope.work.memo
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]
+
+
+def tool_port(deadline: Callable[[], float]) -> Callable[[Hashable, Callable[[], Any]], Any]:
+    """The workflow engine's outside port (automation.workflows.outside): its tool calls and memory loads run
+    between the turn's passes, all of one turn within ``deadline()`` seconds of its first call."""
+    from automation.workflows.outside import PENDING as CALL_PENDING
+
+    def port(key: Hashable, compute: Callable[[], Any]) -> Any:
+        budget = per_turn(("tools", "budget"), lambda: {"started": time.monotonic(), "seconds": 0.0})
+        # the largest allowance seen in the turn holds (one that included opening a session stays)
+        budget["seconds"] = max(budget["seconds"], deadline())
+        got = outside_transaction(key, compute, until=budget["started"] + budget["seconds"])
+        return CALL_PENDING if got is PENDING else got
+
+    return port
+
+
+#: threads that run turns' outside work (a call that outlives its deadline finishes here on its own)
+OUTSIDE = concurrent.futures.ThreadPoolExecutor(max_workers=128, thread_name_prefix="turn-outside")
