@@ -9,16 +9,12 @@ rule covers "退款", "退款" typed full-width, and "退款" written in traditi
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass
 
 from router.classify.intents import IntentConfig
-from text.normalise import normalise, to_simplified
+from text.normalise import normalise
 
 _ASCII_WORD = re.compile(r"[A-Za-z0-9]")
-
-
-_TO_SIMPLIFIED = to_simplified
 
 
 def fold(text: str) -> str:
@@ -70,8 +66,9 @@ class RuleMatcher:
         for intent in config.intents:
             for rule in intent.rules:
                 if rule.type == "regex":
-                    # patterns are written against folded text too, so fold their literal CJK
-                    regex = re.compile(_TO_SIMPLIFIED(unicodedata.normalize("NFKC", rule.pattern)),
+                    # patterns are matched against folded text, so their literal CJK and width are folded
+                    # the same way (case is left to IGNORECASE: folding would change escapes like \S)
+                    regex = re.compile(normalise(rule.pattern, case="keep", simplify="always", spaces="keep"),
                                        re.IGNORECASE)
                     source: str | tuple[str, ...] = rule.pattern
                 else:
