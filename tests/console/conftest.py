@@ -16,8 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 CHROMIUM = "/usr/bin/chromium"
+# the page's own waits are 15 s (set_default_timeout below); expect() has its own 5 s default, too short for a
+# first render while the machine's other work (a test run beside this one) holds both cores
+expect.set_options(timeout=15_000)
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 _classifiers: dict[str, Any] = {}
