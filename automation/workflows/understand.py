@@ -67,11 +67,6 @@ def yes_no(text: str, entities: dict[str, Any] | None = None) -> bool | None:
     return None
 
 
-def is_cancel(text: str) -> bool:
-    t = norm(text)
-    return any(t == c or t.startswith(c) or (len(c) > 3 and c in t) for c in CANCEL)
-
-
 # A change of mind, wherever it stands in the message ("wait, never mind", "等等，算了，不取消了"): the customer
 # drops the task. Phrases, not single words, so an answer that merely contains "no" or "keep" is not one.
 _CHANGE_OF_MIND = re.compile(
@@ -92,10 +87,15 @@ _MIND_FILLER = re.compile(r"\b(?:wait|hmm+|um+|oh|ah|actually|sorry|no|nope|plea
 
 
 def changes_mind(text: str, *, whole: bool = False) -> bool:
-    """A change of mind or a cancel ("never mind", "actually no, I changed my mind, keep it", "等等，算了，不取消了").
+    """The one reader of a customer dropping the task: a cancel command ("cancel", "取消…", "stop" leading the
+    message, "never mind" anywhere) or a change of mind ("actually no, I changed my mind, keep it", "等等，算了，
+    不取消了").
 
-    ``whole``: for steps where any text is an answer (a title, a tax id "not needed"): only a clear change of
-    mind that is (nearly) the whole message."""
+    ``whole``: for steps where any text is an answer (a title, a tax id "not needed"): besides a command, only a
+    clear change of mind that is (nearly) the whole message."""
+    folded = norm(text)
+    if any(folded == c or folded.startswith(c) or (len(c) > 3 and c in folded) for c in CANCEL):
+        return True
     t = normalise(text, case="keep", simplify="never", spaces="keep").strip()
     if not t or len(t) > 200:
         return False
