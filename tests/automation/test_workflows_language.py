@@ -280,3 +280,42 @@ def test_a_cel_error_escalates_plainly_and_claims_no_success(turn, approvals, db
     assert t.status == "escalated" and t.handoff is not None
     assert "went wrong" in t.reply and "Done" not in t.reply
     assert "index out of bounds" in t.handoff.reason
+
+
+# ------------------------------------------------------------------ 8. words said before the question (`text:`)
+
+SAID = """\
+workflows:
+  said:
+    slots:
+      line: {}
+    steps:
+      - id: pick_line
+        choose: line
+        options: "['Garden Hose (green)', 'Rain Boots (black)', 'Desk Lamp (brass)']"
+        label: "{{ option }}"
+        text: message
+        prompt: {zh: "是哪一件？", en: "Which item is it?"}
+      - {id: done, end: completed, reply: "{{ slots.line }}"}
+"""
+
+
+def _meaning(text: str, docs: list[str]) -> list[float]:
+    """A similarity that finds the hose in anything about watering: what an encoder might say, with no word to show."""
+    return [0.95 if "Hose" in d and "water" in text else 0.1 for d in docs]
+
+
+@pytest.mark.parametrize("said, reply", [
+    ("return the hose please, and refund it to my gift card", "Garden Hose (green)"),   # the rest names nothing here
+    ("I bought it in brass, the one for my desk", "Desk Lamp (brass)"),
+    ("return the hose and the boots", None),          # two options named: asked, never the one named first
+    ("the green boots", None),                        # half of it describes another option
+    ("the thing I water the plants with", None),      # meaning alone, no word of an option: asked
+])
+def test_words_said_before_the_question_are_held_to_the_evidence_floor(turn, approvals, said, reply):
+    engine = FlowEngine(parse_workflows(SAID, file="said.yaml"), None, approvals, similarity=_meaning)
+    t = turn(engine.start, "said", ANN, said, {}, "en")
+    if reply is None:
+        assert (t.status, t.step) == ("waiting", "pick_line"), t.reply
+    else:
+        assert (t.status, t.reply) == ("completed", reply)

@@ -17,9 +17,8 @@ from automation.workflows.steps.base import Outcome, StepContext, StepKind
 
 Rows = tuple[list[str], list[list[str]], dict[str, list[str]]]
 # words said before the question (a whole request: "ship W1001 to the same address as my other order") also
-# name other things: one word that tells the options apart is enough there; an answer to the question is held
-# to understand.EVIDENCE_FLOOR
-FROM_TEXT_FLOOR = 0.01
+# name other things: they are held to the same floor (understand.EVIDENCE_FLOOR) over the words that describe
+# an option at all, and never chosen by meaning alone (the encoder has no words to show for it)
 
 
 def options(run: FlowRun, step: Step) -> list[Any]:
@@ -255,8 +254,7 @@ class Choose(StepKind):
                 inst["slots"][name] = value_of(run, step, opts[cheap])
                 return "next"
             ids, texts = option_texts(run, step, opts)
-            ch = U.choose(said, ids, texts, similarity=None if optional else run.services.similarity,
-                          floor=FROM_TEXT_FLOOR, head=False)
+            ch = U.choose(said, ids, texts, head=False, relevant=True)
             if ch.index is not None and (not optional or ch.how in ("id", "exact")):
                 inst["slots"][name] = value_of(run, step, opts[ch.index])
                 inst["history"].append({"step": step.id, "event": "chose", "index": ch.index,

@@ -40,6 +40,7 @@ class SelectSpec(StepSpec):
     keep: str | None = None                # CEL: the current options, kept where possible
     order: dict[str, Any] | None = None    # axis -> [values in order] or {values, words}: "one size smaller"
     prefer: list[str] | None = None        # CEL over `option`: the shop's soft wants (true adds 0.5, a number itself)
+    like: str | None = None                # CEL: other records a relative target names ({names, options} each)
     prompt: Any = None
     refuse: Any = None                     # said when there is nothing to pick from
     auto_single: bool = False
@@ -103,7 +104,7 @@ class Select(StepKind):
         for key in ("value", "option_id", "count", "traits"):
             if key in raw:
                 ck.expr(raw[key], p + (key,), {"option"})
-        for key in ("text", "keep"):
+        for key in ("text", "keep", "like"):
             if key in raw:
                 ck.expr(raw[key], p + (key,))
         for listed in ("match", "prefer"):
@@ -115,8 +116,8 @@ class Select(StepKind):
         if order is not None and not (isinstance(order, dict) and all(
                 isinstance(v, list) or (isinstance(v, dict) and isinstance(v.get("values"), list)) for v in order.values())):
             ck.err(p + ("order",), "order maps an option axis to its values in order (a list, or {values, words})")
-        if ("order" in raw or "keep" in raw or "prefer" in raw) and "traits" not in raw:
-            ck.err(p + ("traits",), "order, keep and prefer read the records' traits: add traits (CEL over 'option')")
+        if ("order" in raw or "keep" in raw or "prefer" in raw or "like" in raw) and "traits" not in raw:
+            ck.err(p + ("traits",), "order, keep, prefer and like read the records' traits: add traits (CEL over 'option')")
         for flag in ("one", "auto_single"):
             if flag in raw and not isinstance(raw[flag], bool):
                 ck.err(p + (flag,), f"{flag} is true or false")
@@ -149,8 +150,11 @@ class Select(StepKind):
                 cols = evaluate_columns([opts[i] for i in pool], "option", list(sp.prefer), scope)
                 bonus = [sum(RC.PREFER_WEIGHT if v is True else float(v) if isinstance(v, (int, float))
                              and not isinstance(v, bool) else 0.0 for v in (col[j] for col in cols)) for j in range(len(pool))]
+            like = evaluate(sp.like, scope) if sp.like else None
+            if like is not None and not isinstance(like, list):
+                raise ExpressionError(f"{sp.like}: like must be a list of {{names, options}}")
             pick, _ = RC.variant_pick(text, [dict(t or {}) for t in traits], dict(current or {}), sp.order or {},
-                                      R.VOCABULARY.get(), bonus)
+                                      R.VOCABULARY.get(), bonus, [dict(r) for r in like] if like is not None else None)
             pick.chosen = [pool[j] for j in pick.chosen]
             pick.candidates = [pool[j] for j in pick.candidates] if pick.candidates else list(pool)
             return pick
