@@ -82,7 +82,8 @@ def reading(run: FlowRun, gone: str | None, text: str, entities: dict[str, Any],
     if strength == "strong" or (strength == "weak" and not U.is_question(text)):
         return "answer"   # a fuzzy choice ("the one with the boots") answers even when it sounds like a topic
     if U.is_correction(text) and (A.correction(instance, wf, text, entities, skip=step.arg) is not None or (
-            step.kind == "confirm" and A.free_correction(instance, wf, step, text) is not None)):
+            step.kind == "confirm" and A.free_correction(instance, wf, step, text) is not None)
+            or A.repick(run, step, text, dry=True) is not None):
         return "correction"
     if other:
         return "digression"

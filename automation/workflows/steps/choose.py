@@ -184,7 +184,7 @@ class Choose(StepKind):
                     return resolved
             run.prompt(step, again=False)
             return "wait"
-        fix = A.fix(inst, wf, step, text, entities)
+        fix = A.fix(inst, wf, step, text, entities, run)
         if fix:
             return fix
         if step.get("required") is False and U.is_none_of_these(text):   # "none of these" / "都不是": null
