@@ -310,6 +310,7 @@ def _meaning(text: str, docs: list[str]) -> list[float]:
     ("I bought it in brass, the one for my desk", "Desk Lamp (brass)"),
     ("return the hose and the boots", None),          # two options named: asked, never the one named first
     ("the green boots", None),                        # half of it describes another option
+    ("the green garden hose with the black boots", None),   # two things named: asked, not the one with more words
     ("the thing I water the plants with", None),      # meaning alone, no word of an option: asked
 ])
 def test_words_said_before_the_question_are_held_to_the_evidence_floor(turn, approvals, said, reply):

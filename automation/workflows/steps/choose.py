@@ -17,8 +17,10 @@ from automation.workflows.steps.base import Outcome, StepContext, StepKind
 
 Rows = tuple[list[str], list[list[str]], dict[str, list[str]]]
 # words said before the question (a whole request: "ship W1001 to the same address as my other order") also
-# name other things: they are held to the same floor (understand.EVIDENCE_FLOOR) over the words that describe
-# an option at all, and never chosen by meaning alone (the encoder has no words to show for it)
+# name other things: only the words that describe an option at all count, three in four of them must describe
+# the one taken (two things named, "the green garden hose with the black boots", are asked between), and never
+# by meaning alone (the encoder has no words to show for it); asking is the fallback
+FROM_TEXT_FLOOR = 0.75
 
 
 def options(run: FlowRun, step: Step) -> list[Any]:
@@ -254,7 +256,7 @@ class Choose(StepKind):
                 inst["slots"][name] = value_of(run, step, opts[cheap])
                 return "next"
             ids, texts = option_texts(run, step, opts)
-            ch = U.choose(said, ids, texts, head=False, relevant=True)
+            ch = U.choose(said, ids, texts, head=False, relevant=True, floor=FROM_TEXT_FLOOR)
             if ch.index is not None and (not optional or ch.how in ("id", "exact")):
                 inst["slots"][name] = value_of(run, step, opts[ch.index])
                 inst["history"].append({"step": step.id, "event": "chose", "index": ch.index,
