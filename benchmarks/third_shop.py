@@ -73,7 +73,8 @@ def run(dsn: str, k: int, only: list[str], quiet: bool) -> dict:
                 unconfirmed += len(v.unconfirmed)
                 weak_wrong += len(v.weak_wrong)
                 if not v.right:
-                    failures.append({"case": case["id"], "first": first, "problems": v.problems[:3]})
+                    failures.append({"case": case["id"], "first": first, "problems": v.problems[:3],
+                                     "last_reply": v.replies[-1] if v.replies else ""})
             per_case[case["id"]] = (case["workflow"], trials)
     finally:
         gateway.close()
@@ -105,7 +106,7 @@ def run(dsn: str, k: int, only: list[str], quiet: bool) -> dict:
         print(f"writes without confirmation: {unconfirmed}; wrong writes after weak evidence: {weak_wrong}; "
               f"{trials_total} trials in {seconds:.0f} s")
         for f in failures:
-            print(f"FAILED {f['case']} ({f['first']!r}): {f['problems']}")
+            print(f"FAILED {f['case']} ({f['first']!r}): {f['problems']} (last reply: {f['last_reply']!r})")
     return out
 
 

@@ -14,10 +14,9 @@ shop does not repeat the write. The bot states an action only from the tool's re
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any, Callable
 
 from automation.tools.base import Caller, ToolGateway
@@ -26,6 +25,7 @@ from automation.workflows import requests as R
 from automation.workflows import store
 from automation.workflows import understand as U
 from automation.workflows.expr import ExpressionError, evaluate_bool
+from automation.workflows.listening import CLAIMED, READINGS, Listening, offered, reading as read_message  # noqa: F401
 from automation.workflows.model import Workflow, WorkflowSet
 from automation.workflows.outside import Outside, inline
 from automation.workflows.runtime import (ApprovalPort, ApprovalRequest, FlowRun, FlowTurn, HandoffRequest,  # noqa: F401
@@ -36,27 +36,6 @@ from automation.workflows.steps.confirm import action_slots
 from automation.workflows.store import Instance
 
 MAX_STEPS_PER_TURN = 400
-
-# What a waiting flow reads a customer's message as, before any classifier or escalation rule judges it:
-#   answer      a value for the step (a slot, a choice, yes/no)
-#   correction  a new value for an earlier answer ("no, make it 30", "不对，地址是…")
-#   cancel      a change of mind ("never mind", "算了，不取消了")
-#   waiting     a message while a person reviews the request (approval pending)
-#   digression  a confident other topic: served, then the flow asks its question again
-#   unclear     none of these: the step asks again with a hint (at most MAX_ATTEMPTS, then a person)
-# The first five are the flow's own: the router's "unclear turn" and "repeated question" rules never count them.
-READINGS = ("answer", "correction", "cancel", "waiting", "digression", "unclear")
-CLAIMED = frozenset({"answer", "correction", "cancel", "waiting", "unclear"})
-
-
-@dataclass
-class Listening:
-    """What the conversation's waiting flow made of this turn's message: read once, before the turn's
-    classifier and escalation rules judge it, and handed back to ``on_message`` so it is not read again."""
-
-    instance: Instance
-    reading: str
-
 
 class FlowEngine:
     def __init__(self, workflows: WorkflowSet, tools: ToolGateway, approvals: ApprovalPort, *,
@@ -166,10 +145,7 @@ class FlowEngine:
         run.quick = [t("confirm_yes", lang), t("confirm_no", lang)]
         return run.to_turn()
 
-    @staticmethod
-    def offered(instance: Instance | None) -> bool:
-        """Is ``instance`` an offer the customer has not taken up yet?"""
-        return bool(instance and instance["status"] == "waiting" and (instance.get("pending") or {}).get("offer"))
+    offered = staticmethod(offered)   # is an instance an offer the customer has not taken up yet?
 
     def lapse(self, conn: Any, instance: Instance) -> None:
         """The customer moved on without answering the offer: it ends quietly (cancelled, outcome ``lapsed``)."""
@@ -217,50 +193,7 @@ class FlowEngine:
         bot's own question ("50", "是的", an invoice title) is the flow's, never an unclear new message."""
         wf, gone = self._pinned(Instance(**{**instance, "history": list(instance.get("history") or [])}))
         run = self._flow_run(None, instance, wf, None, instance.get("lang") or "en")
-        return self._reading(run, gone, text, entities or {}, intent, intent_confidence)
-
-    def _reading(self, run: FlowRun, gone: str | None, text: str, entities: dict[str, Any], intent: str | None,
-                 intent_confidence: float | None) -> str:
-        instance, wf = run.inst, run.wf
-        if gone:
-            return "unclear"
-        if instance["status"] == "waiting_approval":
-            return "cancel" if U.is_cancel(text) or U.changes_mind(text) else "waiting"
-        if self.offered(instance):   # the bot's own question "shall I start it?": yes, no, or something else
-            said = U.yes_no(text, entities)
-            if said is True and not U.is_question(text):
-                return "answer"
-            if said is False or U.is_cancel(text) or U.changes_mind(text, whole=True):
-                return "cancel"
-            return "digression"
-        step = wf.steps.get(instance["step"]) if instance["step"] else None
-        if step is None or step.kind not in WAITING_KINDS or instance["status"] != "waiting":
-            return "answer"
-        kind = REGISTRY[step.kind]
-        try:
-            strength = kind.strength(run, step, text, entities)
-        except ExpressionError:
-            return "unclear"
-        free = kind.free_text(wf, step)
-        mind = U.changes_mind(text, whole=free)
-        if mind and step.kind == "confirm" and U.yes_no(text, entities) is not True \
-                and not (U.is_correction(text) and A.correction(instance, wf, text, entities) is not None):
-            return "cancel"   # "no thanks, leave it as it is" at a confirmation drops the task, not just this value
-        if strength != "strong" and (mind or U.is_cancel(text)):
-            return "cancel"
-        other = (intent is not None and intent_confidence is not None and intent_confidence >= self.drift_threshold
-                 and intent not in wf.intents)
-        if other and free and not U.is_question(text) and len(U.norm(text).split()) < 4 \
-                and len(re.findall(r"[\u4e00-\u9fff]", text)) < 6:
-            other = False   # a word or two at a free-text question ("ok" for an address): asked again, not another topic
-        if strength == "strong" or (strength == "weak" and not U.is_question(text)):
-            return "answer"   # a fuzzy choice ("the one with the boots") answers even when it sounds like a topic
-        if U.is_correction(text) and (A.correction(instance, wf, text, entities, skip=step.arg) is not None or (
-                step.kind == "confirm" and A.free_correction(instance, wf, step, text) is not None)):
-            return "correction"
-        if other:
-            return "digression"
-        return "unclear"
+        return read_message(run, gone, text, entities or {}, intent, intent_confidence, self.drift_threshold)
 
     def advance(self, conn: Any, instance: Instance | str, caller: Caller, text: str,
                 entities: dict[str, Any] | None = None, lang: str = "en", intent: str | None = None,
@@ -278,7 +211,7 @@ class FlowEngine:
         if inst["status"] not in store.ACTIVE:
             return None if only_active else run.to_turn()   # type: ignore[return-value]
         if reading is None:
-            reading = self._reading(run, gone, text, entities, intent, intent_confidence)
+            reading = read_message(run, gone, text, entities, intent, intent_confidence, self.drift_threshold)
         inst["lang"] = lang
         inst["pending"]["message"] = text or ""
         if gone:

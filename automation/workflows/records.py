@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from difflib import SequenceMatcher
 from typing import Any
 
 from automation.workflows import requests as R
@@ -275,18 +276,87 @@ def _shift(text: str, units: list[str]) -> int:
     return 0
 
 
+# "the same colour as my other earbuds", "just like the one in H2102", "和另一副一样的", "颜色跟H2102那台一样"
+_LIKE_EN = re.compile(r"(?<![a-z])(?:the\s+)?same\s+(?:(\w+)\s+)?(?:as|like)\s+(.+?)(?=[,;.!?]|$)"
+                      r"|(?<![a-z'])(?!(?:i|d|we|you|they|would|should|could|really|also|do|dont|don't|might|may|will)\s)"
+                      r"[a-z]+\s+like\s+(?:the|my|those|that|this)\s+(.+?)(?=[,;.!?]|$)"
+                      r"|(?<![a-z])match(?:es|ing)?\s+(?:the|my)\s+(.+?)(?=[,;.!?]|$)", re.I)
+_LIKE_ZH = re.compile(r"(?:(颜色|尺码|尺寸|大小|码|材质|材料|容量|内存|款式|型号)\s*)?(?:和|跟|同|与|像)(.+?)(?:一模一样|一样|相同|同款)"
+                      r"(?:的)?(颜色|尺码|尺寸|大小|码|材质|材料|容量|内存|款式|型号)?")
+# words naming an option axis in a relative reference; other words ("kind", "model", "款式") mean every axis
+_AXIS_WORDS = {"颜色": "colour color", "尺码": "size", "尺寸": "size", "大小": "size", "码": "size", "材质": "material",
+               "材料": "material", "容量": "storage capacity", "内存": "storage memory"}
+
+
+def like_target(text: str, records: list[dict[str, Any]], axes: list[str], order: dict[str, Any]) -> tuple[dict[str, str] | None, str, str]:
+    """A relative target over another record ("the same colour as my other earbuds", "跟H2102那台一样的"):
+    (the options it fixes, or None when the words refer to nothing decidable; the reference's text; the words
+    without it). ``records`` are the other records, each ``{names: [phrases], options: {axis: value}}``.
+    Returns ({}, "", text) when the words make no such reference."""
+    t = norm(text)
+    m = _LIKE_EN.search(t)
+    zh = None if m else _LIKE_ZH.search(t)
+    if not m and not zh:
+        return {}, "", text
+    if m:
+        axis_word = m.group(1) or ""
+        ref = next(g for g in (m.group(2), m.group(3), m.group(4)) if g)
+        span = m.span()
+    else:
+        assert zh is not None
+        axis_word, ref, span = _AXIS_WORDS.get(zh.group(1) or zh.group(3) or "", ""), zh.group(2), zh.span()
+    rest = (t[:span[0]] + " " + t[span[1]:]).strip()
+    wanted = [a for a in axes if axis_word and any(
+        _close(w, a) or any(_close(w, u) for u in _axis_words(a, order.get(a))[1]) for w in axis_word.split())]
+    names = [[str(x) for x in (r.get("names") or []) if x is not None] for r in records]
+    pick = resolve(ref, [str(n) for n in range(len(records))], names, by_id=False)
+    chosen = pick.chosen or (pick.candidates if pick.how == "ambiguous" else [])
+    same_kind = [i for i, r in enumerate(records) if set(r.get("options") or {}) == set(axes)]
+    if not pick.named:   # "the other one", "另一副": a record of the same kind (the same option axes)
+        chosen = same_kind
+    elif len(chosen) > 1 and set(chosen) & set(same_kind):   # "the ones I received": those of this kind
+        chosen = [i for i in chosen if i in same_kind]
+    if not chosen:
+        return None, ref, rest
+    fixed: dict[str, str] = {}
+    for axis in (wanted or axes):
+        values = {str((records[i].get("options") or {}).get(axis)) for i in chosen if axis in (records[i].get("options") or {})}
+        if len(values) > 1:
+            return None, ref, rest   # "the other laptop" of two different ones: which is meant is asked
+        if values:
+            fixed[axis] = values.pop()
+    return fixed, ref, rest
+
+
+def _close(a: str, b: str) -> bool:
+    a, b = norm(a), norm(b)
+    return a == b or (len(a) >= 4 and len(b) >= 4 and SequenceMatcher(None, a, b).ratio() >= 0.8)
+
+
 def variant_pick(text: str, traits: list[dict[str, Any]], current: dict[str, Any], order: dict[str, Any],
-                 vocabulary: dict[str, dict[str, list[str]]], bonus: list[float] | None = None) -> tuple[Pick, Wants]:
+                 vocabulary: dict[str, dict[str, list[str]]], bonus: list[float] | None = None,
+                 like: list[dict[str, Any]] | None = None) -> tuple[Pick, Wants]:
     """The variant(s) the words want among ``traits`` (each variant's options): hard wants and the relative
     target must hold; then soft wants (10 each), each current option kept (1 each) and the shop's ``prefer``
     bonus (0.5 per true: a tie-breaker) score; the best is taken when it is the only best, else the best are
-    asked among."""
+    asked among. ``like``: other records a relative target may name ("the same colour as my other earbuds"):
+    the options of the one named are hard wants."""
     axes: dict[str, list[str]] = {}
     for tr in traits:
         for k, v in tr.items():
             if str(v) not in axes.setdefault(k, []):
                 axes[k].append(str(v))
+    fixed: dict[str, str] = {}
+    if like is not None:
+        found, _, text = like_target(text, like, list(axes), order)
+        if found is None:
+            return Pick([], list(range(len(traits))), "ambiguous", True), Wants()
+        fixed = found
     w = wants(text, axes, current, order, vocabulary)
+    for axis, value in fixed.items():
+        w.hard[axis] = value
+        w.soft.pop(axis, None)
+        w.shift.pop(axis, None)
     # a value the shop has words for but this product lacks ("the jacket in red"): wanted, so nothing fits
     lacking = {axis: [str(v) for v in (vocabulary.get(axis) or {}) if str(v) not in values]
                for axis, values in axes.items()}
@@ -341,6 +411,8 @@ def distinct(items: Any) -> list[Any]:
     return out
 
 
+_CLAUSE_CUT = re.compile(r"[,;，；。]")
+_OF_ITEM = re.compile(r"(?<![a-z])(?:version|variant|model|edition)\s+of\s+|(?:版本|版|款)的", re.I)
 _CHANGE_EN = re.compile(r"\s(?:for|to|into|instead of)\s|\sin\s(?!(?:order\s+)?[a-z]{1,4}-?\d|my\s|the\s|your\s|our\s)", re.I)
 _CHANGE_ZH = re.compile(r"换成|改成|换为|改为|变成|换个|换一个|换|改")
 
@@ -351,6 +423,15 @@ def item_part(text: Any) -> str:
     "make the T-shirt" of "make the T-shirt black" (an option word of the vocabulary after the item's noun);
     the whole text when it states no change."""
     raw = str(text or "")
+    clauses = [c for c in _CLAUSE_CUT.split(raw) if c.strip()]
+    wants = [c for c in clauses if R.wants_only(c) and not _EXCEPT_EN.search(c) and not _EXCEPT_ZH.search(c)]
+    if wants and len(wants) < len(clauses):
+        # "我要换黑色的，订单H2003里的耳机", "想要大号的，把外套换一下": a clause that only states the want is no
+        # part of the item, wherever it stands
+        raw = "，".join(c.strip() for c in clauses if c not in wants)
+    of = _OF_ITEM.search(raw)
+    if of:   # "the 512GB version of my laptop", "512G版本的笔记本": the want first, the item after it
+        raw = raw[of.end():] if raw[of.end():].strip(" 。.!！?？") else raw[:of.start()]
     vocab = R.VOCABULARY.get()
     t = norm(raw)
     if len(t) != len(raw):      # positions of the folded text are the text's own only when it kept its length

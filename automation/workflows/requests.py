@@ -27,6 +27,8 @@ _SEPARATORS = re.compile(r"\s*(?:[,;，；。]|\band then\b|\bthen\b|\band also\
 _CHANGE_MARKERS_EN = re.compile(r"\s(?:for|to|into|with)\s", re.I)
 _CHANGE_MARKERS_ZH = re.compile(r"(?:换成|改成|换为|改为|变成|换个|换一个|成)")
 _LEAD_ZH = re.compile(r"^(?:把|将|给我把|帮我把|帮我|我要|我想|请)")
+_BA = re.compile(r"(?:把|将)(.+)$")
+_TAIL_ZH = re.compile(r"(?:我们?)?(?:想要|想|要|希望|打算|需要)$")
 _FOR_ITEM = re.compile(r"\s(?:for|on|of)\s+((?:the|my|this|that|order)\b.*|[A-Z]{1,4}[-#]?\d{3,10}\b.*)$", re.I)
 _PRONOUN = re.compile(r"(?:it|them|this|that|one|this one|that one|those|these)?", re.I)
 _ASKING = re.compile(r"\b(?:i(?:'d| would)? (?:like|want|need) to|i'd like to|can you|could you|please|i want|"
@@ -76,7 +78,14 @@ def split(text: str, kinds: dict[str, list[str]]) -> list[dict[str, Any]]:
                 for s, e in _has(low, w):
                     found.append((s, -(e - s), kind, e))
         if not found:
-            if out and (prefers_cheapest(piece) or _continues_change(out[-1], piece)):
+            if out and not out[-1]["item"] and piece.strip():
+                # "我要换黑色的，订单100234里的耳机": the target came first; this piece names the item
+                out[-1]["item"] = _without_order(piece)
+                out[-1]["order"] = ids[0] if ids else out[-1].get("order")
+                out[-1]["text"] += ", " + piece.strip()
+            elif out and ids and not _without_order(piece):   # "..., 订单100234": the order of the request before
+                out[-1]["order"] = out[-1].get("order") or ids[0]
+            elif out and (prefers_cheapest(piece) or _continues_change(out[-1], piece)):
                 # "..., the cheapest one", "for a large, blue, waterproof one": the request before goes on
                 out[-1]["text"] += ", " + piece.strip()
                 out[-1]["change"] = (out[-1]["change"] + ", " + piece.strip()).strip()
@@ -92,14 +101,48 @@ def split(text: str, kinds: dict[str, list[str]]) -> list[dict[str, Any]]:
         parts = _parts(piece, start, end)
         if lead and _PRONOUN.fullmatch(parts["item"]):
             parts = {"item": lead, "change": lead if parts["change"] == parts["item"] else parts["change"]}
+        elif lead and wants_only(lead) and (parts["change"] == parts["item"] or not _content(parts["change"])):
+            parts["change"] = _content(lead)   # "想要大号的，把H2003的外套换一下": the wanted change, said before the item
         lead = None
         if ids:   # "W1001 的外套": the order id is the request's order, not words about the item
-            parts["item"] = _ORDER_TOKEN.sub("", parts["item"]).strip(" 的:：,")
+            parts["item"] = _without_order(parts["item"])
         out.append({"kind": kind, "text": piece.strip(), **parts, "order": ids[0] if ids else order})
     for i, r in enumerate(out):
         r["index"] = i
         r["cheapest"] = prefers_cheapest(r["text"])
     return out
+
+
+_ORDER_WORDS = re.compile(r"(?:订单号?|(?<![a-z])order\s+)?\s*(?<![A-Za-z0-9])(?:[A-Z]{1,4}[-#]?\d{3,10}|#\d{3,12}|\d{6,12})"
+                          r"(?![A-Za-z0-9])\s*(?:里面的|里的|中的|的|里)?", re.I)
+# a Chinese want said without the item: an attribute made a noun ("黑色的", "大号的") or the shop's option words
+_ZH_TARGET = re.compile(r"^[^，,。]{1,8}的$")
+_ZH_FILLER = re.compile(r"^(?:我|我们)?(?:想要|想|要|希望|需要)?|(?:一下|一个|一副|一件|了|吧)$")
+
+
+def _without_order(text: str) -> str:
+    """The words about an item without the order that holds it ("订单100234的耳机" -> "耳机")."""
+    return _LEAD_ZH.sub("", _ORDER_WORDS.sub(" ", text.strip())).strip(" 的:：,，")
+
+
+def _content(text: str) -> str:
+    return _ZH_FILLER.sub("", _ZH_FILLER.sub("", (text or "").strip(" ，,。"))).strip()
+
+
+def _nouns() -> list[str]:
+    return [w for value, ws in (VOCABULARY.get().get("title") or {}).items() for w in (value, *ws)]
+
+
+def wants_only(text: str) -> bool:
+    """Words that state a wanted option and name no item: "黑色的", "想要大号的", "in black" (the vocabulary's
+    option words, outside its ``title`` group of things)."""
+    t = _norm(_content(text))
+    if not t or any(_has(t, w) for w in _nouns()) or _order_ids(text):
+        return False
+    if _CJK.search(t) and _ZH_TARGET.match(t.rstrip("了吧")):
+        return True
+    return any(_has(t, w) for group, entries in VOCABULARY.get().items() if group != "title"
+               for value, ws in entries.items() for w in (value, *ws))
 
 
 _KEEP = "\u0001"   # a comma inside an address: not a separator
@@ -143,6 +186,12 @@ def _parts(piece: str, start: int, end: int) -> dict[str, str]:
         m_start, m_end = start + zh.start(), start + zh.end()
         item = (piece[:start] + " " + piece[end:m_start] if m_start >= end else piece[:m_start])
         change = piece[m_end:]
+    elif _CJK.search(piece) and (_BA.search(piece[:start]) or wants_only(after) or not _content(after)):
+        # "把100234里的耳机换黑色": the object of 把 is the item, what follows the verb the change;
+        # "黑色的耳机换一副": the item before the verb; "我要换黑色的": a want with no item (a later piece names it)
+        ba = _BA.search(piece[:start])
+        item = ba.group(1) if ba else ("" if _content(after) else piece[:start])
+        change = after if _content(after) else item
     else:
         m = _CHANGE_MARKERS_EN.search(after)
         if m:
@@ -163,7 +212,7 @@ def _parts(piece: str, start: int, end: int) -> dict[str, str]:
                 item = before
                 if not m:
                     change = item
-    item = _LEAD_ZH.sub("", item.strip()).strip(" 的掉了")
+    item = _TAIL_ZH.sub("", _LEAD_ZH.sub("", item.strip()).strip(" 的掉了")).strip(" 的")
     change = change.strip(" 的")
     return {"item": item.strip(), "change": change.strip() or item.strip()}
 

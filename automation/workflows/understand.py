@@ -67,11 +67,6 @@ def yes_no(text: str, entities: dict[str, Any] | None = None) -> bool | None:
     return None
 
 
-def is_cancel(text: str) -> bool:
-    t = norm(text)
-    return any(t == c or t.startswith(c) or (len(c) > 3 and c in t) for c in CANCEL)
-
-
 # A change of mind, wherever it stands in the message ("wait, never mind", "等等，算了，不取消了"): the customer
 # drops the task. Phrases, not single words, so an answer that merely contains "no" or "keep" is not one.
 _CHANGE_OF_MIND = re.compile(
@@ -92,10 +87,15 @@ _MIND_FILLER = re.compile(r"\b(?:wait|hmm+|um+|oh|ah|actually|sorry|no|nope|plea
 
 
 def changes_mind(text: str, *, whole: bool = False) -> bool:
-    """A change of mind or a cancel ("never mind", "actually no, I changed my mind, keep it", "等等，算了，不取消了").
+    """The one reader of a customer dropping the task: a cancel command ("cancel", "取消…", "stop" leading the
+    message, "never mind" anywhere) or a change of mind ("actually no, I changed my mind, keep it", "等等，算了，
+    不取消了").
 
-    ``whole``: for steps where any text is an answer (a title, a tax id "not needed"): only a clear change of
-    mind that is (nearly) the whole message."""
+    ``whole``: for steps where any text is an answer (a title, a tax id "not needed"): besides a command, only a
+    clear change of mind that is (nearly) the whole message."""
+    folded = norm(text)
+    if any(folded == c or folded.startswith(c) or (len(c) > 3 and c in folded) for c in CANCEL):
+        return True
     t = normalise(text, case="keep", simplify="never", spaces="keep").strip()
     if not t or len(t) > 200:
         return False
@@ -235,10 +235,14 @@ def _word_hit(word: str, fields_norm: str, field_words: list[str]) -> bool:
     return len(word) >= 4 and any(len(f) >= 4 and SequenceMatcher(None, word, f).ratio() >= 0.85 for f in field_words)
 
 
-def evidence(text: str, texts: list[list[str]], index: int, *, head: bool = False) -> float:
+def evidence(text: str, texts: list[list[str]], index: int, *, head: bool = False, relevant: bool = False) -> float:
     """How much of what the text says describes option ``index``: the share of its content words found in
     the option's fields, counting only words that tell the options apart (a word every option has, like
-    "order", is no evidence). 1.0 when the text has no content words at all (a bare "that one")."""
+    "order", is no evidence). 0.0 when the text has no content words at all (a bare "that one").
+
+    ``relevant``: for words said before the question (a whole request, which also names the change, the
+    reason, the refund): a word that describes no option at all is about something else and is not counted;
+    a word that describes another option still counts against this one."""
     words = content_words(text)
     if not words:
         return 0.0
@@ -248,6 +252,8 @@ def evidence(text: str, texts: list[list[str]], index: int, *, head: bool = Fals
     for w in words:
         if len(texts) > 1 and all(_word_hit(w, fields[i], field_words[i]) for i in range(len(texts))):
             continue   # shared by every option ("order", "waterproof" among waterproof variants): no evidence
+        if relevant and not any(_word_hit(w, fields[i], field_words[i]) for i in range(len(texts))):
+            continue   # names nothing here: about the rest of the request
         counted += 1
         if _word_hit(w, fields[index], field_words[index]):
             hits += 1
@@ -268,7 +274,7 @@ def _names_label(t: str, fields: list[str]) -> bool:
 def choose(text: str, ids: list[str], texts: list[list[str]], *,
            similarity: Callable[[str, list[str]], list[float]] | None = None,
            fuzzy_threshold: float = 0.8, encoder_threshold: float = 0.85, encoder_margin: float = 0.05,
-           floor: float = EVIDENCE_FLOOR, head: bool = True) -> Choice:
+           floor: float = EVIDENCE_FLOOR, head: bool = True, relevant: bool = False) -> Choice:
     """Pick an option by number, id, or description: exact, then fuzzy, then (optionally) the encoder.
 
     ``ids`` are the options' ids; ``texts`` the label and matchable fields of each option. A description
@@ -276,6 +282,7 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
     answer that mostly names something else, or only shares a common word, picks nothing (asked again).
     ``head``: the first thing the answer names must be the option ("Laptop (silver, 512GB)" is no smartphone,
     whatever it shares with one); off for words said before the question, which name other things too.
+    ``relevant``: words that describe no option are left out of the evidence (see ``evidence``).
     """
     n = len(ids)
     t = norm(text)
@@ -312,7 +319,7 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
     top = max(counts)
     exact = [i for i, c in enumerate(counts) if c == top] if top > 0 else []
     if len(exact) == 1 and (top >= 100 or _names_label(t, texts[exact[0]])
-                           or evidence(text, texts, exact[0], head=head) >= floor):
+                           or evidence(text, texts, exact[0], head=head, relevant=relevant) >= floor):
         return Choice(exact[0], [], "exact")
     if len(exact) == 1:
         return Choice(None, [], "none")   # a field named among words that describe something else ("Laptop (silver)")
@@ -338,7 +345,7 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
         if top_score > 0:
             leaders = [pool[j] for j, s in enumerate(scores) if s == top_score]
             if len(leaders) == 1:
-                if evidence(text, texts, leaders[0], head=head) >= floor:
+                if evidence(text, texts, leaders[0], head=head, relevant=relevant) >= floor:
                     return Choice(leaders[0], [], "fuzzy")
                 return Choice(None, [], "none")   # weak: a word or two shared with one option, the rest not it
             pool, matched = leaders, True

@@ -280,3 +280,88 @@ def test_a_cel_error_escalates_plainly_and_claims_no_success(turn, approvals, db
     assert t.status == "escalated" and t.handoff is not None
     assert "went wrong" in t.reply and "Done" not in t.reply
     assert "index out of bounds" in t.handoff.reason
+
+
+# ------------------------------------------------------------------ 8. words said before the question (`text:`)
+
+SAID = """\
+workflows:
+  said:
+    slots:
+      line: {}
+    steps:
+      - id: pick_line
+        choose: line
+        options: "['Garden Hose (green)', 'Rain Boots (black)', 'Desk Lamp (brass)']"
+        label: "{{ option }}"
+        text: message
+        prompt: {zh: "是哪一件？", en: "Which item is it?"}
+      - {id: done, end: completed, reply: "{{ slots.line }}"}
+"""
+
+
+def _meaning(text: str, docs: list[str]) -> list[float]:
+    """A similarity that finds the hose in anything about watering: what an encoder might say, with no word to show."""
+    return [0.95 if "Hose" in d and "water" in text else 0.1 for d in docs]
+
+
+@pytest.mark.parametrize("said, reply", [
+    ("return the hose please, and refund it to my gift card", "Garden Hose (green)"),   # the rest names nothing here
+    ("I bought it in brass, the one for my desk", "Desk Lamp (brass)"),
+    ("return the hose and the boots", None),          # two options named: asked, never the one named first
+    ("the green boots", None),                        # half of it describes another option
+    ("the green garden hose with the black boots", None),   # two things named: asked, not the one with more words
+    ("the thing I water the plants with", None),      # meaning alone, no word of an option: asked
+])
+def test_words_said_before_the_question_are_held_to_the_evidence_floor(turn, approvals, said, reply):
+    engine = FlowEngine(parse_workflows(SAID, file="said.yaml"), None, approvals, similarity=_meaning)
+    t = turn(engine.start, "said", ANN, said, {}, "en")
+    if reply is None:
+        assert (t.status, t.step) == ("waiting", "pick_line"), t.reply
+    else:
+        assert (t.status, t.reply) == ("completed", reply)
+
+
+# ------------------------------------------------------------------ 9. a correction of a pick, later
+
+PICKED = """\
+workflows:
+  pick:
+    slots:
+      item: {}
+    steps:
+      - id: pick_item
+        select: item
+        one: true
+        options: >-
+          [{'id': 'A1', 'names': ['Laptop', '笔记本'], 'colour': 'silver', 'zh': '银色'},
+           {'id': 'B2', 'names': ['Laptop', '笔记本'], 'colour': 'space grey', 'zh': '深空灰'},
+           {'id': 'C3', 'names': ['Mug', '杯子'], 'colour': 'white', 'zh': '白色'}]
+        label: "{{ option.id }}: {{ option.names[0] }} ({{ option.colour }})"
+        option_id: option.id
+        match: ["option.names", "option.colour", "option.zh"]
+        prompt: {zh: "哪一件？", en: "Which one?"}
+      - id: sure
+        confirm: {zh: "确认退 {{ slots.item.id }}？", en: "Return {{ slots.item.id }}?"}
+      - {id: done, end: completed, reply: "returned {{ slots.item.id }}"}
+"""
+
+
+@pytest.mark.parametrize("turns, status, reply", [
+    (["return the laptop", "the silver one", "no, the other one", "yes"], "completed", "returned B2"),
+    (["退笔记本", "第一个", "不对，是另一台", "确认"], "completed", "returned B2"),
+    (["return the laptop", "1", "actually the space grey one", "yes"], "completed", "returned B2"),
+    (["return the laptop", "2", "sorry, I meant the silver one", "yes"], "completed", "returned A1"),
+    # the customer's own words named the mug: "the other one" is no re-pick, the "no" declines
+    (["return the white mug", "no, the other one"], "cancelled", None),
+])
+def test_a_correction_picks_again_from_what_was_in_question(turn, approvals, turns, status, reply):
+    engine = FlowEngine(parse_workflows(PICKED, file="picked.yaml"), None, approvals)
+    lang = "zh" if any("\u4e00" <= ch <= "\u9fff" for ch in turns[0]) else "en"
+    t = turn(engine.start, "pick", ANN, turns[0], {}, lang)
+    for said in turns[1:]:
+        assert t.status == "waiting", t.reply
+        t = turn(engine.advance, t.instance_id, ANN, said, {}, lang)
+    assert t.status == status, t.reply
+    if reply is not None:
+        assert t.reply == reply

@@ -169,6 +169,58 @@ def test_the_shops_prefer_breaks_ties_below_what_the_customer_said():
         ["v_jacket_m_blue_polyester"]
 
 
+# the customer's other records a relative target may name: each its phrases and its options
+OTHERS = [{"names": ["Rain Jacket", "jacket", "H2303", "received"], "options": {"size": "M", "colour": "black", "material": "nylon"}},
+          {"names": ["Rain Jacket", "jacket", "H3017", "received"], "options": {"size": "L", "colour": "green", "material": "nylon"}},
+          {"names": ["Coffee Mug", "mug", "H2003", "received"], "options": {"colour": "white", "material": "ceramic"}}]
+
+
+@pytest.mark.parametrize("text, variant", [
+    ("the same colour as my jacket from H2303", "v_jacket_l_black_nylon"),          # one axis, the rest kept
+    ("make it like the jacket in H3017", "v_jacket_l_green_nylon"),                 # every axis of that record
+    ("颜色跟H2303那件一样", "v_jacket_l_black_nylon"),
+    ("换成和H2303的夹克一样的", "v_jacket_m_black_nylon"),
+    ("the same size as the other jacket, in black", None),                          # two other jackets: asked
+    ("exchange it for the same colour as my mug", None),                            # the mug's white: no such jacket
+])
+def test_a_relative_target_over_another_record(text, variant):
+    opts = [v for v in JACKET["variants"] if v["available"] and v["options"] != BLUE_L]
+    pick, _ = RC.variant_pick(text, [v["options"] for v in opts], BLUE_L, SIZES, VOCAB, None, OTHERS)
+    assert [opts[i]["variant_id"] for i in pick.chosen] == ([variant] if variant else [])
+    # no reference at all: the words are read as before
+    assert RC.like_target("a black one please", OTHERS, ["size", "colour", "material"], SIZES)[0] == {}
+
+
+def test_the_other_one_is_a_record_of_the_same_kind():
+    others = OTHERS[1:]
+    fixed, ref, rest = RC.like_target("把夹克换成和另一件一样的", others, ["size", "colour", "material"], SIZES)
+    assert fixed == {"size": "L", "colour": "green", "material": "nylon"} and ref == "另一件"
+    assert RC.like_target("the same as the ones I received", others, ["size", "colour", "material"], SIZES)[0] == \
+        {"size": "L", "colour": "green", "material": "nylon"}    # every received record, narrowed to jackets
+    # "I'd like ..." is a wish, not a reference
+    assert RC.like_target("I'd like the black one", others, ["colour"], SIZES)[0] == {}
+
+
+def test_the_target_before_the_item_in_either_language():
+    token = R.VOCABULARY.set({"title": {"Wireless Earbuds": ["earbuds", "耳机"], "Laptop": ["laptop", "笔记本"],
+                                        "Rain Jacket": ["jacket", "外套"]},
+                              "colour": {"black": ["黑色"]}, "size": {"L": ["large", "大号"]}})
+    try:
+        assert RC.item_part("I want the 512GB version of my laptop") == "my laptop"
+        assert RC.item_part("我的笔记本换成512G版本的") == "我的笔记本"
+        assert RC.item_part("我要换黑色的，订单H2101里的耳机") == "订单H2101里的耳机"
+        assert RC.item_part("想要大号的，把H2003的外套换一下") == "把H2003的外套"
+        kinds = {"exchange": ["exchange", "换"], "return": ["return", "退"]}
+        got = [(r["kind"], r["item"], r["change"], r["order"]) for text in (
+            "把订单100234的耳机换成黑色的", "我要换黑色的，订单100234里的耳机", "想要大号的，把100234的外套换一下",
+            "黑色的耳机换一副，订单100234", "把100234里的耳机换黑色") for r in R.split(text, kinds)]
+        assert got == [("exchange", "耳机", "黑色", "100234"), ("exchange", "耳机", "黑色", "100234"),
+                       ("exchange", "外套", "大号的", "100234"), ("exchange", "黑色的耳机", "黑色的耳机", "100234"),
+                       ("exchange", "耳机", "黑色", "100234")]
+    finally:
+        R.VOCABULARY.reset(token)
+
+
 def test_cel_helpers_for_several_orders():
     assert RC.group_by([{"order_id": "A", "n": 1}, {"order_id": "B", "n": 2}, {"order_id": "A", "n": 3}], "order_id") == [
         {"key": "A", "items": [{"order_id": "A", "n": 1}, {"order_id": "A", "n": 3}]},
@@ -182,7 +234,7 @@ def test_cel_helpers_for_several_orders():
     try:   # with the shop's words: the change after the item's noun, with or without a marker
         assert RC.item_part("make the T-shirt black") == "make the T-shirt"
         assert RC.item_part("I want to exchange my jacket, black if there are several colours") == \
-            "I want to exchange my jacket,"
+            "I want to exchange my jacket"
         assert RC.item_part("the T-shirt in H2401 to size L") == "the T-shirt in H2401"
         assert RC.item_part("I'd like the jacket in large") == "I'd like the jacket"
     finally:

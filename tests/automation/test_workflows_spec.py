@@ -154,7 +154,11 @@ def test_templates_fill_cel_holes_and_never_run_code():
 def test_yes_no_cancel_and_entities_in_both_languages():
     assert U.yes_no("是的") is True and U.yes_no("Yes please") is True and U.yes_no("不要") is False
     assert U.yes_no("no thanks") is False and U.yes_no("what?") is None
-    assert U.is_cancel("算了") and U.is_cancel("never mind, thanks") and U.is_cancel("I need to cancel? no") is not False
+    assert U.changes_mind("算了") and U.changes_mind("never mind, thanks") and U.changes_mind("I need to cancel? no")
+    # one reader for both callers: a leading command counts even where any text is an answer, a phrase inside not
+    assert U.changes_mind("取消吧", whole=True) and U.changes_mind("cancel it please", whole=True)
+    text = "keep it in the box with the receipt, please"
+    assert U.changes_mind(text) and not U.changes_mind(text, whole=True)
     assert U.extract("order_id", "不是这个，是100235") == "100235"
     assert U.extract("amount", "订单100234退款30元") == 30.0
     assert U.extract("money", "refund $12.50 please") == {"value": 12.5, "currency": "USD"}

@@ -13,6 +13,7 @@ from typing import Any
 
 from automation.workflows import understand as U
 from automation.workflows.model import Step, Workflow
+from automation.workflows.runtime import FlowRun
 from automation.workflows.steps.base import REGISTRY, ask_step_of
 from automation.workflows.store import Instance
 
@@ -99,25 +100,39 @@ def apply_correction(inst: Instance, wf: Workflow, step: Step, slot: str, value:
     order = list(wf.steps)
     ask = ask_step_of(wf, slot)
     start = order.index(ask.id) if ask is not None else len(order)
+    # a slot a step before also sets (a tally started empty) is not set again when the flow goes back
+    before = {n for sid in order[:start] for n in REGISTRY[wf.steps[sid].kind].writes(wf.steps[sid])}
     for sid in order[start + 1:]:
         s = wf.steps[sid]
         for n in REGISTRY[s.kind].writes(s):
-            if n not in prefilled and n != slot:
+            if n not in prefilled and n != slot and n not in before:
                 inst["slots"].pop(n, None)
     inst["history"].append({"step": step.id, "event": "correction", "slot": slot, "at": time.time()})
 
 
-def fix(inst: Instance, wf: Workflow, step: Step, text: str, entities: dict[str, Any]) -> str | None:
-    """A correction of an earlier answer while asked something else: re-plan from that answer's step."""
+def fix(inst: Instance, wf: Workflow, step: Step, text: str, entities: dict[str, Any],
+        run: FlowRun | None = None) -> str | None:
+    """A correction of an earlier answer while asked something else: re-plan from that answer's step (with
+    ``run``, an earlier pick too: "no, the other one")."""
     if not U.is_correction(text):
         return None
     found = correction(inst, wf, text, entities, skip=step.arg)
     if found is None:
-        return None
+        return repick(run, step, text) if run is not None else None
     slot, value = found
     apply_correction(inst, wf, step, slot, value)
     ask = ask_step_of(wf, slot)
     return ask.id if ask is not None else None
+
+
+def repick(run: FlowRun, at: Step, text: str, *, dry: bool = False) -> str | None:
+    """A correction of an earlier pick ("no, the other one", "actually the space grey one"), offered to every
+    kind that picks (``StepKind.repick``): the step to go back to, or None."""
+    for kind in REGISTRY.values():
+        target = kind.repick(run, at, text, dry=dry)
+        if target is not None:
+            return target
+    return None
 
 
 def prefill(wf: Workflow, text: str, entities: dict[str, Any]) -> dict[str, Any]:

@@ -43,7 +43,7 @@ class Ask(StepKind):
                 return "next"
             run.prompt(step, again=False)
             return "wait"
-        fix = A.fix(inst, wf, step, text, ctx.entities)
+        fix = A.fix(inst, wf, step, text, ctx.entities, run)
         if fix:
             return fix
         slot = wf.slots[name]

@@ -94,6 +94,12 @@ class StepKind:
         else) or None (no answer)."""
         return None
 
+    def repick(self, run: FlowRun, at: Step, text: str, *, dry: bool = False) -> str | None:
+        """A correction of an earlier pick of this kind while the flow waits at ``at`` ("no, the other one",
+        "actually the blue one", "不对，是另一台"): the step to go back to after re-picking, or None. ``dry``:
+        only say whether it would, changing nothing."""
+        return None
+
     def free_text(self, wf: Workflow, step: Step) -> bool:
         """Any words answer it (an address, a title): a change of mind must then be the whole message."""
         return False

@@ -17,9 +17,10 @@ from automation.workflows.steps.base import Outcome, StepContext, StepKind
 
 Rows = tuple[list[str], list[list[str]], dict[str, list[str]]]
 # words said before the question (a whole request: "ship W1001 to the same address as my other order") also
-# name other things: one word that tells the options apart is enough there; an answer to the question is held
-# to understand.EVIDENCE_FLOOR
-FROM_TEXT_FLOOR = 0.01
+# name other things: only the words that describe an option at all count, three in four of them must describe
+# the one taken (two things named, "the green garden hose with the black boots", are asked between), and never
+# by meaning alone (the encoder has no words to show for it); asking is the fallback
+FROM_TEXT_FLOOR = 0.75
 
 
 def options(run: FlowRun, step: Step) -> list[Any]:
@@ -185,7 +186,7 @@ class Choose(StepKind):
                     return resolved
             run.prompt(step, again=False)
             return "wait"
-        fix = A.fix(inst, wf, step, text, entities)
+        fix = A.fix(inst, wf, step, text, entities, run)
         if fix:
             return fix
         if step.get("required") is False and U.is_none_of_these(text):   # "none of these" / "都不是": null
@@ -255,8 +256,7 @@ class Choose(StepKind):
                 inst["slots"][name] = value_of(run, step, opts[cheap])
                 return "next"
             ids, texts = option_texts(run, step, opts)
-            ch = U.choose(said, ids, texts, similarity=None if optional else run.services.similarity,
-                          floor=FROM_TEXT_FLOOR, head=False)
+            ch = U.choose(said, ids, texts, head=False, relevant=True, floor=FROM_TEXT_FLOOR)
             if ch.index is not None and (not optional or ch.how in ("id", "exact")):
                 inst["slots"][name] = value_of(run, step, opts[ch.index])
                 inst["history"].append({"step": step.id, "event": "chose", "index": ch.index,

@@ -85,6 +85,10 @@ class Confirm(StepKind):
                 A.apply_correction(inst, wf, step, slot, value)
                 ask = ask_step_of(wf, slot)
                 return ask.id if ask is not None else step.id
+            back = A.repick(run, step, text)   # "no, the other one": the earlier pick, taken again
+            if back is not None:
+                inst["pending"].pop("action", None)
+                return back
         if answer is True:
             inst["pending"].pop("action", None)
             inst["attempts"].pop(step.id, None)

@@ -10,17 +10,22 @@ name nothing there, are asked among as a numbered list ("1 and 3", "both", "the 
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
 from automation.workflows import records as RC
 from automation.workflows import requests as R
+from automation.workflows import understand as U
 from automation.workflows.checks import WorkflowChecks
 from automation.workflows.expr import ExpressionError, evaluate, evaluate_columns, format_value, render_each
 from automation.workflows.model import Step, StepSpec
 from automation.workflows.runtime import FlowRun
+from automation.workflows.steps import answers as A
 from automation.workflows.steps.base import Outcome, StepContext, StepKind, spec_of
 
+# "the other one", "另一台": the one of two in question that was not taken
+_OTHER = re.compile(r"(?<![a-z])other(?![a-z])|另一(?:个|台|件|副|双|条|款|单|只)|另外(?:那|一)(?:个|台|件|副|双|只)", re.I)
 ABSENT = {"zh": "没有找到您说的那一项。", "en": "I could not find that one."}
 PICK_FROM = {"zh": "请回复编号（可以多个，如“1和3”），或“全部”。", "en": "Reply with the numbers (several are fine, e.g. \"1 and 3\") or \"all\"."}
 
@@ -40,6 +45,7 @@ class SelectSpec(StepSpec):
     keep: str | None = None                # CEL: the current options, kept where possible
     order: dict[str, Any] | None = None    # axis -> [values in order] or {values, words}: "one size smaller"
     prefer: list[str] | None = None        # CEL over `option`: the shop's soft wants (true adds 0.5, a number itself)
+    like: str | None = None                # CEL: other records a relative target names ({names, options} each)
     prompt: Any = None
     refuse: Any = None                     # said when there is nothing to pick from
     auto_single: bool = False
@@ -103,7 +109,7 @@ class Select(StepKind):
         for key in ("value", "option_id", "count", "traits"):
             if key in raw:
                 ck.expr(raw[key], p + (key,), {"option"})
-        for key in ("text", "keep"):
+        for key in ("text", "keep", "like"):
             if key in raw:
                 ck.expr(raw[key], p + (key,))
         for listed in ("match", "prefer"):
@@ -115,8 +121,8 @@ class Select(StepKind):
         if order is not None and not (isinstance(order, dict) and all(
                 isinstance(v, list) or (isinstance(v, dict) and isinstance(v.get("values"), list)) for v in order.values())):
             ck.err(p + ("order",), "order maps an option axis to its values in order (a list, or {values, words})")
-        if ("order" in raw or "keep" in raw or "prefer" in raw) and "traits" not in raw:
-            ck.err(p + ("traits",), "order, keep and prefer read the records' traits: add traits (CEL over 'option')")
+        if ("order" in raw or "keep" in raw or "prefer" in raw or "like" in raw) and "traits" not in raw:
+            ck.err(p + ("traits",), "order, keep, prefer and like read the records' traits: add traits (CEL over 'option')")
         for flag in ("one", "auto_single"):
             if flag in raw and not isinstance(raw[flag], bool):
                 ck.err(p + (flag,), f"{flag} is true or false")
@@ -149,8 +155,11 @@ class Select(StepKind):
                 cols = evaluate_columns([opts[i] for i in pool], "option", list(sp.prefer), scope)
                 bonus = [sum(RC.PREFER_WEIGHT if v is True else float(v) if isinstance(v, (int, float))
                              and not isinstance(v, bool) else 0.0 for v in (col[j] for col in cols)) for j in range(len(pool))]
+            like = evaluate(sp.like, scope) if sp.like else None
+            if like is not None and not isinstance(like, list):
+                raise ExpressionError(f"{sp.like}: like must be a list of {{names, options}}")
             pick, _ = RC.variant_pick(text, [dict(t or {}) for t in traits], dict(current or {}), sp.order or {},
-                                      R.VOCABULARY.get(), bonus)
+                                      R.VOCABULARY.get(), bonus, [dict(r) for r in like] if like is not None else None)
             pick.chosen = [pool[j] for j in pick.chosen]
             pick.candidates = [pool[j] for j in pick.candidates] if pick.candidates else list(pool)
             return pick
@@ -158,10 +167,15 @@ class Select(StepKind):
         return RC.resolve(text, ids, phrases, counts=counts, nouns=_nouns(step), one=sp.one, among=among,
                           by_id=bool(sp.option_id))
 
-    def _store(self, run: FlowRun, step: Step, opts: list[Any], chosen: list[int], how: str) -> Outcome:
+    def _store(self, run: FlowRun, step: Step, opts: list[Any], chosen: list[int], how: str,
+               among: list[int] | None = None) -> Outcome:
         sp, inst = spec_of(step, SelectSpec), run.inst
         values = [evaluate(sp.value, run.scope(option=opts[i])) if sp.value else opts[i] for i in chosen]
         inst["slots"][step.arg] = values[0] if sp.one else values
+        if not inst["loops"]:   # what was in question, for a correction later ("no, the other one")
+            inst["pending"].setdefault("select_seen", {})[step.id] = {
+                "among": sorted(set(among if among is not None else range(len(opts))) | set(chosen)), "chosen": chosen,
+                "asked": how == "answer"}
         inst["pending"].get("select_among", {}).pop(step.id, None)
         inst["attempts"].pop(step.id, None)
         inst["history"].append({"step": step.id, "event": "selected", "indices": chosen, "how": how, "at": time.time()})
@@ -190,7 +204,7 @@ class Select(StepKind):
             said = str(evaluate(sp.text, run.scope()) or "") if sp.text else str(inst["pending"].get("message") or "")
             pick = self._pick(run, step, opts, said, None)
             if pick.chosen:
-                return self._store(run, step, opts, pick.chosen, f"said:{pick.how}")
+                return self._store(run, step, opts, pick.chosen, f"said:{pick.how}", pick.candidates or None)
             if sp.traits and pick.how == "absent" and sp.refuse:
                 run.say(run.text(sp.refuse))
                 run.finish("completed", "refused")
@@ -199,11 +213,14 @@ class Select(StepKind):
             if pick.how == "none" and len(shown) == 1 and sp.auto_single:
                 return self._store(run, step, opts, shown, "single")
             return self._ask(run, step, shown, absent=pick.how == "absent")
+        back = A.repick(run, step, text)
+        if back is not None:
+            return back
         among = inst["pending"].get("select_among", {}).get(step.id) or list(range(len(opts)))
         among = [i for i in among if i < len(opts)]
         chosen = self._answer(run, step, opts, text, among)
         if isinstance(chosen, list):
-            return self._store(run, step, opts, chosen, "answer")
+            return self._store(run, step, opts, chosen, "answer", among)
         if chosen == "narrow":
             return "wait"
         return run.retry(step, f"no record of {step.arg} named in the answer")
@@ -229,6 +246,50 @@ class Select(StepKind):
         if RC.says_all(text) and not one and pick.how in ("none", "ambiguous"):
             return pick.candidates or among
         return None
+
+    # -- a correction of the pick, later
+
+    def repick(self, run: FlowRun, at: Step, text: str, *, dry: bool = False) -> str | None:
+        """The last select of the flow picked again from what was in question: "no, the other one" (of two),
+        "actually the space grey one", "不对，是另一台". Its slot takes the new record and everything after it is
+        planned again (``answers.apply_correction``); None when the words re-pick nothing there."""
+        inst = run.inst
+        seen = inst["pending"].get("select_seen") or {}
+        if not seen or inst["loops"] or not (U.is_correction(text) or U.yes_no(text) is False or _OTHER.search(text)):
+            return None
+        order = list(dict.fromkeys(h["step"] for h in reversed(inst["history"])
+                                   if h.get("event") in ("selected", "correction") and h.get("step") in seen))
+        other = bool(_OTHER.search(text))
+        words = U.strip_correction(U.drop_negated(text))
+        for sid in order:   # the latest pick the words can mean: "the other one" of exactly two in question
+            step = run.wf.steps.get(sid)
+            if step is None or step.kind != self.name or step.id == at.id:
+                continue
+            try:
+                opts = self._options(run, step)
+            except ExpressionError:
+                continue   # its records cannot be read now: no correction of it
+            among, chosen = seen[step.id]["among"], seen[step.id]["chosen"]
+            rest = [i for i in among if i not in chosen and i < len(opts)]
+            new: list[int] = []
+            if other:   # of a list the customer was shown, not of a record their own words named
+                new = rest if len(rest) == 1 and seen[step.id].get("asked") else []
+            elif rest and words:
+                pick = self._pick(run, step, opts, words, rest)
+                one = spec_of(step, SelectSpec).one
+                new = pick.chosen if pick.chosen and (not one or len(pick.chosen) == 1) else []
+            if new:
+                break
+        else:
+            return None
+        if not dry:
+            sp = spec_of(step, SelectSpec)
+            values = [evaluate(sp.value, run.scope(option=opts[i])) if sp.value else opts[i] for i in new]
+            A.apply_correction(inst, run.wf, at, step.arg, values[0] if sp.one else values)
+            inst["pending"]["select_seen"][step.id] = {**seen[step.id], "chosen": new}
+            inst["history"][-1]["step"] = step.id
+            inst["attempts"].pop(at.id, None)
+        return step.id
 
     # -- asking
 

@@ -1,0 +1,90 @@
+"""How a waiting flow reads a customer's message, before any classifier or escalation rule judges it.
+
+The engine asks this once a turn (``FlowEngine.listen``) and hands the reading back to ``on_message``, so a
+message is never read twice; it changes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from automation.workflows import understand as U
+from automation.workflows.expr import ExpressionError
+from automation.workflows.runtime import FlowRun
+from automation.workflows.steps import REGISTRY, WAITING_KINDS
+from automation.workflows.steps import answers as A
+from automation.workflows.store import Instance
+
+# What a waiting flow reads a customer's message as, before any classifier or escalation rule judges it:
+#   answer      a value for the step (a slot, a choice, yes/no)
+#   correction  a new value for an earlier answer ("no, make it 30", "不对，地址是…")
+#   cancel      a change of mind ("never mind", "算了，不取消了")
+#   waiting     a message while a person reviews the request (approval pending)
+#   digression  a confident other topic: served, then the flow asks its question again
+#   unclear     none of these: the step asks again with a hint (at most MAX_ATTEMPTS, then a person)
+# The first five are the flow's own: the router's "unclear turn" and "repeated question" rules never count them.
+READINGS = ("answer", "correction", "cancel", "waiting", "digression", "unclear")
+CLAIMED = frozenset({"answer", "correction", "cancel", "waiting", "unclear"})
+
+
+@dataclass
+class Listening:
+    """What the conversation's waiting flow made of this turn's message: read once, before the turn's
+    classifier and escalation rules judge it, and handed back to ``on_message`` so it is not read again."""
+
+    instance: Instance
+    reading: str
+
+
+def offered(instance: Instance | None) -> bool:
+    """Is ``instance`` an offer the customer has not taken up yet?"""
+    return bool(instance and instance["status"] == "waiting" and (instance.get("pending") or {}).get("offer"))
+
+
+def reading(run: FlowRun, gone: str | None, text: str, entities: dict[str, Any], intent: str | None,
+            intent_confidence: float | None, drift_threshold: float) -> str:
+    """What the flow's waiting step reads ``text`` as (one of READINGS), changing nothing; ``gone`` says why the
+    flow's definition no longer fits (it then reads nothing)."""
+    instance, wf = run.inst, run.wf
+    if gone:
+        return "unclear"
+    if instance["status"] == "waiting_approval":
+        return "cancel" if U.changes_mind(text) else "waiting"
+    if offered(instance):   # the bot's own question "shall I start it?": yes, no, or something else
+        said = U.yes_no(text, entities)
+        if said is True and not U.is_question(text):
+            return "answer"
+        if said is False or U.changes_mind(text, whole=True):
+            return "cancel"
+        return "digression"
+    step = wf.steps.get(instance["step"]) if instance["step"] else None
+    if step is None or step.kind not in WAITING_KINDS or instance["status"] != "waiting":
+        return "answer"
+    kind = REGISTRY[step.kind]
+    try:
+        strength = kind.strength(run, step, text, entities)
+    except ExpressionError:
+        return "unclear"
+    free = kind.free_text(wf, step)
+    mind = U.changes_mind(text, whole=free)
+    if mind and step.kind == "confirm" and U.yes_no(text, entities) is not True \
+            and not (U.is_correction(text) and A.correction(instance, wf, text, entities) is not None):
+        return "cancel"   # "no thanks, leave it as it is" at a confirmation drops the task, not just this value
+    if strength != "strong" and mind:
+        return "cancel"
+    other = (intent is not None and intent_confidence is not None and intent_confidence >= drift_threshold
+             and intent not in wf.intents)
+    if other and free and not U.is_question(text) and len(U.norm(text).split()) < 4 \
+            and len(re.findall(r"[\u4e00-\u9fff]", text)) < 6:
+        other = False   # a word or two at a free-text question ("ok" for an address): asked again, not another topic
+    if strength == "strong" or (strength == "weak" and not U.is_question(text)):
+        return "answer"   # a fuzzy choice ("the one with the boots") answers even when it sounds like a topic
+    if U.is_correction(text) and (A.correction(instance, wf, text, entities, skip=step.arg) is not None or (
+            step.kind == "confirm" and A.free_correction(instance, wf, step, text) is not None)
+            or A.repick(run, step, text, dry=True) is not None):
+        return "correction"
+    if other:
+        return "digression"
+    return "unclear"
