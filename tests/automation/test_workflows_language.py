@@ -231,6 +231,8 @@ def test_an_answer_naming_no_option_is_asked_again_and_none_of_these_is_null(tur
      {"state": "浙江省", "city": "杭州市", "district": "西湖区", "line1": "文三路90号", "line2": "东部软件园3号楼501室"}),
     ("新疆维吾尔自治区乌鲁木齐市天山区解放北路1号 邮编830000",
      {"state": "新疆维吾尔自治区", "city": "乌鲁木齐市", "district": "天山区", "line1": "解放北路1号", "zip": "830000"}),
+    ("浙江省杭州市西湖区文三路90号501室，邮编是310012",
+     {"state": "浙江省", "city": "杭州市", "district": "西湖区", "line1": "文三路90号", "line2": "501室", "zip": "310012"}),
     ("the blue one", {}), ("我不知道", {}),
 ])
 def test_one_line_addresses_parse_in_english_and_chinese(text, parts):
