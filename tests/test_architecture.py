@@ -58,7 +58,8 @@ def test_import_contracts_are_kept(lint_imports, tmp_path):
     for contract in ("rag and handoff never import router", "router's packages form layers",
                      "no import cycles between sibling modules", "channels never import the turn logic",
                      "automation (tool gateway + workflows) never imports", "text (normalisation",
-                     "failures (problem documents", "step kinds never import the workflow engine"):
+                     "failures (problem documents", "step kinds never import the workflow engine",
+                     "the turn's decider over its tier actions", "the routing order (router.turn.plan) reads facts"):
         assert contract in result.stdout
 
 
@@ -87,6 +88,8 @@ def _copy_tree(tmp_path: Path) -> Path:
     ("automation/workflows/steps/reply.py", "from automation.workflows import engine", "step kinds never import the"),
     ("text/leak.py", "import rag", "text (normalisation, personal-data masking) imports none of"),
     ("failures/leak.py", "import handoff.service", "failures (problem documents"),
+    ("router/turn/plan.py", "from router.turn import state", "the routing order (router.turn.plan) reads facts"),
+    ("router/turn/tiers/answers.py", "from router.turn import decider", "the turn's decider over its tier actions"),
 ])
 def test_a_forbidden_import_breaks_a_contract(lint_imports, tmp_path, module, line, contract):
     copy = _copy_tree(tmp_path)

@@ -34,7 +34,7 @@ def mypy_installed():
 
 def test_the_listed_packages_type_check(mypy_installed):
     files = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]["files"]
-    assert {"text", "failures", "router/channels", "router/outbox", "router/schemas.py", "handoff",
+    assert {"text", "failures", "router/channels", "router/outbox", "router/schemas.py", "router/turn", "handoff",
             "automation/workflows"} <= set(files)
     result = _mypy()
     assert result.returncode == 0, result.stdout + result.stderr

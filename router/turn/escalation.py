@@ -31,6 +31,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from router.schemas import Escalation
 from router.turn.guards import HarnessConfig, Lexicon, _phrases, normalise, squash
 from router.turn.language import LocalText, local
 
@@ -49,19 +50,19 @@ class EscalationConfig(BaseModel):
     dissatisfied_phrases: dict[str, list[str]] = Field(default_factory=lambda: {
         "zh": ["没用", "不满意"], "en": ["useless", "not helpful"]})
     dissatisfied_intents: list[str] = Field(default_factory=lambda: ["complaint"])
-    dissatisfied_turns: int = Field(2, ge=1)
-    repeat_times: int = Field(2, ge=2, description="Asks of the same question in a row (current included).")
-    repeat_similarity: float | None = Field(0.95, ge=0, le=1, description="Cosine for 'same question'; null = text only.")
-    refund_amount_over: float = Field(500, ge=0)
+    dissatisfied_turns: int = Field(default=2, ge=1)
+    repeat_times: int = Field(default=2, ge=2, description="Asks of the same question in a row (current included).")
+    repeat_similarity: float | None = Field(default=0.95, ge=0, le=1, description="Cosine for 'same question'; null = text only.")
+    refund_amount_over: float = Field(default=500, ge=0)
     refund_intents: list[str] = Field(default_factory=lambda: ["refund_request"])
     refund_phrases: dict[str, list[str]] = Field(default_factory=lambda: {"zh": ["退款"], "en": ["refund"]})
     security_intents: list[str] = Field(default_factory=lambda: ["account_security"])
     security_phrases: dict[str, list[str]] = Field(default_factory=dict, description="Signs of a compromised or "
                                                    "frozen account; with any, a security intent escalates only "
                                                    "on a rule match or one of them (empty: on the intent alone).")
-    low_confidence_below: float = Field(0.0, ge=0, le=1, description="Besides UNKNOWN, a score under this is low.")
-    low_confidence_turns: int = Field(2, ge=1)
-    loop_guard_reentries: int = Field(3, ge=1, description="Entries of one state per session before the guard fires.")
+    low_confidence_below: float = Field(default=0.0, ge=0, le=1, description="Besides UNKNOWN, a score under this is low.")
+    low_confidence_turns: int = Field(default=2, ge=1)
+    loop_guard_reentries: int = Field(default=3, ge=1, description="Entries of one state per session before the guard fires.")
     loop_guard_states: list[str] = Field(default_factory=lambda: ["l1_resolving", "l2_assisting"])
     priorities: dict[str, str] = Field(default_factory=dict)
     intent_priorities: dict[str, str] = Field(default_factory=dict,
@@ -76,7 +77,7 @@ class FeedbackConfig(BaseModel):
     positive: dict[str, list[str]] = Field(default_factory=lambda: {"zh": ["谢谢", "解决了"], "en": ["thanks", "thank you"]})
     question_cues: dict[str, list[str]] = Field(default_factory=lambda: {
         "zh": ["吗", "呢", "么", "但是"], "en": ["how", "what", "where", "why", "but"]})
-    max_chars: int = Field(40, ge=1, description="Longer messages are questions, not a closing thank-you.")
+    max_chars: int = Field(default=40, ge=1, description="Longer messages are questions, not a closing thank-you.")
 
 
 
@@ -133,7 +134,7 @@ class Policy(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     version: int = 1
-    default_language: Literal["en", "zh"] = Field("en", description="Reply language when a message does not tell "
+    default_language: Literal["en", "zh"] = Field(default="en", description="Reply language when a message does not tell "
                                                  "and the conversation has none yet.")
     unknown: Literal["clarify_then_escalate", "escalate"] = Field(
         "escalate", description="A message that matches no intent: clarify_then_escalate = the first one of a "
@@ -141,7 +142,7 @@ class Policy(BaseModel):
         "rules / unknown tier; escalate = straight to the unknown tier (L2).")
     suggestions: dict[str, list[str]] = Field(default_factory=dict, description="Quick replies sent with the "
                                               "clarifying reply, per language.")
-    still_waiting_seconds: int = Field(300, ge=0, description="A customer who writes while waiting in the queue "
+    still_waiting_seconds: int = Field(default=300, ge=0, description="A customer who writes while waiting in the queue "
                                        "(nobody has taken the conversation yet) gets replies.still_waiting when the "
                                        "bot has said nothing for this long; 0 = never (silence).")
     harness: HarnessConfig = Field(default_factory=HarnessConfig)
@@ -230,6 +231,12 @@ class EscalationVerdict:
     @property
     def escalate(self) -> bool:
         return self.rule is not None
+
+    def as_escalation(self) -> Escalation | None:
+        """The escalation a decision records, or None when no rule fired (a rule always comes with its reason)."""
+        if self.rule is None or self.reason is None:
+            return None
+        return Escalation(rule=self.rule, reason=self.reason, priority=self.priority)
 
 
 # "are you actually a person?", "tell me if you are a human or a computer", "你到底是不是真人": a question about who
@@ -352,7 +359,7 @@ class EscalationPolicy:
         over = bool(amount and refund_talk and amount["value"] > cfg.refund_amount_over)
         checks["refund_amount"] = {"fired": over, "amount": amount, "refund": refund_talk,
                                    "limit": cfg.refund_amount_over}
-        if over:
+        if over and amount is not None:
             fired.append(("refund_amount", f"refund of {amount.get('text') or amount['value']} "
                                            f"is over {cfg.refund_amount_over:g}"))
 

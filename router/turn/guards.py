@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import psycopg
+from psycopg.rows import DictRow
 from pydantic import BaseModel, ConfigDict, Field
 
 from router.turn.language import LocalText, local
@@ -84,25 +85,25 @@ def _phrases(by_lang: dict[str, list[str]] | list[str]) -> list[str]:
 
 class RateConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    max_messages: int | None = Field(None, ge=1, description="Messages admitted per window; null: no limit.")
-    window_seconds: int = Field(60, ge=1)
+    max_messages: int | None = Field(default=None, ge=1, description="Messages admitted per window; null: no limit.")
+    window_seconds: int = Field(default=60, ge=1)
 
 
 class ConcurrencyConfig(BaseModel):
     """Turns running at once in one gateway process; one more is 429 with Retry-After (null: no cap)."""
 
     model_config = ConfigDict(extra="forbid")
-    per_customer: int | None = Field(2, ge=1)
-    per_key: int | None = Field(32, ge=1, description="Per integration key (the direct API).")
-    per_channel: int | None = Field(64, ge=1)
-    wait_seconds: float = Field(2.0, ge=0, le=30, description="How long a message over a cap waits for a free "
+    per_customer: int | None = Field(default=2, ge=1)
+    per_key: int | None = Field(default=32, ge=1, description="Per integration key (the direct API).")
+    per_channel: int | None = Field(default=64, ge=1)
+    wait_seconds: float = Field(default=2.0, ge=0, le=30, description="How long a message over a cap waits for a free "
                                 "slot (holding no connection) before its 429.")
 
 
 class QuotaConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    max_messages: int = Field(20, ge=1, description="Routed messages allowed per customer and window.")
-    window_seconds: int = Field(60, ge=1)
+    max_messages: int = Field(default=20, ge=1, description="Routed messages allowed per customer and window.")
+    window_seconds: int = Field(default=60, ge=1)
     per_key: RateConfig = Field(default_factory=lambda: RateConfig(max_messages=6000, window_seconds=60),
                                 description="Messages per integration key (the direct API), across its customers.")
     total: RateConfig = Field(default_factory=lambda: RateConfig(max_messages=12000, window_seconds=60),
@@ -134,7 +135,7 @@ class HarnessConfig(BaseModel):
 NO_FLAGS = {"do_not_contact": False, "dnc_since": None, "sensitive": False, "note": None}   # no row yet
 
 
-def customer_flags(conn: psycopg.Connection, channel: str, customer_id: str) -> dict[str, Any]:
+def customer_flags(conn: psycopg.Connection[DictRow], channel: str, customer_id: str) -> dict[str, Any]:
     row = conn.execute(
         "SELECT do_not_contact, dnc_since, sensitive, note FROM customer_flags WHERE channel = %s AND customer_id = %s",
         (channel, customer_id),
@@ -142,7 +143,7 @@ def customer_flags(conn: psycopg.Connection, channel: str, customer_id: str) -> 
     return dict(row) if row else dict(NO_FLAGS)
 
 
-def set_do_not_contact(conn: psycopg.Connection, channel: str, customer_id: str, value: bool) -> None:
+def set_do_not_contact(conn: psycopg.Connection[DictRow], channel: str, customer_id: str, value: bool) -> None:
     conn.execute(
         """
         INSERT INTO customer_flags (channel, customer_id, do_not_contact, dnc_since)
@@ -156,7 +157,7 @@ def set_do_not_contact(conn: psycopg.Connection, channel: str, customer_id: str,
     )
 
 
-def set_sensitive(conn: psycopg.Connection, channel: str, customer_id: str, value: bool,
+def set_sensitive(conn: psycopg.Connection[DictRow], channel: str, customer_id: str, value: bool,
                   note: str | None = None) -> None:
     conn.execute(
         """
@@ -220,7 +221,7 @@ class Harness:
         ) q
     """
 
-    def _reads(self, conn: psycopg.Connection, channel: str, customer_id: str,
+    def _reads(self, conn: psycopg.Connection[DictRow], channel: str, customer_id: str,
                message_id: int) -> tuple[dict[str, Any], int | None]:
         """The customer's flags and the quota's verdict (seconds to wait, or None), in one round trip.
 
@@ -232,13 +233,14 @@ class Harness:
         q = self.config.quota
         row = conn.execute(self._READS, {"window": q.window_seconds, "channel": channel, "customer": customer_id,
                                          "message": message_id, "n": q.max_messages}).fetchone()
+        assert row is not None, "an aggregate over the window always returns its row"
         flags = dict(NO_FLAGS) if row["do_not_contact"] is None else {k: row[k] for k in NO_FLAGS}
         retry = None
         if row["recent"] >= q.max_messages:
             retry = max(1, math.ceil(float(row["oldest_left_s"])))
         return flags, retry
 
-    def screen(self, conn: psycopg.Connection, *, channel: str, customer_id: str, text: str,
+    def screen(self, conn: psycopg.Connection[DictRow], *, channel: str, customer_id: str, text: str,
                message_id: int, lang: str | None = None) -> Verdict:
         """Run the checks in order; the first that fires decides. Writes the STOP/START flag change.
 

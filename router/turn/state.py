@@ -36,6 +36,7 @@ import logging
 from typing import Any
 
 import psycopg
+from psycopg.rows import DictRow
 
 from handoff.ports import CustomerUnreachable, DeliveryUnavailable, OriginalGone
 from router.outbox.store import enqueue_outbound
@@ -81,7 +82,7 @@ def check_transition(from_state: str, to_state: str) -> None:
         raise IllegalTransition(from_state, to_state)
 
 
-def lock_conversation(conn: psycopg.Connection, conversation_id: str) -> dict[str, Any] | None:
+def lock_conversation(conn: psycopg.Connection[DictRow], conversation_id: str) -> dict[str, Any] | None:
     """The conversation row, locked for the rest of the transaction (one writer at a time)."""
     return conn.execute(
         "SELECT id, channel, external_id, customer_id, state, session_no, metadata FROM conversations "
@@ -90,7 +91,7 @@ def lock_conversation(conn: psycopg.Connection, conversation_id: str) -> dict[st
     ).fetchone()
 
 
-def transition(conn: psycopg.Connection, conversation: dict[str, Any], to_state: str, *, reason: str,
+def transition(conn: psycopg.Connection[DictRow], conversation: dict[str, Any], to_state: str, *, reason: str,
                actor: str = "router", message_id: int | None = None, ticket_id: str | None = None,
                counted: bool = True) -> dict[str, Any]:
     """Move ``conversation`` (a locked row, updated in place) to ``to_state`` and record the edge.
@@ -140,7 +141,7 @@ _MOVE_SQL = """
     """
 
 
-def move_conversation(conn: psycopg.Connection, conversation_id, edges: dict[str, str], *, reason: str,
+def move_conversation(conn: psycopg.Connection[DictRow], conversation_id, edges: dict[str, str], *, reason: str,
                       actor: str, message_id: int | None = None, ticket_id: str | None = None,
                       counted: bool = True) -> dict[str, Any] | None:
     """Lock the conversation and take the edge that leaves its current state, in one statement.
@@ -164,7 +165,7 @@ def move_conversation(conn: psycopg.Connection, conversation_id, edges: dict[str
             "session_no": row["session_no"]}
 
 
-def start_new_session(conn: psycopg.Connection, conversation: dict[str, Any], *,
+def start_new_session(conn: psycopg.Connection[DictRow], conversation: dict[str, Any], *,
                       message_id: int | None = None) -> dict[str, Any]:
     """closed -> idle with the next session number; the escalation memory starts empty."""
     check_transition(conversation["state"], "idle")
@@ -172,12 +173,13 @@ def start_new_session(conn: psycopg.Connection, conversation: dict[str, Any], *,
         "UPDATE conversations SET session_no = session_no + 1 WHERE id = %s RETURNING session_no",
         (conversation["id"],),
     ).fetchone()
+    assert row is not None, "the turn holds the conversation's row (locked)"
     conversation["session_no"] = row["session_no"]
     reset_counters(conn, conversation)
     return transition(conn, conversation, "idle", reason="new_session", message_id=message_id)
 
 
-def history(conn: psycopg.Connection, conversation_id) -> list[dict[str, Any]]:
+def history(conn: psycopg.Connection[DictRow], conversation_id) -> list[dict[str, Any]]:
     return conn.execute(
         "SELECT session_no, from_state, to_state, reason, actor, message_id, ticket_id, created_at "
         "FROM conversation_transitions WHERE conversation_id = %s ORDER BY id",
@@ -187,7 +189,7 @@ def history(conn: psycopg.Connection, conversation_id) -> list[dict[str, Any]]:
 
 # -- escalation memory ------------------------------------------------------------------------
 
-def load_counters(conn: psycopg.Connection, conversation: dict[str, Any]) -> dict[str, Any]:
+def load_counters(conn: psycopg.Connection[DictRow], conversation: dict[str, Any]) -> dict[str, Any]:
     """This session's counters (a fresh row when the session changed)."""
     row = conn.execute(   # create-or-read in one statement (the caller holds the conversation's lock)
         """
@@ -201,10 +203,12 @@ def load_counters(conn: psycopg.Connection, conversation: dict[str, Any]) -> dic
         """,
         {"cid": conversation["id"], "session": conversation["session_no"]},
     ).fetchone()
+    assert row is not None, "the counters' row is created or read in the one statement"
     if row["session_no"] != conversation["session_no"]:
         reset_counters(conn, conversation)
         row = conn.execute("SELECT * FROM conversation_counters WHERE conversation_id = %s",
                            (conversation["id"],)).fetchone()
+        assert row is not None, "reset_counters keeps the row"
     return row
 
 
@@ -212,7 +216,7 @@ _COUNTER_FIELDS = {"dissatisfied_streak", "low_confidence_streak", "repeat_count
                    "state_entries", "feedback"}
 
 
-def save_counters(conn: psycopg.Connection, conversation_id, **fields) -> None:
+def save_counters(conn: psycopg.Connection[DictRow], conversation_id, **fields) -> None:
     unknown = set(fields) - _COUNTER_FIELDS
     if unknown:
         raise ValueError(f"unknown counters: {sorted(unknown)}")
@@ -224,7 +228,7 @@ def save_counters(conn: psycopg.Connection, conversation_id, **fields) -> None:
                  (*values, conversation_id))
 
 
-def reset_counters(conn: psycopg.Connection, conversation: dict[str, Any]) -> None:
+def reset_counters(conn: psycopg.Connection[DictRow], conversation: dict[str, Any]) -> None:
     conn.execute(
         """
         INSERT INTO conversation_counters (conversation_id, session_no) VALUES (%s, %s)

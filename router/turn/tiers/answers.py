@@ -1,0 +1,244 @@
+"""The bot's own answers: L1 from the knowledge base, L2 drafts for an agent, small talk, clarify.
+
+- L1: the knowledge base answers with citations (reply + outbox); no confident answer -> L2. A question of an
+  intent that declares ``topics`` is answered from its best passage when retrieval and the classifier agree on
+  the topic; when an intent's ``task`` covers the cited article the answer offers it (the waiting flow reads a
+  "yes" to the offer like any answer to the bot's own question).
+- L2: an assist ticket with a draft built from the best evidence; a human approves it.
+- Several requests in one message: the questions are answered first, in order, then the remaining request.
+- Small talk (``serve: reply <template>``) from the policy's templates; out of scope: clarify once.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from rag.types import Answer
+from router.classify.base import Classification
+from router.schemas import Decision
+from router.turn.pipeline import TurnResult
+from router.turn.tiers.base import EVIDENCE_LIMIT, hit_dict, citations_of
+from router.turn.tiers.tickets import Tickets
+
+log = logging.getLogger(__name__)
+
+# A question of an intent with topics that the knowledge base declines: when its best passage is from one of the
+# intent's own articles (the classifier and retrieval agree on the topic) and the knowledge base's confidence is
+# at least this, the passage answers it. Below it retrieval has not found the topic (unanswerable questions of
+# the routing set score 0.07-0.14; answerable ones 0.26-0.56 on the bundled pack).
+TOPIC_AGREEMENT_FLOOR = 0.25
+TOPIC_AGREEMENT_INTENT = 0.6   # ... and the classifier is at least this sure of the intent (both signals agree)
+
+
+class Answers(Tickets):
+    """The turn's answering side: L1, L2, the tier chosen for a message, and the template replies."""
+
+    def route_tier(self, c: Classification, planned: str) -> TurnResult:
+        if planned == "L1":
+            return self.answer_l1(c)
+        if planned == "L2":
+            return self.assist_l2(c, self.decision_of(c, "L2", None), via="classifying")
+        priority = self.r.escalation.config.intent_priorities.get(c.intent or "", "normal")
+        decision = self.decision_of(c, "L3", None)
+        ticket_id = self.open_l3(decision, reason=f"intent {c.intent or 'unknown'} is handled by a person",
+                                 priority=priority, classification=c)
+        return self.result(decision, reply=self.send(self.say("ack_l3"), kind="ack"), ticket_id=ticket_id)
+
+    # -- L1 --
+
+    def answer_l1(self, c: Classification) -> TurnResult:
+        self.move("l1_resolving", f"intent {c.intent}")
+        answer = self.retrieve()
+        text: str | None = None
+        citations: list[dict[str, Any]] = []
+        agreed = False
+        if answer is not None and answer.answered and answer.text:
+            text, citations = answer.text, citations_of(answer.citations)
+        elif answer is not None and self.asking is not None:
+            text, citations = self.topic_answer(c, answer)
+            agreed = text is not None
+        if text and answer is not None:
+            offer = self.offer_task(c, citations)
+            if offer is not None:
+                text = f"{text}\n\n{self.say('offer_task').format(task=offer[0])}"
+            reply = self.send(text, kind="reply", citations=citations, suggestions=offer[1] if offer else None)
+            self.move("l1_resolved", "answered_from_kb")
+            if self.r.metrics is not None:
+                self.count(self.r.metrics.l1_resolved)
+            facts: dict[str, Any] = {"confidence": round(float(answer.confidence), 4)}
+            if agreed:
+                facts["topic_agreement"] = True
+            decision = self.decision_of(c, "L1", None, answer=facts)
+            return self.result(decision, reply=reply)
+        why = (self.rag_error or "no knowledge base") if answer is None else (answer.reason or "no confident answer")
+        decision = self.decision_of(c, "L2", None, l1_fallback={"from": "L1", "reason": why})
+        return self.assist_l2(c, decision, via="l1_resolving", answer=answer, reason=f"L1 could not answer: {why}")
+
+    def topic_answer(self, c: Classification, answer: Answer) -> tuple[str | None, list[dict[str, Any]]]:
+        """A declined answer to a question whose intent declares topics: its best passage answers when it is from
+        one of those articles, the knowledge base's confidence reaches TOPIC_AGREEMENT_FLOOR and the classifier's
+        TOPIC_AGREEMENT_INTENT; else (None, [])."""
+        passages = answer.passages or []
+        best = passages[0] if passages else None
+        chunk = getattr(best, "chunk", None)
+        asking = self.asking
+        if (chunk is None or asking is None or float(answer.confidence) < TOPIC_AGREEMENT_FLOOR
+                or float(c.confidence) < TOPIC_AGREEMENT_INTENT or not asking.covers(chunk.doc_id)):
+            return None, []
+        text = getattr(answer, "draft", None) or self.extractive(chunk.text)
+        if not text:
+            return None, []
+        self.trace.setdefault("rag", {})["topic_agreement"] = {"doc_id": chunk.doc_id, "intent": asking.name}
+        return text, citations_of(answer.citations[:1])
+
+    def extractive(self, passage: str) -> str | None:
+        """The knowledge base's own extractive answer from ``passage`` (the sentences with the question's words)."""
+        from rag.answer import extract
+
+        kb = self.r.rag
+        if kb is None:
+            return None
+        try:
+            rw = kb.rewriter.rewrite(self.text)
+            return extract(passage, [*rw.keywords, *rw.expansions], kb.tokenizer) or None
+        except Exception:  # noqa: BLE001 - no extractive answer: the question goes to a person as before
+            log.exception("extractive answer failed")
+            return None
+
+    def offer_task(self, c: Classification, citations: list[dict[str, Any]]) -> tuple[str, list[str]] | None:
+        """After an answer: the task of the intent whose topics hold the cited article (the classified intent's
+        first), offered as the waiting flow's question; (the task's words, quick replies) or None."""
+        from router.turn.flows import caller_of
+
+        engine = self.r.flows
+        config = self.r.classifier.config
+        doc = citations[0].get("doc_id") if citations else None
+        if engine is None or not doc or engine.active(self.conn, str(self.conv["id"])):
+            return None
+        mine = self.intent_config(c)
+        owners = ([mine] if mine is not None else []) + [i for i in config.intents if i is not mine]
+        task = next((i.task for i in owners if i.task and i.covers(doc) and i.task in engine.workflows.workflows),
+                    None)
+        caller = caller_of(self.conv, turn_id=self.ctx.turn_id)
+        if task is None or caller is None:
+            return None
+        lang = self.flow_lang
+        with self.stage("workflow"):
+            t = engine.offer(self.conn, task, caller, self.text, c.entities or {}, lang=lang)
+        self.flow = t.as_response()
+        self.trace["offer"] = {"workflow": task, "instance_id": t.instance_id}
+        wf = engine.workflows.workflows[task]
+        return (wf.description.get(lang) or wf.description.get("en") or task), t.quick_replies
+
+    # -- L2 --
+
+    def assist_l2(self, c: Classification, decision: Decision, *, via: str, answer: Answer | None = None,
+                  reason: str | None = None, retrieve: bool = True) -> TurnResult:
+        if answer is None and via == "classifying" and retrieve:
+            answer = self.retrieve()
+        self.move("l2_assisting", reason or f"intent {c.intent or 'unknown'}")
+        evidence = [hit_dict(h) for h in (answer.passages if answer else [])[:EVIDENCE_LIMIT]]
+        draft = {
+            # the composed answer (rag/compose.py), also when it was not confident enough to send: the agent
+            # reviews the same text the bot would have sent; else the best passage
+            "text": (answer.text if answer and answer.text else getattr(answer, "draft", None) if answer
+                     and getattr(answer, "draft", None) else (evidence[0]["text"] if evidence and
+                                                               "text" in evidence[0] else None)),
+            "citations": citations_of(answer.citations) if answer else [],
+            "passages": evidence[:3],
+            "intent": c.intent,
+            "proposed_action": f"reply to {c.intent or 'the question'} with the draft",
+        }
+        ticket_id = self.open_ticket("assist", decision, reason=reason or f"intent {c.intent or 'unknown'} needs "
+                                     "a reviewed answer", priority="normal", classification=c, evidence=evidence,
+                                     draft=draft)
+        self.tag_transition(ticket_id)
+        return self.result(decision, reply=self.send(self.say("ack_l2"), kind="ack"), ticket_id=ticket_id)
+
+    # -- several requests in one message --
+
+    def serve_other_requests(self) -> tuple[list[dict[str, Any]], Classification] | None:
+        """Several requests in one message (router.classify.segments): each question the knowledge base answers
+        is answered now, in order, and the turn goes on with the remaining request (``self.text`` becomes it).
+        Returns (the answers sent, the remaining request's classification); None when the message is one request
+        (or its parts are not all requests the bot can place)."""
+        from router.classify.segments import split_requests
+
+        engine, kb = self.r.flows, self.r.rag
+        if kb is None or (engine is not None and engine.active(self.conn, str(self.conv["id"])) is not None):
+            return None
+        parts = split_requests(self.text)
+        if len(parts) < 2:
+            return None
+        with self.stage("classify"):
+            placed = [(p, self.r.classifier.classify(p)) for p in parts]
+        if any(x.intent is None for _, x in placed) or len({x.intent for _, x in placed}) < 2:
+            return None
+        if any(self.r.escalation.asks_for_person(p) for p in parts):
+            return None
+        kinds = []
+        for p, x in placed:
+            served = self.served_by(x)
+            kinds.append("talk" if served is not None and served[0] == "reply" else
+                         "question" if x.tier == "L1" and served is None else "request")
+        questions = [i for i, k in enumerate(kinds) if k == "question"]
+        requests = [i for i, k in enumerate(kinds) if k == "request"]
+        if not questions or len(requests) > 1:
+            return None
+        main = requests[0] if requests else questions[0]
+        answers = []
+        for i in questions:
+            if i == main:
+                continue
+            with self.stage("retrieval"):
+                try:
+                    answer = kb.answer(parts[i])
+                except Exception:  # noqa: BLE001 - the main request is still served
+                    log.exception("knowledge base failed on one request of several")
+                    return None
+            if not (answer.answered and answer.text):
+                return None   # not confidently answerable: the whole message goes the usual way (a person may look)
+            sent = self.send(answer.text, kind="reply", citations=citations_of(answer.citations))
+            if sent is not None:
+                answers.append(sent)
+        self.trace["requests"] = [{"text": p, "intent": x.intent, "kind": k, "main": i == main}
+                                  for i, ((p, x), k) in enumerate(zip(placed, kinds))]
+        self.text = parts[main]
+        return answers, placed[main][1]
+
+    # -- served without the knowledge base --
+
+    def small_talk(self, c: Classification, template: str, checks: dict[str, Any]) -> TurnResult:
+        """A greeting, thanks, "are you a bot": the template reply; state, counters and any flow untouched."""
+        self.trace["escalation"] = {"rule": None, "checks": checks}
+        self.trace["served"] = {"reply": template}
+        reply = self.send(self.say(template), kind="reply")
+        return self.result(self.decision_of(c, "L1", None, served=f"reply {template}"), reply=reply)
+
+    def clarify(self, c: Classification) -> TurnResult:
+        """The first message of a run that matches nothing: say what the bot can do, offer suggestions."""
+        self.outcome = "clarified"
+        self.trace["served"] = {"reply": "clarify"}
+        reply = self.send(self.say("clarify"), kind="reply", suggestions=self.r.policy.suggestions_for(self.lang))
+        return self.result(self.decision_of(c, None, None, clarify=True), reply=reply)
+
+    def serve_workflow(self, c: Classification, name: str) -> TurnResult:
+        """The customer's own data (order, delivery, refund status): never a knowledge-base passage.
+
+        The workflow engine is wired by the composition root (``Decider(workflows=...)``); until then the
+        bot asks for a missing order number, and with one a person takes it (assist ticket, no draft).
+        """
+        wired = self.r.workflows is not None and name in self.r.workflows
+        self.trace["served"] = {"workflow": name, "wired": wired}
+        orders = (c.entities or {}).get("order_numbers") or []
+        if not orders:
+            self.outcome = "clarified"
+            reply = self.send(self.say("ask_order_number"), kind="reply")
+            return self.result(self.decision_of(c, "L1", None, served=f"workflow {name}", missing=["order_number"]),
+                               reply=reply)
+        self.move("classifying", "message")
+        decision = self.decision_of(c, "L2", None, served=f"workflow {name}",
+                                    workflow={"name": name, "wired": wired})
+        return self.assist_l2(c, decision, via="workflow", reason=f"workflow {name} is not wired: a person looks "
+                              f"up order {orders[0]}", retrieve=False)

@@ -1,0 +1,212 @@
+"""The turn's record: one message's trip through the router, and what every tier action does with it.
+
+A state move (history and trace), a reply queued in the turn's transaction, a metric counted once the turn
+commits, the decision and the result; the classification (once per turn) and the intent it names.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Container, Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol, cast
+
+from prometheus_client import Counter
+
+from automation.workflows.engine import Listening
+from rag.types import Answer, Hit
+from router.classify.base import Classification
+from router.classify.intents import Intent
+from router.outbox.store import enqueue_outbound
+from router.schemas import Decision, Escalation
+from router.telemetry.metrics import Metrics
+from router.turn import language
+from router.turn import state as sm
+from router.turn.escalation import EscalationPolicy, EscalationVerdict, Policy
+from router.turn.guards import Harness
+from router.turn.passes import per_turn
+from router.turn.pipeline import TurnContext, TurnResult
+from router.turn.ports import ClassifierPort, Conn, EncoderPort, FlowsPort, HandoffPort, KnowledgePort
+
+log = logging.getLogger(__name__)
+
+EVIDENCE_LIMIT = 5
+
+
+class Wiring(Protocol):
+    """What a turn reads of its decider (router.turn.decider.Decider): the policy and the ports."""
+
+    policy: Policy
+    harness: Harness
+    escalation: EscalationPolicy
+    classifier: ClassifierPort
+    rag: KnowledgePort | None
+    handoff: HandoffPort | None
+    encoder: EncoderPort | None
+    metrics: Metrics | None
+    flows: FlowsPort | None
+    workflows: Container[str] | None
+
+
+def hit_dict(hit: Hit) -> dict[str, Any]:
+    chunk = getattr(hit, "chunk", None)
+    d: dict[str, Any] = {"chunk_id": hit.chunk_id, "score": round(float(hit.score), 4), "rank": hit.rank,
+                         "scores": {k: round(float(v), 4) for k, v in (hit.scores or {}).items()}}
+    if chunk is not None:
+        d.update({"doc_id": chunk.doc_id, "title": chunk.title, "section": chunk.section, "lang": chunk.lang,
+                  "source": chunk.source, "text": chunk.text})
+    return d
+
+
+def citations_of(citations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    keys = ("doc_id", "chunk_id", "title", "section", "source", "score")
+    return [{k: c.get(k) for k in keys if c.get(k) is not None} for c in citations if c.get("doc_id")]
+
+
+class TurnBase:
+    """One message's trip through the router; collects the trace as it goes."""
+
+    def __init__(self, router: Wiring, ctx: TurnContext):
+        self.r = router
+        self.ctx = ctx
+        # the pool opens every connection with dict rows (router.db.pool); the pipeline's type says only Connection
+        self.conn = cast(Conn, ctx.conn)
+        self.conv = ctx.conversation
+        self.text = ctx.inbound.text
+        self.message_id: int = ctx.message["id"]
+        self.transitions: list[dict[str, Any]] = []
+        self.trace: dict[str, Any] = {"transitions": self.transitions}
+        self.flags: dict[str, Any] = {}
+        self.rag_error: str | None = None
+        self.flow: dict[str, Any] | None = None     # the workflow's part of the response
+        self.listening: Listening | None = None      # the waiting flow and its reading of the message (engine.listen)
+        self._notes: list[str] | None = None
+        self.outcome: str | None = None
+        self.asking: Intent | None = None   # the intent config whose topics answer this message (a question), if any
+        known = (self.conv.get("metadata") or {}).get("lang")
+        self.lang = language.choose(self.text, known, router.policy.default_language)
+        self.trace["lang"] = self.lang
+        if self.lang != known:   # remembered for the next short message ("ok", "👍")
+            self.conn.execute("UPDATE conversations SET metadata = COALESCE(metadata, '{}'::jsonb) "
+                              "|| jsonb_build_object('lang', %s::text) WHERE id = %s", (self.lang, self.conv["id"]))
+
+    @property
+    def flow_lang(self) -> str:
+        """The language a workflow speaks in this turn (the engine's texts are English and Chinese)."""
+        return self.lang if self.lang in ("zh", "en") else "en"
+
+    def queue_notes(self) -> list[str]:
+        """Where the handoff queue's notifications of this turn collect; sent once the turn has committed."""
+        if self._notes is None:
+            notes: list[str] = []
+            self._notes = notes
+            handoff = self.r.handoff
+            assert handoff is not None, "queue notes are taken only where a handoff service is wired"
+            self.ctx.after_commit.append(lambda conn: handoff.publish(conn, notes))
+        return self._notes
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            dt = time.perf_counter() - t0
+            self.ctx.timings[name] = self.ctx.timings.get(name, 0.0) + dt
+            if self.r.metrics is not None and name in ("harness", "retrieval", "handoff"):
+                self.r.metrics.stage_seconds.labels(name).observe(dt)
+
+    def move(self, to_state: str, reason: str, ticket_id: Any = None, *, counted: bool = True) -> None:
+        t = sm.transition(self.conn, self.conv, to_state, reason=reason, message_id=self.message_id,
+                          ticket_id=ticket_id, counted=counted)
+        self.transitions.append({"from": t["from"], "to": t["to"], "reason": reason, "id": t["id"]})
+
+    def say(self, key: str) -> str:
+        """The policy's reply template ``key`` in this turn's language."""
+        return self.r.policy.reply(key, self.lang)
+
+    def send(self, text: str, *, kind: str = "reply", citations: list[dict[str, Any]] | None = None,
+             suggestions: list[str] | None = None) -> dict[str, Any] | None:
+        """Queue ``text`` to the customer (transcript + outbox, this transaction); the webhook's reply.
+
+        ``suggestions`` are quick replies: the channel senders render them (buttons, keyboards, JSON)."""
+        if self.flags.get("do_not_contact"):
+            self.trace["suppressed_reply"] = kind
+            return None
+        payload: dict[str, Any] = {"lang": self.lang}
+        if citations:
+            payload["citations"] = citations
+        if suggestions:
+            payload["suggestions"] = suggestions
+        enqueue_outbound(self.conn, conversation_id=self.conv["id"], channel=self.conv["channel"], text=text,
+                         sender="bot", kind=kind, payload=payload)
+        return {"text": text, "citations": citations or [], "suggestions": suggestions or [], "lang": self.lang}
+
+    def count(self, metric: Counter) -> None:
+        """Increment ``metric`` once the turn commits (a rolled-back pass or attempt counts nothing)."""
+        self.ctx.after_commit.append(lambda _conn: metric.inc())
+
+    def result(self, decision: Decision, *, reply: dict[str, Any] | None = None,
+               ticket_id: Any = None) -> TurnResult:
+        if decision.escalation is not None and self.r.metrics is not None:
+            self.count(self.r.metrics.escalations.labels(decision.escalation.rule))
+        outcome = self.outcome or ("ticketed" if (self.trace.get("ticket") or {}).get("id") else
+                                   "held" if ticket_id is not None else "resolved" if reply else "none")
+        self.trace["outcome"] = outcome
+        if self.r.metrics is not None:
+            self.count(self.r.metrics.deflection.labels(outcome, self.conv["channel"], self.lang))
+        return TurnResult(decision=decision, state=self.conv["state"], reply=reply,
+                          ticket_id=str(ticket_id) if ticket_id is not None else None, trace=self.trace,
+                          lang=self.lang, flow=self.flow)
+
+    def decision_of(self, c: Classification, tier: str | None, esc: Escalation | None, **extra: Any) -> Decision:
+        return Decision(intent=c.intent, tier=tier, confidence=round(float(c.confidence), 4), channel=c.decided_by,
+                        explanation={**c.explanation, **extra}, escalation=esc)
+
+    # -- the classification --
+
+    def classify(self) -> Classification:
+        with self.stage("classify"):   # once per turn: a later pass (after its tool calls) reuses it
+            c: Classification = per_turn(("classify", self.text), lambda: self.r.classifier.classify(self.text))
+        if c.decided_by == "embeddings" and self.r.metrics is not None:   # the rules path: see Pipeline
+            self.r.metrics.stage_seconds.labels("embedding").observe(self.ctx.timings["classify"])
+        self.note_classification(c)
+        return c
+
+    def note_classification(self, c: Classification) -> None:
+        self.trace["classification"] = {"intent": c.intent, "tier": c.tier, "confidence": round(c.confidence, 4),
+                                        "decided_by": c.decided_by, "entities": c.entities}
+
+    def save_verdict(self, verdict: EscalationVerdict) -> None:
+        self.trace["escalation"] = {"rule": verdict.rule, "checks": verdict.checks}
+        sm.save_counters(self.conn, self.conv["id"], **verdict.counters)
+
+    def intent_config(self, c: Classification) -> Intent | None:
+        return self.r.classifier.config.intent(c.intent) if c.intent else None
+
+    def served_by(self, c: Classification) -> tuple[str, str] | None:
+        intent = self.intent_config(c)
+        if intent is None:
+            return None
+        if intent.with_order and (c.entities or {}).get("order_numbers"):
+            return "workflow", intent.with_order.split(" ", 1)[1]   # about one of the customer's own orders
+        return intent.served_by
+
+    def retrieve(self) -> Answer | None:
+        if self.r.rag is None:
+            return None
+        with self.stage("retrieval"):
+            try:
+                answer = self.r.rag.answer(self.text)
+            except Exception as exc:  # noqa: BLE001 - a broken index must not lose the message: a person takes it
+                log.exception("knowledge base failed; routing to L2 without evidence")
+                self.trace["rag"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                self.rag_error = f"knowledge base failed ({type(exc).__name__})"
+                return None
+        self.trace["rag"] = {"answered": answer.answered, "confidence": round(float(answer.confidence), 4),
+                             "reason": answer.reason,
+                             "passages": [{"chunk_id": h.chunk_id, "score": round(float(h.score), 4)}
+                                          for h in answer.passages[:EVIDENCE_LIMIT]],
+                             "timings_ms": {k: round(v * 1000, 2) for k, v in (answer.timings or {}).items()}}
+        return answer

@@ -1,0 +1,221 @@
+"""L3 and the handoff tickets: opening one with its context package, and a conversation a person holds.
+
+- L3 (by intent or by an escalation rule): a handoff ticket with reason and priority; what the knowledge base
+  says goes with it as evidence for the agent.
+- While a person holds the conversation (or reviews a draft) the customer's messages are added to the ticket;
+  in ``l2_assisting`` the escalation rules still run, so "转人工" or a big refund reaches a person.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from router.classify.base import Classification
+from router.schemas import Decision
+from router.turn import state as sm
+from router.turn.pipeline import TurnResult
+from router.turn.tiers.base import EVIDENCE_LIMIT, TurnBase, hit_dict
+
+log = logging.getLogger(__name__)
+
+TRANSCRIPT_LIMIT = 50     # messages of the conversation in a ticket's context package
+TRAIL_LIMIT = 20          # earlier decisions in the context package
+TOOL_CALL_LIMIT = 20      # recent tool calls of the conversation in the context package
+
+
+class Tickets(TurnBase):
+    """The turn's handoff side: tickets opened and held conversations."""
+
+    def active_ticket(self) -> dict[str, Any] | None:
+        if self.r.handoff is None:
+            return None
+        return self.r.handoff.active_ticket(self.conn, self.conv["id"])
+
+    def to_ticket(self, ticket: dict[str, Any]) -> None:
+        handoff = self.r.handoff
+        assert handoff is not None, "a ticket is found only through the handoff service"
+        with self.stage("handoff"):
+            handoff.add_customer_message(self.conn, ticket["id"], self.text, notes=self.queue_notes(),
+                                         message_id=self.message_id)
+        self.trace["added_to_ticket"] = str(ticket["id"])
+
+    def tag_transition(self, ticket_id: Any) -> None:
+        """Record the ticket on the transition that opened it (history and trace)."""
+        if self.transitions and ticket_id is not None:
+            last = self.transitions[-1]
+            last["ticket_id"] = str(ticket_id)
+            self.conn.execute("UPDATE conversation_transitions SET ticket_id = %s WHERE id = %s",
+                              (str(ticket_id), last["id"]))
+
+    # -- a person holds the conversation --
+
+    def while_held(self, ticket: dict[str, Any]) -> TurnResult:
+        """A human holds the conversation (or reviews a draft): the message goes to the ticket.
+
+        In l2_assisting the escalation rules still run, so "转人工" or a big refund reaches a person.
+        """
+        state = self.conv["state"]
+        if state == "l2_assisting":
+            classification = self.classify()
+            counters = sm.load_counters(self.conn, self.conv)
+            verdict = self.r.escalation.evaluate(text=self.text, classification=classification, counters=counters,
+                                                 target_state=None)
+            self.save_verdict(verdict)
+            esc = verdict.as_escalation()
+            if esc is not None:
+                decision = self.decision_of(classification, "L3", esc)
+                ticket_id = self.open_l3(decision, reason=esc.reason, priority=esc.priority,
+                                         classification=classification)
+                reply = self.send(self.say("ack_l3"), kind="ack")
+                return self.result(decision, reply=reply, ticket_id=ticket_id)
+            self.to_ticket(ticket)
+            return self.result(self.decision_of(classification, "L2", None), ticket_id=ticket["id"])
+        self.to_ticket(ticket)
+        reply = self.still_waiting() if state == "l3_queuing" else None
+        return self.result(Decision(tier="L3", channel="state",
+                                    explanation={"state": state, "note": "a person holds the conversation"}),
+                           reply=reply, ticket_id=ticket["id"])
+
+    def still_waiting(self) -> dict[str, Any] | None:
+        """"hello? anyone there?" while nobody has taken the ticket yet: one short word that the message arrived,
+        when the bot has said nothing for ``still_waiting_seconds`` (the ticket's own acknowledgement counts)."""
+        interval = self.r.policy.still_waiting_seconds
+        if interval <= 0:
+            return None
+        row = self.conn.execute(
+            "SELECT now() - max(received_at) > make_interval(secs => %s) AS due, max(received_at) IS NULL AS never "
+            "FROM messages WHERE conversation_id = %s AND direction = 'out' AND sender = 'bot'",
+            (interval, self.conv["id"])).fetchone()
+        if row is not None and not (row["due"] or row["never"]):
+            return None
+        self.trace["served"] = {"reply": "still_waiting"}
+        return self.send(" ".join([self.say("still_waiting"), *self.queue_place()]).replace("。 ", "。"),
+                         kind="status")
+
+    def queue_place(self) -> list[str]:
+        """"You are number 3 in the queue", and the team's usual wait when one is known: what the customer
+        can expect, from the queue itself (nothing is promised that the queue does not show)."""
+        where = self.r.handoff.queue_position(self.conn, self.conv["id"]) if self.r.handoff is not None else None
+        if where is None:
+            return []
+        out = [self.say("queue_position").replace("{position}", str(where["position"]))]
+        if where.get("typical_wait_seconds") is not None:
+            minutes = max(1, round(where["typical_wait_seconds"] / 60))
+            out.append(self.say("typical_wait").replace("{minutes}", str(minutes)))
+        self.trace["served"]["queue"] = {"position": where["position"],
+                                         "typical_wait_seconds": where.get("typical_wait_seconds")}
+        return out
+
+    # -- opening tickets --
+
+    def open_l3(self, decision: Decision, *, reason: str, priority: str, classification: Classification | None = None,
+                via_classifying: bool = False) -> Any:
+        state = self.conv["state"]
+        if via_classifying and state in sm.ROUTABLE:
+            self.move("classifying", "harness")
+        self.move("l3_queuing", reason)
+        evidence: list[dict[str, Any]] = []
+        if classification is not None and classification.intent is not None and classification.tier in ("L1", "L2") \
+                and self.served_by(classification) is None:
+            answer = self.retrieve()   # what the knowledge base says helps the agent too
+            evidence = [hit_dict(h) for h in (answer.passages if answer else [])[:EVIDENCE_LIMIT]]
+        ticket_id = self.open_ticket("handoff", decision, reason=reason, priority=priority,
+                                     classification=classification, evidence=evidence)
+        self.tag_transition(ticket_id)
+        return ticket_id
+
+    def open_ticket(self, kind: str, decision: Decision, *, reason: str, priority: str,
+                    classification: Classification | None = None, evidence: list[dict[str, Any]] | None = None,
+                    draft: dict[str, Any] | None = None) -> Any:
+        """Open (or join) the conversation's ticket; its id, or None when no handoff service is wired."""
+        if self.r.handoff is None:
+            log.warning("no handoff service: %s ticket not opened (%s)", kind, reason)
+            self.trace["ticket"] = {"kind": kind, "opened": False, "reason": reason}
+            return None
+        entities = (classification.entities if classification is not None else None) or {}
+        amounts = entities.get("amounts") or []
+        biggest = max(amounts, key=lambda a: a.get("value") or 0) if amounts else None
+        context = self.context_package(decision, entities, evidence or [])
+        with self.stage("handoff"):
+            ticket = self.r.handoff.open_ticket(
+                self.conn, kind=kind, conversation_id=str(self.conv["id"]), channel=self.conv["channel"],
+                customer_id=self.conv["customer_id"], reason=reason, priority=priority, context=context,
+                draft=draft, amount=biggest.get("value") if biggest else None,
+                currency=biggest.get("currency") if biggest else None, notes=self.queue_notes())
+        self.trace["ticket"] = {"kind": kind, "id": str(ticket["id"]), "priority": priority, "reason": reason}
+        return ticket["id"]
+
+    def context_package(self, decision: Decision, entities: dict[str, Any],
+                        evidence: list[dict[str, Any]]) -> dict[str, Any]:
+        """What the agent sees: transcript, the trail of decisions, evidence, known facts (never invented)."""
+        rows = self.conn.execute(   # the recent transcript and decision trail in one round trip
+            """
+            SELECT 'm' AS part, id AS ord, NULL::uuid AS turn_id, direction, sender, text, NULL AS state,
+                   NULL::jsonb AS decision, received_at AS at
+              FROM (SELECT * FROM messages WHERE conversation_id = %(c)s ORDER BY id DESC LIMIT %(nm)s) m
+            UNION ALL
+            SELECT 't', NULL, id, NULL, NULL, NULL, state, decision, created_at
+              FROM (SELECT * FROM turns WHERE conversation_id = %(c)s ORDER BY created_at DESC LIMIT %(nt)s) t
+            """,
+            {"c": self.conv["id"], "nm": TRANSCRIPT_LIMIT, "nt": TRAIL_LIMIT}).fetchall()
+        transcript = sorted((r for r in rows if r["part"] == "m"), key=lambda r: r["ord"])
+        trail = sorted((r for r in rows if r["part"] == "t"), key=lambda r: r["at"])
+        return {
+            "conversation": {"id": str(self.conv["id"]), "channel": self.conv["channel"],
+                             "external_id": self.conv["external_id"], "session_no": self.conv["session_no"]},
+            "customer": {"customer_id": self.conv["customer_id"],
+                         "do_not_contact": bool(self.flags.get("do_not_contact")),
+                         "sensitive": bool(self.flags.get("sensitive")),
+                         "order_numbers": entities.get("order_numbers") or [],
+                         "amounts": entities.get("amounts") or []},
+            "transcript": [{"message_id": m["ord"], "direction": m["direction"], "sender": m["sender"],
+                            "text": m["text"], "at": m["at"].isoformat()} for m in transcript],
+            "decisions": [{"turn_id": str(t["turn_id"]), "state": t["state"], "decision": t["decision"],
+                           "at": t["at"].isoformat()} for t in trail]
+                         + [{"turn_id": None, "state": self.conv["state"],
+                             "decision": decision.model_dump(mode="json")}],
+            "evidence": evidence,
+            "escalation": decision.escalation.model_dump() if decision.escalation else None,
+            "harness": self.trace.get("harness"),
+            "transitions": list(self.transitions),
+            "memory": self.session_memory(),
+            "tool_calls": self.tool_calls(),
+        }
+
+    def session_memory(self) -> dict[str, Any] | None:
+        """The customer's profile, recent orders and earlier outcomes (the workflows' session memory), if wired."""
+        from automation.workflows.outside import CallPending
+        from router.turn.flows import caller_of
+
+        engine = self.r.flows
+        caller = caller_of(self.conv) if engine is not None else None
+        if engine is None or caller is None:
+            return None
+        try:
+            with self.conn.transaction():   # a savepoint: a failure here never spoils the turn
+                return engine.memory(self.conn, caller, self.flow_lang)
+        except CallPending:
+            raise   # its tools run outside the transaction; the turn's next pass has the memory
+        except Exception:  # noqa: BLE001 - memory is a courtesy to the agent, never a reason to lose the ticket
+            log.exception("session memory could not be loaded for the context package")
+            return None
+
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """The conversation's recent tool calls as audited (redacted): tool, status, latency, attempts, data,
+        the error of a failed one; read on the turn's connection, which sees the committed audit rows."""
+        engine = self.r.flows
+        if engine is None:
+            return []
+        from automation.tools.audit import calls_for_conversation, summarise
+
+        flush = getattr(engine.tools, "flush_audit", None)
+        if flush is not None:
+            flush(2.0)   # this turn's reads are written by the audit thread: wait for them
+        try:
+            with self.conn.transaction():   # a savepoint: a failed read must not abort the turn
+                rows = calls_for_conversation(self.conn, str(self.conv["id"]), limit=TOOL_CALL_LIMIT)
+        except Exception:  # noqa: BLE001 - the ticket opens without them
+            log.exception("the tool calls of the context package could not be read")
+            return []
+        return [{**c, "this_turn": c.get("turn_id") == self.ctx.turn_id} for c in summarise(rows)]

@@ -1,0 +1,170 @@
+"""The turn and the workflow engine: one entry for a turn (``FlowsPort.on_message``), and what the router asks
+around it.
+
+- A waiting flow reads the message first (``read_in_flow``): an answer to its own question, a correction or a
+  change of mind is the flow's, whatever the classifier guessed; a digression (a confident other topic) is served
+  as its own request, then the flow asks again; another task interrupts it and it resumes when that task ends.
+- "sorry, I meant 100241" right after "I couldn't find order 100999" restarts the same task (``correcting``).
+- An open offer ("Shall I start it?") that a message does not answer lapses (``settle_offer``).
+- A flow's handoff opens the L2/L3 ticket with the flow's state as evidence (``flow_outcome``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from automation.workflows.runtime import FlowTurn
+from router.classify.base import Classification
+from router.turn.pipeline import TurnResult
+from router.turn.plan import Route
+from router.turn.tiers.answers import Answers
+
+
+class Workflows(Answers):
+    """The turn's workflow side."""
+
+    def read_in_flow(self, c: Classification) -> str | None:
+        """What the conversation's waiting flow reads this message as (automation.workflows READINGS), or None
+        when no flow is active. Nothing changes here; ``run_flow`` then acts on it."""
+        engine = self.r.flows
+        if engine is None:
+            return None
+        with self.stage("workflow"):
+            self.listening = engine.listen(self.conn, str(self.conv["id"]), self.text, c.entities or {},
+                                           intent=c.intent, intent_confidence=float(c.confidence))
+        if self.listening is None:
+            return None
+        self.trace["reading"] = self.listening.reading
+        return self.listening.reading
+
+    def correcting(self, c: Classification) -> str | None:
+        """The workflow this message restarts with a corrected value (see FlowEngine.correcting), or None."""
+        engine = self.r.flows
+        if engine is None or (c.intent is not None and c.decided_by == "rules"
+                              and engine.workflows.for_intent(c.intent) is None):
+            return None
+        workflow = engine.correcting(self.conn, str(self.conv["id"]), self.text, c.entities or {})
+        if workflow is not None:
+            self.trace["reading"] = "correction"
+        return workflow
+
+    def settle_offer(self, c: Classification) -> None:
+        """An open offer ("Shall I start it?") that this message does not answer with a yes or a no lapses now,
+        so the message is routed as a new one (a question, another task), never read as the offer's answer."""
+        engine = self.r.flows
+        if engine is None:
+            return
+        active = engine.active(self.conn, str(self.conv["id"]))
+        if active is None or not engine.offered(active):
+            return
+        reading = engine.read(active, self.text, c.entities or {}, intent=c.intent,
+                              intent_confidence=float(c.confidence))
+        if reading not in ("answer", "cancel"):
+            engine.lapse(self.conn, active)
+            self.trace["offer"] = {"workflow": active["workflow"], "lapsed": True}
+
+    def task_workflow(self, c: Classification, served: tuple[str, str] | None) -> str | None:
+        """The workflow this message starts when no flow is active: the one serving the intent, or the one
+        ``serve: workflow`` / ``with_order`` names; None when the engine has neither."""
+        engine = self.r.flows
+        if engine is None or c.intent is None:
+            return None
+        if served is not None and served[0] == "workflow" and served[1] in engine.workflows.workflows:
+            return served[1]
+        intent = self.intent_config(c)
+        if intent is not None and intent.task and intent.task in engine.workflows.workflows:
+            return intent.task
+        wf = engine.workflows.for_intent(c.intent)
+        return wf.name if wf is not None else None
+
+    def run_flow(self, c: Classification, workflow: str | None = None) -> FlowTurn | None:
+        """Advance the conversation's active workflow, or start ``workflow`` or the one serving the intent;
+        None: no flow."""
+        from rag.chunk import detect_lang
+        from router.turn.flows import caller_of
+
+        engine = self.r.flows
+        caller = caller_of(self.conv, turn_id=self.ctx.turn_id)
+        if engine is None or caller is None:
+            return None
+        lang = self.lang if self.lang in ("zh", "en") else (detect_lang(self.text) or "en")
+        with self.stage("workflow"):
+            # the flow that listened moves on with its reading; else `workflow` (or the intent's) starts
+            t = engine.on_message(self.conn, caller, self.text, c.entities or {}, lang=lang, listening=self.listening,
+                                  workflow=workflow, intent=c.intent, intent_confidence=float(c.confidence))
+            self.listening = None
+        if t is None:
+            return None
+        self.flow = t.as_response()
+        self.trace["workflow"] = {**self.flow, "outcome": t.outcome, "drift": t.drift, "failure": t.failure,
+                                  "steps": [{"step": s.step, "kind": s.kind, "ms": round(s.ms, 2),
+                                             "tool_status": s.tool_status, "note": s.note} for s in t.trace]}
+        return t
+
+    def flow_outcome(self, c: Classification, t: FlowTurn) -> TurnResult:
+        """The workflow answered this turn: its reply goes out; a handoff opens the L2/L3 ticket."""
+        if t.handoff is not None:
+            tier = "L3" if t.handoff.tier == "L3" else "L2"
+            decision = self.decision_of(c, tier, None, workflow=self.flow)
+            kind = "handoff" if tier == "L3" else "assist"
+            if tier == "L3":
+                self.move("l3_queuing", f"workflow {t.workflow}: {t.handoff.reason}")
+            else:
+                self.move("l2_assisting", f"workflow {t.workflow}: {t.handoff.reason}")
+            ticket_id = self.open_ticket(kind, decision, reason=f"workflow {t.workflow}: {t.handoff.reason}",
+                                         priority="normal", classification=c,
+                                         evidence=[{"workflow": t.handoff.flow_state}],
+                                         draft=None if tier == "L3" else {"text": None, "intent": c.intent,
+                                                                          "workflow": t.handoff.flow_state})
+            self.tag_transition(ticket_id)
+            text = "\n\n".join(x for x in (t.reply, self.say("ack_l3" if tier == "L3" else "ack_l2")) if x)
+            return self.result(decision, reply=self.send(text, kind="ack"), ticket_id=ticket_id)
+        # the bot answered this turn (a flow that waits for the customer keeps its place in flow_instances)
+        self.move("l1_resolving", f"workflow {t.workflow}", counted=False)   # served: not a loop-guard round
+        resumed = self.resume_interrupted(t)
+        text = "\n\n".join(x for x in (t.reply, resumed.reply if resumed is not None else None) if x)
+        quick = resumed.quick_replies if resumed is not None else t.quick_replies
+        reply = self.send(text, kind="reply", suggestions=quick) if text else None
+        self.move("l1_resolved", f"workflow {t.workflow} {t.outcome or t.status}")
+        decision = self.decision_of(c, "L1", None, workflow=self.flow)
+        return self.result(decision, reply=reply)
+
+    def resume_interrupted(self, t: FlowTurn) -> FlowTurn | None:
+        """A flow that ended this turn gives the floor back to the task it interrupted (its question again)."""
+        engine = self.r.flows
+        if engine is None or t.status in ("waiting", "waiting_approval"):
+            return None
+        resumed = engine.resume(self.conn, str(self.conv["id"]), self.flow_lang)
+        if resumed is not None:
+            self.flow = resumed.as_response()
+            self.trace.setdefault("workflow", {})["resumed"] = {"workflow": resumed.workflow,
+                                                                "instance_id": resumed.instance_id}
+        return resumed
+
+    def with_question_again(self, result: TurnResult, flow: FlowTurn | None) -> TurnResult:
+        """The customer asked something else mid-flow: that is answered, then the flow asks its question again."""
+        if flow is not None and result.ticket_id is None and result.reply is not None:
+            self.send(flow.reply, kind="reply", suggestions=flow.quick_replies)
+            result.reply = {**result.reply, "text": f"{result.reply['text']}\n\n{flow.reply}"}
+        return result
+
+    def digression(self, c: Classification, route: Route, checks: dict[str, Any]) -> TurnResult:
+        """Another topic while a flow waits: served as its own request, then the flow asks its question again.
+        Another task of the customer's (a workflow) interrupts the waiting flow, which resumes when it ends."""
+        engine = self.r.flows
+        task = self.task_workflow(c, route.served) if not route.smalltalk else None
+        if task is not None and engine is not None:
+            waiting = engine.active(self.conn, str(self.conv["id"]))
+            if waiting is not None and waiting["workflow"] != task:
+                engine.suspend(self.conn, waiting, because=task)
+                self.move("classifying", "message")
+                flow = self.run_flow(c, workflow=task)
+                if flow is not None:
+                    return self.flow_outcome(c, flow)
+        flow = self.run_flow(c)
+        if route.template is not None:
+            result = self.small_talk(c, route.template, checks)
+        else:
+            self.move("classifying", "message")
+            result = self.route_tier(c, route.tier)
+        return self.with_question_again(result, flow)
