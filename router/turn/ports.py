@@ -14,7 +14,7 @@ import psycopg
 from psycopg.rows import DictRow
 
 from automation.tools.base import Caller, ToolGateway
-from automation.workflows.engine import Listening
+from automation.workflows.listening import Listening
 from automation.workflows.model import WorkflowSet
 from automation.workflows.runtime import FlowTurn
 from automation.workflows.store import Instance

@@ -14,7 +14,7 @@ from typing import Any, Protocol, cast
 
 from prometheus_client import Counter
 
-from automation.workflows.engine import Listening
+from automation.workflows.listening import Listening
 from rag.types import Answer, Hit
 from router.classify.base import Classification
 from router.classify.intents import Intent

@@ -113,7 +113,7 @@ def test_the_escalation_rules_see_where_the_message_heads(f, task, target):
 
 
 def test_every_reading_but_a_digression_is_the_flows_own():
-    from automation.workflows.engine import CLAIMED as ENGINE_CLAIMED, READINGS
+    from automation.workflows.listening import CLAIMED as ENGINE_CLAIMED, READINGS
 
     assert CLAIMED == ENGINE_CLAIMED
     assert set(READINGS) - CLAIMED == {"digression"}
