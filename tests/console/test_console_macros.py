@@ -54,7 +54,10 @@ def test_a_supervisor_edits_macros_and_an_agent_uses_them(console, gateway):
     table.get_by_role("button", name="Edit shipped zh").click()
     expect(form.get_by_label("Text")).to_have_value("{customer_name}，订单 {order} 已发货。")
     form.get_by_label("Title").fill("已发货")
-    form.get_by_role("button", name="Save macro").click()
+    # the row's text holds 已发货 already (in the body): wait for the save itself before reading the table
+    with page.expect_response(lambda r: "/v1/handoff/macros/shipped/zh" in r.url and r.request.method == "PUT") as saved:
+        form.get_by_role("button", name="Save macro").click()
+    assert saved.value.status == 200, saved.value.text()
     expect(table.locator("tr[data-macro='shipped/zh']")).to_contain_text("已发货")
     assert _macro(gateway, "shipped", "zh") == {"title": "已发货", "body": "{customer_name}，订单 {order} 已发货。",
                                                "team": None, "created_by": "agent:sue"}

@@ -55,7 +55,7 @@ def test_two_workers_share_the_database_and_report_one_set_of_metrics(dsn, tmp_p
     base = f"http://127.0.0.1:{port}"
     auth = {"Authorization": f"Bearer {issue_integration_key(dsn)}"}
     try:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 420   # a bound for a hung start only: two workers load models on a busy machine
         ready = 0
         while ready < 10:   # ten fresh connections in a row answered ready: both workers are up
             assert proc.poll() is None, proc.stderr.read().decode(errors="replace")[-3000:]
