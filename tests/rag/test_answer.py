@@ -299,6 +299,29 @@ def test_answer_set_is_answered_right(answer_set_report):
                                                            if v["kind"] != "none" and not v["answered"]]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("query, doc, says", [
+    ("it says delivered but I never got it", "delayed-lost-parcels-en", "48 hours"),
+    ("显示已签收但是我没收到", "delayed-lost-parcels-zh", "48小时"),
+])
+def test_an_entry_that_only_points_to_another_article_is_answered_from_that_article(bundled_kb, query, doc, says):
+    # the best entry says "See *Delayed or lost parcels*." / "请参考《快递延误或丢件怎么办》。": the reply is that article's
+    answer = bundled_kb.answer(query)
+    assert answer.answered and answer.citations[0]["doc_id"] == doc, (answer.citations, answer.text)
+    assert says in answer.text and "See " not in answer.text and "请参考" not in answer.text, answer.text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("query, doc, says", [
+    ("do you take cash when the parcel arrives?", "payment-methods-en", "cash on delivery"),
+    ("how long until I get my money back after returning?", "refund-timelines-en", "business days"),
+])
+def test_the_entry_that_says_what_is_asked_leads_over_a_neighbour_with_more_shared_words(bundled_kb, query, doc, says):
+    answer = bundled_kb.answer(query)
+    assert answer.passages[0].chunk.doc_id == doc, [h.chunk_id for h in answer.passages]
+    assert says in (answer.text or answer.draft or ""), answer.draft
+
+
 # the conversations of issue #33, each the first message of a new conversation: a set judged together
 ISSUE_CONVERSATIONS = ("what is your return policy?", "衣服不合适能退吗", "退货的运费谁来出", "how long does shipping take?",
                        "can I pay with PayPal or Apple Pay?")
