@@ -264,6 +264,10 @@ class KnowledgeBase:
                       if h.chunk and h.chunk.doc_id != doc and h.scores.get("dense") is not None
                       and (not lang or not h.chunk.lang or h.chunk.lang == lang)), default=None)
         question = self.question_similarity(rw, top) if cos is not None else None
+        entry = top.scores.get("entry")
+        if question is not None and entry is not None:
+            # in an article with entries, what the passage answers is its entry read with its context
+            question = max(question, float(entry))
         return {"cosine": cos, "question": question, "coverage": round(self.coverage(rw.keywords, top), 4),
                 "margin": (cos - second) if cos is not None and second is not None else None,
                 "lang": rw.lang}
@@ -289,8 +293,9 @@ class KnowledgeBase:
         of them (often a neighbouring FAQ entry, or another article's line on the same topic). The entry score
         is the query's best cosine to what the passage answers, read with its context: its FAQ question with
         the answer, a list line with its introduction, a paragraph with its heading (rag.compose, vectors
-        cached per line), and its title and section (:func:`question_units`). A document of one answer (no
-        headings, no entries) is left in retrieval's order.
+        cached per line), and its title and section (:func:`question_units`); it is kept in ``scores["entry"]``
+        and is the confidence's "question" signal for such a passage. A document of one answer (no headings,
+        no entries) is left in retrieval's order.
         """
         head = [h for h in hits[:ENTRY_CANDIDATES] if h.chunk is not None]
         if len(head) < 2 or not rw.dense.strip() or not generation:
@@ -314,6 +319,7 @@ class KnowledgeBase:
         for h, us in zip(head, units, strict=True):
             best = float(max(sims[i:i + len(us)])) if us else -1.0
             i += len(us)
+            h.scores["entry"] = best
             scores.append(best + ENTRY_BLEND * float(h.score))
         order = sorted(range(len(head)), key=lambda j: -scores[j])
         ranked = [head[j] for j in order]
