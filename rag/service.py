@@ -297,14 +297,17 @@ class KnowledgeBase:
         and is the confidence's "question" signal for such a passage. A document of one answer (no headings,
         no entries) is left in retrieval's order.
         """
-        head = [h for h in hits[:ENTRY_CANDIDATES] if h.chunk is not None]
+        lang = hits[0].chunk.lang if hits and hits[0].chunk else None
+        head = [h for h in hits[:ENTRY_CANDIDATES] if h.chunk is not None and h.chunk.lang == lang]
         if len(head) < 2 or not rw.dense.strip() or not generation:
+            return hits
+        first = head[0].chunk.doc_id if head[0].chunk else ""
+        top = self.articles(generation, [first])[first]
+        if not top or not structured(self.composer.lines_of(generation, 0, top)):
             return hits
         docs = list(dict.fromkeys(h.chunk.doc_id for h in head if h.chunk is not None))
         articles = self.articles(generation, docs)
         lines = {d: self.composer.lines_of(generation, 0, articles[d]) for d in docs if articles.get(d)}
-        if not structured(lines.get(head[0].chunk.doc_id if head[0].chunk else "", [])):
-            return hits
         units: list[list[str]] = []
         for h in head:
             doc_lines = lines.get(h.chunk.doc_id if h.chunk else "", [])
@@ -327,14 +330,15 @@ class KnowledgeBase:
 
     def articles(self, generation: str, doc_ids: Sequence[str]) -> dict[str, list[Any]]:
         """Whole articles (their chunks in order), remembered per generation: a generation never changes."""
-        missing = [d for d in doc_ids if (generation, d) not in self._articles]
+        found = {d: self._articles[(generation, d)] for d in doc_ids if (generation, d) in self._articles}
+        missing = [d for d in doc_ids if d not in found]
         if missing:
             fetched = self.dense.fetch_documents(generation, missing)
             if len(self._articles) > 2048:
                 self._articles.clear()
             for d in missing:
-                self._articles[(generation, d)] = fetched.get(d, [])
-        return {d: self._articles[(generation, d)] for d in doc_ids}
+                found[d] = self._articles[(generation, d)] = fetched.get(d, [])
+        return {d: found[d] for d in doc_ids}
 
     def warm(self) -> int:
         """Encode the lines of every article of the active generation for answer composition (see
@@ -345,7 +349,12 @@ class KnowledgeBase:
         articles = self.dense.fetch_documents(gen, None)
         for doc, chunks in articles.items():
             self._articles[(gen, doc)] = chunks
-        return self.composer.warm(gen, articles)
+        lines = self.composer.warm(gen, articles)
+        # what the passages say they answer (titles, sections, FAQ questions), for the entry score
+        units = list(dict.fromkeys(u for chunks in articles.values() for c in chunks for u in question_units(c)))
+        for start in range(0, len(units), 16):
+            self.composer.cache.vectors(units[start:start + 16])
+        return lines
 
     def compose(self, query: str, rw: RewrittenQuery, passages: Sequence[Hit],
                 generation: str | None) -> tuple[str, list[dict[str, Any]]]:
