@@ -179,7 +179,7 @@ def _structure(lines: list[Line]) -> None:
         i += 1
 
 
-def _unit_text(ln: Line, lines: Sequence[Line]) -> str:
+def unit_text(ln: Line, lines: Sequence[Line]) -> str:
     """What a line is scored as: the line with what gives it meaning (its list's label or introduction,
     its section heading), and for an FAQ answer its question."""
     text = strip_framing(ln.text)
@@ -192,6 +192,11 @@ def _unit_text(ln: Line, lines: Sequence[Line]) -> str:
     if ln.kind in ("item", "para", "intro") and ln.section:
         return f"{ln.section.split(' > ')[-1]}: {text}"
     return text
+
+
+def structured(lines: Sequence[Line]) -> bool:
+    """Whether an article has entries (headings, FAQ entries, lists) rather than being one answer."""
+    return any(ln.section or ln.kind != "para" for ln in lines)
 
 
 def question_parts(query: str) -> list[str]:
@@ -285,7 +290,7 @@ class Composer:
         texts: list[str] = []
         for i, (_, chunks) in enumerate(sorted(articles.items())):
             lines = self.lines_of(key, i, chunks)
-            texts += [_unit_text(ln, lines) for ln in lines]
+            texts += [unit_text(ln, lines) for ln in lines]
             texts += sorted({ln.section.split(" > ")[-1] for ln in lines if ln.section})
         texts = list(dict.fromkeys(texts))
         stored = self.cache._stored(texts)             # what any process encoded before costs a read
@@ -332,7 +337,7 @@ class Composer:
         parts = question_parts(query)
         qvecs = self.encoder.encode_queries([query, *parts])
         heads = sorted({ln.section.split(" > ")[-1] for ln in pool if ln.section})
-        vecs = self.cache.vectors([_unit_text(ln, per_doc[ln.doc]) for ln in pool] + heads)
+        vecs = self.cache.vectors([unit_text(ln, per_doc[ln.doc]) for ln in pool] + heads)
         sims = vecs[: len(pool)] @ qvecs.T
         score_of = {(ln.doc, ln.idx): sims[i] for i, ln in enumerate(pool)}
         head_sim = dict(zip(heads, (vecs[len(pool):] @ qvecs[0]).tolist(), strict=True))

@@ -19,7 +19,7 @@ from psycopg_pool import ConnectionPool
 
 from rag.answer import Generator, citation, unsupported_sentences
 from rag.chunk import split_sentences
-from rag.compose import Composer, question_parts
+from rag.compose import Composer, question_parts, structured, unit_text
 from rag.confidence import model_of
 from rag.confidence import confidence as confidence_of
 from rag.config import RetrievalConfig
@@ -38,7 +38,12 @@ def _stem(word: str) -> str:
     return word[:-1] if len(word) > 3 and word.isascii() and word.endswith("s") else word
 
 _QA_PREFIX = re.compile(r"^(?:q|问)\s*[:：]\s*", re.I)
+# an answer that only points to another article ("See *Delayed or lost parcels*." / "请参考《快递延误或丢件怎么办》。")
+_POINTER = re.compile(r"^(?:(?:please\s+)?(?:see|refer\s+to)|请参考|请参阅|请查看|详见|参见)\s*"
+                      r"[*_《「“\"']*(?P<title>[^*_》」”\"'\n]+?)[*_》」”\"']*\s*[.。]?$", re.I)
 QUESTION_UNITS = 4          # question sentences of a passage compared with the query, at most
+ENTRY_CANDIDATES = 8        # hits of an article with entries that the entry score may reorder
+ENTRY_BLEND = 0.15          # weight of the fused retrieval score beside the entry score (a cosine)
 PART_HITS = 3              # hits retrieved for each part of a question of several parts
 SHORT_PASSAGE = 160         # a passage this short (a one-line FAQ entry) is itself a question unit
 
@@ -259,6 +264,10 @@ class KnowledgeBase:
                       if h.chunk and h.chunk.doc_id != doc and h.scores.get("dense") is not None
                       and (not lang or not h.chunk.lang or h.chunk.lang == lang)), default=None)
         question = self.question_similarity(rw, top) if cos is not None else None
+        entry = top.scores.get("entry")
+        if question is not None and entry is not None:
+            # in an article with entries, what the passage answers is its entry read with its context
+            question = max(question, float(entry))
         return {"cosine": cos, "question": question, "coverage": round(self.coverage(rw.keywords, top), 4),
                 "margin": (cos - second) if cos is not None and second is not None else None,
                 "lang": rw.lang}
@@ -276,16 +285,60 @@ class KnowledgeBase:
             return 0.0
         return confidence_of(signals if signals is not None else self.signals(rw, hits), model_of(self.config))
 
+    def entry_rank(self, rw: RewrittenQuery, hits: list[Hit], generation: str) -> list[Hit]:
+        """The head of ``hits`` reordered by how well each passage's own entry says what is asked, when the
+        best hit is from an article with entries (sections, FAQ entries, lists).
+
+        In such an article many passages share its words, and the fused score favours the one with the most
+        of them (often a neighbouring FAQ entry, or another article's line on the same topic). The entry score
+        is the query's best cosine to what the passage answers, read with its context: its FAQ question with
+        the answer, a list line with its introduction, a paragraph with its heading (rag.compose, vectors
+        cached per line), and its title and section (:func:`question_units`); it is kept in ``scores["entry"]``
+        and is the confidence's "question" signal for such a passage. A document of one answer (no headings,
+        no entries) is left in retrieval's order.
+        """
+        lang = hits[0].chunk.lang if hits and hits[0].chunk else None
+        head = [h for h in hits[:ENTRY_CANDIDATES] if h.chunk is not None and h.chunk.lang == lang]
+        if len(head) < 2 or not rw.dense.strip() or not generation:
+            return hits
+        first = head[0].chunk.doc_id if head[0].chunk else ""
+        top = self.articles(generation, [first])[first]
+        if not top or not structured(self.composer.lines_of(generation, 0, top)):
+            return hits
+        docs = list(dict.fromkeys(h.chunk.doc_id for h in head if h.chunk is not None))
+        articles = self.articles(generation, docs)
+        lines = {d: self.composer.lines_of(generation, 0, articles[d]) for d in docs if articles.get(d)}
+        units: list[list[str]] = []
+        for h in head:
+            doc_lines = lines.get(h.chunk.doc_id if h.chunk else "", [])
+            own = [unit_text(ln, doc_lines) for ln in doc_lines if h.chunk_id in ln.chunks]
+            units.append(list(dict.fromkeys(own + question_units(h.chunk))))
+        flat = [u for us in units for u in us]
+        if not flat:
+            return hits
+        query = self.encoder.encode_queries([rw.dense])[0]
+        sims = self.composer.cache.vectors(flat) @ query
+        scores, i = [], 0
+        for h, us in zip(head, units, strict=True):
+            best = float(max(sims[i:i + len(us)])) if us else -1.0
+            i += len(us)
+            h.scores["entry"] = best
+            scores.append(best + ENTRY_BLEND * float(h.score))
+        order = sorted(range(len(head)), key=lambda j: -scores[j])
+        ranked = [head[j] for j in order]
+        return ranked + [h for h in hits if h not in ranked]
+
     def articles(self, generation: str, doc_ids: Sequence[str]) -> dict[str, list[Any]]:
         """Whole articles (their chunks in order), remembered per generation: a generation never changes."""
-        missing = [d for d in doc_ids if (generation, d) not in self._articles]
+        found = {d: self._articles[(generation, d)] for d in doc_ids if (generation, d) in self._articles}
+        missing = [d for d in doc_ids if d not in found]
         if missing:
             fetched = self.dense.fetch_documents(generation, missing)
             if len(self._articles) > 2048:
                 self._articles.clear()
             for d in missing:
-                self._articles[(generation, d)] = fetched.get(d, [])
-        return {d: self._articles[(generation, d)] for d in doc_ids}
+                found[d] = self._articles[(generation, d)] = fetched.get(d, [])
+        return {d: found[d] for d in doc_ids}
 
     def warm(self) -> int:
         """Encode the lines of every article of the active generation for answer composition (see
@@ -296,7 +349,12 @@ class KnowledgeBase:
         articles = self.dense.fetch_documents(gen, None)
         for doc, chunks in articles.items():
             self._articles[(gen, doc)] = chunks
-        return self.composer.warm(gen, articles)
+        lines = self.composer.warm(gen, articles)
+        # what the passages say they answer (titles, sections, FAQ questions), for the entry score
+        units = list(dict.fromkeys(u for chunks in articles.values() for c in chunks for u in question_units(c)))
+        for start in range(0, len(units), 16):
+            self.composer.cache.vectors(units[start:start + 16])
+        return lines
 
     def compose(self, query: str, rw: RewrittenQuery, passages: Sequence[Hit],
                 generation: str | None) -> tuple[str, list[dict[str, Any]]]:
@@ -313,6 +371,12 @@ class KnowledgeBase:
                 continue
             candidates += [h for h in found if h.chunk_id not in {c.chunk_id for c in candidates}][:1]
         comp = self.composer.compose(query, candidates, lambda ids: self.articles(gen, ids), lang=rw.lang, key=gen)
+        referred = self.referred(query, rw, comp.text if comp is not None else "", gen)
+        if referred:
+            # the entry only points to another article: the answer is composed from that article
+            candidates = referred + [h for h in candidates if h.chunk_id not in {r.chunk_id for r in referred}]
+            comp = self.composer.compose(query, candidates, lambda ids: self.articles(gen, ids), lang=rw.lang,
+                                         key=gen) or comp
         if comp is None or not comp.text:
             best = passages[0]
             return (best.chunk.text if best.chunk else ""), [citation(best)]
@@ -321,6 +385,25 @@ class KnowledgeBase:
             hit = next((h for h in candidates if h.chunk and h.chunk.doc_id == doc), passages[0])
             cites.append(citation(hit))
         return comp.text, cites
+
+    def referred(self, query: str, rw: RewrittenQuery, text: str, generation: str) -> list[Hit]:
+        """When ``text`` only points to another article by its title, that article's passages (the ones the
+        question finds first), else []."""
+        m = _POINTER.match(text.strip())
+        if m is None or not generation:
+            return []
+        title = m.group("title").strip().casefold()
+        try:
+            found = self.retrieve(m.group("title"), PART_HITS, "hybrid", generation=generation, lang=rw.lang)
+            doc = next((h.chunk.doc_id for h in found if h.chunk and h.chunk.title.strip().casefold() == title), None)
+            if doc is None:
+                return []
+            asked = self.retrieve(query, 30, "hybrid", generation=generation, lang=rw.lang, rewritten=rw)
+        except Exception:  # noqa: BLE001 - the pointer itself is still an answer
+            log.warning("following a reference to another article failed", exc_info=True)
+            return []
+        return [h for h in asked if h.chunk and h.chunk.doc_id == doc] or [h for h in found if h.chunk
+                                                                           and h.chunk.doc_id == doc]
 
     def answer(self, query: str, *, generation: str | None = None) -> Answer:
         """A grounded extractive answer with citations, or (below the threshold) none and the evidence."""
@@ -346,6 +429,7 @@ class KnowledgeBase:
             same = [h for h in hits if h.chunk and h.chunk.lang == rw.lang]
             if same:
                 hits = same + [h for h in hits if h not in same]
+        hits = self.entry_rank(rw, hits, generation or "")
         passages = hits[: cfg.answer_passages]
         signals = self.signals(rw, hits) if passages else {}     # all hits: the margin looks past the passages
         confidence = self.confidence(rw, passages, signals)

@@ -287,10 +287,11 @@ def test_answer_set_replies_are_whole_unframed_in_the_customers_language_and_hon
 
 @pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="#33: the confidence does not yet separate the bundled pack's answerable "
-                   "questions from the unanswerable ones well enough: at the threshold that keeps wrong answers to "
-                   "unanswerable questions <= 3 % (2.8 %), 14.8 % of answerable ones get no answer (0.82 right); a "
-                   "reply-coverage confidence fitted on the set's dev half answered 3 of 18 unanswerable questions of "
-                   "its test half")
+                   "questions from the unanswerable ones well enough: with the entry score (ordering and the question "
+                   "signal) 0.86 are answered right, 11.1 % of answerable ones get no answer, 2.8 % of unanswerable "
+                   "ones are answered; a threshold or a refit chosen on the set's dev half (lowest that keeps dev's "
+                   "wrong answers to unanswerable questions) answers 2 of 18 unanswerable questions of its test half, "
+                   "and ~12 answered replies take a neighbouring entry of the right article")
 def test_answer_set_is_answered_right(answer_set_report):
     report = answer_set_report
     wrong = [(v["q"], v["answered"], v["text"][:120]) for v in report["verdicts"] if not v["right"]]
@@ -299,15 +300,39 @@ def test_answer_set_is_answered_right(answer_set_report):
                                                            if v["kind"] != "none" and not v["answered"]]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("query, doc, says", [
+    ("it says delivered but I never got it", "delayed-lost-parcels-en", "48 hours"),
+    ("显示已签收但是我没收到", "delayed-lost-parcels-zh", "48小时"),
+])
+def test_an_entry_that_only_points_to_another_article_is_answered_from_that_article(bundled_kb, query, doc, says):
+    # the best entry says "See *Delayed or lost parcels*." / "请参考《快递延误或丢件怎么办》。": the reply is that article's
+    answer = bundled_kb.answer(query)
+    assert answer.answered and answer.citations[0]["doc_id"] == doc, (answer.citations, answer.text)
+    assert says in answer.text and "See " not in answer.text and "请参考" not in answer.text, answer.text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("query, doc, says", [
+    ("do you take cash when the parcel arrives?", "payment-methods-en", "cash on delivery"),
+    ("how long until I get my money back after returning?", "refund-timelines-en", "business days"),
+])
+def test_the_entry_that_says_what_is_asked_leads_over_a_neighbour_with_more_shared_words(bundled_kb, query, doc, says):
+    answer = bundled_kb.answer(query)
+    assert answer.passages[0].chunk.doc_id == doc, [h.chunk_id for h in answer.passages]
+    assert says in (answer.text or answer.draft or ""), answer.draft
+
+
 # the conversations of issue #33, each the first message of a new conversation: a set judged together
 ISSUE_CONVERSATIONS = ("what is your return policy?", "衣服不合适能退吗", "退货的运费谁来出", "how long does shipping take?",
                        "can I pay with PayPal or Apple Pay?")
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="#33: the return-policy and shipping-time questions are still declined and "
-                   "'衣服不合适能退吗' is answered from the socks entry (retrieval ranks a neighbouring article or entry "
-                   "first)")
+@pytest.mark.xfail(strict=True, reason="#33: 'what is your return policy?' is declined (no passage of the 7-day "
+                   "returns article is among the first hits), 'how long does shipping take?' is declined (the "
+                   "tracking FAQ entry still leads the delivery-times article) and '衣服不合适能退吗' is answered from "
+                   "the socks entry")
 def test_the_issues_conversations_are_answered_right(answer_set_report):
     verdicts = {v["q"]: v for v in answer_set_report["verdicts"]}
     wrong = [(q, verdicts[q]["answered"], verdicts[q]["text"][:120]) for q in ISSUE_CONVERSATIONS
