@@ -53,7 +53,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from _scratch import drop_database, fresh_database  # noqa: E402
-from webhook_throughput import SECRET, cpu_snapshot, start_server, wait_ready  # noqa: E402
+from webhook_throughput import SECRET, _children, _proc_cpu, cpu_snapshot, start_server, wait_ready  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "slow_shop.json"
 SAMPLE = REPO / "examples" / "shop" / "sample_data.json"
@@ -183,6 +183,33 @@ def calls_inside(dsn: str) -> dict:
     return {"calls": n, "inside": inside}
 
 
+def split_cpu(server_pid: int, pg_pid: int | None) -> dict[str, float]:
+    """``cpu_snapshot`` with the stdio shop (a child of the gateway) counted apart: the gateway's own CPU is
+    what a waiting call may cost; the shop's is the shop answering."""
+    snap = cpu_snapshot(server_pid, pg_pid)
+    shop = 0.0
+    for pid in _children(server_pid):
+        try:
+            if b"examples.shop" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                shop += _proc_cpu(pid)
+        except OSError:
+            continue
+    snap["shop"] = shop
+    snap["gateway"] = snap["server"] - shop
+    return snap
+
+
+def outside_runs(dsn: str) -> dict:
+    """How many times each turn's outside work ran (the trace's ``outside_runs``), per count: an order question
+    whose customer's memory is cached needs one run (its one read)."""
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT coalesce((trace->>'outside_runs')::int, 0) AS runs, count(*) FROM turns"
+                            " GROUP BY 1 ORDER BY 1").fetchall()
+    return {str(runs): n for runs, n in rows}
+
+
 def phase_env(phase: str) -> dict[str, str]:
     env = {"SWITCHBOARD_TOOLS_ENABLED": "true", "SWITCHBOARD_SHOP_LATENCY_MS": "", "SWITCHBOARD_SHOP_HANG": ""}
     if phase == "off":
@@ -244,16 +271,17 @@ def main() -> None:
                 run = uuid.uuid4().hex[:6]
                 # warm-up: models, the shop's session (stdio start), every order client's session memory
                 asyncio.run(load(base, args.concurrency, args.concurrency, run + "w"))
-                before = cpu_snapshot(proc.pid, pg_pid)
+                before = split_cpu(proc.pid, pg_pid)
                 with IdleSampler(dsn) as idle:
                     r = asyncio.run(load(base, args.messages, args.concurrency, run))
-                after = cpu_snapshot(proc.pid, pg_pid)
+                after = split_cpu(proc.pid, pg_pid)
                 r["cpu_ms_per_message"] = {k: round((after[k] - before[k]) * 1000 / args.messages, 2) for k in after}
                 r["idle_in_transaction"] = {"peak": idle.peak, "samples": idle.samples,
                                             "samples_with_any": idle.nonzero,
                                             "longest_ms": round(idle.longest_ms, 1),
                                             f"peak_over_{int(idle.over_ms)}_ms": idle.peak_over}
                 r["tool_calls_inside_the_turns_transaction"] = calls_inside(dsn)
+                r["turns_by_outside_runs"] = outside_runs(dsn)
                 r["load_average"] = os.getloadavg()[0]
                 results["phases"][phase] = r
                 if not args.json:
@@ -300,7 +328,7 @@ def main() -> None:
               f"{str(f['p50_ms']) + '/' + str(f['p95_ms']):>16} {r['answers_503']:>4} "
               f"{str(r['tool_calls_inside_the_turns_transaction']['inside']) + '/' + str(r['tool_calls_inside_the_turns_transaction']['calls']):>11} "
               f"{str(i['peak']) + '/' + str(i['peak_over_250_ms']) + '/' + str(i['longest_ms']):>34} "
-              f"{c['server']:>8}+{c['postgres']:<8}  "
+              f"{c['gateway']:>7}+{c['shop']:>5}+{c['postgres']:<7} {r['load_average']:>5.1f}  "
               f"{', '.join(k for k, v in r['targets'].items() if not v) or 'all met'}")
     print(f"written to {RESULTS.relative_to(REPO)}")
 

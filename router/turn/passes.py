@@ -10,6 +10,7 @@ deciders and ports depend on this small surface, not on the pipeline that runs t
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 import time
 from collections.abc import Callable, Hashable
 from contextvars import ContextVar
@@ -31,6 +32,7 @@ class Work:
         self.memo: dict[Hashable, Any] = {}                 # per_turn values
         self.mark: dict[str, Any] | None = None             # the conversation as the first pass saw it
         self.outside_runs = 0                               # passes that ran outside work
+        self.outside_seconds = 0.0                          # the turn's time waiting for it (nothing held)
 
 
 class Pass:
@@ -122,6 +124,86 @@ def tool_port(deadline: Callable[[], float]) -> Callable[[Hashable, Callable[[],
         return CALL_PENDING if got is PENDING else got
 
     return port
+
+
+class TurnSlots:
+    """A bound on turns running a pass at once (each holds a pooled connection, and may take a second one).
+
+    A semaphore whose holder gives its slot back while its turn's outside work runs (:func:`released`,
+    called by the pipeline): a turn waiting seconds on a slow shop holds nothing, so turns that need no tool
+    (greetings, FAQ) never queue behind it. A turn coming back from its outside work takes the next free slot
+    before turns that have not started (it has waited already, and its result is at hand).
+    """
+
+    _held = threading.local()   # the slots the current thread holds (a turn runs on one thread)
+
+    def __init__(self, n: int):
+        self.size = max(1, int(n))
+        self._free = self.size
+        self._returning = 0
+        self._cond = threading.Condition()
+
+    def acquire(self, timeout: float | None = None, *, returning: bool = False) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            if returning:
+                self._returning += 1
+            try:
+                while self._free == 0 or (self._returning and not returning):
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    self._cond.wait(left)
+                self._free -= 1
+            finally:
+                if returning:
+                    self._returning -= 1
+                    if not self._returning:
+                        self._cond.notify_all()   # new turns held back for a returning one may go on
+        held = getattr(self._held, "slots", None)
+        if held is None:
+            held = self._held.slots = []
+        held.append(self)
+        return True
+
+    def release(self) -> None:
+        held = getattr(self._held, "slots", None) or []
+        if self in held:
+            held.remove(self)
+        with self._cond:
+            if self._free >= self.size:
+                raise ValueError("TurnSlots released too many times")
+            self._free += 1
+            self._cond.notify_all()
+
+    def __enter__(self) -> TurnSlots:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def in_use(self) -> int:
+        with self._cond:
+            return self.size - self._free
+
+    @classmethod
+    def released(cls) -> _Released:
+        """Around a turn's outside work: the slots this thread holds are free meanwhile, retaken after."""
+        return _Released(list(getattr(cls._held, "slots", None) or []))
+
+
+class _Released:
+    def __init__(self, slots: list[TurnSlots]):
+        self.slots = slots
+
+    def __enter__(self) -> None:
+        for slot in self.slots:
+            slot.release()
+
+    def __exit__(self, *exc: object) -> None:
+        for slot in self.slots:
+            slot.acquire(returning=True)
 
 
 #: threads that run turns' outside work (a call that outlives its deadline finishes here on its own)
