@@ -42,7 +42,9 @@ class Pass:
         self.work = work
         self.ready = work.ready
         self.may_defer = may_defer
-        self.wanted: dict[Hashable, tuple[Callable[[], Any], float | None]] = {}
+        # key -> (compute, until, the executor it runs on: None = OUTSIDE)
+        self.wanted: dict[Hashable, tuple[Callable[[], Any], float | None,
+                                          concurrent.futures.Executor | None]] = {}
         self.committed: list[Callable[[], None]] = []    # when_committed: run after this pass's commit
 
 
@@ -58,7 +60,8 @@ class NotComputed(LookupError):
 
 
 def outside_transaction(key: Hashable, compute: Callable[[], Any], *,
-                        available: Callable[[], bool] | None = None, until: float | None = None) -> Any:
+                        available: Callable[[], bool] | None = None, until: float | None = None,
+                        executor: concurrent.futures.Executor | None = None) -> Any:
     """The result of ``compute()``, run where no conversation lock or pooled connection is held.
 
     Outside a turn it is simply called. In a turn's pass it is only noted and :data:`PENDING` is
@@ -69,6 +72,8 @@ def outside_transaction(key: Hashable, compute: Callable[[], Any], *,
     is busy) nothing is deferred and :class:`NotComputed` is raised at once, sparing the turn a second pass.
     ``until`` (``time.monotonic()`` seconds): the next pass gets :class:`OutsideDeadline` if ``compute``
     has not returned by then (it keeps running on its own thread, holding nothing of the turn's).
+    ``executor``: where ``compute`` runs (default :data:`OUTSIDE`); tool calls have their own
+    (:data:`TOOL_CALLS`), so calls held by a hanging shop never take the threads other work needs.
     """
     scope = CURRENT_PASS.get()
     if scope is None:
@@ -81,7 +86,7 @@ def outside_transaction(key: Hashable, compute: Callable[[], Any], *,
     if until is not None and time.monotonic() >= until:
         raise OutsideDeadline("the turn's deadline for this work has passed")
     if scope.may_defer and (available is None or available()):
-        scope.wanted.setdefault(key, (compute, until))
+        scope.wanted.setdefault(key, (compute, until, executor))
         return PENDING
     raise NotComputed("not computed before the turn's transaction")
 
@@ -120,7 +125,7 @@ def tool_port(deadline: Callable[[], float]) -> Callable[[Hashable, Callable[[],
         budget = per_turn(("tools", "budget"), lambda: {"started": time.monotonic(), "seconds": 0.0})
         # the largest allowance seen in the turn holds (one that included opening a session stays)
         budget["seconds"] = max(budget["seconds"], deadline())
-        got = outside_transaction(key, compute, until=budget["started"] + budget["seconds"])
+        got = outside_transaction(key, compute, until=budget["started"] + budget["seconds"], executor=TOOL_CALLS)
         return CALL_PENDING if got is PENDING else got
 
     return port
@@ -208,3 +213,6 @@ class _Released:
 
 #: threads that run turns' outside work (a call that outlives its deadline finishes here on its own)
 OUTSIDE = concurrent.futures.ThreadPoolExecutor(max_workers=128, thread_name_prefix="turn-outside")
+#: threads that run turns' tool calls and memory loads: apart from OUTSIDE (the answer generator), so a hanging
+#: shop, whose calls wait here for their server's bulkhead and then their timeout, takes none of its threads
+TOOL_CALLS = concurrent.futures.ThreadPoolExecutor(max_workers=128, thread_name_prefix="turn-tools")

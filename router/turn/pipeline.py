@@ -282,7 +282,8 @@ class Pipeline:
 
     @staticmethod
     def _wait_outside(scope: Pass) -> None:
-        futures = {key: (OUTSIDE.submit(compute), until) for key, (compute, until) in scope.wanted.items()}
+        futures = {key: ((executor or OUTSIDE).submit(compute), until)
+                   for key, (compute, until, executor) in scope.wanted.items()}
         for key, (future, until) in futures.items():
             wait = None if until is None else max(0.0, until - time.monotonic())
             try:
@@ -431,7 +432,9 @@ class Pipeline:
         result = self.decider(ctx) if moved is None else self._superseded(conversation, moved, work)
         ctx.timings.setdefault("decide", time.perf_counter() - t_decide)
         response = None
-        if result.reject is None:     # a refused message is rolled back by the caller
+        scope = CURRENT_PASS.get()
+        # a refused message, or a pass that asked for outside work, is rolled back by the caller: not stored
+        if result.reject is None and not (scope is not None and scope.wanted):
             response = self._store_turn(conn, conversation, message, ctx, result)
         return response, ctx, result
 
