@@ -9,6 +9,7 @@ deciders and ports depend on this small surface, not on the pipeline that runs t
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import threading
 import time
@@ -145,26 +146,29 @@ class TurnSlots:
     def __init__(self, n: int):
         self.size = max(1, int(n))
         self._free = self.size
-        self._returning = 0
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        # waiting turns in arrival order, those back from outside work first; a freed slot is handed to the
+        # first of them directly (first come, first served: no turn waits while later ones pass it)
+        self._returning: collections.deque[threading.Event] = collections.deque()
+        self._new: collections.deque[threading.Event] = collections.deque()
 
     def acquire(self, timeout: float | None = None, *, returning: bool = False) -> bool:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            if returning:
-                self._returning += 1
-            try:
-                while self._free == 0 or (self._returning and not returning):
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        return False
-                    self._cond.wait(left)
+        with self._lock:
+            if self._free and not self._returning and (returning or not self._new):
                 self._free -= 1
-            finally:
-                if returning:
-                    self._returning -= 1
-                    if not self._returning:
-                        self._cond.notify_all()   # new turns held back for a returning one may go on
+                return self._took()
+            turn = threading.Event()
+            queue = self._returning if returning else self._new
+            queue.append(turn)
+        if turn.wait(timeout):
+            return self._took()
+        with self._lock:
+            if turn.is_set():       # handed over just as the wait ended
+                return self._took()
+            queue.remove(turn)
+            return False
+
+    def _took(self) -> bool:
         held = getattr(self._held, "slots", None)
         if held is None:
             held = self._held.slots = []
@@ -175,11 +179,15 @@ class TurnSlots:
         held = getattr(self._held, "slots", None) or []
         if self in held:
             held.remove(self)
-        with self._cond:
-            if self._free >= self.size:
+        with self._lock:
+            if self._returning:
+                self._returning.popleft().set()
+            elif self._new:
+                self._new.popleft().set()
+            elif self._free >= self.size:
                 raise ValueError("TurnSlots released too many times")
-            self._free += 1
-            self._cond.notify_all()
+            else:
+                self._free += 1
 
     def __enter__(self) -> TurnSlots:
         self.acquire()
@@ -189,7 +197,7 @@ class TurnSlots:
         self.release()
 
     def in_use(self) -> int:
-        with self._cond:
+        with self._lock:
             return self.size - self._free
 
     @classmethod
