@@ -123,8 +123,10 @@ def shop_data(path: Path, customers: int) -> None:
     path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
 
 
-async def load(base: str, n: int, concurrency: int, run: str) -> dict:
-    """``concurrency`` clients: even ones ask about an order, odd ones ask an FAQ or say hello."""
+async def load(base: str, n: int, concurrency: int, run: str, per_client: int | None = None) -> dict:
+    """``concurrency`` clients: even ones ask about an order, odd ones ask an FAQ or say hello. ``per_client``:
+    each client sends exactly that many (the warm-up: every order client asks once in English and once in
+    Chinese, so its session memory is cached in both languages), else they share ``n``."""
     import httpx
 
     url = f"{base}/v1/channels/web/webhook"
@@ -136,10 +138,11 @@ async def load(base: str, n: int, concurrency: int, run: str) -> dict:
     async def client(session, k: int) -> None:
         nonlocal silent
         kind = "order" if k % 2 == 0 else "other"
-        for i in counter:
+        mine = iter(range(k * per_client, (k + 1) * per_client)) if per_client else counter
+        for j, i in enumerate(mine):
             if kind == "order":
                 customer, order = f"b{k}", f"9{k:05d}"
-                text = ORDER_TEXTS[i % len(ORDER_TEXTS)].format(o=order)
+                text = ORDER_TEXTS[(k + j) % len(ORDER_TEXTS)].format(o=order)
             else:
                 customer, text = f"{run}-u{i}", OTHER_TEXTS[i % len(OTHER_TEXTS)]
             body, headers = _delivery(f"{run}-c{i}", customer, text)
@@ -269,8 +272,9 @@ def main() -> None:
             try:
                 wait_ready(base, proc)
                 run = uuid.uuid4().hex[:6]
-                # warm-up: models, the shop's session (stdio start), every order client's session memory
-                asyncio.run(load(base, args.concurrency, args.concurrency, run + "w"))
+                # warm-up: models, the shop's session (stdio start), every order client's session memory (it is
+                # kept per customer and language: one question in each)
+                asyncio.run(load(base, 2 * args.concurrency, args.concurrency, run + "w", per_client=2))
                 before = split_cpu(proc.pid, pg_pid)
                 with IdleSampler(dsn) as idle:
                     r = asyncio.run(load(base, args.messages, args.concurrency, run))
