@@ -152,11 +152,14 @@ class TurnSlots:
         self._returning: collections.deque[threading.Event] = collections.deque()
         self._new: collections.deque[threading.Event] = collections.deque()
 
-    def acquire(self, timeout: float | None = None, *, returning: bool = False) -> bool:
+    def acquire(self, blocking: bool = True, timeout: float | None = None, *, returning: bool = False) -> bool:
+        """As ``threading.Semaphore.acquire``; ``returning``: a turn back from its outside work (served first)."""
         with self._lock:
             if self._free and not self._returning and (returning or not self._new):
                 self._free -= 1
                 return self._took()
+            if not blocking:
+                return False
             turn = threading.Event()
             queue = self._returning if returning else self._new
             queue.append(turn)
