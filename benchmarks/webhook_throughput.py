@@ -142,8 +142,10 @@ def serve_bare(port: int) -> None:
 
 
 def start_server(dsn: str, home: Path, model: str, port: int, pool_max: int, bare: bool = False,
-                 threads: int = 2, workers: int = 1) -> subprocess.Popen:
-    env = {**os.environ,
+                 threads: int = 2, workers: int = 1, tools: bool | None = None) -> subprocess.Popen:
+    """``tools``: None keeps the environment's choice (the example shop wired by default), False turns them off."""
+    extra = {} if tools is None else {"SWITCHBOARD_TOOLS_ENABLED": "true" if tools else "false"}
+    env = {**os.environ, **extra,
            "SWITCHBOARD_DATABASE_URL": dsn, "SWITCHBOARD_HOME": str(home), "SWITCHBOARD_EMBEDDING_MODEL": model,
            "SWITCHBOARD_WEB_HMAC_SECRET": SECRET, "SWITCHBOARD_TELEGRAM_SECRET_TOKEN": TELEGRAM_SECRET,
            "SWITCHBOARD_DISPATCHER_ENABLED": "false", "SWITCHBOARD_LOG_LEVEL": "WARNING",
@@ -262,6 +264,50 @@ async def load(base: str, channel: str, texts: list[str], n: int, concurrency: i
     }
 
 
+def _serve_and_measure(args, admin: str, tmp: Path, model: Path, pg_pid: int | None, paths: list[str],
+                       tools: bool | None, results: dict) -> dict:
+    """One server (tools as asked) on a fresh database: every path's figures."""
+    from tqdm import tqdm
+
+    dsn = fresh_database(admin)
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    label = {None: "", False: " (tools off)", True: " (shop wired)"}[tools]
+    proc = start_server(dsn, tmp / f"home-{tools}", str(model), port, args.pool_max, bare=args.bare,
+                        threads=args.threads, workers=args.workers, tools=tools)
+    out: dict = {}
+    try:
+        t0 = time.monotonic()
+        ready = wait_ready(base, proc, path="/healthz" if args.bare else "/readyz")
+        if args.workers > 1:
+            wait_idle(proc.pid)   # the first worker answered ready; the others may still be loading
+        results["server_start_seconds"] = round(time.monotonic() - t0, 1)
+        results["encoder"] = (ready.get("checks") or {}).get("encoder", {}).get("detail")
+        for path in paths:
+            texts = {"rule_l3": RULE_L3_TEXTS, "rule": RULE_TEXTS}.get(path, EMBEDDING_TEXTS)
+            run = uuid.uuid4().hex[:6]
+            asyncio.run(load(base, args.channel, texts, args.warmup, args.concurrency, run + "w", None))
+            before = cpu_snapshot(proc.pid, pg_pid)
+            with tqdm(total=args.messages, desc=f"{path} path{label}", unit="msg", disable=args.json) as bar:
+                r = asyncio.run(load(base, args.channel, texts, args.messages, args.concurrency, run, bar))
+            after = cpu_snapshot(proc.pid, pg_pid)
+            cpu = {k: (after[k] - before[k]) * 1000 / args.messages for k in after}
+            r["cpu_ms_per_message"] = {k: round(v, 2) for k, v in cpu.items()}
+            r["load_average"] = os.getloadavg()[0]
+            if pg_pid:
+                # what two dedicated cores could do if only the gateway and its database ran on them
+                r["capacity_2_cores_messages_per_s"] = round(2000 / (cpu["server"] + cpu["postgres"]), 1)
+            out[path] = r
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        drop_database(admin, dsn)
+    return out
+
+
 def main() -> None:
     if sys.argv[1:2] == ["serve-bare"]:
         return serve_bare(int(sys.argv[2]))
@@ -278,12 +324,13 @@ def main() -> None:
     p.add_argument("--channel", choices=["web", "telegram"], default="web")
     p.add_argument("--pool-max", type=int, default=10, help="server database pool size")
     p.add_argument("--bare", action="store_true", help="no router or models: measure the channel layer only")
+    p.add_argument("--tools", choices=["wired", "off", "both"], default="wired",
+                   help="the example shop wired as by default (MCP stdio), tools off, or both one after the other "
+                        "(same run: the wired throughput as a share of the tools-off one; target >= 90%%)")
     p.add_argument("--json", action="store_true", help="print only the JSON result")
     args = p.parse_args()
     if args.threads is None:
         args.threads = max(1, (os.cpu_count() or 1) // args.workers)
-
-    from tqdm import tqdm
 
     home = Path(os.environ.get("SWITCHBOARD_HOME", REPO / "var"))
     model = home / "models" / "multilingual-e5-small"
@@ -297,50 +344,33 @@ def main() -> None:
 
         embedded = EmbeddedPostgres(tmp / "pg")
         admin = embedded.start()
-    dsn = fresh_database(admin)
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}"
-    proc = start_server(dsn, tmp / "home", str(model), port, args.pool_max, bare=args.bare, threads=args.threads,
-                        workers=args.workers)
     results: dict = {"benchmark": "webhook_throughput", "channel": args.channel, "concurrency": args.concurrency,
                      "threads": args.threads, "workers": args.workers,
-                     "router": not args.bare,
+                     "router": not args.bare, "tools": args.tools,
                      "cpus": os.cpu_count(), "python": platform.python_version(), "paths": {}}
+    paths = ["rule_l3", "rule", "embedding"] if args.path == "all" else [args.path]
+    if args.bare:
+        paths = ["ingress"]
+    # tools off first, then wired: one server each on a fresh database, the same paths and load
+    modes = {"wired": [None], "off": [False], "both": [False, True]}[args.tools]
     try:
-        t0 = time.monotonic()
-        ready = wait_ready(base, proc, path="/healthz" if args.bare else "/readyz")
-        if args.workers > 1:
-            wait_idle(proc.pid)   # the first worker answered ready; the others may still be loading
-        results["server_start_seconds"] = round(time.monotonic() - t0, 1)
-        results["encoder"] = (ready.get("checks") or {}).get("encoder", {}).get("detail")
-        paths = ["rule_l3", "rule", "embedding"] if args.path == "all" else [args.path]
-        if args.bare:
-            paths = ["ingress"]
         pg_pid = embedded.status().pid if embedded is not None else None
-        for path in paths:
-            texts = {"rule_l3": RULE_L3_TEXTS, "rule": RULE_TEXTS}.get(path, EMBEDDING_TEXTS)
-            run = uuid.uuid4().hex[:6]
-            asyncio.run(load(base, args.channel, texts, args.warmup, args.concurrency, run + "w", None))
-            before = cpu_snapshot(proc.pid, pg_pid)
-            with tqdm(total=args.messages, desc=f"{path} path", unit="msg", disable=args.json) as bar:
-                r = asyncio.run(load(base, args.channel, texts, args.messages, args.concurrency, run, bar))
-            after = cpu_snapshot(proc.pid, pg_pid)
-            cpu = {k: (after[k] - before[k]) * 1000 / args.messages for k in after}
-            r["cpu_ms_per_message"] = {k: round(v, 2) for k, v in cpu.items()}
-            if pg_pid:
-                # what two dedicated cores could do if only the gateway and its database ran on them
-                r["capacity_2_cores_messages_per_s"] = round(2000 / (cpu["server"] + cpu["postgres"]), 1)
-            results["paths"][path] = r
+        for tools in modes:
+            measured = _serve_and_measure(args, admin, tmp, model, pg_pid, paths, tools, results)
+            if tools is False and len(modes) > 1:
+                results["paths_tools_off"] = measured
+            else:
+                results["paths"] = measured
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        drop_database(admin, dsn)
         if embedded is not None:
             embedded.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+    if "paths_tools_off" in results:
+        results["wired_share_of_tools_off"] = {
+            path: round(r["messages_per_s"] / results["paths_tools_off"][path]["messages_per_s"], 3)
+            for path, r in results["paths"].items() if path in results["paths_tools_off"]}
+        results["wired_within_10_percent"] = all(v >= 0.9 for v in results["wired_share_of_tools_off"].values())
+    results["load_average_end"] = os.getloadavg()[0]
     results["target_rule_messages_per_s"] = 200
     for path in ("rule_l3", "rule"):
         if path in results["paths"]:
@@ -355,11 +385,19 @@ def main() -> None:
           f"{args.threads} encoder thread(s), encoder {results['encoder']}")
     print(f"{'path':<10} {'msg/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'cpu ms/msg gw+pg':>17} {'2-core cap':>10}"
           "  decided by / tiers / statuses")
-    for path, r in results["paths"].items():
-        c = r["cpu_ms_per_message"]
-        print(f"{path:<10} {r['messages_per_s']:>8} {r['latency_ms_p50']:>8} {r['latency_ms_p95']:>8} "
-              f"{c['server']:>8}+{c['postgres']:<8} {r.get('capacity_2_cores_messages_per_s', '-'):>10}  "
-              f"{r['decided_by']} {r['tiers']} {r['status']}")
+    runs = [("", results["paths"])]
+    if "paths_tools_off" in results:
+        runs = [(" off", results["paths_tools_off"]), (" shop", results["paths"])]
+    for tag, measured in runs:
+        for path, r in measured.items():
+            c = r["cpu_ms_per_message"]
+            print(f"{path + tag:<10} {r['messages_per_s']:>8} {r['latency_ms_p50']:>8} {r['latency_ms_p95']:>8} "
+                  f"{c['server']:>8}+{c['postgres']:<8} {r.get('capacity_2_cores_messages_per_s', '-'):>10}  "
+                  f"{r['decided_by']} {r['tiers']} {r['status']}  (load {r['load_average']:.1f})")
+    if "wired_share_of_tools_off" in results:
+        print("shop wired / tools off, msg/s: " + ", ".join(f"{k} {v:.0%}" for k, v in
+                                                           results["wired_share_of_tools_off"].items())
+              + f" (target >= 90%: {'met' if results['wired_within_10_percent'] else 'not met'})")
     print(f"load average during the run: {os.getloadavg()[0]:.1f} (other work on the machine lowers msg/s, "
           "not the CPU cost per message)")
     print(f"written to {out.relative_to(REPO)}")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from typing import Any
 
 import psycopg
@@ -22,6 +21,7 @@ from router.channels.registry import build_adapters
 from router.channels.base import ChannelAdapter, Outcome, ParsedMessage, Route, scrub
 from router.outbox.replies import claim_passive_reply, ensure_reply_queued, queue_action, reply_already_queued
 from router.schemas import InboundMessage
+from router.turn.passes import TurnSlots
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +97,10 @@ class ChannelGateway:
         self.adapters: dict[str, ChannelAdapter] = build_adapters(settings)
         # A turn holds a pool connection for its transaction and the router may take a second one
         # inside it (retrieval): admitting more turns than half the pool at once can leave every
-        # connection held by a turn waiting for another. Turns beyond this wait here, holding nothing.
+        # connection held by a turn waiting for another. Turns beyond this wait here, holding nothing; a turn
+        # waiting for its tool calls (a slow shop) gives its slot back meanwhile (router.turn.passes.TurnSlots).
         pool_max = getattr(pool, "max_size", None) or settings.db_pool_max
-        self._turns = threading.BoundedSemaphore(max(1, (pool_max - 1) // 2))
+        self._turns = TurnSlots(max(1, (pool_max - 1) // 2))
 
     def adapter(self, name: str) -> ChannelAdapter | None:
         return self.adapters.get(name)

@@ -9,7 +9,9 @@ deciders and ports depend on this small surface, not on the pipeline that runs t
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
+import threading
 import time
 from collections.abc import Callable, Hashable
 from contextvars import ContextVar
@@ -31,6 +33,7 @@ class Work:
         self.memo: dict[Hashable, Any] = {}                 # per_turn values
         self.mark: dict[str, Any] | None = None             # the conversation as the first pass saw it
         self.outside_runs = 0                               # passes that ran outside work
+        self.outside_seconds = 0.0                          # the turn's time waiting for it (nothing held)
 
 
 class Pass:
@@ -40,7 +43,9 @@ class Pass:
         self.work = work
         self.ready = work.ready
         self.may_defer = may_defer
-        self.wanted: dict[Hashable, tuple[Callable[[], Any], float | None]] = {}
+        # key -> (compute, until, the executor it runs on: None = OUTSIDE)
+        self.wanted: dict[Hashable, tuple[Callable[[], Any], float | None,
+                                          concurrent.futures.Executor | None]] = {}
         self.committed: list[Callable[[], None]] = []    # when_committed: run after this pass's commit
 
 
@@ -56,7 +61,8 @@ class NotComputed(LookupError):
 
 
 def outside_transaction(key: Hashable, compute: Callable[[], Any], *,
-                        available: Callable[[], bool] | None = None, until: float | None = None) -> Any:
+                        available: Callable[[], bool] | None = None, until: float | None = None,
+                        executor: concurrent.futures.Executor | None = None) -> Any:
     """The result of ``compute()``, run where no conversation lock or pooled connection is held.
 
     Outside a turn it is simply called. In a turn's pass it is only noted and :data:`PENDING` is
@@ -67,6 +73,8 @@ def outside_transaction(key: Hashable, compute: Callable[[], Any], *,
     is busy) nothing is deferred and :class:`NotComputed` is raised at once, sparing the turn a second pass.
     ``until`` (``time.monotonic()`` seconds): the next pass gets :class:`OutsideDeadline` if ``compute``
     has not returned by then (it keeps running on its own thread, holding nothing of the turn's).
+    ``executor``: where ``compute`` runs (default :data:`OUTSIDE`); tool calls have their own
+    (:data:`TOOL_CALLS`), so calls held by a hanging shop never take the threads other work needs.
     """
     scope = CURRENT_PASS.get()
     if scope is None:
@@ -79,7 +87,7 @@ def outside_transaction(key: Hashable, compute: Callable[[], Any], *,
     if until is not None and time.monotonic() >= until:
         raise OutsideDeadline("the turn's deadline for this work has passed")
     if scope.may_defer and (available is None or available()):
-        scope.wanted.setdefault(key, (compute, until))
+        scope.wanted.setdefault(key, (compute, until, executor))
         return PENDING
     raise NotComputed("not computed before the turn's transaction")
 
@@ -118,11 +126,104 @@ def tool_port(deadline: Callable[[], float]) -> Callable[[Hashable, Callable[[],
         budget = per_turn(("tools", "budget"), lambda: {"started": time.monotonic(), "seconds": 0.0})
         # the largest allowance seen in the turn holds (one that included opening a session stays)
         budget["seconds"] = max(budget["seconds"], deadline())
-        got = outside_transaction(key, compute, until=budget["started"] + budget["seconds"])
+        got = outside_transaction(key, compute, until=budget["started"] + budget["seconds"], executor=TOOL_CALLS)
         return CALL_PENDING if got is PENDING else got
 
     return port
 
 
+class TurnSlots:
+    """A bound on turns running a pass at once (each holds a pooled connection, and may take a second one).
+
+    A semaphore whose holder gives its slot back while its turn's outside work runs (:func:`released`,
+    called by the pipeline): a turn waiting seconds on a slow shop holds nothing, so turns that need no tool
+    (greetings, FAQ) never queue behind it. A turn coming back from its outside work takes the next free slot
+    before turns that have not started (it has waited already, and its result is at hand).
+    """
+
+    _held = threading.local()   # the slots the current thread holds (a turn runs on one thread)
+
+    def __init__(self, n: int):
+        self.size = max(1, int(n))
+        self._free = self.size
+        self._lock = threading.Lock()
+        # waiting turns in arrival order, those back from outside work first; a freed slot is handed to the
+        # first of them directly (first come, first served: no turn waits while later ones pass it)
+        self._returning: collections.deque[threading.Event] = collections.deque()
+        self._new: collections.deque[threading.Event] = collections.deque()
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None, *, returning: bool = False) -> bool:
+        """As ``threading.Semaphore.acquire``; ``returning``: a turn back from its outside work (served first)."""
+        with self._lock:
+            if self._free and not self._returning and (returning or not self._new):
+                self._free -= 1
+                return self._took()
+            if not blocking:
+                return False
+            turn = threading.Event()
+            queue = self._returning if returning else self._new
+            queue.append(turn)
+        if turn.wait(timeout):
+            return self._took()
+        with self._lock:
+            if turn.is_set():       # handed over just as the wait ended
+                return self._took()
+            queue.remove(turn)
+            return False
+
+    def _took(self) -> bool:
+        held = getattr(self._held, "slots", None)
+        if held is None:
+            held = self._held.slots = []
+        held.append(self)
+        return True
+
+    def release(self) -> None:
+        held = getattr(self._held, "slots", None) or []
+        if self in held:
+            held.remove(self)
+        with self._lock:
+            if self._returning:
+                self._returning.popleft().set()
+            elif self._new:
+                self._new.popleft().set()
+            elif self._free >= self.size:
+                raise ValueError("TurnSlots released too many times")
+            else:
+                self._free += 1
+
+    def __enter__(self) -> TurnSlots:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def in_use(self) -> int:
+        with self._lock:
+            return self.size - self._free
+
+    @classmethod
+    def released(cls) -> _Released:
+        """Around a turn's outside work: the slots this thread holds are free meanwhile, retaken after."""
+        return _Released(list(getattr(cls._held, "slots", None) or []))
+
+
+class _Released:
+    def __init__(self, slots: list[TurnSlots]):
+        self.slots = slots
+
+    def __enter__(self) -> None:
+        for slot in self.slots:
+            slot.release()
+
+    def __exit__(self, *exc: object) -> None:
+        for slot in self.slots:
+            slot.acquire(returning=True)
+
+
 #: threads that run turns' outside work (a call that outlives its deadline finishes here on its own)
 OUTSIDE = concurrent.futures.ThreadPoolExecutor(max_workers=128, thread_name_prefix="turn-outside")
+#: threads that run turns' tool calls and memory loads: apart from OUTSIDE (the answer generator), so a hanging
+#: shop, whose calls wait here for their server's bulkhead and then their timeout, takes none of its threads
+TOOL_CALLS = concurrent.futures.ThreadPoolExecutor(max_workers=128, thread_name_prefix="turn-tools")

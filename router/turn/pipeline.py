@@ -44,7 +44,6 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -58,7 +57,7 @@ from router.channels.registry import channel_label
 from router.db.errors import DatabaseUnavailable
 from router.problems import Problem
 from router.schemas import Decision, InboundMessage, TurnOut
-from router.turn.passes import CURRENT_PASS, OUTSIDE, OutsideDeadline, Pass, RollBack, Work
+from router.turn.passes import CURRENT_PASS, OUTSIDE, OutsideDeadline, Pass, RollBack, TurnSlots, Work
 from router.telemetry.logs import BUSINESS_KEYS, redact_obj
 from text import LONG_MESSAGE_CHARS
 
@@ -84,6 +83,8 @@ class TurnContext:
     # the turn row's id, known before the decider runs so what the turn does elsewhere (tool calls) names it;
     # the pipeline derives it from the message (turn_id_of), the same in every pass and every repeat
     turn_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    # how many times the turn's outside work ran before this pass (kept in the trace: one read, one run)
+    outside_runs: int = 0
 
 
 _TURN_NAMESPACE = uuid.UUID("5b0c7e3e-3f7a-4c55-9d8e-7a1f2f0c9b31")
@@ -167,7 +168,7 @@ class Pipeline:
         self.prepare = prepare
         # turns of long messages hold at most this many pooled connections at once (None: no bound), so a
         # crowd of them leaves connections for everyone else's short turns; the rest wait holding nothing
-        self.heavy = threading.BoundedSemaphore(heavy_slots) if heavy_slots else None
+        self.heavy = TurnSlots(heavy_slots) if heavy_slots else None
         self.metrics = metrics
         self.decider = decider
         self.owner = owner            # what another customer's message into a conversation does
@@ -273,7 +274,16 @@ class Pipeline:
     def _run_outside(self, scope: Pass) -> None:
         """The pass's wanted work, in parallel, each item until its deadline (a late one: OutsideDeadline)."""
         t = time.perf_counter()
-        futures = {key: (OUTSIDE.submit(compute), until) for key, (compute, until) in scope.wanted.items()}
+        with TurnSlots.released():   # the caller's bounds on turns at once count turns holding a connection
+            self._wait_outside(scope)
+        scope.work.outside_runs += 1
+        scope.work.outside_seconds += time.perf_counter() - t
+        self.metrics.stage_seconds.labels("outside").observe(time.perf_counter() - t)
+
+    @staticmethod
+    def _wait_outside(scope: Pass) -> None:
+        futures = {key: ((executor or OUTSIDE).submit(compute), until)
+                   for key, (compute, until, executor) in scope.wanted.items()}
         for key, (future, until) in futures.items():
             wait = None if until is None else max(0.0, until - time.monotonic())
             try:
@@ -282,8 +292,6 @@ class Pipeline:
                 scope.ready[key] = (False, OutsideDeadline("no answer within the turn's deadline"))
             except Exception as exc:  # noqa: BLE001 - handed to the next pass, whose caller decides without it
                 scope.ready[key] = (False, exc)
-        scope.work.outside_runs += 1
-        self.metrics.stage_seconds.labels("outside").observe(time.perf_counter() - t)
 
     def _attempt(self, msg: InboundMessage, acquire: float | None, scope: Pass, t0: float, on_conversation=None):
         scope.committed.clear()     # what an earlier attempt of this pass noted did not commit
@@ -416,13 +424,17 @@ class Pipeline:
                 return stored["response"], None, None
 
         ctx = TurnContext(conn=conn, conversation=conversation, message=message, inbound=msg, timings={},
-                          turn_id=turn_id_of(msg))
+                          turn_id=turn_id_of(msg), outside_runs=work.outside_runs if work is not None else 0)
+        if ctx.outside_runs:
+            ctx.timings["outside"] = work.outside_seconds  # type: ignore[union-attr]
         t_decide = time.perf_counter()
         moved = self._moved(conn, conversation, message, work) if work is not None else None
         result = self.decider(ctx) if moved is None else self._superseded(conversation, moved, work)
         ctx.timings.setdefault("decide", time.perf_counter() - t_decide)
         response = None
-        if result.reject is None:     # a refused message is rolled back by the caller
+        scope = CURRENT_PASS.get()
+        # a refused message, or a pass that asked for outside work, is rolled back by the caller: not stored
+        if result.reject is None and not (scope is not None and scope.wanted):
             response = self._store_turn(conn, conversation, message, ctx, result)
         return response, ctx, result
 
@@ -476,6 +488,8 @@ class Pipeline:
         """The turn row (decision, redacted trace) and the exact response a retry will get again."""
         trace = {"timings_ms": {k: round(v * 1000, 3) for k, v in ctx.timings.items()},
                  "decision": result.decision.model_dump(mode="json"), **(result.trace or {})}
+        if ctx.outside_runs:
+            trace["outside_runs"] = ctx.outside_runs
         turn_id = ctx.turn_id      # known before the insert, so the row is written once with its response
         out = TurnOut(
             conversation_id=str(conversation["id"]),

@@ -222,3 +222,55 @@ def test_a_hanging_shop_gets_a_truthful_reply_and_nobody_else_waits(hanging):
     assert "not answering" in text and "Refunded" not in text and "shipped" not in text, text
     assert response["flow"]["status"] == "waiting"
     assert "error" not in out
+
+
+def test_a_turn_waiting_for_its_outside_work_gives_its_slot_to_a_turn_that_needs_none(pool):
+    """The channel gateway lets a few turns at once hold a connection (TurnSlots); a turn waiting on a slow
+    call holds none, so a greeting behind it in a one-slot gateway is answered before the call returns, and
+    the waiting turn, once back, goes before turns that have not started."""
+    from router.schemas import Decision
+    from router.telemetry.metrics import Metrics
+    from router.turn.passes import PENDING, TurnSlots, outside_transaction
+    from router.turn.pipeline import Pipeline, TurnResult
+
+    release = threading.Event()
+    order: list[str] = []
+
+    def decider(ctx):
+        if "order" in ctx.inbound.text:
+            got = outside_transaction("shop", lambda: release.wait(30) and "shipped")
+            if got is PENDING:
+                return TurnResult(decision=Decision(channel="none"), state=ctx.conversation["state"])
+            order.append(ctx.inbound.text)
+            return TurnResult(decision=Decision(channel="workflow", explanation={"status": got}),
+                              state=ctx.conversation["state"])
+        order.append(ctx.inbound.text)
+        return TurnResult(decision=Decision(channel="none", explanation={"note": "hello"}),
+                          state=ctx.conversation["state"])
+
+    pipe = Pipeline(pool, Metrics(), decider)
+    slots = TurnSlots(1)
+
+    def turn(msg):
+        with slots:
+            return pipe.handle(msg)
+
+    slow, slow_out = _in_thread(turn, _msg("where is my order 7", conv="s-1", customer="a"))
+    deadline = time.monotonic() + 10
+    while slots.in_use() and time.monotonic() < deadline:    # its first pass is done: it waits holding nothing
+        time.sleep(0.01)
+    assert slots.in_use() == 0 and slow.is_alive()
+    hello, _ = turn(_msg("hello", conv="s-2", customer="b"))
+    assert hello["decision"]["explanation"]["note"] == "hello" and slow.is_alive()
+    # the slot is taken while the call returns: the waiting turn goes first when it is freed
+    slots.acquire()
+    release.set()
+    late, late_out = _in_thread(turn, _msg("hi again", conv="s-3", customer="c"))
+    time.sleep(0.3)
+    slots.release()
+    slow.join(30)
+    late.join(30)
+    assert "error" not in slow_out and "error" not in late_out, (slow_out, late_out)
+    assert slow_out["value"][0]["decision"]["explanation"]["status"] == "shipped"
+    assert order == ["hello", "where is my order 7", "hi again"]
+    assert slots.in_use() == 0
