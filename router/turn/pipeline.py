@@ -56,7 +56,7 @@ from failures.retry import LOST_RACE, pause
 from router.channels.registry import channel_label
 from router.db.errors import DatabaseUnavailable
 from router.problems import Problem
-from router.schemas import Decision, InboundMessage, TurnOut
+from router.schemas import Decision, InboundMessage, Reply, TurnOut
 from router.turn.passes import CURRENT_PASS, OUTSIDE, OutsideDeadline, Pass, RollBack, TurnSlots, Work
 from router.telemetry.logs import BUSINESS_KEYS, redact_obj
 from text import LONG_MESSAGE_CHARS
@@ -380,7 +380,7 @@ class Pipeline:
         raise Problem(409, "This conversation belongs to another customer: start a new conversation id.",
                       title="Conflict")
 
-    def _turn(self, conn, msg: InboundMessage, on_conversation=None, work: Work | None = None):
+    def _turn(self, conn, msg: InboundMessage, on_conversation, work: Work):
         """The turn inside its transaction: (response, ctx, result); ctx None for an already-answered retry."""
         conversation = self._conversation(conn, msg)
         if on_conversation is not None:
@@ -424,11 +424,11 @@ class Pipeline:
                 return stored["response"], None, None
 
         ctx = TurnContext(conn=conn, conversation=conversation, message=message, inbound=msg, timings={},
-                          turn_id=turn_id_of(msg), outside_runs=work.outside_runs if work is not None else 0)
+                          turn_id=turn_id_of(msg), outside_runs=work.outside_runs)
         if ctx.outside_runs:
-            ctx.timings["outside"] = work.outside_seconds  # type: ignore[union-attr]
+            ctx.timings["outside"] = work.outside_seconds
         t_decide = time.perf_counter()
-        moved = self._moved(conn, conversation, message, work) if work is not None else None
+        moved = self._moved(conn, conversation, message, work)
         result = self.decider(ctx) if moved is None else self._superseded(conversation, moved, work)
         ctx.timings.setdefault("decide", time.perf_counter() - t_decide)
         response = None
@@ -497,7 +497,7 @@ class Pipeline:
             turn_id=str(turn_id),
             state=result.state,
             decision=result.decision,
-            reply=result.reply,
+            reply=Reply.model_validate(result.reply) if result.reply is not None else None,
             ticket_id=result.ticket_id,
             lang=result.lang,
             outcome=(result.trace or {}).get("outcome"),
