@@ -30,3 +30,14 @@ def drop_database(admin_uri: str, dsn: str) -> None:
     name = dsn.partition("?")[0].rsplit("/", 1)[1]
     with psycopg.connect(_with_db(admin_uri, "postgres"), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def stop_server(proc) -> None:
+    """End a gateway the benchmark started (SIGTERM, then SIGKILL after 30 s): its database can then be dropped."""
+    import subprocess
+
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()

@@ -37,7 +37,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -52,7 +51,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from _scratch import drop_database, fresh_database  # noqa: E402
+from _scratch import drop_database, fresh_database, stop_server  # noqa: E402
 from webhook_throughput import SECRET, _children, _proc_cpu, cpu_snapshot, start_server, wait_ready  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "slow_shop.json"
@@ -291,11 +290,7 @@ def main() -> None:
                 if not args.json:
                     print(f"phase {phase}: {json.dumps(r, ensure_ascii=False)}", flush=True)
             finally:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+                stop_server(proc)
                 for k, v in saved.items():
                     if v is None:
                         os.environ.pop(k, None)

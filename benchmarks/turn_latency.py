@@ -25,7 +25,6 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,7 +38,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from _scratch import drop_database, fresh_database  # noqa: E402
+from _scratch import drop_database, fresh_database, stop_server  # noqa: E402
 from webhook_throughput import (_free_port, cpu_snapshot, delivery, start_server, wait_idle,  # noqa: E402
                                 wait_ready)
 from _stats import percentile  # noqa: E402
@@ -122,11 +121,7 @@ def main() -> None:
                 }
         results["load_avg_after"] = os.getloadavg()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)
         drop_database(admin, dsn)
         if embedded is not None:
             embedded.stop()

@@ -54,7 +54,7 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from _scratch import drop_database, fresh_database  # noqa: E402
+from _scratch import drop_database, fresh_database, stop_server  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "webhook_throughput.json"
 SECRET = "bench-web-secret"
@@ -299,11 +299,7 @@ def _serve_and_measure(args, admin: str, tmp: Path, model: Path, pg_pid: int | N
                 r["capacity_2_cores_messages_per_s"] = round(2000 / (cpu["server"] + cpu["postgres"]), 1)
             out[path] = r
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)
         drop_database(admin, dsn)
     return out
 
