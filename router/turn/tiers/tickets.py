@@ -70,7 +70,9 @@ class Tickets(TurnBase):
                 reply = self.send(self.say("ack_l3"), kind="ack")
                 return self.result(decision, reply=reply, ticket_id=ticket_id)
             self.to_ticket(ticket)
-            return self.result(self.decision_of(classification, "L2", None), ticket_id=ticket["id"])
+            # a draft nobody has taken up yet: the customer hears that the message arrived, as in the queue
+            reply = self.still_waiting() if ticket.get("status") == "queued" else None
+            return self.result(self.decision_of(classification, "L2", None), reply=reply, ticket_id=ticket["id"])
         self.to_ticket(ticket)
         reply = self.still_waiting() if state == "l3_queuing" else None
         return self.result(Decision(tier="L3", channel="state",
@@ -78,7 +80,8 @@ class Tickets(TurnBase):
                            reply=reply, ticket_id=ticket["id"])
 
     def still_waiting(self) -> dict[str, Any] | None:
-        """"hello? anyone there?" while nobody has taken the ticket yet: one short word that the message arrived,
+        """"hello? anyone there?" while nobody has taken the ticket yet (a queued L3 ticket, or an L2 draft no
+        agent has claimed): one short word that the message arrived,
         when the bot has said nothing for ``still_waiting_seconds`` (the ticket's own acknowledgement counts)."""
         interval = self.r.policy.still_waiting_seconds
         if interval <= 0:

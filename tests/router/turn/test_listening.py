@@ -189,6 +189,20 @@ def test_a_customer_waiting_in_the_queue_hears_that_the_message_arrived_once_per
     assert tickets_of(svc, "l-wait") == 1
 
 
+def test_a_customer_whose_draft_waits_for_review_hears_that_the_message_arrived(api, svc):
+    first = say(api, "the app keeps crashing when I open it", customer="c7", conversation="l-draft")
+    assert first["decision"]["tier"] == "L2" and first["ticket_id"], first
+    soon = say(api, "hello?", customer="c7", conversation="l-draft")
+    assert soon["reply"] is None and soon["ticket_id"] == first["ticket_id"]   # the bot has just spoken
+    svc.pool.run(lambda conn: conn.execute(
+        "UPDATE messages SET received_at = received_at - interval '10 minutes' WHERE conversation_id = "
+        "(SELECT id FROM conversations WHERE external_id = 'l-draft')"))
+    later = say(api, "is anyone there?", customer="c7", conversation="l-draft")
+    assert later["ticket_id"] == first["ticket_id"] and later["decision"]["tier"] == "L2", later
+    assert later["reply"] is not None and "with our team" in later["reply"]["text"], later
+    assert tickets_of(svc, "l-draft") == 1
+
+
 def test_a_request_for_a_person_mid_task_still_reaches_a_person(api, svc):
     out = talk(api, "c5", "l-human", "我要退款，锅坏了", "100270", "转人工")
     assert out[1]["ticket_id"] is None and out[2]["ticket_id"] is not None
