@@ -272,7 +272,7 @@ def main() -> None:
                 wait_ready(base, proc)
                 run = uuid.uuid4().hex[:6]
                 # warm-up: models, the shop's session (stdio start), every order client's session memory (it is
-                # kept per customer and language: one question in each)
+                # kept per customer, and per language when a memory call reads `lang`: one question in each)
                 asyncio.run(load(base, 2 * args.concurrency, args.concurrency, run + "w", per_client=2))
                 before = split_cpu(proc.pid, pg_pid)
                 with IdleSampler(dsn) as idle:

@@ -67,6 +67,9 @@ class MemorySpec:
     calls: list[MemoryCall] = field(default_factory=list)
     outcomes: int = 5
     ttl_seconds: float = 1800.0
+    # some call's arguments read ``lang``: the customer's cached memory is then kept per language (else one copy
+    # serves a customer who writes in English in one conversation and in Chinese in the next)
+    by_language: bool = False
 
 
 def parse_memory(value: Any, path: tuple[Any, ...], chk: Any) -> MemorySpec | None:
@@ -117,12 +120,20 @@ def parse_memory(value: Any, path: tuple[Any, ...], chk: Any) -> MemorySpec | No
             if props is not None and k not in props:
                 chk.err(p + ("args", k), f"unknown argument {k!r} of tool {ts.name!r} (it takes: {', '.join(sorted(props))})")
             _check_expr(src, p + ("args", k), {"caller", "lang"}, chk)
+            spec.by_language = spec.by_language or _reads_lang(src)
         for key, allowed in (("value", {"result"}), ("default", set())):
             if key in body:
                 _check_expr(body[key], p + (key,), allowed, chk)
         spec.calls.append(MemoryCall(name=name, tool=str(body["call"]), args=args, value=body.get("value"),
                                      default=body.get("default")))
     return spec
+
+
+def _reads_lang(source: Any) -> bool:
+    try:
+        return isinstance(source, str) and "lang" in roots(source)[0]
+    except ExpressionError:
+        return False   # reported by _check_expr
 
 
 def _check_expr(source: Any, path: tuple[Any, ...], allowed: set[str], chk: Any) -> None:
@@ -250,7 +261,7 @@ CUSTOMERS = _CustomerCache()
 def _tools_part(spec: MemorySpec, tools: Any, caller: Any, lang: str, outside: Outside) -> dict[str, Any]:
     """The tools' part of the memory: the customer's cached one while fresh (a stale one once, refreshed in
     the background), else asked of the shop through the port."""
-    key = (caller.channel, caller.customer_id, lang, id(spec))
+    key = (caller.channel, caller.customer_id, lang if spec.by_language else None, id(spec))
     cached = CUSTOMERS.get(tools, key)
     if cached is not None:
         at, data = cached

@@ -223,6 +223,11 @@ def test_memory_labels_and_recall_load_and_localise():
     assert [c.name for c in ws.memory.calls] == ["orders"] and ws.memory.outcomes == 3
     assert ws.labels_for("zh")["status"]["shipped"] == "已发货" and ws.labels_for("en")["status"]["paid"] == "paid"
     assert ws["status"].slots["order_id"].recall.startswith("memory.outcomes")
+    # no argument reads the language: one cached copy serves the customer in either language
+    assert ws.memory.by_language is False
+    by_lang = parse_workflows(WITH_MEMORY.replace('args: {limit: "5"}', 'args: {limit: "lang == \'zh\' ? 5 : 3"}'),
+                              file="wf.yaml", tools=MEMORY_TOOLS)
+    assert by_lang.memory.by_language is True
 
 
 def test_memory_errors_name_the_line_and_field():
