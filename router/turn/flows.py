@@ -15,6 +15,7 @@ from automation.tools import Caller
 log = logging.getLogger(__name__)
 
 TIER_LEVEL = {"supervisor": "supervisor", "manager": "manager", "director": "director"}
+APPROVAL_TRANSCRIPT = 20   # the conversation's last messages in an approval ticket's context
 
 
 def caller_of(conversation: dict[str, Any], turn_id: str | None = None) -> Caller | None:
@@ -47,8 +48,16 @@ class HandoffApprovals:
                    + f" (order {request.order})" if request.order is not None else "")
         draft = {"text": None, "intent": request.workflow, "action": proposed, "instance_id": request.instance_id,
                  "proposed_action": summary or f"{request.workflow} needs approval"}
+        # what the approver reads beside the amount: who asks and what they said (the request, not only "yes")
+        said = conn.execute(
+            "SELECT id, direction, sender, text, received_at FROM (SELECT * FROM messages WHERE conversation_id = %s"
+            " ORDER BY id DESC LIMIT %s) m ORDER BY id", (request.conversation_id, APPROVAL_TRANSCRIPT)).fetchall()
         context = {
             "conversation": {"id": request.conversation_id, "channel": request.customer.get("channel")},
+            "customer": {"customer_id": request.customer.get("customer_id"),
+                         "channel": request.customer.get("channel")},
+            "transcript": [{"message_id": m["id"], "direction": m["direction"], "sender": m["sender"],
+                            "text": m["text"], "at": m["received_at"].isoformat()} for m in said],
             "approval": {"instance_id": request.instance_id, "workflow": request.workflow, "step": request.step,
                          "amount": request.amount, "currency": request.currency, "tier": request.tier,
                          "order": request.order, "proposed_call": proposed, "evidence": request.evidence,

@@ -142,6 +142,10 @@ def test_a_big_refund_waits_for_a_supervisor_and_runs_once_when_approved(api, sv
     assert float(ticket["amount"]) == 300.0 and ticket["currency"] == "CNY"
     assert ticket["approval_level"] == "supervisor"
     assert ticket["draft"]["action"]["tool"] == "request_refund"
+    # the approver sees who asks and the request itself, not only the "yes"
+    assert ticket["context"]["customer"] == {"customer_id": "c1", "channel": "web"}
+    said = [m["text"] for m in ticket["context"]["transcript"] if m["direction"] == "in"]
+    assert said[-2:] == ["I want a refund of 300 for order 100234", "yes"], said
     assert float(ticket["draft"]["action"]["arguments"]["amount"]) == 300.0
     assert "Refunded" not in waiting["reply"]["text"]
 
