@@ -163,15 +163,20 @@ def test_a_latin_tax_id_keeps_the_conversation_in_chinese(api, svc):
     assert "确认" in out[-1]["reply"]["text"] and out[-1]["flow"]["awaiting"] == "confirmation"
 
 
+def silent_for_ten_minutes(svc, conversation: str) -> None:
+    """The conversation's transcript moved back in time: as if the bot had said nothing for ten minutes."""
+    svc.pool.run(lambda conn: conn.execute(
+        "UPDATE messages SET received_at = received_at - interval '10 minutes' WHERE conversation_id = "
+        "(SELECT id FROM conversations WHERE external_id = %s)", (conversation,)))
+
+
 def test_a_customer_waiting_in_the_queue_hears_that_the_message_arrived_once_per_interval(api, svc):
     first = say(api, "转人工", customer="c4", conversation="l-wait")
     assert first["ticket_id"] and "转接人工" in first["reply"]["text"]
     soon = say(api, "有人吗？", customer="c4", conversation="l-wait")
     assert soon["reply"] is None and soon["ticket_id"] == first["ticket_id"]   # the acknowledgement was just sent
     # ten minutes later (the transcript moved back in time): one short word, in the customer's language
-    svc.pool.run(lambda conn: conn.execute(
-        "UPDATE messages SET received_at = received_at - interval '10 minutes' WHERE conversation_id = "
-        "(SELECT id FROM conversations WHERE external_id = 'l-wait')"))
+    silent_for_ten_minutes(svc, "l-wait")
     later = say(api, "hello? anyone there?", customer="c4", conversation="l-wait")
     assert later["reply"] is not None and later["ticket_id"] == first["ticket_id"], later
     assert later["reply"]["lang"] == "en" and "with our team" in later["reply"]["text"]
@@ -179,9 +184,7 @@ def test_a_customer_waiting_in_the_queue_hears_that_the_message_arrived_once_per
     place = re.search(r"You are number (\d+) in the queue\.", later["reply"]["text"])
     assert place, later["reply"]
     assert say(api, "转人工", customer="c6", conversation="l-wait-2")["ticket_id"]
-    svc.pool.run(lambda conn: conn.execute(
-        "UPDATE messages SET received_at = received_at - interval '10 minutes' WHERE conversation_id = "
-        "(SELECT id FROM conversations WHERE external_id = 'l-wait-2')"))
+    silent_for_ten_minutes(svc, "l-wait-2")
     behind = say(api, "有人吗？", customer="c6", conversation="l-wait-2")["reply"]
     assert behind["lang"] == "zh" and f"您目前排在第 {int(place.group(1)) + 1} 位。" in behind["text"], behind
     again = say(api, "???", customer="c4", conversation="l-wait")
@@ -194,9 +197,7 @@ def test_a_customer_whose_draft_waits_for_review_hears_that_the_message_arrived(
     assert first["decision"]["tier"] == "L2" and first["ticket_id"], first
     soon = say(api, "hello?", customer="c7", conversation="l-draft")
     assert soon["reply"] is None and soon["ticket_id"] == first["ticket_id"]   # the bot has just spoken
-    svc.pool.run(lambda conn: conn.execute(
-        "UPDATE messages SET received_at = received_at - interval '10 minutes' WHERE conversation_id = "
-        "(SELECT id FROM conversations WHERE external_id = 'l-draft')"))
+    silent_for_ten_minutes(svc, "l-draft")
     later = say(api, "is anyone there?", customer="c7", conversation="l-draft")
     assert later["ticket_id"] == first["ticket_id"] and later["decision"]["tier"] == "L2", later
     assert later["reply"] is not None and "with our team" in later["reply"]["text"], later
