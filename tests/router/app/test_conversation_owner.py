@@ -177,8 +177,9 @@ def test_a_telegram_group_member_never_speaks_in_another_members_conversation(se
 
 
 def test_a_first_turn_waiting_on_anothers_uncommitted_insert_takes_the_row_it_made(services):
-    """The race's narrow window made wide: one first turn has inserted the conversation and not committed; the
-    other's insert must wait, yield to it and take the row by its key (not fail on the id both derived)."""
+    """One first turn has inserted the conversation and not committed; the other's insert must wait, yield to it
+    and take the row by its key. (The old upsert passed this too: its failure needed the two inserts to meet
+    between index checks, which no test can hold open; the forgotten-id test below fails on it every time.)"""
     from router.app.factory import create_app
 
     with TestClient(create_app(services=services)):
