@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from handoff.errors import Conflict, Forbidden
@@ -35,7 +36,7 @@ def check_holder(agent: Agent, ticket: dict[str, Any], *, supervisors_too: bool 
                    claimed_by=ticket["claimed_by"])
 
 
-def team_scope(agent: Agent, teams: list[str] | None) -> list[str] | None:
+def team_scope(agent: Agent, teams: Sequence[str] | None) -> list[str] | None:
     """The teams a query may cover: the requested ones (each must be visible), or all visible (None: every team)."""
     if teams:
         hidden = [t for t in teams if not agent.may_see(t)]

@@ -16,9 +16,10 @@ import re
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import psycopg
+from psycopg.rows import DictRow
 
 from failures.retry import retry_lost_races
 from handoff import agents as A
@@ -35,13 +36,18 @@ _TEAM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _OUTCOME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 _KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 
+Conn = psycopg.Connection[DictRow]   # the service's connections hand out rows as dicts
+_S = TypeVar("_S")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
-def _retrying(fn):
+
+def _retrying(fn: Callable[Concatenate[_S, _P], _R]) -> Callable[Concatenate[_S, _P], _R]:
     """Re-run an action that lost a deadlock: it rolled back whole (its port calls and notifications
     included), so running it again is safe. Retries are logged under the service's module."""
 
     @functools.wraps(fn)
-    def run(self, *args, **kwargs):
+    def run(self: _S, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         def logged(attempt: int) -> None:
             logging.getLogger(type(self).__module__).info("handoff %s lost a deadlock; retrying (attempt %d)",
                                                           fn.__name__, attempt)
@@ -81,9 +87,9 @@ class TicketCommands:
     port: ConversationPort
     config: HandoffConfig
     metrics_hook: Any
-    _action: Callable[[], AbstractContextManager[tuple[psycopg.Connection, list[str]]]]
-    _read: Callable[[], AbstractContextManager[psycopg.Connection]]
-    _publish: Callable[[psycopg.Connection, list[str]], None]
+    _action: Callable[[], AbstractContextManager[tuple[Conn, list[str]]]]
+    _read: Callable[[], AbstractContextManager[Conn]]
+    _publish: Callable[[Conn, list[str]], None]
     _count: Callable[[dict[str, Any], str], None]
     _metric: Callable[..., None]
 
@@ -93,7 +99,7 @@ class TicketCommands:
     def _lease_expr(self) -> T.Sql:
         return T.Sql("now() + make_interval(secs => %s)", self._lease())
 
-    def _lock(self, conn: psycopg.Connection, ticket_id) -> dict[str, Any]:
+    def _lock(self, conn: Conn, ticket_id: Any) -> dict[str, Any]:
         """Lock the ticket for an agent action, after its conversation.
 
         The router locks a conversation and then touches its ticket; an action that locked the
@@ -105,7 +111,7 @@ class TicketCommands:
         return T.lock_ticket(conn, ticket_id)
 
     @staticmethod
-    def _event(conn, notes: list[str], ticket: dict[str, Any], actor: Agent, action: str,
+    def _event(conn: Conn, notes: list[str], ticket: dict[str, Any], actor: Agent, action: str,
                payload: dict[str, Any] | None = None, *, idempotency_key: str | None = None,
                from_team: str | None = None) -> dict[str, Any]:
         return T.record_event(conn, ticket, actor, action, payload, idempotency_key=idempotency_key, notes=notes,
@@ -113,7 +119,7 @@ class TicketCommands:
 
     # -- the router's side (caller's transaction) -----------------------------------------------
 
-    def open_ticket(self, conn: psycopg.Connection, *, kind: str, conversation_id: str, channel: str,
+    def open_ticket(self, conn: Conn, *, kind: str, conversation_id: str, channel: str,
                     customer_id: str, reason: str, priority: str = "normal", team: str | None = None,
                     context: dict, draft: dict | None = None, amount: float | None = None,
                     currency: str | None = None, skills: list[str] | tuple[str, ...] = (),
@@ -166,7 +172,7 @@ class TicketCommands:
                 return {**self._join(conn, existing, params, actor, notes), "created": False}
         raise Conflict(f"could not open a ticket for conversation {conversation_id}: it keeps changing")
 
-    def _join(self, conn, ticket: dict[str, Any], params: dict[str, Any], actor: str,
+    def _join(self, conn: Conn, ticket: dict[str, Any], params: dict[str, Any], actor: str,
               notes: list[str] | None = None) -> dict[str, Any]:
         changes: dict[str, Any] = {"context": params["context"]}
         payload: dict[str, Any] = {"reason": params["reason"], "kind": params["kind"],
@@ -188,16 +194,16 @@ class TicketCommands:
         self._count(updated, "escalated")
         return updated
 
-    def active_ticket(self, conn: psycopg.Connection, conversation_id: str) -> dict[str, Any] | None:
+    def active_ticket(self, conn: Conn, conversation_id: str) -> dict[str, Any] | None:
         """The conversation's open (queued or claimed) ticket, if any."""
         return T.open_ticket_of(conn, conversation_id)
 
-    def queue_position(self, conn: psycopg.Connection, conversation_id: str) -> dict[str, Any] | None:
+    def queue_position(self, conn: Conn, conversation_id: str) -> dict[str, Any] | None:
         """Where the conversation's queued ticket stands: its place in its team's queue and the team's usual
         wait (handoff.queries.queue_position), for the word to a customer who writes while waiting."""
         return queue_position(conn, conversation_id)
 
-    def add_customer_message(self, conn: psycopg.Connection, ticket_id, text: str,
+    def add_customer_message(self, conn: Conn, ticket_id: Any, text: str,
                              notes: list[str] | None = None, message_id: int | None = None) -> None:
         """The customer wrote while a human holds the conversation: an event on the ticket (and a live NOTIFY,
         or its note in ``notes`` for :meth:`publish` after the commit). With ``message_id`` its masked values
@@ -212,11 +218,11 @@ class TicketCommands:
             conn.execute("UPDATE tickets SET hold = NULL, updated_at = now() WHERE id = %s AND hold = 'pending'",
                          (T.parse_id(ticket["id"]),))
 
-    def publish(self, conn: psycopg.Connection, notes: list[str]) -> None:
+    def publish(self, conn: Conn, notes: list[str]) -> None:
         """Announce the notes collected by the calls above once the caller's transaction has committed."""
         self._publish(conn, notes)
 
-    def cancel_ticket(self, conn: psycopg.Connection, ticket_id, *, reason: str,
+    def cancel_ticket(self, conn: Conn, ticket_id: Any, *, reason: str,
                       actor: Agent | str = "bot") -> dict[str, Any]:
         """Cancel an open ticket (the customer left, the router withdrew it), in the caller's transaction."""
         ticket = T.lock_ticket(conn, ticket_id)
@@ -240,7 +246,8 @@ class TicketCommands:
         if kind is not None and kind not in KINDS:
             raise Invalid(f"unknown ticket kind {kind!r}; one of {', '.join(KINDS)}")
         teams = team_scope(agent, [team] if team else None)
-        filters, params = [], {"agent_id": agent.id, "actor": agent.actor, "lease": self._lease()}
+        filters: list[str] = []
+        params: dict[str, Any] = {"agent_id": agent.id, "actor": agent.actor, "lease": self._lease()}
         if teams is not None:
             filters.append("AND team = ANY(%(teams)s)")
             params["teams"] = teams
@@ -273,7 +280,7 @@ class TicketCommands:
         return ticket
 
     @_retrying
-    def claim(self, agent: Agent, ticket_id) -> dict[str, Any]:
+    def claim(self, agent: Agent, ticket_id: Any) -> dict[str, Any]:
         """Take a given ticket. Claiming one you already hold renews the lease (a retry is harmless)."""
         with self._action() as (conn, notes):
             ticket = self._lock(conn, ticket_id)
@@ -294,11 +301,12 @@ class TicketCommands:
         self._count(updated, "claimed")
         return updated
 
-    def heartbeat(self, agent: Agent, ticket_id) -> dict[str, Any]:
+    def heartbeat(self, agent: Agent, ticket_id: Any) -> dict[str, Any]:
         """Extend the caller's lease. 409 when the lease was lost (expired and requeued, or transferred)."""
         tid = T.parse_id(ticket_id)
         with self._read() as conn:
-            row = T.extend_lease(conn, tid, agent.id, self._lease())
+            # an actor without an account (no id) holds no ticket: its lease is lost like any other
+            row = T.extend_lease(conn, tid, agent.id, self._lease()) if agent.id is not None else None
             if row is None:
                 ticket = T.fetch_ticket(conn, tid)
                 check_visible(agent, ticket)
@@ -306,7 +314,7 @@ class TicketCommands:
                                status_now=ticket["status"])
         return {"ticket_id": str(row["id"]), "status": row["status"], "lease_expires_at": row["lease_expires_at"]}
 
-    def _requeue(self, conn, notes: list[str], agent: Agent, ticket: dict[str, Any], action: str,
+    def _requeue(self, conn: Conn, notes: list[str], agent: Agent, ticket: dict[str, Any], action: str,
                  payload: dict[str, Any], **changes: Any) -> dict[str, Any]:
         was_claimed = ticket["status"] == "claimed"
         updated = T.update_ticket(conn, ticket["id"], status="queued", claimed_by=None, claimed_at=None,
@@ -318,7 +326,7 @@ class TicketCommands:
         return updated
 
     @_retrying
-    def release(self, agent: Agent, ticket_id, *, reason: str | None = None) -> dict[str, Any]:
+    def release(self, agent: Agent, ticket_id: Any, *, reason: str | None = None) -> dict[str, Any]:
         """Give a claimed ticket back to the queue."""
         with self._action() as (conn, notes):
             ticket = self._lock(conn, ticket_id)
@@ -331,7 +339,7 @@ class TicketCommands:
         return updated
 
     @_retrying
-    def transfer(self, agent: Agent, ticket_id, *, team: str | None = None, to_agent: str | None = None,
+    def transfer(self, agent: Agent, ticket_id: Any, *, team: str | None = None, to_agent: str | None = None,
                  note: str | None = None) -> dict[str, Any]:
         """Move a ticket to another team (back in the queue there) and/or straight to another agent (claimed)."""
         if team is None and to_agent is None:
@@ -367,7 +375,7 @@ class TicketCommands:
         self._count(updated, "transferred")
         return updated
 
-    def _check_team(self, conn, team: str) -> None:
+    def _check_team(self, conn: Conn, team: str) -> None:
         """A transfer goes only to a team someone works in (or the default team, where tickets open): a ticket
         sent to a misspelt team would drop out of every agent's queue. 404, like any name that resolves to
         nothing (422 is for requests the schema refuses)."""
@@ -393,7 +401,7 @@ class TicketCommands:
             raise Invalid("Idempotency-Key must be 1-200 visible ASCII characters")
         return key
 
-    def _replay(self, conn, agent: Agent, ticket: dict[str, Any], key: str | None) -> dict[str, Any] | None:
+    def _replay(self, conn: Conn, agent: Agent, ticket: dict[str, Any], key: str | None) -> dict[str, Any] | None:
         """The stored result of an action already done with this Idempotency-Key (under the ticket lock)."""
         if key is None:
             return None
@@ -405,7 +413,7 @@ class TicketCommands:
         return {"ticket": ticket, "event_id": prior["id"], "action": prior["action"],
                 "delivery": prior["payload"].get("delivery"), "replayed": True}
 
-    def _send(self, conn, agent: Agent, ticket: dict[str, Any], text: str) -> dict[str, Any]:
+    def _send(self, conn: Conn, agent: Agent, ticket: dict[str, Any], text: str) -> dict[str, Any]:
         try:
             delivery = self.port.send_to_customer(conn, ticket, text=text, sender="agent", agent_id=agent.id)
         except CustomerUnreachable as exc:
@@ -416,7 +424,7 @@ class TicketCommands:
                 for k, v in (delivery or {}).items()}
 
     @_retrying
-    def post_message(self, agent: Agent, ticket_id, text: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
+    def post_message(self, agent: Agent, ticket_id: Any, text: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
         """Send an agent message to the customer: stored in the transcript and queued for delivery."""
         text = self._check_text(text)
         key = self._check_key(idempotency_key)
@@ -435,7 +443,7 @@ class TicketCommands:
                 "replayed": False}
 
     @_retrying
-    def _decide_draft(self, agent: Agent, ticket_id, *, text: str | None, key: str | None) -> dict[str, Any]:
+    def _decide_draft(self, agent: Agent, ticket_id: Any, *, text: str | None, key: str | None) -> dict[str, Any]:
         action = "approved" if text is None else "edited"
         with self._action() as (conn, notes):
             ticket = self._lock(conn, ticket_id)
@@ -489,25 +497,27 @@ class TicketCommands:
         levels = [lv for lv in levels if lv is not None]
         return max(levels, key=level_rank) if levels else None
 
-    def _apply_approval(self, conn, ticket: dict[str, Any], agent: Agent, *, approved: bool,
+    def _apply_approval(self, conn: Conn, ticket: dict[str, Any], agent: Agent, *, approved: bool,
                         reason: str | None = None) -> dict[str, Any] | None:
+        if agent.id is None:   # the workflow records who decided: an actor without an account cannot
+            raise Forbidden(f"{agent.actor} has no agent account and cannot decide an approval")
         try:
             return self.port.on_approval_decided(conn, ticket, approved=approved, approver=agent.id, reason=reason)
         except DeliveryUnavailable as exc:
             raise Unavailable(f"the approval cannot be applied: {exc}") from None
 
-    def approve(self, agent: Agent, ticket_id, *, idempotency_key: str | None = None) -> dict[str, Any]:
+    def approve(self, agent: Agent, ticket_id: Any, *, idempotency_key: str | None = None) -> dict[str, Any]:
         """Approve the L2 draft as it is: it is sent, the approver recorded; an assist ticket is then resolved."""
         return self._decide_draft(agent, ticket_id, text=None, key=self._check_key(idempotency_key))
 
-    def edit_and_send(self, agent: Agent, ticket_id, text: str, *,
+    def edit_and_send(self, agent: Agent, ticket_id: Any, text: str, *,
                       idempotency_key: str | None = None) -> dict[str, Any]:
         """Approve the L2 draft with the agent's wording (both versions are kept for review)."""
         return self._decide_draft(agent, ticket_id, text=self._check_text(text),
                                   key=self._check_key(idempotency_key))
 
     @_retrying
-    def reject(self, agent: Agent, ticket_id, *, reason: str) -> dict[str, Any]:
+    def reject(self, agent: Agent, ticket_id: Any, *, reason: str) -> dict[str, Any]:
         """Reject the draft with a reason; the agent keeps the ticket to answer, hand back or transfer."""
         reason = (reason or "").strip()
         if not reason:
@@ -552,7 +562,7 @@ class TicketCommands:
             kind="approval", required_level=required, allowed=["approve", "reject", "cancel"])
 
     @_retrying
-    def resolve(self, agent: Agent, ticket_id, *, outcome: str, note: str | None = None) -> dict[str, Any]:
+    def resolve(self, agent: Agent, ticket_id: Any, *, outcome: str, note: str | None = None) -> dict[str, Any]:
         """Close the ticket with an outcome; the conversation moves on to feedback and does not bounce back."""
         if not _OUTCOME.match(outcome or ""):
             raise Invalid("outcome must be a lower-case word such as 'solved', 'refunded' or 'duplicate'")
@@ -569,7 +579,7 @@ class TicketCommands:
         return updated
 
     @_retrying
-    def return_to_bot(self, agent: Agent, ticket_id, *, note: str | None = None) -> dict[str, Any]:
+    def return_to_bot(self, agent: Agent, ticket_id: Any, *, note: str | None = None) -> dict[str, Any]:
         """Hand the conversation back: the bot is in charge again."""
         with self._action() as (conn, notes):
             ticket = self._lock(conn, ticket_id)
@@ -585,7 +595,7 @@ class TicketCommands:
         return updated
 
     @_retrying
-    def cancel(self, agent: Agent, ticket_id, *, reason: str) -> dict[str, Any]:
+    def cancel(self, agent: Agent, ticket_id: Any, *, reason: str) -> dict[str, Any]:
         """Cancel from the API (supervisors and admins). An approval ticket's waiting workflow is cancelled with
         it and the customer told (through the port), so nothing runs and nothing waits."""
         if not agent.sees_all_teams:

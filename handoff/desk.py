@@ -11,17 +11,18 @@ the result before sending it as an ordinary message.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
+from psycopg.rows import DictRow
 
 from handoff import tickets as T
 from handoff.access import check_holder, check_open, check_visible
 from handoff.errors import Conflict, Forbidden, Invalid, NotFound, Unavailable
-from handoff.models import OPEN_STATUSES, Agent
-from handoff.ports import DeliveryUnavailable, FlowPort
+from handoff.models import OPEN_STATUSES, Agent, one
+from handoff.ports import ConversationPort, DeliveryUnavailable, FlowPort
 from text.personal import partial
 
 HOLDS = ("pending", "on_hold")
@@ -60,13 +61,30 @@ def fill(body: str, values: dict[str, str | None]) -> tuple[str, list[str]]:
     return text, missing
 
 
+class Desk(Protocol):
+    """What the desk uses of the service it is mixed into (:class:`handoff.service.HandoffService`: its
+    connections, and the ticket commands' port, lock, audit event and Idempotency-Key check)."""
+
+    port: ConversationPort
+
+    def _action(self) -> AbstractContextManager[tuple[psycopg.Connection[DictRow], list[str]]]: ...
+
+    def _read(self) -> AbstractContextManager[psycopg.Connection[DictRow]]: ...
+
+    def _lock(self, conn: psycopg.Connection[DictRow], ticket_id: Any) -> dict[str, Any]: ...
+
+    def _event(self, conn: psycopg.Connection[DictRow], notes: list[str], ticket: dict[str, Any], actor: Agent,
+               action: str, payload: dict[str, Any] | None = None, *, idempotency_key: str | None = None,
+               from_team: str | None = None) -> dict[str, Any]: ...
+
+    def _check_key(self, key: str | None) -> str | None: ...
+
+
 class DeskCommands:
-    """Notes, tags, hold, macros and assignable colleagues (mixed into HandoffService)."""
+    """Notes, tags, hold, macros and assignable colleagues (mixed into HandoffService; ``self`` is a
+    :class:`Desk`)."""
 
-    _action: Callable[[], AbstractContextManager[tuple[psycopg.Connection, list[str]]]]
-    _read: Callable[[], AbstractContextManager[psycopg.Connection]]
-
-    def add_note(self, agent: Agent, ticket_id, text: str) -> dict[str, Any]:
+    def add_note(self: Desk, agent: Agent, ticket_id: Any, text: str) -> dict[str, Any]:
         """An internal note on the ticket (any agent who sees it): an event, never sent to the customer."""
         text = (text or "").strip()
         if not text:
@@ -77,7 +95,8 @@ class DeskCommands:
             ev = self._event(conn, notes, ticket, agent, "note", {"text": text})
         return {"ticket": ticket, "event_id": ev["id"], "action": "note", "replayed": False}
 
-    def set_tags(self, agent: Agent, ticket_id, *, add: list[str] = (), remove: list[str] = ()) -> dict[str, Any]:
+    def set_tags(self: Desk, agent: Agent, ticket_id: Any, *, add: Sequence[str] = (),
+                 remove: Sequence[str] = ()) -> dict[str, Any]:
         """Add and remove tags (lower-cased, deduplicated); an event records the change."""
         bad = [t for t in [*add, *remove] if not TAG.match(t.strip())]
         if bad:
@@ -98,7 +117,7 @@ class DeskCommands:
             self._event(conn, notes, updated, agent, "tagged", {"tags": tags, "added": add, "removed": remove})
         return updated
 
-    def set_hold(self, agent: Agent, ticket_id, hold: str | None) -> dict[str, Any]:
+    def set_hold(self: Desk, agent: Agent, ticket_id: Any, hold: str | None) -> dict[str, Any]:
         """Mark the held ticket as waiting for the customer (``pending``), on someone else (``on_hold``), or
         neither (None). The holder, or a supervisor."""
         if hold is not None and hold not in HOLDS:
@@ -114,7 +133,7 @@ class DeskCommands:
 
     # -- macros ---------------------------------------------------------------------------------
 
-    def list_macros(self, agent: Agent, *, language: str | None = None) -> list[dict[str, Any]]:
+    def list_macros(self: Desk, agent: Agent, *, language: str | None = None) -> list[dict[str, Any]]:
         """Macros for the caller's teams (and every team's), optionally in one language."""
         with self._read() as conn:
             return conn.execute(
@@ -124,7 +143,7 @@ class DeskCommands:
                    ORDER BY name, language""",
                 {"all": agent.sees_all_teams, "teams": list(agent.teams), "lang": language}).fetchall()
 
-    def put_macro(self, agent: Agent, name: str, language: str, *, title: str, body: str,
+    def put_macro(self: Desk, agent: Agent, name: str, language: str, *, title: str, body: str,
                   team: str | None = None) -> dict[str, Any]:
         """Create or replace a macro (supervisors and admins)."""
         if not agent.sees_all_teams:
@@ -133,15 +152,15 @@ class DeskCommands:
         if unknown:
             raise Invalid(f"unknown variable(s) {', '.join(unknown)}; one of {', '.join(VARIABLES)}")
         with self._read() as conn:
-            return conn.execute(
+            return one(conn.execute(
                 """INSERT INTO handoff_macros (name, language, title, body, team, created_by)
                    VALUES (%s, %s, %s, %s, %s, %s)
                    ON CONFLICT (name, language) DO UPDATE SET title = excluded.title, body = excluded.body,
                        team = excluded.team, created_by = excluded.created_by, updated_at = now()
                    RETURNING name, language, title, body, team, created_by, updated_at""",
-                (name, language, title, body, team, agent.actor)).fetchone()
+                (name, language, title, body, team, agent.actor)).fetchone())
 
-    def delete_macro(self, agent: Agent, name: str, language: str) -> None:
+    def delete_macro(self: Desk, agent: Agent, name: str, language: str) -> None:
         if not agent.sees_all_teams:
             raise Forbidden("only supervisors and admins change macros")
         with self._read() as conn:
@@ -149,7 +168,7 @@ class DeskCommands:
                             (name, language)).rowcount == 0:
                 raise NotFound(f"no macro {name!r} in {language!r}")
 
-    def render_macro(self, agent: Agent, ticket_id, name: str, language: str | None = None) -> dict[str, Any]:
+    def render_macro(self: Desk, agent: Agent, ticket_id: Any, name: str, language: str | None = None) -> dict[str, Any]:
         """A macro filled in for this ticket, in the given language or the customer's (English otherwise)."""
         with self._read() as conn:
             ticket = T.fetch_ticket(conn, ticket_id)
@@ -171,7 +190,7 @@ class DeskCommands:
 
     # -- finishing what a flow stopped at ---------------------------------------------------------
 
-    def pending_action(self, agent: Agent, ticket_id) -> dict[str, Any] | None:
+    def pending_action(self: Desk, agent: Agent, ticket_id: Any) -> dict[str, Any] | None:
         """The action a flow of the ticket's conversation waits on, in the agent view: personal values masked
         (``masked`` names those arguments; the agent reveals the customer's words in the transcript, recorded,
         and types what the shop needs). None when nothing waits."""
@@ -187,7 +206,7 @@ class DeskCommands:
         shown = {k: partial(v) if isinstance(v, str) else v for k, v in found["arguments"].items()}
         return {**found, "arguments": shown, "masked": sorted(k for k in shown if shown[k] != found["arguments"][k])}
 
-    def complete_action(self, agent: Agent, ticket_id, *, instance_id: str, arguments: dict[str, Any],
+    def complete_action(self: Desk, agent: Agent, ticket_id: Any, *, instance_id: str, arguments: dict[str, Any],
                         idempotency_key: str | None = None) -> dict[str, Any]:
         """The holder confirms the stopped action for the customer, with the values they changed (arguments
         left out keep the flow's values). The flow goes on in this transaction; its tool runs for the agent and
@@ -225,7 +244,7 @@ class DeskCommands:
         return {"ticket": ticket, "event_id": ev["id"], "action": "action_completed", "result": summary,
                 "replayed": False}
 
-    def assignable_agents(self, agent: Agent) -> list[dict[str, Any]]:
+    def assignable_agents(self: Desk, agent: Agent) -> list[dict[str, Any]]:
         """Active colleagues who share a team with the caller (everyone, for supervisors and admins)."""
         with self._read() as conn:
             rows = conn.execute(

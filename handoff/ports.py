@@ -98,10 +98,10 @@ class FlowPort(Protocol):
     """Optional methods of a conversation port whose side runs workflows: a person finishes an action a flow
     stopped at (e.g. a change of address waiting for the customer's yes). A port without them answers 503."""
 
-    def pending_action(self, conn: psycopg.Connection, ticket: dict[str, Any]) -> dict[str, Any] | None:
+    def pending_action(self, conn: psycopg.Connection[DictRow], ticket: dict[str, Any]) -> dict[str, Any] | None:
         """``{instance_id, workflow, step, tool, arguments, summary, editable, lang}`` or None (arguments raw)."""
 
-    def complete_pending(self, conn: psycopg.Connection, ticket: dict[str, Any], *, instance_id: str,
+    def complete_pending(self, conn: psycopg.Connection[DictRow], ticket: dict[str, Any], *, instance_id: str,
                          arguments: dict[str, Any], actor: str) -> dict[str, Any]:
         """Confirm it with the changed ``arguments``, in this transaction, the tools running for ``actor``:
         ``{done, outcome, workflow, reply, tools: [{step, status}]}``; ``done`` False when nothing waits any

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
@@ -139,11 +139,12 @@ class TicketQueries:
     config: HandoffConfig
     _read: Callable[[], AbstractContextManager[psycopg.Connection[DictRow]]]   # the service's autocommit connection
 
-    def list_tickets(self, agent: Agent, *, status: list[str] | None = None, kind: list[str] | None = None,
-                     team: list[str] | None = None, priority: list[str] | None = None, limit: int | None = None,
-                     cursor: str | None = None, view: str = "all", q: str | None = None,
-                     language: list[str] | None = None, channel: list[str] | None = None,
-                     tag: list[str] | None = None, hold: list[str] | None = None) -> tuple[list[dict[str, Any]], str | None]:
+    def list_tickets(self, agent: Agent, *, status: Sequence[str] | None = None, kind: Sequence[str] | None = None,
+                     team: Sequence[str] | None = None, priority: Sequence[str] | None = None,
+                     limit: int | None = None, cursor: str | None = None, view: str = "all", q: str | None = None,
+                     language: Sequence[str] | None = None, channel: Sequence[str] | None = None,
+                     tag: Sequence[str] | None = None,
+                     hold: Sequence[str] | None = None) -> tuple[list[dict[str, Any]], str | None]:
         """Tickets in queue order (priority, SLA due, age), a page at a time; (rows, next cursor or None).
 
         ``view``: ``mine`` (held by the caller), ``unassigned`` (nobody holds it) or ``all``; ``q`` searches the
