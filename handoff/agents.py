@@ -12,6 +12,7 @@ import hashlib
 import json
 import re
 import secrets
+from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -31,14 +32,14 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def _admin_event(conn: psycopg.Connection[DictRow], actor: str, action: str, agent_id, payload: dict[str, Any]) -> None:
+def _admin_event(conn: psycopg.Connection[DictRow], actor: str, action: str, agent_id: Any, payload: dict[str, Any]) -> None:
     conn.execute(
         "INSERT INTO handoff_admin_events (actor, action, agent_id, payload) VALUES (%s, %s, %s, %s)",
         (actor, action, agent_id, json.dumps(payload, ensure_ascii=False, default=str)),
     )
 
 
-def _clean_list(values, pattern: re.Pattern[str], what: str) -> list[str]:
+def _clean_list(values: Iterable[str] | None, pattern: re.Pattern[str], what: str) -> list[str]:
     out: list[str] = []
     for v in values or ():
         v = v.strip()
@@ -49,7 +50,8 @@ def _clean_list(values, pattern: re.Pattern[str], what: str) -> list[str]:
     return out
 
 
-def add_agent(conn: psycopg.Connection[DictRow], name: str, *, role: str = "agent", teams=("general",), skills=(),
+def add_agent(conn: psycopg.Connection[DictRow], name: str, *, role: str = "agent",
+              teams: Iterable[str] | None = ("general",), skills: Iterable[str] | None = (),
               approval_level: str | None = None, display_name: str | None = None,
               can_reveal: bool = False, actor: str = "system") -> dict[str, Any]:
     name = (name or "").strip().lower()

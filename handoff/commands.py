@@ -121,7 +121,7 @@ class TicketCommands:
 
     def open_ticket(self, conn: Conn, *, kind: str, conversation_id: str, channel: str,
                     customer_id: str, reason: str, priority: str = "normal", team: str | None = None,
-                    context: dict, draft: dict | None = None, amount: float | None = None,
+                    context: dict[str, Any], draft: dict[str, Any] | None = None, amount: float | None = None,
                     currency: str | None = None, skills: list[str] | tuple[str, ...] = (),
                     actor: str = "bot", notes: list[str] | None = None) -> dict[str, Any]:
         """Queue a ticket for the conversation, in the caller's transaction; returns the row (with ``created``).

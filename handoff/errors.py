@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class HandoffError(Exception):
     status = 400
     title = "Bad Request"
 
-    def __init__(self, detail: str, **extra):
+    def __init__(self, detail: str, **extra: Any):
         super().__init__(detail)
         self.detail = detail
         self.extra = extra

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -58,13 +59,15 @@ class Subscription:
 class EventHub:
     """The process's listener. Started on first subscription in the running event loop."""
 
-    def __init__(self, conninfo: str, *, channel: str = CHANNEL, queue_size: int = 1000, idle_seconds: float = 60.0):
+    def __init__(self, conninfo: str | Callable[[], str], *, channel: str = CHANNEL, queue_size: int = 1000,
+                 idle_seconds: float = 60.0):
+        """``conninfo`` as the pool takes it: a string, or a function giving one for each connection."""
         self.conninfo = conninfo
         self.channel = channel
         self.queue_size = queue_size
         self.idle_seconds = idle_seconds
         self._subs: set[Subscription] = set()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready: asyncio.Event | None = None
 
@@ -105,7 +108,8 @@ class EventHub:
         idle_since = None
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True) as conn:
+                conninfo = self.conninfo() if callable(self.conninfo) else self.conninfo
+                async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
                     await conn.execute(f"LISTEN {self.channel}")
                     if reconnects:
                         self._broadcast(RESYNC)   # notifications may have been missed while away

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +49,7 @@ class Agent:
     def may_see(self, team: str | None) -> bool:
         return self.sees_all_teams or team in self.teams
 
-    def has_skills(self, required) -> bool:
+    def has_skills(self, required: Iterable[str] | None) -> bool:
         return self.sees_all_teams or set(required or ()) <= set(self.skills)
 
     @property

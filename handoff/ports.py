@@ -15,6 +15,8 @@ from typing import Any, Protocol, runtime_checkable
 import psycopg
 from psycopg.rows import DictRow
 
+Conn = psycopg.Connection[DictRow]   # the queue's connections hand out rows as dicts
+
 
 class PortError(Exception):
     """Base of the errors a port may raise."""
@@ -112,32 +114,34 @@ class NullConversationPort:
     """For running handoff on its own (no conversation side): state changes are ignored and
     customer messages are refused, never silently dropped."""
 
-    def before_ticket_change(self, conn, conversation_id):
+    def before_ticket_change(self, conn: Conn, conversation_id: Any) -> None:
         return None
 
-    def claim_sql(self):
+    def claim_sql(self) -> str | None:
         return None
 
-    def on_ticket_claimed(self, conn, ticket):
+    def on_ticket_claimed(self, conn: Conn, ticket: dict[str, Any]) -> None:
         return None
 
-    def on_ticket_resolved(self, conn, ticket):
+    def on_ticket_resolved(self, conn: Conn, ticket: dict[str, Any]) -> None:
         return None
 
-    def on_returned_to_bot(self, conn, ticket):
+    def on_returned_to_bot(self, conn: Conn, ticket: dict[str, Any]) -> None:
         return None
 
-    def on_ticket_cancelled(self, conn, ticket):
+    def on_ticket_cancelled(self, conn: Conn, ticket: dict[str, Any]) -> None:
         return None
 
-    def on_ticket_requeued(self, conn, ticket):
+    def on_ticket_requeued(self, conn: Conn, ticket: dict[str, Any]) -> None:
         return None
 
-    def on_approval_decided(self, conn, ticket, *, approved, approver, reason=None):
+    def on_approval_decided(self, conn: Conn, ticket: dict[str, Any], *, approved: bool, approver: str,
+                            reason: str | None = None) -> dict[str, Any] | None:
         raise DeliveryUnavailable("no conversation port configured: an approval cannot be applied")
 
-    def send_to_customer(self, conn, ticket, *, text, sender, agent_id):
+    def send_to_customer(self, conn: Conn, ticket: dict[str, Any], *, text: str, sender: str,
+                         agent_id: str | None) -> dict[str, Any]:
         raise DeliveryUnavailable("no conversation port configured: cannot deliver a message to the customer")
 
-    def reveal_value(self, conn, ticket, *, message_id, start, end):
+    def reveal_value(self, conn: Conn, ticket: dict[str, Any], *, message_id: int, start: int, end: int) -> str:
         raise DeliveryUnavailable("no conversation port configured: the original of a masked value cannot be read")

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 from psycopg.rows import DictRow, dict_row
@@ -30,7 +30,7 @@ def _cursor_encode(values: list[Any]) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def _no_constant(name: str):
+def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not allowed")
 
 
@@ -216,13 +216,13 @@ class TicketQueries:
                                           last["created_at"].isoformat(), str(last["id"])])
         return [T.ticket_row(r) for r in rows], next_cursor
 
-    def get_ticket(self, agent: Agent, ticket_id) -> dict[str, Any]:
+    def get_ticket(self, agent: Agent, ticket_id: Any) -> dict[str, Any]:
         with self._read() as conn:
             ticket = T.fetch_ticket(conn, ticket_id)
         check_visible(agent, ticket)
         return ticket
 
-    def ticket_events(self, agent: Agent, ticket_id, *, after: int | None = None,
+    def ticket_events(self, agent: Agent, ticket_id: Any, *, after: int | None = None,
                       limit: int = 100) -> tuple[list[dict[str, Any]], int | None]:
         """The audit trail of a ticket, oldest first; (events, id to pass as ``after`` for more, or None)."""
         limit = min(max(1, limit), 500)

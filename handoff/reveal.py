@@ -12,7 +12,8 @@ as the read: no record, no value.
 
 import json
 import logging
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 import psycopg
 from psycopg.rows import DictRow
@@ -20,7 +21,7 @@ from psycopg.rows import DictRow
 from handoff import tickets as T
 from handoff.errors import Conflict, Forbidden, Invalid, NotFound, Unavailable
 from handoff.models import Agent
-from handoff.ports import DeliveryUnavailable, OriginalGone
+from handoff.ports import ConversationPort, DeliveryUnavailable, OriginalGone
 from handoff.refs import REF, refs as refs   # `refs` re-exported: the references live in handoff.refs
 from text import personal
 
@@ -47,7 +48,15 @@ FROM tickets t, (SELECT jsonb_build_object('r', %s::text) AS v) p WHERE t.id = %
 """
 
 
-def reveal(svc, agent: Agent, ticket_id, *, ref: str, reason: str) -> dict[str, Any]:
+class Revealer(Protocol):
+    """What a reveal uses of the service (:class:`handoff.service.HandoffService`): a transaction and the port."""
+
+    port: ConversationPort
+
+    def _action(self) -> AbstractContextManager[tuple[psycopg.Connection[DictRow], list[str]]]: ...
+
+
+def reveal(svc: Revealer, agent: Agent, ticket_id: Any, *, ref: str, reason: str) -> dict[str, Any]:
     """One value in clear, recorded first. 403 without the permission or outside the agent's teams (an agent
     must hold the ticket; supervisors and admins need not), 404 for a reference the ticket does not show or
     whose original is gone, 422 for a malformed reference or a reason shorter than ``REASON_MIN``."""
@@ -65,7 +74,8 @@ def reveal(svc, agent: Agent, ticket_id, *, ref: str, reason: str) -> dict[str, 
         if not agent.sees_all_teams and ticket["claimed_by"] != agent.id:
             raise Conflict(f"ticket {ticket['id']} is not held by you; claim it first",
                            status_now=ticket["status"])
-        hit = conn.execute(_SHOWN_SQL, (ref, T.parse_id(ticket_id))).fetchone()["hit"]
+        row = conn.execute(_SHOWN_SQL, (ref, T.parse_id(ticket_id))).fetchone()
+        hit = row["hit"] if row is not None else None   # no row: the ticket went between the two reads
         if not hit:
             raise NotFound(f"ticket {ticket['id']} shows no masked value {ref}")
         try:

@@ -22,9 +22,12 @@ SQL next to the ticket model in :mod:`handoff.tickets`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg.rows import DictRow
 
 from handoff import tickets as T
 from handoff.commands import SWEEP_LOCK_KEY, TicketCommands
@@ -34,6 +37,9 @@ from handoff.events import EventHub
 from handoff.models import Agent
 from handoff.ports import ConversationPort, NullConversationPort
 from handoff.queries import TicketQueries
+
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
 
 __all__ = ["SWEEP_LOCK_KEY", "HandoffService", "MetricsHook"]
 
@@ -45,8 +51,8 @@ MetricsHook = Callable[[str, dict[str, str], float], None]
 class HandoffService(TicketCommands, TicketQueries, DeskCommands):
     """The queue: commands and queries over one pool, one port to the conversations, one config."""
 
-    def __init__(self, pool, port: ConversationPort | None = None, config: HandoffConfig | None = None,
-                 metrics_hook: MetricsHook | None = None):
+    def __init__(self, pool: ConnectionPool[Any], port: ConversationPort | None = None,
+                 config: HandoffConfig | None = None, metrics_hook: MetricsHook | None = None):
         self.pool = pool
         self.port = port or NullConversationPort()
         self.config = config or HandoffConfig()
@@ -80,7 +86,7 @@ class HandoffService(TicketCommands, TicketQueries, DeskCommands):
         self._metric("ticket_event", 1.0, kind=ticket["kind"], event=event)
 
     @contextmanager
-    def _read(self):
+    def _read(self) -> Iterator[psycopg.Connection[DictRow]]:
         """A connection in autocommit for single statements: one round trip instead of BEGIN/query/COMMIT."""
         with self.pool.connection() as conn:
             conn.autocommit = True
@@ -91,7 +97,7 @@ class HandoffService(TicketCommands, TicketQueries, DeskCommands):
                     conn.autocommit = False
 
     @contextmanager
-    def _action(self):
+    def _action(self) -> Iterator[tuple[psycopg.Connection[DictRow], list[str]]]:
         """One agent action: (connection, notes) in a transaction; notifications go out after the commit."""
         notes: list[str] = []
         with self.pool.connection() as conn:

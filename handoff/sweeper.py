@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from handoff.service import HandoffService
 
 log = logging.getLogger(__name__)
 
 
 class SweeperLoop:
-    def __init__(self, service, interval: float):
+    def __init__(self, service: HandoffService, interval: float):
         self.service = service
         self.interval = interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.runs = 0
-        self.last: dict | None = None
+        self.last: dict[str, Any] | None = None
 
     def start(self) -> SweeperLoop:
         if self.interval <= 0 or self._thread is not None:

@@ -56,8 +56,9 @@ def customer_name(context: dict[str, Any] | None) -> str | None:
     if not isinstance(context, dict):
         return None
     for holder in ((context.get("memory") or {}).get("profile"), context.get("customer")):
-        if isinstance(holder, dict) and isinstance(holder.get("name"), str) and holder["name"].strip():
-            return holder["name"].strip()
+        name = holder.get("name") if isinstance(holder, dict) else None
+        if isinstance(name, str) and name.strip():
+            return name.strip()
     return None
 
 
@@ -233,7 +234,8 @@ def normalise_context(context: dict[str, Any] | None, draft: dict[str, Any] | No
     customer: dict[str, Any] = pkg["customer"] if isinstance(pkg.get("customer"), dict) else {}
     allow = [str(o) for o in customer.get("order_numbers") or []]
     annotate_transcript(pkg, allow)
-    return partial_obj(pkg, allow=allow, keep=AGENT_VIEW_KEEP)
+    shown: dict[str, Any] = partial_obj(pkg, allow=allow, keep=AGENT_VIEW_KEEP)   # a dict stays a dict
+    return shown
 
 
 class Publisher:

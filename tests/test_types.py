@@ -33,9 +33,12 @@ def mypy_installed():
 
 
 def test_the_listed_packages_type_check(mypy_installed):
-    files = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]["files"]
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
     assert {"text", "failures", "router/channels", "router/outbox", "router/schemas.py", "router/turn", "handoff",
-            "automation/workflows"} <= set(files)
+            "automation/workflows"} <= set(config["files"])
+    assert "exclude" not in config, "every module of a listed package is checked"
+    strict = [o for o in config["overrides"] if o.get("disallow_untyped_defs") and o.get("warn_return_any")]
+    assert any("handoff.*" in o["module"] for o in strict), "handoff (commands, desk, routes) is checked strictly"
     result = _mypy()
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Success: no issues found" in result.stdout

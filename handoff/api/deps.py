@@ -8,8 +8,8 @@ dependency) into ``application/problem+json``, so the API behaves the same in an
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Annotated, Any
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Header, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -25,6 +25,7 @@ from handoff.service import HandoffService
 
 ServiceGetter = Callable[[Request], HandoffService | None]
 STATE_KEY = "handoff_service"   # app.state attribute holding the app's ServiceGetter
+_T = TypeVar("_T")
 
 
 def handoff_problem(request: Request, exc: HandoffError) -> JSONResponse:
@@ -38,7 +39,7 @@ def handoff_problem(request: Request, exc: HandoffError) -> JSONResponse:
 class ProblemRoute(APIRoute):
     """Answers :class:`HandoffError` (raised by the service or a dependency) with a problem document."""
 
-    def get_route_handler(self):
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def run(request: Request) -> Response:
@@ -117,7 +118,7 @@ class Caller:
             raise Forbidden(f"this needs the role {' or '.join(roles)}; yours is {who.role}")
         return who
 
-    async def run(self, fn: Callable[[Agent], Any]) -> Any:
+    async def run(self, fn: Callable[[Agent], _T]) -> _T:
         return await run_in_threadpool(lambda: fn(self.agent()))
 
 
@@ -128,7 +129,11 @@ async def caller(svc: ServiceDep, creds: Credentials) -> Caller:
 CallerDep = Annotated[Caller, Depends(caller)]
 
 
-def agent_dependency(*roles: str, get_service: ServiceGetter | None = None, missing: str | None = None):
+AgentResolver = Callable[[Request, HTTPAuthorizationCredentials | None], Coroutine[Any, Any, Agent]]
+
+
+def agent_dependency(*roles: str, get_service: ServiceGetter | None = None,
+                     missing: str | None = None) -> AgentResolver:
     """A dependency resolving the calling agent before the route runs (for routes that need it up front:
     event streams, other routers' role checks). ``get_service``/``missing`` let another router find the
     service its own way and say why it is needed. Use it on a :class:`ProblemRoute` router."""

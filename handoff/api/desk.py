@@ -153,7 +153,8 @@ async def set_hold(ticket_id: UUID, body: HoldIn, call: CallerDep) -> dict[str, 
 
 
 @router.get("/macros", response_model=MacroList, summary="Canned replies (macros) for your teams")
-async def list_macros(call: CallerDep, language: Annotated[str | None, Query(pattern=LANG_PATTERN)] = None):
+async def list_macros(call: CallerDep,
+                      language: Annotated[str | None, Query(pattern=LANG_PATTERN)] = None) -> dict[str, Any]:
     return {"items": await call.run(lambda agent: call.svc.list_macros(agent, language=language))}
 
 

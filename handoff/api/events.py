@@ -38,7 +38,7 @@ _EVENT_ID = re.compile(r"^[0-9]{1,18}$")
 class StreamSlots:
     """Open event streams per token in this process; beyond the limit a new one is refused (429)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._open: dict[str, int] = {}
 
     def take(self, token: str, limit: int) -> "_Slot":
@@ -72,7 +72,7 @@ class _Slot:
             self._slots._give_back(self._key)
             self._key = None
 
-    def __del__(self):
+    def __del__(self) -> None:
         self.release()
 
 

@@ -22,7 +22,8 @@ async def me(call: CallerDep) -> dict[str, Any]:
                          "whose skills you have. Concurrent callers never get the same ticket. 204 when the "
                          "queue is empty. Heartbeat before `lease_expires_at` to keep it.",
              responses=doc(204, 403))
-async def claim_next(call: CallerDep, body: Annotated[ClaimNextIn | None, Body()] = None):
+async def claim_next(call: CallerDep,
+                     body: Annotated[ClaimNextIn | None, Body()] = None) -> Response | dict[str, Any]:
     body = body or ClaimNextIn()
     ticket = await call.run(lambda agent: call.svc.claim_next(agent, kind=body.kind, team=body.team))
     if ticket is None:

@@ -9,7 +9,8 @@ from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from handoff.api.deps import CallerDep, ProblemRoute, doc
-from handoff.reveal import REASON_MAX, REASON_MIN, REF, reveal
+from handoff.refs import REF
+from handoff.reveal import REASON_MAX, REASON_MIN, reveal
 from handoff.schemas import NOT_SPACE
 
 # REASON_MIN characters once white space is stripped, as the service counts them (two characters that are not

@@ -93,7 +93,8 @@ async def heartbeat(ticket_id: UUID, call: CallerDep) -> dict[str, Any]:
 
 @router.post("/{ticket_id}/release", response_model=Ticket, summary="Put a ticket back in the queue",
              responses=doc(403, 404, 409))
-async def release(ticket_id: UUID, call: CallerDep, body: Annotated[ReleaseIn | None, Body()] = None):
+async def release(ticket_id: UUID, call: CallerDep,
+                  body: Annotated[ReleaseIn | None, Body()] = None) -> dict[str, Any]:
     return await call.run(lambda agent: call.svc.release(agent, ticket_id, reason=(body.reason if body else None)))
 
 @router.post("/{ticket_id}/transfer", response_model=Ticket, summary="Transfer to a team or an agent",
@@ -146,7 +147,8 @@ async def resolve(ticket_id: UUID, body: ResolveIn, call: CallerDep) -> dict[str
 
 @router.post("/{ticket_id}/return-to-bot", response_model=Ticket, summary="Hand the conversation back",
              description="409 on an `approval` ticket (approve, reject or cancel it).", responses=doc(403, 404, 409))
-async def return_to_bot(ticket_id: UUID, call: CallerDep, body: Annotated[NoteIn | None, Body()] = None):
+async def return_to_bot(ticket_id: UUID, call: CallerDep,
+                        body: Annotated[NoteIn | None, Body()] = None) -> dict[str, Any]:
     return await call.run(lambda agent: call.svc.return_to_bot(agent, ticket_id,
                                                                note=(body.note if body else None)))
 
