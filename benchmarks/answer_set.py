@@ -5,7 +5,10 @@ composition, asks every question of tests/rag/answer_set.jsonl as L1 does (`Know
 judges each reply by the facts it must contain (rag.eval.judge_reply). The same figures are asserted by
 tests/rag/test_answer.py::test_the_answer_set_is_answered_right_whole_and_in_the_customers_language.
 
-    python benchmarks/answer_set.py [--set FILE] [--threshold T] [--show-wrong]
+    python benchmarks/answer_set.py [--set FILE] [--threshold T] [--show-wrong] [--rows FILE]
+
+``--rows`` writes what `switchboard rag calibrate --rows FILE --write rag/samples/kb/calibration.yaml` fits the
+bundled pack's answer confidence on.
 
 Prints the rates and writes benchmarks/results/answer_set.json.
 """
@@ -38,6 +41,8 @@ def main() -> None:
     ap.add_argument("--threshold", type=float, help="answer threshold (default: the configured one)")
     ap.add_argument("--threads", type=int, default=2, help="encoder threads (default: the gateway's)")
     ap.add_argument("--show-wrong", action="store_true", help="print every reply judged wrong")
+    ap.add_argument("--rows", help="also write each question's confidence signals and whether its reply would be "
+                    "right, for `switchboard rag calibrate --rows FILE`")
     ap.add_argument("--models-dir", default=os.environ.get("SWITCHBOARD_HOME", str(REPO / "var")) + "/models")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "answer_set.json"))
     args = ap.parse_args()
@@ -45,6 +50,7 @@ def main() -> None:
     from router.app.services import limit_threads
 
     limit_threads(args.threads)
+    from rag.config import RetrievalConfig, load_calibration
     from rag.encoder_backends import load_encoder
     from rag.eval import answer_set_rates, evaluate_answer_set, load_answer_set
     from rag.lexical.tantivy import TantivyIndex
@@ -63,8 +69,9 @@ def main() -> None:
     try:
         encoder = load_encoder("multilingual-e5-small", Path(args.models_dir), threads=args.threads)
         glossary = load_glossary(SAMPLE_KB)
+        config = RetrievalConfig(**load_calibration(SAMPLE_KB, "multilingual-e5-small"))
         kb = KnowledgeBase(pool, encoder, TantivyIndex(work / "index", tokenizer=get_tokenizer(glossary.words())),
-                           glossary=glossary)
+                           glossary=glossary, config=config)
         if args.threshold is not None:
             kb.config.answer_threshold = args.threshold
         build = kb.generations.rebuild(SAMPLE_KB)
@@ -72,13 +79,19 @@ def main() -> None:
         lines = kb.warm()
         warm_s, warm_cpu = round(time.perf_counter() - t, 1), round(time.process_time() - cpu, 1)
         # a restart: a new knowledge base over the same database warms from the embedding cache
-        again = KnowledgeBase(pool, encoder, kb.lexical, glossary=glossary)
+        again = KnowledgeBase(pool, encoder, kb.lexical, glossary=glossary, config=config)
         t, cpu = time.perf_counter(), time.process_time()
         again.warm()
         rewarm_s, rewarm_cpu = round(time.perf_counter() - t, 2), round(time.process_time() - cpu, 2)
         rows = load_answer_set(args.set)
         report = evaluate_answer_set(kb, rows)
         verdicts = report.pop("verdicts")
+        calibration_rows = report.pop("calibration_rows")
+        if args.rows:
+            with open(args.rows, "w", encoding="utf-8") as fh:
+                for r in calibration_rows:
+                    fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+            print(f"wrote {len(calibration_rows)} rows to {args.rows}")
         print(f"{len(rows)} questions ({report['n_unanswerable']} the pack cannot answer); {build['docs']} docs, "
               f"{lines} lines warmed in {warm_s} s ({warm_cpu} s CPU), again after a restart in {rewarm_s} s "
               f"({rewarm_cpu} s CPU); load {os.getloadavg()[0]:.1f}")

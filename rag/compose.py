@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from rag.answer_type import asked, holds
 from rag.chunk import _CJK, content_hash, join_units, sentence_units
 from rag.types import Chunk, Hit
 
@@ -45,6 +46,7 @@ MAX_CHARS = 700            # a reply longer than this drops its weakest extra en
 NEAR = 0.02                # a line this close to the best one's score belongs to the answer too
 SWITCH = 0.02             # a passage of the anchor's article whose lines match this much better anchors instead
 PART_FLOOR = 0.80          # a question part's best line below this adds nothing
+ANSWER_TYPE_LEAD = 0.03    # added to a line's score when it states the quantity asked for (rag/answer_type.py)
 
 
 @dataclass
@@ -339,6 +341,10 @@ class Composer:
         heads = sorted({ln.section.split(" > ")[-1] for ln in pool if ln.section})
         vecs = self.cache.vectors([unit_text(ln, per_doc[ln.doc]) for ln in pool] + heads)
         sims = vecs[: len(pool)] @ qvecs.T
+        for col, asked_text in enumerate([query, *parts]):
+            kind = asked(asked_text)       # a line stating the kind of quantity asked for leads its neighbours
+            if kind is not None:
+                sims[:, col] += np.array([ANSWER_TYPE_LEAD if holds(ln.text, kind) else 0.0 for ln in pool])
         score_of = {(ln.doc, ln.idx): sims[i] for i, ln in enumerate(pool)}
         head_sim = dict(zip(heads, (vecs[len(pool):] @ qvecs[0]).tolist(), strict=True))
 
@@ -399,7 +405,7 @@ class Composer:
             return float(v[col]) if v is not None else -1.0
 
         faq = [x for x in pool if x.kind in ("faq_q", "faq_a")]
-        ln = only or (faq[0] if faq else max(pool, key=sc))
+        ln = only or (max(faq, key=sc) if faq else max(pool, key=sc))
         doc = per_doc[ln.doc]
         top = sc(ln)
         if ln.kind in ("faq_q", "faq_a"):      # the entry: its question (rendered when the answer needs it) and answer

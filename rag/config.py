@@ -9,6 +9,7 @@ composes it (as it does the channels' settings), and :meth:`RagSettings.retrieva
 from __future__ import annotations
 
 from copy import copy
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, create_model
@@ -63,6 +64,9 @@ class RetrievalConfig(BaseModel):
                                    "the passage's own questions than to its text.", json_schema_extra=SETTING)
     margin_weight: float = Field(default=29.0, description="Logistic weight of the best document's cosine lead over "
                                  "the next (capped at 0.1).", json_schema_extra=SETTING)
+    unknown_weight: float = Field(default=0.0, description="Logistic weight of the share of the query's words that "
+                                  "no article uses (negative: fitted per knowledge base, see its calibration file).",
+                                  json_schema_extra=SETTING)
     same_language: bool = True         # answer from a passage in the query's language when one is retrieved
 
     @property
@@ -75,15 +79,54 @@ class RetrievalConfig(BaseModel):
         self.bm25_weight, self.dense_weight = pair
 
 
+#: the file in a knowledge folder that holds the answer confidence fitted for that knowledge base
+CALIBRATION_FILE = "calibration.yaml"
+#: what a calibration file may set (rag.confidence.PARAMETERS)
+CALIBRATED = ("answer_threshold", "confidence_center", "confidence_slope", "question_weight", "coverage_weight",
+              "margin_weight", "unknown_weight")
+
+
+def load_calibration(folder: str | Path | None, encoder: str | None = None) -> dict[str, Any]:
+    """The answer confidence fitted for the knowledge base in ``folder`` (its ``calibration.yaml``), or {}.
+
+    The confidence's defaults were fitted on retrieval sets of one answer per document; a help centre whose
+    articles hold many entries, lists and tables scores on another scale, so its own fit (``switchboard rag
+    calibrate --rows ... --write``) travels with its articles. A file fitted for another encoder is ignored:
+    its scale is that encoder's.
+    """
+    import yaml
+
+    path = Path(folder) / CALIBRATION_FILE if folder else None
+    if path is None or not path.is_file():
+        return {}
+    doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: expected a mapping with 'encoder' and 'parameters'")
+    if encoder and doc.get("encoder") and doc["encoder"] != encoder:
+        return {}
+    params = doc.get("parameters") or {}
+    unknown = set(params) - set(CALIBRATED)
+    if unknown:
+        raise ValueError(f"{path}: parameters: unknown {sorted(unknown)} (allowed: {', '.join(CALIBRATED)})")
+    RetrievalConfig(**params)           # the same bounds as the settings
+    return dict(params)
+
+
 #: the RetrievalConfig fields that are settings, in declaration order
 SETTINGS: tuple[str, ...] = tuple(name for name, info in RetrievalConfig.model_fields.items()
                                   if info.json_schema_extra == SETTING)
 
 
 class _Settings(BaseModel):
-    def retrieval_config(self) -> RetrievalConfig:
-        """The retrieval config these settings describe (what they do not set keeps its default)."""
-        return RetrievalConfig(**{name: getattr(self, f"rag_{name}") for name in SETTINGS})
+    def retrieval_config(self, calibration: dict[str, Any] | None = None) -> RetrievalConfig:
+        """The retrieval config these settings describe (what they do not set keeps its default); a knowledge
+        base's ``calibration`` (:func:`load_calibration`) replaces the defaults it fits, never a value set
+        explicitly (``SWITCHBOARD_RAG_*``)."""
+        values = {name: getattr(self, f"rag_{name}") for name in SETTINGS}
+        for name, value in (calibration or {}).items():
+            if f"rag_{name}" not in self.model_fields_set:
+                values[name] = value
+        return RetrievalConfig(**values)
 
 
 def _setting(name: str) -> tuple[Any, Any]:

@@ -301,8 +301,8 @@ def _fit(rows: Sequence[dict[str, Any]], langs: Sequence[str]) -> dict[str, Any]
     w = [float(v) for v in lr.coef_[0]]
     slope = w[0] if abs(w[0]) > 1e-6 else 1e-6
     return {"confidence_slope": round(slope, 3), "question_weight": round(w[1], 3),
-            "coverage_weight": round(w[2], 3), "margin_weight": round(w[3], 3),
-            "confidence_center": {lg: round(-w[4 + i] / slope, 4) for i, lg in enumerate(langs)}}
+            "coverage_weight": round(w[2], 3), "margin_weight": round(w[3], 3), "unknown_weight": round(w[4], 3),
+            "confidence_center": {lg: round(-w[5 + i] / slope, 4) for i, lg in enumerate(langs)}}
 
 
 def _cross_fitted(rows: Sequence[dict[str, Any]], langs: Sequence[str], seed: int, folds: int = 5) -> list[dict]:
@@ -451,13 +451,19 @@ def evaluate_answer_set(kb: Any, rows: Sequence[dict[str, Any]]) -> dict[str, An
     """Every question through ``kb.answer`` (as L1 asks it), judged by :func:`judge_reply`."""
     verdicts = []
     latencies = []
+    calibration = []
     for row in rows:
         t = time.perf_counter()
         ans = kb.answer(row["q"])
         latencies.append(time.perf_counter() - t)
-        cited = next((c.get("doc_id") for c in ans.citations if c.get("doc_id")), None) if ans.answered else None
-        verdicts.append(judge_reply(row, bool(ans.answered), ans.text, cited))
+        first = next((c.get("doc_id") for c in ans.citations if c.get("doc_id")), None)
+        verdicts.append(judge_reply(row, bool(ans.answered), ans.text, first if ans.answered else None))
+        # what `rag calibrate` fits on: would the reply composed from the best passage be right, answered or not
+        would = judge_reply(row, True, ans.text or ans.draft, first)["right"] and row.get("kind") != "none"
+        calibration.append({"dataset": "answer_set", "query_id": row["q"], "signals": dict(ans.signals),
+                            "confidence": float(ans.confidence), "unanswerable": row.get("kind") == "none",
+                            "cited": first, "top_relevant": bool(would), "relevant_cited": bool(would)})
     lat = np.asarray(latencies) * 1000.0
-    return {**answer_set_rates(verdicts), "verdicts": verdicts,
+    return {**answer_set_rates(verdicts), "verdicts": verdicts, "calibration_rows": calibration,
             "latency_ms_p50": round(float(np.percentile(lat, 50)), 2) if len(lat) else None,
             "latency_ms_p95": round(float(np.percentile(lat, 95)), 2) if len(lat) else None}

@@ -15,11 +15,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from psycopg_pool import ConnectionPool
 
 from rag.answer import Generator, citation, unsupported_sentences
 from rag.chunk import split_sentences
-from rag.compose import Composer, question_parts, structured, unit_text
+from rag.answer_type import asked, holds
+from rag.compose import ANSWER_TYPE_LEAD, Composer, question_parts, structured, unit_text
 from rag.confidence import model_of
 from rag.confidence import confidence as confidence_of
 from rag.config import RetrievalConfig
@@ -104,6 +106,7 @@ class KnowledgeBase:
         self.generator = generator
         self.sample_dir = Path(sample_dir) if sample_dir else SAMPLE_KB
         self._articles: dict[tuple[str, str], list[Any]] = {}
+        self._vocabulary: dict[str, dict[str, tuple[set[str], str]]] = {}
         dim = int(getattr(encoder, "dim", 384))
         self.dense = DenseStore(pool, dim=dim, ef_search=self.config.ef_search)
         # answer lines are encoded as queries (symmetric scoring), under their own key in the embedding cache:
@@ -242,6 +245,38 @@ class KnowledgeBase:
         wanted = {_stem(w) for w in keywords}
         return len(wanted & words) / len(wanted)
 
+    def vocabulary(self, generation: str) -> dict[str, tuple[set[str], str]]:
+        """Per language, the words of every article of ``generation`` and their whole text (lower-cased), built
+        once per generation: what the knowledge base talks about at all."""
+        known = self._vocabulary.get(generation)
+        if known is None:
+            articles = self.dense.fetch_documents(generation, None)
+            texts: dict[str, list[str]] = {}
+            for chunks in articles.values():
+                for c in chunks:
+                    texts.setdefault(c.lang or "", []).append(f"{c.title}\n{c.section}\n{c.text}".lower())
+            known = {lang: ({_stem(w) for t in parts for w in self.tokenizer.words_of(t)}, "\n".join(parts))
+                     for lang, parts in texts.items()}
+            self._vocabulary = {generation: known}       # only the serving generation is kept
+        return known
+
+    def unknown_share(self, rw: RewrittenQuery, generation: str | None) -> float | None:
+        """Share of the query's content words that no article in its language contains (None: not known).
+
+        A question about something the knowledge base never mentions (student discounts, renting, a job) cannot
+        be answered from it, however close its other words come to an entry. A Chinese word counts as known when
+        it appears anywhere in the text (word segmentation of a question and of an article can cut differently).
+        """
+        if not generation or not rw.keywords:
+            return None
+        known = self.vocabulary(generation).get(rw.lang or "")
+        if known is None:
+            return None
+        words, text = known
+        missing = [w for w in rw.keywords
+                   if ((_stem(w.lower()) not in words) if w.isascii() else (w.lower() not in text))]
+        return round(len(missing) / len(rw.keywords), 4)
+
     def question_similarity(self, rw: RewrittenQuery, hit: Hit) -> float | None:
         """The query's best cosine to what the passage says it answers (:func:`question_units`), or None."""
         units = question_units(hit.chunk) if hit.chunk is not None else []
@@ -250,9 +285,10 @@ class KnowledgeBase:
         vecs = self.encoder.encode_queries([rw.dense, *units])
         return float(max(vecs[1:] @ vecs[0]))
 
-    def signals(self, rw: RewrittenQuery, hits: Sequence[Hit]) -> dict[str, Any]:
+    def signals(self, rw: RewrittenQuery, hits: Sequence[Hit], generation: str | None = None) -> dict[str, Any]:
         """What the confidence is computed from, for the best passage: its dense cosine, the query's
-        cosine to the passage's own question, keyword coverage, and the cosine margin to the next document."""
+        cosine to the passage's own question, keyword coverage, the cosine margin to the next document, and
+        the share of the query's words the knowledge base never uses."""
         if not hits:
             return {}
         top = hits[0]
@@ -270,7 +306,7 @@ class KnowledgeBase:
             question = max(question, float(entry))
         return {"cosine": cos, "question": question, "coverage": round(self.coverage(rw.keywords, top), 4),
                 "margin": (cos - second) if cos is not None and second is not None else None,
-                "lang": rw.lang}
+                "unknown": self.unknown_share(rw, generation), "lang": rw.lang}
 
     def confidence(self, rw: RewrittenQuery, hits: Sequence[Hit], signals: dict[str, Any] | None = None) -> float:
         """How likely the best passage answers the query, in (0, 1).
@@ -318,6 +354,9 @@ class KnowledgeBase:
             return hits
         query = self.encoder.encode_queries([rw.dense])[0]
         sims = self.composer.cache.vectors(flat) @ query
+        kind = asked(rw.original)
+        if kind is not None:       # what states the quantity asked for leads (rag/answer_type.py)
+            sims = sims + np.array([ANSWER_TYPE_LEAD if holds(u, kind) else 0.0 for u in flat])
         scores, i = [], 0
         for h, us in zip(head, units, strict=True):
             best = float(max(sims[i:i + len(us)])) if us else -1.0
@@ -431,7 +470,7 @@ class KnowledgeBase:
                 hits = same + [h for h in hits if h not in same]
         hits = self.entry_rank(rw, hits, generation or "")
         passages = hits[: cfg.answer_passages]
-        signals = self.signals(rw, hits) if passages else {}     # all hits: the margin looks past the passages
+        signals = self.signals(rw, hits, generation) if passages else {}     # all hits: the margin looks past the passages
         confidence = self.confidence(rw, passages, signals)
         if not passages or confidence < cfg.answer_threshold:
             draft = self.compose(query, rw, passages, generation)[0] if passages else None

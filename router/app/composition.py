@@ -279,7 +279,10 @@ def make_knowledge_base(settings, pool, encoder, *, knowledge_dir=None, reranker
             OpenAIChatGenerator(settings.rag_generator_url, settings.rag_generator_model or "default", api_key=key,
                                 timeout=settings.rag_generator_timeout_seconds),
             max_concurrent=settings.rag_generator_concurrency)
-    config = settings.retrieval_config()
+    from rag.config import load_calibration
+
+    calibration = load_calibration(folder if Path(folder).is_dir() else None, Path(str(settings.embedding_model)).name)
+    config = settings.retrieval_config(calibration)
     return KnowledgeBase(pool, encoder, lexical, config=config, glossary=glossary, reranker=reranker,
                          generator=generator, sample_dir=folder, progress=progress)
 

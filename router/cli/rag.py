@@ -174,11 +174,17 @@ def calibrate_cmd(
                                     help="Highest wrong-answer rate (of all queries) the threshold may allow."),
     target: list[str] = typer.Option(None, "--target", help="Dataset(s) whose dev wrong-answer rate sets the "
                                      "threshold (default: every set in the rows)."),
+    write: Path = typer.Option(None, "--write", help="Also write the fitted model as a knowledge folder's "
+                               "calibration file (e.g. <knowledge>/calibration.yaml), which the gateway loads with "
+                               "that knowledge base."),
+    encoder: str = typer.Option("multilingual-e5-small", "--encoder", help="The encoder the rows were scored "
+                                "with (recorded in the file written by --write; another encoder ignores it)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Fit the answer confidence and threshold on a dev split; report the held-out split.
 
-    Prints the values to set (SWITCHBOARD_RAG_ANSWER_THRESHOLD, SWITCHBOARD_RAG_CONFIDENCE_CENTER, ...).
+    Prints the values to set (SWITCHBOARD_RAG_ANSWER_THRESHOLD, SWITCHBOARD_RAG_CONFIDENCE_CENTER, ...), or with
+    --write keeps them beside the knowledge base they were fitted for.
     """
     import json
 
@@ -214,7 +220,21 @@ def calibrate_cmd(
         f"SWITCHBOARD_RAG_CONFIDENCE_SLOPE={m['confidence_slope']}",
         f"SWITCHBOARD_RAG_COVERAGE_WEIGHT={m['coverage_weight']}",
         f"SWITCHBOARD_RAG_QUESTION_WEIGHT={m['question_weight']}",
-        f"SWITCHBOARD_RAG_MARGIN_WEIGHT={m['margin_weight']}"]))
+        f"SWITCHBOARD_RAG_MARGIN_WEIGHT={m['margin_weight']}",
+        f"SWITCHBOARD_RAG_UNKNOWN_WEIGHT={m['unknown_weight']}"]))
+    if write is not None:
+        import yaml
+
+        sets = ", ".join(f"{d} ({r['n_dev']} fitted, {r['n_heldout']} held out: answered correctly "
+                         f"{r['heldout']['answered_correct_rate']}, wrong {r['heldout']['wrong_answer_rate']})"
+                         for d, r in report["datasets"].items())
+        head = ("# The answer confidence fitted for this knowledge base (rag/confidence.py); loaded with it unless a\n"
+                "# SWITCHBOARD_RAG_* setting says otherwise. Written by `switchboard rag calibrate --write`.\n"
+                f"# Fitted on {sets}; seed {seed}, threshold at dev wrong answers <= {max_wrong}.\n")
+        body = yaml.safe_dump({"encoder": encoder, "parameters": m}, sort_keys=False, allow_unicode=True)
+        write.write_text(head + body, encoding="utf-8")
+        lines.append(f"wrote {write}")
+        report["written"] = str(write)
     emit(report, as_json, "\n".join(lines))
 
 

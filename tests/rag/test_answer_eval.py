@@ -147,7 +147,18 @@ def test_the_settings_calibrate_prints_are_the_model_rag_eval_then_uses(cli, bei
     text, _ = cli("rag", "calibrate", "--rows", str(rows), "--seed", "7")
     [line] = [ln for ln in text.stdout.splitlines() if ln.startswith("settings: ")]
     printed = dict(item.split("=", 1) for item in shlex.split(line.removeprefix("settings: ")))
-    assert {"SWITCHBOARD_RAG_QUESTION_WEIGHT", "SWITCHBOARD_RAG_MARGIN_WEIGHT"} <= set(printed)
+    assert {"SWITCHBOARD_RAG_QUESTION_WEIGHT", "SWITCHBOARD_RAG_MARGIN_WEIGHT",
+            "SWITCHBOARD_RAG_UNKNOWN_WEIGHT"} <= set(printed)
+    # --write keeps the same fit beside a knowledge base, which loads it back whole
+    from rag.config import load_calibration
+
+    kept = tmp_path / "knowledge"
+    kept.mkdir()
+    result, _ = cli("rag", "calibrate", "--rows", str(rows), "--seed", "7", "--write", str(kept / "calibration.yaml"),
+                    "--json")
+    assert result.exit_code == 0, result.stdout
+    assert load_calibration(kept, "multilingual-e5-small") == cal["model"]
+    assert load_calibration(kept, "another-encoder") == {}
     for name, value in printed.items():
         monkeypatch.setenv(name, value)
     result, out = cli("rag", "eval", "--beir", str(beir), "--mode", "answer", "--seed", "7", "--json")

@@ -8,7 +8,8 @@ import os
 import pytest
 from pydantic import ValidationError
 
-from rag.config import SETTINGS, RagSettings, RetrievalConfig
+from rag.config import CALIBRATION_FILE, SETTINGS, RagSettings, RetrievalConfig, load_calibration
+from rag.service import SAMPLE_KB
 from router.app.settings import Settings
 
 # every variable by its name as deployments write it: (value in the environment, config field, value read)
@@ -28,6 +29,7 @@ ENV = {
     "SWITCHBOARD_RAG_COVERAGE_WEIGHT": ("1.25", "coverage_weight", 1.25),
     "SWITCHBOARD_RAG_QUESTION_WEIGHT": ("4", "question_weight", 4.0),
     "SWITCHBOARD_RAG_MARGIN_WEIGHT": ("7", "margin_weight", 7.0),
+    "SWITCHBOARD_RAG_UNKNOWN_WEIGHT": ("-2.5", "unknown_weight", -2.5),
 }
 
 
@@ -79,3 +81,40 @@ def test_the_fusion_weights_read_and_set_as_a_pair():
     config.weights = (0.5, 2.0)
     assert (config.bm25_weight, config.dense_weight) == (0.5, 2.0) and config.weights == (0.5, 2.0)
     assert RetrievalConfig().weights == (1.0, 3.0)      # the default is not shared
+
+
+def _calibration(folder, body: str):
+    (folder / CALIBRATION_FILE).write_text(body, encoding="utf-8")
+    return folder
+
+
+def test_a_knowledge_bases_calibration_replaces_the_defaults_but_never_an_explicit_setting(clean_env, tmp_path):
+    folder = _calibration(tmp_path, "encoder: multilingual-e5-small\nparameters:\n  answer_threshold: 0.42\n"
+                                    "  unknown_weight: -3.5\n  confidence_center: {en: 0.8, zh: 0.81}\n")
+    fitted = load_calibration(folder, "multilingual-e5-small")
+    config = Settings().retrieval_config(fitted)
+    assert (config.answer_threshold, config.unknown_weight, config.confidence_center) == (0.42, -3.5,
+                                                                                           {"en": 0.8, "zh": 0.81})
+    assert config.confidence_slope == RetrievalConfig().confidence_slope          # what it does not fit stays
+    clean_env.setenv("SWITCHBOARD_RAG_ANSWER_THRESHOLD", "0.7")
+    assert Settings().retrieval_config(fitted).answer_threshold == 0.7            # the deployer's word wins
+    # fitted for another encoder: its scale is not this one's
+    assert load_calibration(folder, "bge-small") == {}
+    assert load_calibration(tmp_path / "nowhere", "multilingual-e5-small") == {}
+
+
+@pytest.mark.parametrize("body, says", [
+    ("encoder: multilingual-e5-small\nparameters:\n  answer_treshold: 0.4\n", "unknown ['answer_treshold']"),
+    ("encoder: multilingual-e5-small\nparameters:\n  answer_threshold: 1.5\n", "answer_threshold"),
+    ("- just a list\n", "expected a mapping"),
+])
+def test_a_broken_calibration_file_is_an_error_that_names_it(tmp_path, body, says):
+    with pytest.raises(ValueError) as err:
+        load_calibration(_calibration(tmp_path, body), "multilingual-e5-small")
+    assert says in str(err.value)
+
+
+def test_the_bundled_pack_carries_its_own_fit():
+    fitted = load_calibration(SAMPLE_KB, "multilingual-e5-small")
+    assert set(fitted) >= {"answer_threshold", "unknown_weight", "confidence_center"}
+    assert fitted["unknown_weight"] < 0              # words the pack never uses make an answer less likely

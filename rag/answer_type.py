@@ -1,0 +1,45 @@
+"""What kind of answer a question asks for (a count, a duration, an amount of money) and whether a line holds one.
+
+"How many times can I change an invoice?" is answered by the line that says "up to 3 times", not by its
+neighbour about the 180 days in which changes are possible, although the encoder scores both alike: they share
+every word but the answer. Classic question answering matches the expected answer type; composition and the
+entry score give a line that holds the asked kind of quantity a small lead (rag/compose.py, rag/service.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+_NUM = r"(?:\d+(?:[.,]\d+)?|[一二两三四五六七八九十百半]+)"
+_RANGE = rf"{_NUM}(?:\s*(?:[–~\-至到]|to)\s*{_NUM})?"
+
+# what a question asks for, by the words that ask it
+_ASKS = {
+    "count": re.compile(r"\bhow many times\b|\bhow often\b|\bhow many (?:changes|attempts|tries)\b|几次|多少次|几遍|"
+                        r"几回", re.I),
+    "duration": re.compile(r"\bhow long\b|\bhow many (?:business |working )?(?:days|hours|weeks|months)\b|"
+                           r"\bwithin how\b|多久|多长时间|多少天|几天|几个工作日|几个小时|多长的?时间|多少小时", re.I),
+    "money": re.compile(r"\bhow much\b|\bminimum (?:order|spend|amount|purchase)\b|\bworth\b|\bcost\b|多少钱|多少元|"
+                        r"几块钱|最低消费|最低金额|起付|门槛|值多少|面额", re.I),
+}
+# what a line must hold to answer it
+_HOLDS = {
+    "count": re.compile(rf"{_NUM}\s*(?:times?\b|次)|\bonce\b|\btwice\b", re.I),
+    "duration": re.compile(rf"{_RANGE}\s*(?:(?:business|working|calendar)\s+)?(?:days?|hours?|weeks?|months?|"
+                           rf"minutes?|years?)\b|{_RANGE}\s*个?(?:工作日|自然日|天|小时|周|星期|个?月|分钟|年)", re.I),
+    "money": re.compile(rf"[¥￥$€£]\s*{_NUM}|{_NUM}\s*(?:元|块|yuan|cny|usd|rmb)\b|{_NUM}\s*(?:元|块)", re.I),
+}
+KINDS = tuple(_ASKS)
+
+
+def asked(question: str) -> str | None:
+    """The kind of quantity ``question`` asks for (count, duration, money), or None."""
+    for kind, pattern in _ASKS.items():
+        if pattern.search(question or ""):
+            return kind
+    return None
+
+
+def holds(text: str, kind: str | None) -> bool:
+    """Whether ``text`` states a quantity of ``kind``."""
+    return bool(kind) and bool(_HOLDS[kind].search(text or "")) if kind else False

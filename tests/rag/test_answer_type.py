@@ -1,0 +1,34 @@
+"""The kind of quantity a question asks for, and the lines that state one (rag/answer_type.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rag.answer_type import asked, holds
+
+
+@pytest.mark.parametrize("question, kind", [
+    ("how many times can I change an invoice?", "count"), ("发票最多能改几次", "count"),
+    ("how long does a refund to Alipay take?", "duration"), ("维修要多久", "duration"),
+    ("下单后多长时间内要付款", "duration"), ("what's the minimum order for installments", "money"),
+    ("新人券有多少钱", "money"), ("how much is a pickup?", "money"),
+    ("how do I use a coupon code?", None), ("能用PayPal付钱吗", None), ("can I return socks?", None),
+])
+def test_what_a_question_asks_for(question, kind):
+    assert asked(question) == kind
+
+
+@pytest.mark.parametrize("text, kind, says", [
+    ("You can change an invoice up to 3 times.", "count", True),
+    ("同一张发票最多可修改3次。", "count", True),
+    ("Self-service changes are available for 180 days after delivery.", "count", False),
+    ("Self-service changes are available for 180 days after delivery.", "duration", True),
+    ("维修周期为维修中心收到商品后7–15个工作日。", "duration", True),
+    ("请在30分钟内完成付款。", "duration", True),
+    ("Installments are available on orders of ¥300 or more.", "money", True),
+    ("新人券满69元减15元。", "money", True),
+    ("Check the minimum spend, the expiry date and whether the products are excluded.", "money", False),
+    ("anything", None, False),
+])
+def test_which_lines_state_it(text, kind, says):
+    assert holds(text, kind) is says
