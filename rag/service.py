@@ -246,8 +246,8 @@ class KnowledgeBase:
         return len(wanted & words) / len(wanted)
 
     def vocabulary(self, generation: str) -> dict[str, tuple[set[str], str]]:
-        """Per language, the words of every article of ``generation`` and their whole text (lower-cased), built
-        once per generation: what the knowledge base talks about at all."""
+        """Per language, the words of every article of ``generation`` and of the glossary, and their whole text
+        (lower-cased), built once per generation: what the knowledge base talks about at all."""
         known = self._vocabulary.get(generation)
         if known is None:
             articles = self.dense.fetch_documents(generation, None)
@@ -255,8 +255,10 @@ class KnowledgeBase:
             for chunks in articles.values():
                 for c in chunks:
                     texts.setdefault(c.lang or "", []).append(f"{c.title}\n{c.section}\n{c.text}".lower())
-            known = {lang: ({_stem(w) for t in parts for w in self.tokenizer.words_of(t)}, "\n".join(parts))
-                     for lang, parts in texts.items()}
+            # the glossary's terms and variants are the shop's own words too ("package" for "parcel")
+            declared = sorted(w.lower() for w in self.glossary.words())
+            known = {lang: ({_stem(w) for t in [*parts, *declared] for w in self.tokenizer.words_of(t)},
+                            "\n".join([*parts, *declared])) for lang, parts in texts.items()}
             self._vocabulary = {generation: known}       # only the serving generation is kept
         return known
 

@@ -288,10 +288,6 @@ def test_answer_set_replies_are_whole_unframed_in_the_customers_language_and_hon
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="#33: with the pack's own calibration (unknown words), answer types and "
-                   "the entry score, 0.909 are answered right and 2.8 % of unanswerable ones are answered, but 5.6 % "
-                   "of answerable ones still get no answer (target 5 %), and ~9 answered replies take a neighbouring "
-                   "entry or article ('what is your return policy?', 'how long does shipping take?')")
 def test_answer_set_is_answered_right(answer_set_report):
     report = answer_set_report
     wrong = [(v["q"], v["answered"], v["text"][:120]) for v in report["verdicts"] if not v["right"]]
