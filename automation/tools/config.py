@@ -125,7 +125,11 @@ class Server(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
     connect_timeout: float = Field(default=30.0, gt=0, le=300, description="seconds to open a session")
-    max_concurrent: int = Field(default=16, ge=1, le=1000, description="calls in flight to this server at once "
+    # the bulkhead admits as many calls as the turns one channel may run at once (router's concurrent_turns
+    # per_channel, 64): a server that is only slow then answers every caller in its own latency (at 16, 32
+    # customers asking a 2 s shop waited up to three latencies for a slot), while a hanging one holds at most
+    # half of the gateway's 128 tool-call threads
+    max_concurrent: int = Field(default=64, ge=1, le=1000, description="calls in flight to this server at once "
                                 "(a bulkhead: a slow server never takes more of the gateway than this)")
     # http
     base_url: str | None = None

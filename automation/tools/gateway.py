@@ -59,7 +59,9 @@ from text.personal import clip
 log = logging.getLogger(__name__)
 
 _ERROR_CHARS = 300
-_BACKSTOP_S = 2.0  # the loop enforces the tool's timeout; this only guards against a stuck loop
+_BACKSTOP_S = 2.0
+#: a server's bulkhead when the tools file names none (config.Server.max_concurrent explains the size)
+DEFAULT_MAX_CONCURRENT = 64  # the loop enforces the tool's timeout; this only guards against a stuck loop
 
 
 class ToolSettings(BaseSettings):
@@ -173,7 +175,8 @@ class Gateway:
                  max_concurrent: Mapping[str, int] | None = None):
         self._guards = {s.name: _Guard(s) for s in specs}
         # the bulkhead: calls in flight per server (a hanging server holds at most this many threads)
-        self._slots = {name: threading.BoundedSemaphore((max_concurrent or {}).get(name, 16)) for name in transports}
+        self._slots = {name: threading.BoundedSemaphore((max_concurrent or {}).get(name, DEFAULT_MAX_CONCURRENT))
+                       for name in transports}
         for s in specs:
             if s.binding.server not in transports:
                 raise ValueError(f"tool {s.name}: no transport for server {s.binding.server!r}")

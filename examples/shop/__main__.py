@@ -5,6 +5,7 @@
     python -m examples.shop dump [--json]           # every order with its status and the writes (personal data masked)
     python -m examples.shop --latency-ms 300        # every tool answers 300 ms late (or SWITCHBOARD_SHOP_LATENCY_MS)
     python -m examples.shop --hang                  # no tool ever answers (or SWITCHBOARD_SHOP_HANG=1)
+    python -m examples.shop --calls-log calls.jsonl # one line per call: tool, start, end (or SWITCHBOARD_SHOP_CALLS_LOG)
 
 The database comes from ``--dsn`` or ``SWITCHBOARD_DATABASE_URL``; the data from ``--data`` or
 ``SWITCHBOARD_SHOP_DATA`` (default: the bundled sample_data.json), loaded on start.
@@ -43,6 +44,9 @@ def serve(argv: list[str]) -> int:
     p.add_argument("--hang", action="store_true",
                    default=os.environ.get("SWITCHBOARD_SHOP_HANG", "").lower() in ("1", "true", "yes"),
                    help="never answer a tool call (default $SWITCHBOARD_SHOP_HANG): a shop that hangs")
+    p.add_argument("--calls-log", default=os.environ.get("SWITCHBOARD_SHOP_CALLS_LOG") or None,
+                   help="append one JSON line per tool call (tool, start, end) to this file (default "
+                        "$SWITCHBOARD_SHOP_CALLS_LOG): which calls the shop had in hand at once")
     args = p.parse_args(argv)
     if args.latency_ms < 0:
         p.error("--latency-ms must be >= 0")
@@ -53,7 +57,7 @@ def serve(argv: list[str]) -> int:
     shop = Shop(_dsn(args.dsn))
     try:
         shop.load(args.data or os.environ.get("SWITCHBOARD_SHOP_DATA") or None, reload=args.reload)
-        app = build_server(shop, latency_ms=args.latency_ms, hang=args.hang)
+        app = build_server(shop, latency_ms=args.latency_ms, hang=args.hang, calls_log=args.calls_log)
         if args.http:
             app.run("streamable-http", host=args.host, port=args.port)
         else:

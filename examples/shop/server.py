@@ -7,9 +7,14 @@ only ever sees their own orders. Refusals are tool errors whose text starts with
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from pathlib import Path
 from typing import Any
+
+import anyio
+import anyio.to_thread
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -17,55 +22,65 @@ from mcp.server.mcpserver.exceptions import ToolError
 from examples.shop.store import Shop, ShopError
 
 
-def build_server(shop: Shop, *, latency_ms: float = 0.0, hang: bool = False) -> MCPServer:
+def build_server(shop: Shop, *, latency_ms: float = 0.0, hang: bool = False,
+                 calls_log: str | Path | None = None) -> MCPServer:
     """The shop's tools; ``latency_ms`` delays every answer and ``hang`` never answers (benchmarks, tests:
-    a slow or stuck business system). Tools run on the SDK's worker threads, so a delay holds only its call."""
+    a slow or stuck business system). The delay is awaited on the event loop, so waiting calls hold no worker
+    thread (the SDK runs a sync tool on anyio's 40 shared threads, which would cap a slow shop at 40 calls at
+    once); only the store's own work runs on one. ``calls_log``: one JSON line per call (tool, wall-clock start
+    and end), so a test can see which calls the shop had in hand at the same time."""
     app = MCPServer("example-shop", instructions="A small shop: orders, shipments, refunds, invoices.",
                     log_level="WARNING")
-    stuck = threading.Event()   # never set: a hanging shop's calls wait on it
+    log_lock = threading.Lock()
 
-    def guarded(fn, *args):
+    async def guarded(fn, *args):
+        started = time.time()
         if hang:
-            stuck.wait()
+            await anyio.sleep_forever()
         if latency_ms > 0:
-            time.sleep(latency_ms / 1000.0)
+            await anyio.sleep(latency_ms / 1000.0)
         try:
-            return fn(*args)
+            return await anyio.to_thread.run_sync(fn, *args)
         except ShopError as exc:
             raise ToolError(str(exc)) from None
+        finally:
+            if calls_log:
+                line = json.dumps({"tool": fn.__name__, "start": started, "end": time.time()})
+                with log_lock, open(calls_log, "a", encoding="utf-8") as f:
+                    f.write(line + "\n")
 
     @app.tool(description="A customer's profile: name, phone and how many orders they have.")
-    def get_customer(customer_id: str) -> dict[str, Any]:
-        return guarded(shop.get_customer, customer_id)
+    async def get_customer(customer_id: str) -> dict[str, Any]:
+        return await guarded(shop.get_customer, customer_id)
 
     @app.tool(description="One of the customer's orders with status, items, totals, shipment and refunds.")
-    def get_order(customer_id: str, order_id: str) -> dict[str, Any]:
-        return guarded(shop.get_order, customer_id, order_id)
+    async def get_order(customer_id: str, order_id: str) -> dict[str, Any]:
+        return await guarded(shop.get_order, customer_id, order_id)
 
     @app.tool(description="The customer's most recent orders, newest first.")
-    def list_recent_orders(customer_id: str, limit: int = 5) -> dict[str, Any]:
-        return guarded(shop.list_recent_orders, customer_id, limit)
+    async def list_recent_orders(customer_id: str, limit: int = 5) -> dict[str, Any]:
+        return await guarded(shop.list_recent_orders, customer_id, limit)
 
     @app.tool(description="Carrier, tracking number and shipping dates of one of the customer's orders.")
-    def track_shipment(customer_id: str, order_id: str) -> dict[str, Any]:
-        return guarded(shop.track_shipment, customer_id, order_id)
+    async def track_shipment(customer_id: str, order_id: str) -> dict[str, Any]:
+        return await guarded(shop.track_shipment, customer_id, order_id)
 
     @app.tool(description="Change the delivery address of an order that has not shipped yet.")
-    def change_address(customer_id: str, order_id: str, address: str, idempotency_key: str) -> dict[str, Any]:
-        return guarded(shop.change_address, customer_id, order_id, address, idempotency_key)
+    async def change_address(customer_id: str, order_id: str, address: str, idempotency_key: str) -> dict[str, Any]:
+        return await guarded(shop.change_address, customer_id, order_id, address, idempotency_key)
 
     @app.tool(description="Refund part or all of an order (at most the total minus earlier refunds).")
-    def request_refund(customer_id: str, order_id: str, amount: float, idempotency_key: str,
+    async def request_refund(customer_id: str, order_id: str, amount: float, idempotency_key: str,
                        reason: str = "") -> dict[str, Any]:
-        return guarded(shop.request_refund, customer_id, order_id, amount, reason, idempotency_key)
+        return await guarded(shop.request_refund, customer_id, order_id, amount, reason, idempotency_key)
 
     @app.tool(description="Issue the invoice of an order, with a title and an optional tax id.")
-    def issue_invoice(customer_id: str, order_id: str, title: str, idempotency_key: str,
+    async def issue_invoice(customer_id: str, order_id: str, title: str, idempotency_key: str,
                       tax_id: str | None = None) -> dict[str, Any]:
-        return guarded(shop.issue_invoice, customer_id, order_id, title, tax_id, idempotency_key)
+        return await guarded(shop.issue_invoice, customer_id, order_id, title, tax_id, idempotency_key)
 
     @app.tool(description="Cancel an order that has not shipped yet.")
-    def cancel_order(customer_id: str, order_id: str, idempotency_key: str, reason: str = "") -> dict[str, Any]:
-        return guarded(shop.cancel_order, customer_id, order_id, reason, idempotency_key)
+    async def cancel_order(customer_id: str, order_id: str, idempotency_key: str, reason: str = "") -> dict[str, Any]:
+        return await guarded(shop.cancel_order, customer_id, order_id, reason, idempotency_key)
 
     return app

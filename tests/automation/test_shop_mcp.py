@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from tool_servers import shop_dump
 
 
@@ -216,3 +218,66 @@ def test_concurrent_calls_share_one_session_and_a_key_writes_once(shop_gateway, 
     other = shop_gateway.call("request_refund", {"order_id": "100235", "amount": 1}, _caller("c1", "refund"),
                               idempotency_key="other-customer")
     assert other.ok
+
+
+def test_calls_to_a_slow_shop_are_all_in_its_hands_at_once(pool, tmp_path):
+    """48 customers asking a slow shop at once: the bundled bulkhead, the one MCP session and the shop itself let
+    every call through together, so each waits the shop's latency once, not behind the others. Seen from the
+    shop's own record of each call (when it took it, when it answered): every call started before any ended."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from automation.tools import Caller, load_tool_gateway
+    from tool_servers import gateway_env
+
+    log = tmp_path / "calls.jsonl"
+    gw = load_tool_gateway(None, pool=pool, variables=gateway_env(SWITCHBOARD_SHOP_LATENCY_MS="400",
+                                                                  SWITCHBOARD_SHOP_CALLS_LOG=str(log)))
+    try:
+        assert gw.call("get_order", {"order_id": "100235"}, _caller()).ok    # the session is open before the crowd
+        log.unlink()
+        n = 48
+        callers = [Caller(channel="web", customer_id="c1", conversation_id=f"conv-{i}", turn_id=f"turn-{i}",
+                          purpose="order_status") for i in range(n)]
+        with ThreadPoolExecutor(n) as threads:
+            results = list(threads.map(lambda c: gw.call("get_order", {"order_id": "100235"}, c), callers))
+        assert [r.status for r in results] == ["ok"] * n
+        calls = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+        assert len(calls) == n and {c["tool"] for c in calls} == {"get_order"}
+        last_start, first_end = max(c["start"] for c in calls), min(c["end"] for c in calls)
+        assert last_start < first_end, f"{sum(c['start'] >= first_end for c in calls)} calls began only after one ended"
+    finally:
+        gw.close()
+
+
+def test_the_bulkhead_still_bounds_the_calls_a_slow_shop_has_in_hand(pool, tmp_path):
+    """The tools file's ``max_concurrent`` is what a server gets at once: with 4, twelve customers asking a slow shop
+    never give it more than 4 calls at a time (from the shop's own record), and every one is answered in turn."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from automation.tools import Caller, load_tool_gateway
+    from automation.tools.config import BUNDLED_TOOLS
+    from tool_servers import gateway_env
+
+    text = BUNDLED_TOOLS.read_text(encoding="utf-8")
+    assert "max_concurrent: 64" in text
+    tools = tmp_path / "tools.yaml"
+    tools.write_text(text.replace("max_concurrent: 64", "max_concurrent: 4"), encoding="utf-8")
+    log = tmp_path / "calls.jsonl"
+    gw = load_tool_gateway(tools, pool=pool, variables=gateway_env(SWITCHBOARD_SHOP_LATENCY_MS="300",
+                                                                   SWITCHBOARD_SHOP_CALLS_LOG=str(log)))
+    try:
+        callers = [Caller(channel="web", customer_id="c1", conversation_id=f"conv-{i}", turn_id=f"turn-{i}",
+                          purpose="order_status") for i in range(12)]
+        with ThreadPoolExecutor(12) as threads:
+            results = list(threads.map(lambda c: gw.call("get_order", {"order_id": "100235"}, c), callers))
+        assert [r.status for r in results] == ["ok"] * 12
+        calls = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+        assert len(calls) == 12
+        events = sorted([(c["end"], -1) for c in calls] + [(c["start"], 1) for c in calls])   # an end before a start
+        in_hand = most = 0
+        for _, step in events:
+            in_hand += step
+            most = max(most, in_hand)
+        assert most == 4
+    finally:
+        gw.close()
