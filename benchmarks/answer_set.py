@@ -7,8 +7,8 @@ tests/rag/test_answer.py::test_the_answer_set_is_answered_right_whole_and_in_the
 
     python benchmarks/answer_set.py [--set FILE] [--threshold T] [--show-wrong] [--rows FILE]
 
-``--rows`` writes what `switchboard rag calibrate --rows FILE --write rag/samples/kb/calibration.yaml` fits the
-bundled pack's answer confidence on.
+``--rows`` writes what `switchboard rag calibrate --rows FILE [--write KNOWLEDGE/calibration.yaml]` fits the
+pack's own answer confidence on (README, Answerability).
 
 Prints the rates and writes benchmarks/results/answer_set.json.
 """

@@ -9,7 +9,6 @@ import pytest
 from pydantic import ValidationError
 
 from rag.config import CALIBRATION_FILE, SETTINGS, RagSettings, RetrievalConfig, load_calibration
-from rag.service import SAMPLE_KB
 from router.app.settings import Settings
 
 # every variable by its name as deployments write it: (value in the environment, config field, value read)
@@ -112,9 +111,3 @@ def test_a_broken_calibration_file_is_an_error_that_names_it(tmp_path, body, say
     with pytest.raises(ValueError) as err:
         load_calibration(_calibration(tmp_path, body), "multilingual-e5-small")
     assert says in str(err.value)
-
-
-def test_the_bundled_pack_carries_its_own_fit():
-    fitted = load_calibration(SAMPLE_KB, "multilingual-e5-small")
-    assert set(fitted) >= {"answer_threshold", "unknown_weight", "confidence_center"}
-    assert fitted["unknown_weight"] < 0              # words the pack never uses make an answer less likely
