@@ -46,6 +46,13 @@ def pg_server():
     root = Path(tempfile.mkdtemp(prefix="sbpg-"))
     server = EmbeddedPostgres(root / "pg")
     uri = server.start()
+    # a throw-away cluster: no test survives a machine crash, so nothing needs to reach the disk. Without
+    # the fsyncs every commit and every per-test CREATE/DROP DATABASE waits on the disk for nothing. A
+    # crash of the server itself still loses nothing (the writes are in the kernel's page cache).
+    with psycopg.connect(_with_db(uri, "postgres"), autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET fsync = off")
+        conn.execute("ALTER SYSTEM SET full_page_writes = off")
+        conn.execute("SELECT pg_reload_conf()")
     yield server, uri
     server.stop()
     shutil.rmtree(root, ignore_errors=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -24,7 +25,7 @@ CHROMIUM = "/usr/bin/chromium"
 expect.set_options(timeout=15_000)
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
-_classifiers: dict[str, Any] = {}
+ROUTER_KITS = str(Path(__file__).resolve().parents[1] / "router")
 
 
 def chromium_path() -> str:
@@ -41,14 +42,12 @@ def browser_type_launch_args(browser_type_launch_args):
 
 
 def _classifier(encoder, home: Path):
-    from router.classify import IntentClassifier
-    from router.classify.intents import BUNDLED_INTENTS, load_intents
+    """The bundled intents on ``encoder``: the routing tests' classifier, fitted once per run for both."""
+    if ROUTER_KITS not in sys.path:
+        sys.path.insert(0, ROUTER_KITS)
+    from routing_kit import classifier_for
 
-    key = str(encoder.path)
-    if key not in _classifiers:   # fitting is the slow part: once per run
-        _classifiers[key] = IntentClassifier.from_config(load_intents(BUNDLED_INTENTS), encoder,
-                                                         cache_dir=home / "cache" / "heads")
-    return _classifiers[key]
+    return classifier_for(encoder, home)
 
 
 class Gateway:

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from automation.workflows.spec import load_workflows
-from router.classify import IntentClassifier
-from router.classify.intents import load_intents
+from routing_kit import classifier_for
 
 pytestmark = pytest.mark.slow
 
@@ -20,7 +19,7 @@ CASES = [json.loads(line) for line in (Path(__file__).resolve().parents[2] / "au
 
 
 def test_every_first_message_starts_its_workflow_and_drift_is_another_intent(e5_encoder, tmp_path):
-    clf = IntentClassifier.from_config(load_intents(), e5_encoder, cache_dir=tmp_path)
+    clf = classifier_for(e5_encoder, tmp_path)   # the bundled intents on e5, fitted once per run (routing tests too)
     workflows = load_workflows(None)
     missed, per_workflow = [], {}
     for case in CASES:
