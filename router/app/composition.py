@@ -41,7 +41,14 @@ def wire_classifier(services: Services) -> None:
     services.classifier = classifier_from(config, services.encoder, services.settings.home)
     clf = services.classifier
     heads = services.settings.home / "cache" / "heads"
-    services.closers.append(on_sighup(lambda: clf.reload_file(path, cache_dir=heads), name="intents-reload"))
+    home, encoder = services.settings.home, services.encoder
+
+    def rebuild(config):
+        # as at start: the examples' vectors and the fit come from their caches, so an unchanged file costs a moment
+        return classifier_from(config, encoder, home)
+
+    services.closers.append(on_sighup(lambda: clf.reload_file(path, cache_dir=heads, build=rebuild),
+                                      name="intents-reload"))
     services.readiness["classifier"] = lambda: (True, f"{len(clf.config.intents)} intents from {path}")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -109,13 +110,26 @@ class IntentClassifier:
         with self._lock:
             self._state = fresh._state
 
-    def reload_file(self, path: str | Path, *, cache_dir: str | Path | None = None) -> bool:
-        """Reload from an intents file; a broken file is logged and the running config kept."""
+    def adopt(self, fresh: IntentClassifier) -> None:
+        """Take ``fresh``'s compiled state atomically (a reload built elsewhere, e.g. from cached fits)."""
+        with self._lock:
+            self._state = fresh._state
+
+    def reload_file(self, path: str | Path, *, cache_dir: str | Path | None = None,
+                    build: Callable[[IntentConfig], IntentClassifier] | None = None) -> bool:
+        """Reload from an intents file; a broken file is logged and the running config kept.
+
+        ``build`` makes the new classifier as the gateway made the first one (the composition root's, which
+        reads the examples' vectors and the threshold fit from their caches, so an unchanged file reloads in
+        a moment instead of fitting again); without it the config is compiled here."""
         from router.classify.intents import IntentConfigError, load_intents
 
         try:
             config = load_intents(path)
-            self.reload(config, cache_dir=cache_dir)
+            if build is not None:
+                self.adopt(build(config))
+            else:
+                self.reload(config, cache_dir=cache_dir)
         except (IntentConfigError, ValueError) as exc:
             log.error("intents file not reloaded, keeping the running config: %s", exc)
             return False

@@ -286,3 +286,23 @@ def test_sighup_reloads_the_file_and_a_broken_file_keeps_the_running_config(mini
         assert clf.classify("refund please").tier == "L3"  # the broken file was not applied
     finally:
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+def test_a_reload_built_by_the_gateway_is_adopted_whole_and_a_broken_file_builds_nothing(minilm_encoder, tmp_path):
+    # the gateway rebuilds as it started (cached vectors and fit): reload_file takes that classifier's state
+    path = tmp_path / "intents.yaml"
+    path.write_text("version: 1\nthreshold: 0.5\nintents:\n  - name: refund\n    tier: L2\n"
+                    "    rules: [{type: keywords, any: [refund]}]\n", encoding="utf-8")
+    clf = IntentClassifier.from_config(load_intents(path), minilm_encoder)
+    built = []
+
+    def build(config):
+        built.append(config)
+        return IntentClassifier.from_config(config, minilm_encoder)
+
+    path.write_text(path.read_text(encoding="utf-8").replace("tier: L2", "tier: L3"), encoding="utf-8")
+    assert clf.reload_file(path, build=build)
+    assert [c.intents[0].tier for c in built] == ["L3"] and clf.classify("refund please").tier == "L3"
+    path.write_text("version: 1\nintents:\n  - name: refund\n    tier: L9\n", encoding="utf-8")
+    assert not clf.reload_file(path, build=build)
+    assert len(built) == 1 and clf.classify("refund please").tier == "L3"
