@@ -42,4 +42,4 @@ def asked(question: str) -> str | None:
 
 def holds(text: str, kind: str | None) -> bool:
     """Whether ``text`` states a quantity of ``kind``."""
-    return bool(kind) and bool(_HOLDS[kind].search(text or "")) if kind else False
+    return kind is not None and bool(_HOLDS[kind].search(text or ""))

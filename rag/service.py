@@ -30,7 +30,7 @@ from rag.fusion import fuse
 from rag.generations import Generations
 from rag.lexical.base import LexicalIndex
 from rag.rewrite import Glossary, QueryRewriter, RewrittenQuery, get_tokenizer
-from rag.types import Answer, Hit
+from rag.types import Answer, Chunk, Hit
 
 log = logging.getLogger(__name__)
 
@@ -250,16 +250,20 @@ class KnowledgeBase:
         (lower-cased), built once per generation: what the knowledge base talks about at all."""
         known = self._vocabulary.get(generation)
         if known is None:
-            articles = self.dense.fetch_documents(generation, None)
-            texts: dict[str, list[str]] = {}
-            for chunks in articles.values():
-                for c in chunks:
-                    texts.setdefault(c.lang or "", []).append(f"{c.title}\n{c.section}\n{c.text}".lower())
-            # the glossary's terms and variants are the shop's own words too ("package" for "parcel")
-            declared = sorted(w.lower() for w in self.glossary.words())
-            known = {lang: ({_stem(w) for t in [*parts, *declared] for w in self.tokenizer.words_of(t)},
-                            "\n".join([*parts, *declared])) for lang, parts in texts.items()}
-            self._vocabulary = {generation: known}       # only the serving generation is kept
+            known = self._learn_vocabulary(generation, self.dense.fetch_documents(generation, None))
+        return known
+
+    def _learn_vocabulary(self, generation: str,
+                          articles: dict[str, list[Chunk]]) -> dict[str, tuple[set[str], str]]:
+        texts: dict[str, list[str]] = {}
+        for chunks in articles.values():
+            for c in chunks:
+                texts.setdefault(c.lang or "", []).append(f"{c.title}\n{c.section}\n{c.text}".lower())
+        # the glossary's terms and variants are the shop's own words too ("package" for "parcel")
+        declared = sorted(w.lower() for w in self.glossary.words())
+        known = {lang: ({_stem(w) for t in [*parts, *declared] for w in self.tokenizer.words_of(t)},
+                        "\n".join([*parts, *declared])) for lang, parts in texts.items()}
+        self._vocabulary = {generation: known}       # only the serving generation is kept
         return known
 
     def unknown_share(self, rw: RewrittenQuery, generation: str | None) -> float | None:
@@ -391,6 +395,7 @@ class KnowledgeBase:
         for doc, chunks in articles.items():
             self._articles[(gen, doc)] = chunks
         lines = self.composer.warm(gen, articles)
+        self._learn_vocabulary(gen, articles)       # from the articles just fetched, not on the first question
         # what the passages say they answer (titles, sections, FAQ questions), for the entry score
         units = list(dict.fromkeys(u for chunks in articles.values() for c in chunks for u in question_units(c)))
         for start in range(0, len(units), 16):
