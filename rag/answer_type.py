@@ -30,6 +30,9 @@ _HOLDS = {
     "money": re.compile(rf"[¥￥$€£]\s*{_NUM}|{_NUM}\s*(?:元|块|yuan|cny|usd|rmb)\b|{_NUM}\s*(?:元|块)", re.I),
 }
 KINDS = tuple(_ASKS)
+# the words that only ask (interrogatives, and the "long"/"much"/"many" of "how long/much/many"): no answer holds them
+_ASKING_ZH = re.compile(r"几|多少|多久|多长|什么|怎么|怎样|如何|哪|为什么|吗|呢|能否|是否")
+_ASKING_EN = frozenset({"how", "when", "where", "why", "long", "much", "many"})
 
 
 def asked(question: str) -> str | None:
@@ -38,6 +41,11 @@ def asked(question: str) -> str | None:
         if pattern.search(question or ""):
             return kind
     return None
+
+
+def asking_word(word: str) -> bool:
+    """Whether ``word`` (a keyword of a question) only asks: "几次", "多长时间", "how", "when", "long" ..."""
+    return word.lower() in _ASKING_EN if word.isascii() else bool(_ASKING_ZH.search(word))
 
 
 def holds(text: str, kind: str | None) -> bool:

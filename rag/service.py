@@ -20,7 +20,7 @@ from psycopg_pool import ConnectionPool
 
 from rag.answer import Generator, citation, unsupported_sentences
 from rag.chunk import split_sentences
-from rag.answer_type import asked, holds
+from rag.answer_type import asked, asking_word, holds
 from rag.compose import ANSWER_TYPE_LEAD, Composer, question_parts, structured, unit_text
 from rag.confidence import model_of
 from rag.confidence import confidence as confidence_of
@@ -270,8 +270,10 @@ class KnowledgeBase:
         """Share of the query's content words that no article in its language contains (None: not known).
 
         A question about something the knowledge base never mentions (student discounts, renting, a job) cannot
-        be answered from it, however close its other words come to an entry. A Chinese word counts as known when
-        it appears anywhere in the text (word segmentation of a question and of an article can cut differently).
+        be answered from it, however close its other words come to an entry. The words that only ask ("几次",
+        "多长时间", "how", "when") are not counted: no answer contains them. A Chinese word counts as known when it
+        appears anywhere in the text (word segmentation of a question and of an article can cut differently), or
+        when it holds a shorter known cut of the same question (search-mode cuts overlap: "最多能" holds "最多").
         """
         if not generation or not rw.keywords:
             return None
@@ -279,9 +281,18 @@ class KnowledgeBase:
         if known is None:
             return None
         words, text = known
-        missing = [w for w in rw.keywords
-                   if ((_stem(w.lower()) not in words) if w.isascii() else (w.lower() not in text))]
-        return round(len(missing) / len(rw.keywords), 4)
+        asked_for = [w for w in rw.keywords if not asking_word(w)]
+        if not asked_for:
+            return 0.0
+
+        def is_known(w: str) -> bool:
+            if w.isascii():
+                return _stem(w.lower()) in words
+            return w.lower() in text or any(o != w and len(o) >= 2 and o in w and o.lower() in text
+                                            for o in asked_for)
+
+        missing = [w for w in asked_for if not is_known(w)]
+        return round(len(missing) / len(asked_for), 4)
 
     def question_similarity(self, rw: RewrittenQuery, hit: Hit) -> float | None:
         """The query's best cosine to what the passage says it answers (:func:`question_units`), or None."""
