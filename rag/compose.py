@@ -36,6 +36,9 @@ _FAQ_Q = re.compile(r"^(?:q|问)\s*[:：]\s*", re.I)
 _FAQ_A = re.compile(r"^(?:a|答)\s*[:：]\s*", re.I)
 _TERMINAL = ("。", ".", "!", "！", "?", "？", "”", "」", ")", "）", '"')
 _SOFT_END = re.compile(r"[;；,，、:：\s]+$")
+# a list item that ends on a joining word runs on into the next one ("one store-wide coupon, plus" / "one shipping
+# coupon, plus" / "points."): closing it with a full stop would cut the sentence
+_RUNS_ON = re.compile(r"(?:\b(?:and|or|plus)|以及|或者|和|或|及)\s*$", re.I)
 _WHOLE_LIST = re.compile(r"\b(?:how (?:do|can|to|should)|how's|steps?|what do i (?:do|need)|where do i)\b|怎么|怎样|如何|"
                     r"步骤|流程|办理|操作|\bwhich\b|\bwhat (?:are|kinds?|types?|options?)\b|哪些|哪几|有什么|有哪", re.I)
 # where a question of several parts is cut: sentence ends, commas, and the words that join two questions
@@ -460,6 +463,9 @@ def render(lines: Sequence[Line]) -> str:
             continue
         if ln.kind == "label" or ln.kind == "intro":
             out.append(text if text.rstrip().endswith((":", "：")) else text + ("：" if _is_cjk(text) else ":"))
+        elif (ln.kind == "item" and _RUNS_ON.search(text) and i + 1 < len(lines)
+              and lines[i + 1].kind == "item" and lines[i + 1].group == ln.group):
+            out.append(text.rstrip())
         else:
             out.append(close_sentence(text))
     while out and out[-1].rstrip().endswith((":", "：")):        # never end on an introduction
