@@ -15,7 +15,9 @@ load ran (``pg_stat_activity``, sampled every 20 ms: a turn holding its transact
 here: the most at once, those idle for over 250 ms, the longest), and the CPU of the gateway and Postgres per
 message; and, exactly, the tool calls made while their turn's stored transaction was open (from the audit's
 times and the turn's transaction start); and the order turns' wait for the shop (the trace's outside time,
-p50/p95), which against the shop's latency shows what the gateway adds to a call itself. Targets: 0 tool calls inside a turn's transaction, 0 503s,
+p50/p95), which against the shop's latency shows what the gateway adds to a call itself; and where the requests
+waited (the gateway's ``switchboard_stage_seconds`` over the measured load: for a turn thread, for a turn slot,
+for the tool calls, for a slot after them). Targets: 0 tool calls inside a turn's transaction, 0 503s,
 FAQ/small-talk p95 within 1.5x of the tools-off phase, order-status p95 <= shop latency + 50 ms (once the
 customers' session memory is cached: the first conversation of each customer also loads their profile).
 
@@ -220,17 +222,72 @@ def shop_wait(dsn: str, run: str) -> dict:
     import psycopg
 
     with psycopg.connect(dsn) as conn:
-        xs = sorted(r[0] for r in conn.execute(
-            "SELECT (t.trace->'timings_ms'->>'outside')::float FROM turns t JOIN conversations c"
+        rows = conn.execute(
+            "SELECT (t.trace->'timings_ms'->>'outside')::float, coalesce((t.trace->'timings_ms'->>'slot_back')::float,"
+            " 0) FROM turns t JOIN conversations c"
             " ON c.id = t.conversation_id WHERE c.external_id LIKE %s AND t.trace->'timings_ms' ? 'outside'",
-            (f"{run}-c%",)).fetchall())
-    if not xs:
+            (f"{run}-c%",)).fetchall()
+    if not rows:
         return {"n": 0}
-    return {"n": len(xs), "p50_ms": round(xs[len(xs) // 2], 1), "p95_ms": round(xs[int(0.95 * (len(xs) - 1))], 1)}
+    xs, back = sorted(r[0] for r in rows), sorted(r[1] for r in rows)
+    # slot_back: the wait for a slot of the gateway's bound on turns after the calls (not part of the shop wait)
+    return {"n": len(xs), "p50_ms": round(xs[len(xs) // 2], 1), "p95_ms": round(xs[int(0.95 * (len(xs) - 1))], 1),
+            "slot_back_p95_ms": round(back[int(0.95 * (len(back) - 1))], 1)}
+
+
+STAGES = ("thread_wait", "slot_wait", "outside", "slot_back", "total")
+
+
+def stage_snapshot(base: str) -> dict[str, dict]:
+    """The gateway's ``switchboard_stage_seconds`` histograms (its /metrics, public for this benchmark): per stage
+    the count, the sum and the cumulative bucket counts."""
+    import httpx
+
+    out: dict[str, dict] = {}
+    for line in httpx.get(f"{base}/metrics", timeout=30).text.splitlines():
+        if not line.startswith("switchboard_stage_seconds"):
+            continue
+        name, _, value = line.rpartition(" ")
+        labels = dict(kv.split("=", 1) for kv in name[name.index("{") + 1:name.rindex("}")].split(","))
+        stage = labels.get("stage", "").strip('"')
+        if stage not in STAGES:
+            continue
+        entry = out.setdefault(stage, {"count": 0.0, "sum": 0.0, "buckets": {}})
+        if name.startswith("switchboard_stage_seconds_bucket"):
+            entry["buckets"][labels["le"].strip('"')] = float(value)
+        elif name.startswith("switchboard_stage_seconds_count"):
+            entry["count"] = float(value)
+        elif name.startswith("switchboard_stage_seconds_sum"):
+            entry["sum"] = float(value)
+    return out
+
+
+def stage_waits(before: dict, after: dict) -> dict:
+    """Where the measured load's requests waited, from the two snapshots: per stage the count, the mean and the
+    histogram bucket holding the 95th percentile (``p95_le_ms``: at most that). ``thread_wait``: a request
+    waiting for a turn thread; ``slot_wait``: a turn waiting for a slot of the gateway's bound on turns holding a
+    connection; ``outside``: a turn's wait for its tool calls (nothing held); ``slot_back``: its wait for a slot
+    again after them; ``total``: the pipeline's own time per committed turn."""
+    out = {}
+    for stage in STAGES:
+        a, b = after.get(stage), before.get(stage) or {"count": 0.0, "sum": 0.0, "buckets": {}}
+        if a is None:
+            continue
+        n = a["count"] - b["count"]
+        if n <= 0:
+            continue
+        row = {"n": int(n), "mean_ms": round((a["sum"] - b["sum"]) * 1000 / n, 1)}
+        for le, cum in sorted(a["buckets"].items(), key=lambda kv: float(kv[0])):
+            if cum - b["buckets"].get(le, 0.0) >= 0.95 * n:
+                row["p95_le_ms"] = "inf" if le == "+Inf" else round(float(le) * 1000, 1)
+                break
+        out[stage] = row
+    return out
 
 
 def phase_env(phase: str) -> dict[str, str]:
-    env = {"SWITCHBOARD_TOOLS_ENABLED": "true", "SWITCHBOARD_SHOP_LATENCY_MS": "", "SWITCHBOARD_SHOP_HANG": ""}
+    env = {"SWITCHBOARD_TOOLS_ENABLED": "true", "SWITCHBOARD_SHOP_LATENCY_MS": "", "SWITCHBOARD_SHOP_HANG": "",
+           "SWITCHBOARD_METRICS_ACCESS": "public"}
     if phase == "off":
         env["SWITCHBOARD_TOOLS_ENABLED"] = "false"
     elif phase == "hang":
@@ -291,10 +348,12 @@ def main() -> None:
                 # warm-up: models, the shop's session (stdio start), every order client's session memory (it is
                 # kept per customer, and per language when a memory call reads `lang`: one question in each)
                 asyncio.run(load(base, 2 * args.concurrency, args.concurrency, run + "w", per_client=2))
+                stages_before = stage_snapshot(base)
                 before = split_cpu(proc.pid, pg_pid)
                 with IdleSampler(dsn) as idle:
                     r = asyncio.run(load(base, args.messages, args.concurrency, run))
                 after = split_cpu(proc.pid, pg_pid)
+                r["waits"] = stage_waits(stages_before, stage_snapshot(base))
                 r["cpu_ms_per_message"] = {k: round((after[k] - before[k]) * 1000 / args.messages, 2) for k in after}
                 r["idle_in_transaction"] = {"peak": idle.peak, "samples": idle.samples,
                                             "samples_with_any": idle.nonzero,
@@ -351,6 +410,11 @@ def main() -> None:
               f"{str(i['peak']) + '/' + str(i['peak_over_250_ms']) + '/' + str(i['longest_ms']):>34} "
               f"{c['gateway']:>7}+{c['shop']:>5}+{c['postgres']:<7} {r['load_average']:>5.1f}  "
               f"{', '.join(k for k, v in r['targets'].items() if not v) or 'all met'}")
+    print("where the requests waited (mean / p95 bucket, ms): thread = for a turn thread, slot = for a turn slot, "
+          "outside = for the tool calls, back = for a slot after them")
+    for phase, r in results["phases"].items():
+        w = r.get("waits") or {}
+        print(f"{phase:<6} " + "  ".join(f"{k} {v['mean_ms']}/{v.get('p95_le_ms', '-')}" for k, v in w.items()))
     print(f"written to {RESULTS.relative_to(REPO)}")
 
 

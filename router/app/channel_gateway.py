@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -102,6 +105,15 @@ class ChannelGateway:
         pool_max = getattr(pool, "max_size", None) or settings.db_pool_max
         self._turns = TurnSlots(max(1, (pool_max - 1) // 2))
 
+    @contextmanager
+    def _slot(self) -> Iterator[None]:
+        """A turn's slot; the wait for it is observed as the ``slot_wait`` stage."""
+        t = time.perf_counter()
+        with self._turns:
+            if self.metrics is not None:
+                self.metrics.stage_seconds.labels("slot_wait").observe(time.perf_counter() - t)
+            yield
+
     def adapter(self, name: str) -> ChannelAdapter | None:
         return self.adapters.get(name)
 
@@ -117,7 +129,7 @@ class ChannelGateway:
             lambda conn: resolve_customer(conn, adapter.name, parsed.route, msg.conversation_external_id),
             autocommit=True)
         parsed.message = msg
-        with self._turns:
+        with self._slot():
             response, replayed = self.pipeline.handle(
                 msg, on_conversation=lambda conn, conversation: remember_route(conn, adapter.name, route, conversation))
         outcome = Outcome(msg, response, replayed)

@@ -34,6 +34,7 @@ class Work:
         self.mark: dict[str, Any] | None = None             # the conversation as the first pass saw it
         self.outside_runs = 0                               # passes that ran outside work
         self.outside_seconds = 0.0                          # the turn's time waiting for it (nothing held)
+        self.slot_back_seconds = 0.0                        # and for a slot of its caller's TurnSlots after it
 
 
 class Pass:

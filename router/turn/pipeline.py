@@ -276,9 +276,13 @@ class Pipeline:
         t = time.perf_counter()
         with TurnSlots.released():   # the caller's bounds on turns at once count turns holding a connection
             self._wait_outside(scope)
+            waited = time.perf_counter() - t
+        back = time.perf_counter() - t - waited     # the slot retaken (turns back from outside work go first)
         scope.work.outside_runs += 1
-        scope.work.outside_seconds += time.perf_counter() - t
-        self.metrics.stage_seconds.labels("outside").observe(time.perf_counter() - t)
+        scope.work.outside_seconds += waited
+        scope.work.slot_back_seconds += back
+        self.metrics.stage_seconds.labels("outside").observe(waited)
+        self.metrics.stage_seconds.labels("slot_back").observe(back)
 
     @staticmethod
     def _wait_outside(scope: Pass) -> None:
@@ -427,6 +431,7 @@ class Pipeline:
                           turn_id=turn_id_of(msg), outside_runs=work.outside_runs)
         if ctx.outside_runs:
             ctx.timings["outside"] = work.outside_seconds
+            ctx.timings["slot_back"] = work.slot_back_seconds
         t_decide = time.perf_counter()
         moved = self._moved(conn, conversation, message, work)
         result = self.decider(ctx) if moved is None else self._superseded(conversation, moved, work)

@@ -17,6 +17,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from router.app.api.deps import ServicesDep
+from router.app.turn_threads import run_turn
 from router.channels.base import Ack, ChannelAdapter, Outcome, WebhookError, WebhookRequest
 from router.channels.inbound_queue import hold
 from router.channels.registry import ADAPTERS
@@ -140,9 +141,10 @@ async def channel_webhook(channel: str, request: Request, services: ServicesDep)
         except Exception as exc:  # noqa: BLE001 - mapped to 503, anything else re-raised
             raise _problem_for(exc) from None
     if adapter.passive_reply_seconds and len(parsed.messages) == 1:
-        return await _with_passive_reply(gw, adapter, parsed, t0)
+        return await _with_passive_reply(request, gw, adapter, parsed, t0)
     try:
-        outcomes = await run_in_threadpool(gw.process_all, adapter, parsed.messages)
+        # on a turn thread (router.app.turn_threads): a turn waiting on a slow shop takes none of the app's others
+        outcomes = await run_turn(request.app.state, services.metrics, gw.process_all, adapter, parsed.messages)
     except Exception as exc:  # noqa: BLE001 - mapped to 409/503, anything else re-raised
         raise _problem_for(exc) from None
     return _response(adapter.acknowledge(outcomes, parsed))
@@ -187,10 +189,12 @@ def _record_receipts(pool, channel: str, parsed) -> None:
     parsed.ignored.extend(f"status:{r.status}" for r in unknown)
 
 
-async def _with_passive_reply(gw, adapter: ChannelAdapter, parsed, t0: float) -> Response:
+async def _with_passive_reply(request: Request, gw, adapter: ChannelAdapter, parsed, t0: float) -> Response:
     """Answer in the HTTP response when the reply is ready in time; else let the outbox deliver it."""
-    loop = asyncio.get_running_loop()
-    future = loop.run_in_executor(None, gw.process, adapter, parsed.messages[0])
+    # a task of its own: it goes on (on its turn thread) when the response leaves without its reply
+    future = asyncio.ensure_future(run_turn(request.app.state, gw.metrics, gw.process, adapter, parsed.messages[0]))
+    _RUNNING.add(future)            # kept until done, whether or not this response waits for it
+    future.add_done_callback(_RUNNING.discard)
     budget = max(0.0, adapter.passive_reply_seconds - (time.monotonic() - t0))
     try:
         outcome: Outcome = await asyncio.wait_for(asyncio.shield(future), timeout=budget)
@@ -220,6 +224,9 @@ async def _with_passive_reply(gw, adapter: ChannelAdapter, parsed, t0: float) ->
         if ack is not None:
             return _response(ack)
     return _response(adapter.acknowledge([outcome], parsed))
+
+
+_RUNNING: set[asyncio.Future] = set()
 
 
 def _log_late_failure(future) -> None:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from fastapi import APIRouter, Depends, Response
-from fastapi.concurrency import run_in_threadpool
+from fastapi import APIRouter, Depends, Request, Response
 from typing import Literal
 
 from pydantic import Field
@@ -13,6 +12,7 @@ from pydantic import Field
 from router.app.api.auth import KeyDep, feedback_secret_of
 from router.app.api.deps import ServicesDep
 from router.app.keys import feedback_token
+from router.app.turn_threads import run_turn
 from router.problems import PROBLEM_JSON, Problem
 from router.channels.registry import CHANNELS
 from router.schemas import InboundMessage, MessageBody, TurnOut
@@ -59,7 +59,7 @@ def turn_json(response: dict) -> str:
         429: {"description": "Too many messages from this customer; retry after Retry-After", **_PROBLEM},
     },
 )
-async def post_message(body: MessageIn, services: ServicesDep, key: KeyDep,
+async def post_message(body: MessageIn, services: ServicesDep, key: KeyDep, request: Request,
                        secret: bytes = Depends(feedback_secret_of)) -> Response:
     if not key.may_post(body.channel):
         raise Problem(403, f"This integration key may post to {', '.join(key.channels)}, not {body.channel}.")
@@ -68,7 +68,8 @@ async def post_message(body: MessageIn, services: ServicesDep, key: KeyDep,
         raise Problem(413, f"The message text has {len(body.text)} characters; the limit is {limit}.",
                       title="Content Too Large")
     inbound = InboundMessage.from_api(body, integration_key_id=key.id)
-    result, replayed = await run_in_threadpool(services.pipeline.handle, inbound)
+    # on a turn thread (router.app.turn_threads): a turn waiting on a slow shop takes none of the app's others
+    result, replayed = await run_turn(request.app.state, services.metrics, services.pipeline.handle, inbound)
     answer = {**result, "feedback_token": feedback_token(secret, str(result["conversation_id"]))}
     headers = {"Idempotent-Replayed": "true"} if replayed else None
     return Response(turn_json(answer), media_type="application/json", headers=headers)
