@@ -25,6 +25,8 @@ SECRET = "turn-threads-secret"
 #: order questions at once: more than anyio's default limiter (40 threads), on which every request of the app,
 #: a greeting's included, waited for a thread while these waited for the shop
 ORDERS = 48
+#: the turns' tool deadline (s): the order turns are still waiting on the hanging shop when the greetings are sent
+DEADLINE = 30
 
 
 @pytest.fixture
@@ -42,9 +44,9 @@ def live(fresh_db, pg_server, template_dsn, e5_encoder, monkeypatch, tmp_path):
     text = BUNDLED_TOOLS.read_text(encoding="utf-8")
     assert "timeout: 3\n" in text
     tools = tmp_path / "tools.yaml"
-    tools.write_text(text.replace("timeout: 3\n", "timeout: 60\n"), encoding="utf-8")
+    tools.write_text(text.replace("timeout: 3\n", f"timeout: {DEADLINE}\n"), encoding="utf-8")
     monkeypatch.setenv("SWITCHBOARD_SHOP_HANG", "1")
-    monkeypatch.setenv("SWITCHBOARD_TOOL_DEADLINE_SECONDS", "60")
+    monkeypatch.setenv("SWITCHBOARD_TOOL_DEADLINE_SECONDS", str(DEADLINE))
     svc = flow_services(fresh_db, pg_server, template_dsn, e5_encoder, web_hmac_secret=SecretStr(SECRET),
                         tools_file=tools)
     assert svc.tools.check(timeout=60) == {}      # the shop is up (it lists its tools); no call ever returns
@@ -104,7 +106,7 @@ def test_greetings_are_answered_while_more_order_turns_than_the_default_threads_
                                                     f"where is my order 1002{k:02d}") for k in range(ORDERS))]
             # every order question has a thread and runs its turn (it decides it needs the shop and waits for it,
             # holding nothing); on too few threads the rest would wait for one until the first ones' deadline
-            until = time.monotonic() + 55     # within the deadline: no order turn has ended
+            until = time.monotonic() + DEADLINE - 5     # within the deadline: no order turn has ended
             while svc.pipeline.admission.running() < ORDERS:
                 assert time.monotonic() < until, f"only {svc.pipeline.admission.running()} order turns got a thread"
                 await asyncio.sleep(0.05)
