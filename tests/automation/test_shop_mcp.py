@@ -261,7 +261,11 @@ def test_the_bulkhead_still_bounds_the_calls_a_slow_shop_has_in_hand(pool, tmp_p
     text = BUNDLED_TOOLS.read_text(encoding="utf-8")
     assert "max_concurrent: 64" in text
     tools = tmp_path / "tools.yaml"
-    tools.write_text(text.replace("max_concurrent: 64", "max_concurrent: 4"), encoding="utf-8")
+    # the reads' timeout (3 s) also bounds a call's wait for a slot: raised, so that a loaded machine's slower
+    # rounds of 4 wait for their turn instead of being refused
+    assert "timeout: 3\n" in text
+    tools.write_text(text.replace("max_concurrent: 64", "max_concurrent: 4").replace("timeout: 3\n", "timeout: 30\n"),
+                     encoding="utf-8")
     log = tmp_path / "calls.jsonl"
     gw = load_tool_gateway(tools, pool=pool, variables=gateway_env(SWITCHBOARD_SHOP_LATENCY_MS="300",
                                                                    SWITCHBOARD_SHOP_CALLS_LOG=str(log)))
