@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from text.content import HAS_CONTENT
+
 Kind = Literal["assist", "handoff", "approval"]
 Status = Literal["queued", "claimed", "resolved", "returned_to_bot", "cancelled"]
 Priority = Literal["urgent", "high", "normal", "low"]
@@ -128,12 +130,6 @@ class TransferIn(_In):
         return self
 
 
-# a character that is neither white space (the characters Python's str.strip removes) nor NUL (Postgres text
-# cannot hold it)
-NOT_SPACE = r"[^\x00\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
-# at least one such character and no NUL, so a text of spaces or control separators is refused by the schema
-# exactly as the service refuses it
-HAS_CONTENT = rf"^[^\x00]*{NOT_SPACE}[^\x00]*$"
 
 
 class TextIn(_In):

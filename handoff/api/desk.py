@@ -11,7 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from handoff.api.deps import CallerDep, IdemKey, ProblemRoute, doc, replayed
 from handoff.desk import MAX_TAGS, VARIABLES
-from handoff.schemas import HAS_CONTENT, NOT_SPACE, ActionOut, Ticket
+from handoff.schemas import ActionOut, Ticket
+from text.content import HAS_CONTENT, NOT_SPACE
 
 TAG_PATTERN = r"^[\w][\w.-]{0,31}$"
 NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,63}$"

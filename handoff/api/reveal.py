@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from handoff.api.deps import CallerDep, ProblemRoute, doc
 from handoff.refs import REF
 from handoff.reveal import REASON_MAX, REASON_MIN, reveal
-from handoff.schemas import NOT_SPACE
+from text.content import NOT_SPACE
 
 # REASON_MIN characters once white space is stripped, as the service counts them (two characters that are not
 # white space, REASON_MIN - 1 apart), and no NUL

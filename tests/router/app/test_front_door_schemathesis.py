@@ -74,7 +74,7 @@ def _failures(case, response, validate) -> list[str]:
         if UNKNOWN_REFERENCE.match(detail) and "errors" not in response.json():
             return []
     return [f"{case.operation.label} [{response.status_code}] {type(f).__name__}: {f.title}: {f.message}; "
-            f"{response.text[:200]}" for f in found]
+            f"{response.text[:600]}" for f in found]
 
 
 def _configured(services, tmp_path):
@@ -277,3 +277,52 @@ def test_a_nul_character_in_any_request_string_is_422_never_500(services, tmp_pa
         spec = client.get("/openapi.json", headers=admin).json()
     note = spec["components"]["schemas"]["TransferIn"]["properties"]["note"]
     assert {"type": "string", "pattern": r"^[^\x00]*$"}.items() <= (note.get("anyOf") or [note])[0].items()
+
+
+#: what ECMA-262's \s (JSON Schema's regex dialect, read by schema-driven clients) matches
+ECMA_SPACE = "\t\n\x0b\x0c\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
+             "\u2028\u2029\u202f\u205f\u3000\ufeff"
+
+
+def test_a_string_of_white_space_is_refused_by_the_schema_as_by_the_service(services, tmp_path):
+    """The fuzz sent customer_id "\\x85" as schema-valid and got 422: Python strips U+0085 (and U+001C-U+001F),
+    ECMA's \\s does not match them. Every id and text pattern now lists its white space, so for each such character
+    the schema (read with Python's and with ECMA's \\s) and the service agree."""
+    app = _configured(services, tmp_path)
+    with TestClient(app) as client:
+        key = issue_integration_key(services.pool, ["web"])
+        spec = client.get("/openapi.json", headers={"Authorization": f"Bearer {agent_token(services, 'ws', 'admin')}"})
+        props = spec.json()["components"]["schemas"]["MessageIn"]["properties"]
+        stripped = [c for c in map(chr, range(0x3001)) if c.isspace()]
+        for field in ("conversation_id", "customer_id", "message_id", "text"):
+            pattern = props[field]["pattern"]
+            ecma = re.compile(pattern.replace(r"\s", re.escape(ECMA_SPACE)))     # (\s only in a class here)
+            for c in stripped:
+                assert not re.search(pattern, c) and not ecma.search(c), (field, hex(ord(c)))
+            assert re.search(pattern, "\ufeff") and ecma.search("\ufeff")       # kept by strip: content
+        body = {"channel": "web", "conversation_id": "ws-c", "customer_id": "ws-u", "message_id": "ws-m"}
+        answers = [client.post("/v1/messages", headers={"Authorization": f"Bearer {key}"},
+                               json={**body, "text": "hi", field: c})
+                   for field in ("customer_id", "text") for c in ("\x85", "\x1c", "\u3000")]
+        assert [r.status_code for r in answers] == [422] * len(answers), [r.text[:120] for r in answers]
+
+
+def test_confirming_an_action_on_a_gateway_without_workflows_is_409_nothing_waits(services, tmp_path):
+    """Without a workflow engine nothing can wait for a confirmation (GET pending-action says null), so a confirm
+    is the documented 409, not a 503 outage (the stateful fuzz found the 503)."""
+    import uuid
+
+    app = _configured(services, tmp_path)
+    with TestClient(app) as client:
+        key = issue_integration_key(services.pool, ["web"])
+        admin = {"Authorization": f"Bearer {agent_token(services, 'no-engine-admin', 'admin')}"}
+        first = client.post("/v1/messages", headers={"Authorization": f"Bearer {key}"}, json={
+            "channel": "web", "conversation_id": "ne-c", "customer_id": "ne-u", "message_id": "ne-m",
+            "text": "转人工"}).json()
+        ticket = f"/v1/handoff/tickets/{first['ticket_id']}"
+        assert client.post(f"{ticket}/claim", headers=admin).status_code == 200
+        assert client.get(f"{ticket}/pending-action", headers=admin).json() == {"pending": None}
+        r = client.post(f"{ticket}/pending-action/confirm", headers=admin,
+                        json={"instance_id": str(uuid.uuid4()), "arguments": {}})
+        assert r.status_code == 409 and r.headers["content-type"].startswith("application/problem+json"), r.text
+        assert "action_completed" not in client.get(ticket, headers=admin).text
