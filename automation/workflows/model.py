@@ -127,6 +127,8 @@ class Workflow:
     call_risk: dict[str, str] = Field(default_factory=dict)   # call step -> risk it is judged at
     # every slot a step may read: declared, or computed by a `set`; one never set reads as null in CEL
     known_slots: list[str] = Field(default_factory=list)
+    # a step names CEL ``done`` (spec.py decides at load; read when unknown): only then are the audit's writes read
+    reads_done: bool = True
     file: str | None = None
     line: int | None = None
 

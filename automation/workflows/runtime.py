@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
@@ -208,9 +207,9 @@ class FlowRun:
         if "memory" not in data:
             data["memory"] = M.empty(sets.memory)
         if "done" not in data:
-            # read only for a workflow whose expressions or texts name it: a loop of writes would read it again
-            # after each one (steps/call.py), for nothing when no step asks
-            data["done"] = self.done_writes() if names_done(self.wf) else []
+            # read only for a workflow whose expressions or texts name it (spec.py decides at load): a loop of
+            # writes would read it again after each one (steps/call.py), for nothing when no step asks
+            data["done"] = self.done_writes() if self.wf.reads_done else []
         data["labels"] = sets.labels_for(inst["lang"])
         for loop_id, lp in inst["loops"].items():
             step = self.wf.steps[loop_id]
@@ -380,33 +379,6 @@ class FlowRun:
                         quick_replies=self.quick if status == "waiting" else [],
                         pending_action=action, handoff=self.handoff, approval=self.approval, trace=self.trace,
                         outcome=inst.get("outcome"), reasks=inst["attempts"].get("_reasks", 0), failure=self.failure)
-
-
-_DONE = re.compile(r"(?<![\w.])done\b")      # the name, not a field of something else ("slots.done")
-
-
-def names_done(wf: Workflow) -> bool:
-    """Whether any step of ``wf`` (its expressions, its texts) names CEL ``done``, remembered on the loaded
-    workflow. A text that says "done" counts too: reading it for nothing is only slower, never wrong."""
-    found: bool | None = getattr(wf, "_names_done", None)
-    if found is None:
-        found = any(_mentions(step.raw) for step in wf.steps.values())
-        object.__setattr__(wf, "_names_done", found)
-    return found
-
-
-#: keys whose value names a step ("goto: done"), not data
-_STEP_REFS = frozenset({"id", "goto", "next", "on_error", "on_reject"})
-
-
-def _mentions(value: Any) -> bool:
-    if isinstance(value, str):
-        return bool(_DONE.search(value))
-    if isinstance(value, Mapping):
-        return any(_mentions(v) for k, v in value.items() if not (k in _STEP_REFS and isinstance(v, str)))
-    if isinstance(value, (list, tuple)):
-        return any(_mentions(v) for v in value)
-    return False
 
 
 def jsonable(value: Any) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import jsonschema
@@ -306,12 +307,35 @@ def _sequence(items: list[Any], path: P, chk: Checker, steps: dict[str, Step], p
     return ids
 
 
+#: CEL ``done`` by name, not a field of something else ("slots.done")
+_DONE = re.compile(r"(?<![\w.])done\b")
+#: keys whose value names a step ("goto: done"), not data
+_STEP_REFS = frozenset({"id", "goto", "next", "on_error", "on_reject"})
+
+
+def names_done(steps: Iterable[Step]) -> bool:
+    """Whether any of ``steps`` (their expressions, their texts) names CEL ``done``. A text that says "done" counts
+    too: reading the audit for nothing is only slower, never wrong."""
+    return any(_mentions(step.raw) for step in steps)
+
+
+def _mentions(value: Any) -> bool:
+    if isinstance(value, str):
+        return bool(_DONE.search(value))
+    if isinstance(value, Mapping):
+        return any(_mentions(v) for k, v in value.items() if not (k in _STEP_REFS and isinstance(v, str)))
+    if isinstance(value, (list, tuple)):
+        return any(_mentions(v) for v in value)
+    return False
+
+
 def _cross_check(wf: Workflow, chk: Checker) -> None:
     binds = {s.raw["bind"] for s in wf.steps.values() if s.kind == "call" and isinstance(s.raw.get("bind"), str)}
     loop_vars = {s.raw["as"] for s in wf.steps.values() if s.kind == "foreach" and isinstance(s.raw.get("as"), str)}
     set_slots = {k for s in wf.steps.values() if s.kind == "set" and isinstance(s.arg, dict) for k in s.arg}
     slot_names = set(wf.slots) | set_slots
     wf.known_slots = sorted(slot_names)
+    wf.reads_done = names_done(wf.steps.values())
     for b in binds & (BUILTIN_NAMES | slot_names):
         chk.err(("workflows", wf.name), f"the binding {b!r} shadows a slot or a built-in name")
     ck = WorkflowChecks(wf, chk, set(BUILTIN_NAMES | binds | loop_vars), slot_names)

@@ -4,7 +4,6 @@ loop over 10 orders: 1,155 statements for 50 turns, 800 of them that read)."""
 
 from __future__ import annotations
 
-from automation.workflows.runtime import names_done
 from automation.workflows.spec import BUNDLED, load_workflows
 
 ONE = """
@@ -32,13 +31,13 @@ def test_only_a_workflow_that_names_done_reads_it(tmp_path):
     path.write_text(ONE.format(name="plain", reply="Order {{ slots.order_id }} noted."), encoding="utf-8")
     plain = load_workflows(path).workflows["plain"]
     # a step called "done" and a goto to it are step names, not the CEL value
-    assert names_done(plain) is False
+    assert plain.reads_done is False
     path.write_text(ONE.format(name="slot", reply="{{ slots.done }} noted."), encoding="utf-8")
-    assert names_done(load_workflows(path).workflows["slot"]) is False      # a slot called done
+    assert load_workflows(path).workflows["slot"].reads_done is False      # a slot called done
     path.write_text(ONE.format(name="counts", reply="{{ size(done) }} change(s) so far."), encoding="utf-8")
-    assert names_done(load_workflows(path).workflows["counts"]) is True
+    assert load_workflows(path).workflows["counts"].reads_done is True
 
 
 def test_the_bundled_workflows_never_read_done():
     bundled = load_workflows(BUNDLED / "shop.yaml").workflows
-    assert len(bundled) >= 5 and not any(names_done(wf) for wf in bundled.values())
+    assert len(bundled) >= 5 and not any(wf.reads_done for wf in bundled.values())
