@@ -8,16 +8,13 @@ is missing the tests fail with a message saying how to install it (``make test``
 from __future__ import annotations
 
 import shutil
-import socket
 import sys
-import threading
-import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 from playwright.sync_api import expect
+from serving_testkit import served
 
 CHROMIUM = "/usr/bin/chromium"
 # the page's own waits are 15 s (set_default_timeout below); expect() has its own 5 s default, too short for a
@@ -154,23 +151,6 @@ class Gateway:
             return conn.execute("SELECT * FROM tickets WHERE id = %s", (str(ticket_id),)).fetchone()
 
 
-def serve(app) -> tuple[str, Any, threading.Thread, socket.socket]:
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    host, port = sock.getsockname()
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="on", timeout_graceful_shutdown=1))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        assert thread.is_alive(), "uvicorn stopped while starting"
-        time.sleep(0.02)
-    return f"http://{host}:{port}", server, thread, sock
-
-
 def _gateway(services, minilm_encoder, tmp_path, monkeypatch, *, flows: bool):
     from router.app.composition import wire_flows, wire_handoff, wire_router
     from router.app.factory import create_app
@@ -182,11 +162,8 @@ def _gateway(services, minilm_encoder, tmp_path, monkeypatch, *, flows: bool):
         wire_flows(services)
         assert services.flows is not None, "the bundled tools and workflows did not load"
     wire_router(services)
-    url, server, thread, sock = serve(create_app(services=services))
-    yield Gateway(url, services)
-    server.should_exit = True
-    thread.join(10)
-    sock.close()
+    with served(create_app(services=services), start_timeout=30) as url:
+        yield Gateway(url, services)
 
 
 @pytest.fixture

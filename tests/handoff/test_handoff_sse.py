@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import queue
-import socket
 import threading
 import time
 
@@ -13,32 +12,17 @@ import pytest
 
 from handoff.service import HandoffService
 from handoff_testkit import bearer, make_config
+from serving_testkit import served
 
 
 @pytest.fixture
 def live(services, port):
     """The gateway app served by uvicorn in a thread; yields its base URL."""
-    import uvicorn
-
     from router.app.factory import create_app
 
     services.handoff = HandoffService(services.pool, port, make_config())
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    host, port_no = sock.getsockname()
-    config = uvicorn.Config(create_app(services=services), log_config=None, lifespan="on",
-                            timeout_graceful_shutdown=1)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    yield f"http://{host}:{port_no}", services.handoff
-    server.should_exit = True
-    thread.join(10)
-    sock.close()
+    with served(create_app(services=services), start_timeout=20) as base:
+        yield base, services.handoff
 
 
 class Stream:

@@ -4,38 +4,21 @@ that does not arrive in time is 408. The real app served by uvicorn with the gat
 from __future__ import annotations
 
 import socket
-import threading
 import time
 
 import pytest
-import uvicorn
+import serving_testkit
 
 from router.app.factory import create_app
 from router.cli.serve import http_options
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
 def served(services, monkeypatch):
     monkeypatch.setenv("SWITCHBOARD_READ_TIMEOUT_SECONDS", "1")
     services.settings = services.settings.model_copy(update={"read_timeout_seconds": 1.0})
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(services=services), host="127.0.0.1", port=port,
-                                           log_config=None, **http_options()))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started
-    yield port
-    server.should_exit = True
-    thread.join(10)
+    with serving_testkit.served(create_app(services=services), start_timeout=20, **http_options()) as base:
+        yield int(base.rsplit(":", 1)[1])
 
 
 def _closed_within(sock: socket.socket, seconds: float) -> tuple[bool, bytes]:

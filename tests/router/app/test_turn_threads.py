@@ -8,8 +8,6 @@ import asyncio
 import hashlib
 import hmac
 import json
-import socket
-import threading
 import time
 
 import httpx
@@ -18,6 +16,7 @@ from pydantic import SecretStr
 
 from keys_testkit import issue_integration_key
 from routing_kit import flow_services
+from serving_testkit import pool_idle, served
 
 pytestmark = pytest.mark.slow
 
@@ -36,8 +35,6 @@ def live(fresh_db, pg_server, template_dsn, e5_encoder, monkeypatch, tmp_path):
     The bundled tools file with the reads' timeout (3 s) raised to the turns' tool deadline, itself long: the order
     turns are still waiting when the greetings are checked. The admission's per-channel cap (64) lets every order
     question run."""
-    import uvicorn
-
     from automation.tools.config import BUNDLED_TOOLS
     from router.app.factory import create_app
 
@@ -50,21 +47,8 @@ def live(fresh_db, pg_server, template_dsn, e5_encoder, monkeypatch, tmp_path):
     svc = flow_services(fresh_db, pg_server, template_dsn, e5_encoder, web_hmac_secret=SecretStr(SECRET),
                         tools_file=tools)
     assert svc.tools.check(timeout=60) == {}      # the shop is up (it lists its tools); no call ever returns
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    host, port = sock.getsockname()
-    server = uvicorn.Server(uvicorn.Config(create_app(services=svc), log_config=None, lifespan="on",
-                                           timeout_graceful_shutdown=1))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    yield f"http://{host}:{port}", svc
-    server.should_exit = True
-    thread.join(60)
-    sock.close()
+    with served(create_app(services=svc), stop_timeout=60) as base:
+        yield base, svc
     svc.close()
 
 
@@ -75,22 +59,6 @@ def _signed(conversation: str, customer: str, message_id: str, text: str) -> tup
     sig = hmac.new(SECRET.encode(), ts.encode() + b"." + body, hashlib.sha256).hexdigest()
     return body, {"Content-Type": "application/json", "X-Switchboard-Signature": f"sha256={sig}",
                   "X-Switchboard-Timestamp": ts}
-
-
-def _pool_idle(svc, quiet_for: float = 0.3, timeout: float = 120.0) -> None:
-    """Until no pooled connection has been out for ``quiet_for`` s: every order turn has run its pass and waits."""
-    deadline = time.monotonic() + timeout
-    idle_since = None
-    while time.monotonic() < deadline:
-        stats = svc.pool.get_stats()
-        if stats.get("pool_size", 0) == stats.get("pool_available", 0):
-            idle_since = idle_since or time.monotonic()
-            if time.monotonic() - idle_since >= quiet_for:
-                return
-        else:
-            idle_since = None
-        time.sleep(0.01)
-    raise AssertionError("the order turns never left the pool idle")
 
 
 @pytest.mark.xfail(strict=False, reason="#31: passed locally, failed in a fresh-clone CI run (its output was not read "
@@ -112,7 +80,8 @@ def test_greetings_are_answered_while_more_order_turns_than_the_default_threads_
             while svc.pipeline.admission.running() < ORDERS:
                 assert time.monotonic() < until, f"only {svc.pipeline.admission.running()} order turns got a thread"
                 await asyncio.sleep(0.05)
-            await asyncio.to_thread(_pool_idle, svc)
+            # every order turn has run its pass and waits outside the database
+            assert await asyncio.to_thread(pool_idle, svc.pool, quiet_for=0.3, timeout=120.0), "the pool never idled"
             assert not any(t.done() for t in orders), [t.result().text for t in orders if t.done()][:1]
             body, headers = _signed("hello-c", "hello-u", "hello-m", "hello")
             hello = await client.post(url, content=body, headers=headers)

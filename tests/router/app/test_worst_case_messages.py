@@ -1,10 +1,11 @@
 """A message built to make the personal-data detector slow (issue 34, item 1) must not hold the gateway:
-ten of them at once, over real HTTP into the real router, and another customer's greeting is still
-answered within two seconds. Before the detector was linear each took ~50 s and held a pooled connection."""
+ten of them at once, over real HTTP into the real router, and another customer's greeting is still answered
+while they run, at a CPU cost near that of as long a message without digits. Before the detector was linear each
+took ~50 s and held a pooled connection. Wall time is a benchmark's figure (benchmarks/adversarial.py --turns:
+a worst-case turn's wall and CPU), not a timed assert: on a shared machine it measures the machine."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
@@ -12,6 +13,7 @@ import httpx
 import pytest
 from keys_testkit import issue_integration_key
 from ops_testkit import wire_gateway
+from serving_testkit import served
 
 from router.app.factory import create_app
 
@@ -21,27 +23,12 @@ WORST = "I want to talk to a human " + "1 " * 800
 @pytest.fixture
 def live(services, tmp_path):
     """The gateway with the real router, served by uvicorn on 127.0.0.1 in a thread; yields its base URL."""
-    import uvicorn
-
     wire_gateway(services, tmp_path)
     # the pool as the gateway keeps it (settings.db_pool_min: full); the services fixture opens one connection
     services.pool.resize(services.settings.db_pool_min, services.settings.db_pool_max)
     services.pool.wait(30)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    host, port_no = sock.getsockname()
-    server = uvicorn.Server(uvicorn.Config(create_app(services=services), log_config=None, lifespan="on",
-                                           timeout_graceful_shutdown=1))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    yield f"http://{host}:{port_no}", services
-    server.should_exit = True
-    thread.join(10)
-    sock.close()
+    with served(create_app(services=services)) as base:
+        yield base, services
 
 
 def _post(base: str, key: str, customer: str, text: str, timeout: float = 120) -> tuple[int, float, dict]:
@@ -69,22 +56,24 @@ def _greeting_under(base: str, key: str, text: str, tag: str) -> tuple[int, floa
     return status, took, list(results.values())
 
 
-# On a busy shared machine the ten turns compete with the greeting for the CPU (and the GIL), so two seconds is
-# the figure on a quiet machine (benchmarks/adversarial.py measures it); under load the yardstick is the same
-# ten turns without digits: the detector may add little to what long messages cost anyway.
-def test_ten_worst_case_messages_at_once_leave_a_greeting_answered_in_two_seconds(live):
+# Wall time on a shared machine measures the machine. What the detector must not do is cost: the process's CPU time for the ten worst-case turns is
+# held to a few times that of ten turns of the same length without digits (a quadratic detector took ~50 s each).
+def test_ten_worst_case_messages_at_once_cost_about_what_ten_long_messages_cost_and_a_greeting_is_answered(live):
     base, services = live
     key = issue_integration_key(services.pool, ["web"])
-    # warm the route once (the first turn loads what it loads) so the timings measure the turns
+    # warm the route once (the first turn loads what it loads) so the figures measure the turns
     assert _post(base, key, "warm", "hello")[0] == 200
+    cpu = time.process_time()
     status, took, results = _greeting_under(base, key, WORST, "attacker")
+    worst_cpu = time.process_time() - cpu
     assert len(results) == 10 and all(200 <= r[0] < 300 for r in results), results
-    assert 200 <= status < 300
-    if took >= 2.0:
-        # a machine too busy for two seconds even so: the same load without digits is the yardstick (the
-        # encoder and the database take their time on long messages); the digits may add little to it
-        _, plain, _ = _greeting_under(base, key, "I want to talk to a human " + "a " * 800, "plain")
-        assert took < 1.5 * plain + 0.5, (took, plain, sorted(r[1] for r in results))
+    assert 200 <= status < 300, "the greeting was not answered while the ten ran"
+    cpu = time.process_time()
+    _, plain, _ = _greeting_under(base, key, "I want to talk to a human " + "a " * 800, "plain")
+    plain_cpu = time.process_time() - cpu
+    # measured 3.0 vs 1.1 s (the worst-case text runs the knowledge base's encoder too); the old detector: ~500 s
+    assert worst_cpu < 3 * plain_cpu + 2.0, {"worst_cpu_s": round(worst_cpu, 2), "plain_cpu_s": round(plain_cpu, 2),
+                                             "greeting_s": round(took, 2), "plain_greeting_s": round(plain, 2)}
 
 
 LONG_QUESTION = ("Hello, I have a question about paying, please read all of this. " * 3

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import threading
-import time
 
 import psycopg
 import pytest
 from typer.testing import CliRunner
+from serving_testkit import served
 
 from router.cli import app
 
@@ -68,25 +66,10 @@ def test_in_process_the_refunds_go_to_a_sandbox_shop_and_the_real_one_is_untouch
 @pytest.fixture
 def live(services):
     """The gateway app served by uvicorn in a thread (the direct API needs an integration key)."""
-    import uvicorn
-
     from router.app.factory import create_app
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    host, port = sock.getsockname()
-    server = uvicorn.Server(uvicorn.Config(create_app(services=services), log_config=None, lifespan="on",
-                                           timeout_graceful_shutdown=1))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    yield f"http://{host}:{port}", services
-    server.should_exit = True
-    thread.join(10)
-    sock.close()
+    with served(create_app(services=services), start_timeout=20) as base:
+        yield base, services
 
 
 def test_a_refused_key_is_an_error_not_a_failed_case(live, tmp_path):

@@ -18,6 +18,7 @@ import pytest
 
 from router.schemas import InboundMessage
 from routing_kit import flow_services, make_agent, rows
+from serving_testkit import pool_idle
 
 pytestmark = pytest.mark.slow
 
@@ -67,19 +68,9 @@ def _calls(svc, tool: str) -> list[dict]:
                 tool)
 
 
-def _wait_outside(pipeline_pool, t: threading.Thread, *, quiet_for: float = 0.15, timeout: float = 60.0) -> None:
+def _wait_outside(pipeline_pool, t: threading.Thread) -> None:
     """Until the turn in ``t`` has run a pass and given its connection back (its calls are then running)."""
-    deadline = time.monotonic() + timeout
-    idle_since = None
-    while time.monotonic() < deadline and t.is_alive():
-        stats = pipeline_pool.get_stats()
-        if stats.get("requests_num", 0) >= 1 and stats.get("pool_size", 0) == stats.get("pool_available", 0):
-            idle_since = idle_since or time.monotonic()
-            if time.monotonic() - idle_since >= quiet_for:
-                return
-        else:
-            idle_since = None
-        time.sleep(0.01)
+    pool_idle(pipeline_pool, quiet_for=0.15, timeout=60.0, min_requests=1, alive=t.is_alive)
 
 
 def _shop_dump(dsn: str) -> dict:
