@@ -56,8 +56,9 @@ def _greeting_under(base: str, key: str, text: str, tag: str) -> tuple[int, floa
     return status, took, list(results.values())
 
 
-# Wall time on a shared machine measures the machine. What the detector must not do is cost: the process's CPU time for the ten worst-case turns is
-# held to a few times that of ten turns of the same length without digits (a quadratic detector took ~50 s each).
+# Wall time on a shared machine measures the machine. What the detector must not do is cost: the process's CPU
+# time for the ten worst-case turns is held to a few times that of ten turns of the same length without digits
+# (a quadratic detector took ~50 s each).
 def test_ten_worst_case_messages_at_once_cost_about_what_ten_long_messages_cost_and_a_greeting_is_answered(live):
     base, services = live
     key = issue_integration_key(services.pool, ["web"])
