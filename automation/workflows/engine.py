@@ -305,16 +305,21 @@ class FlowEngine:
 
         "where is my order 100999?" -> "I couldn't find order 100999." -> "sorry, I meant 100241": the flow ended
         refused a moment ago, and the message gives another value for a slot it had (a correction cue, or little
-        more than the value). The same workflow then starts again from that message."""
+        more than the value). The same workflow then starts again from that message. So does a follow-up after a
+        workflow that only reads: "where is my order 100241?" -> "...shipped" -> "and 100242?" / "那100242呢" (the
+        same question about another value); one that writes is never started again by a bare value."""
         last = store.last(conn, conversation_id)
-        if last is None or last["status"] != "completed" or last["outcome"] != "refused":
+        if last is None or last["status"] != "completed":
             return None
         if time.time() - last["updated_at"].timestamp() > window_seconds:
             return None
         wf = self.workflows.workflows.get(last["workflow"])
         if wf is None:
             return None
-        if not (U.is_correction(text) or not U.is_free_value(U.strip_correction(text))):
+        if last["outcome"] == "refused":
+            if not (U.is_correction(text) or not U.is_free_value(U.strip_correction(text))):
+                return None
+        elif wf.risk != "read" or not U.is_follow_up(text):
             return None
         return wf.name if A.correction(last, wf, text, entities or {}) is not None else None
 

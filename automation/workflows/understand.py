@@ -401,6 +401,23 @@ def strip_correction(text: str) -> str:
     return named if len(named) >= 2 else rest
 
 
+# "and 100242?", "what about 100242", "ok, and 100235?", "那100242呢", "还有100242": the same question about another value
+_FOLLOW_UP_LEAD = re.compile(r"^(?:\s|[,，.。:：!！;；]|and\b|also\b|ok(?:ay)?\b|then\b|what\s+about\b|how\s+about\b"
+                             r"|same\s+(?:for|with)\b|plus\b|那么|那|还有|另外|再查一下|再查|再看看|再看一下|再帮我查一下|再帮我查)+", re.I)
+_FOLLOW_UP_TAIL = re.compile(r"(?:\s|[,，.。!！?？]|\btoo\b|\bas\s+well\b|\balso\b|呢|的呢|也是|也查一下|吧)+$", re.I)
+
+
+def strip_follow_up(text: str) -> str:
+    """A follow-up's value without its cues ("what about 100242?" -> "100242", "那100242呢" -> "100242")."""
+    return _FOLLOW_UP_TAIL.sub("", _FOLLOW_UP_LEAD.sub("", (text or "").strip())).strip()
+
+
+def is_follow_up(text: str) -> bool:
+    """Little more than a value once the follow-up's cues are gone: the same question asked about another value."""
+    rest = strip_follow_up(text)
+    return bool(rest) and not is_free_value(rest)
+
+
 _FILLER = re.compile(r"(?<![A-Za-z0-9])(?:#?[A-Z]{0,4}[-#]?\d{3,12}|order|number|no\.?|not|the|one|that|this|it|is|i|mean|meant|订单|号|单)"
                      r"(?![A-Za-z0-9])|[\s,，.。:：;；!！?？#]", re.I)
 

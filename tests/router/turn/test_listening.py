@@ -109,6 +109,24 @@ def test_a_wrong_order_number_then_the_right_one(api, svc):
     assert "794644790138" in out[1]["reply"]["text"] and out[1]["ticket_id"] is None
 
 
+def test_the_same_question_about_another_order_is_a_follow_up(api, svc):
+    """After a lookup that only reads, "and 100242?" / "那100242呢" asks the same about another order: the lookup
+    runs again with it (the classifier alone hears no intent in it). A workflow that writes is never restarted
+    by a bare value."""
+    en = talk(api, "c2", "l-follow-en", "where is my order 100241?", "ok, and 100242?")
+    zh = talk(api, "c2", "l-follow-zh", "帮我查一下100241的物流", "那100242呢？")
+    for out in (en, zh):
+        assert "794644790138" in out[0]["reply"]["text"]
+        assert out[1]["flow"] and out[1]["flow"]["workflow"] == out[0]["flow"]["workflow"], out[1]
+        assert "100242" in out[1]["reply"]["text"] and out[1]["ticket_id"] is None, out[1]["reply"]
+    # a cancel that went through, then another order number: not a second cancel started by a bare value
+    done = talk(api, "c1", "l-follow-write", "cancel order 100235", "yes")
+    assert done[1]["flow"]["status"] == "completed" and len(writes_of(svc, "cancel_order")) == 1
+    after = say(api, "and 100236?", customer="c1", conversation="l-follow-write")
+    assert (after.get("flow") or {}).get("workflow") != "cancel_order", after
+    assert len(writes_of(svc, "cancel_order")) == 1
+
+
 def test_a_task_and_a_question_in_one_message_are_both_served(api, svc):
     out = say(api, "cancel 100235 and tell me what payment methods you accept", customer="c1", conversation="l-two")
     assert out["reply"]["citations"], out["reply"]          # the question, from the knowledge base
