@@ -33,6 +33,7 @@ import logging
 from collections.abc import Container
 from typing import Any
 
+from automation.workflows.understand import drops_task
 from router.classify.base import Classification
 from router.classify.intents import Intent
 from router.problems import Problem
@@ -285,6 +286,8 @@ class _Turn(Workflows):
             security=c.intent in self.r.escalation.config.security_intents,
             reading=reading, restart=restart, knowledge_base=self.r.rag is not None, flows=self.r.flows is not None,
             identity_reply=plan.IDENTITY_TEMPLATE in self.r.policy.replies.names(),
+            drops_task=(reading is None and restart is None and plan.NEVER_MIND_TEMPLATE in self.r.policy.replies.names()
+                        and drops_task(self.text)),
             clarify_unknown=self.r.policy.unknown == "clarify_then_escalate")
 
 

@@ -27,6 +27,7 @@ TIER_STATE: dict[str, str] = {"L1": "l1_resolving", "L2": "l2_assisting", "L3": 
 # CLAIMED, repeated here so the plan imports nothing: tests/router/turn/test_plan.py checks they agree)
 CLAIMED = frozenset({"answer", "correction", "cancel", "waiting", "unclear"})
 IDENTITY_TEMPLATE = "bot_identity"
+NEVER_MIND_TEMPLATE = "never_mind"
 _TIERS: dict[str, Tier] = {"L1": "L1", "L2": "L2", "L3": "L3"}
 
 
@@ -48,6 +49,7 @@ class Facts:
     flows: bool = True                    # the workflow engine is wired
     identity_reply: bool = False          # the policy has the ``bot_identity`` reply template
     clarify_unknown: bool = True          # policy ``unknown: clarify_then_escalate``
+    drops_task: bool = False              # "never mind" / "算了，不退了" with nothing waiting (and a reply for it)
 
     @property
     def in_flow(self) -> bool:
@@ -111,7 +113,7 @@ def frame(f: Facts) -> Frame:
     served = f.served
     tier = _TIERS.get(f.tier, "L2")
     smalltalk = served is not None and served[0] == "reply"
-    claimed = f.reading in CLAIMED or f.restart is not None
+    claimed = f.reading in CLAIMED or f.restart is not None or f.drops_task
     asking = (f.form == "question" and f.topics and f.knowledge_base and not f.own_order and f.reading is None
               and f.restart is None and not smalltalk)
     if asking:
@@ -130,6 +132,7 @@ def choose(f: Facts, fr: Frame, v: Verdict, *, task: str | None) -> Route:
 
     1. small talk (also "are you a real person?", a question the classifier heard as a request for a person),
        unless a flow waits, a rule escalates (bar a rule-matched identity question) or the customer is unhappy;
+       likewise a change of mind with nothing waiting ("never mind", "算了，不退了"): the ``never_mind`` reply;
     2. a corrected task restarts (``restart``), before anything below;
     3. out of scope, first of a run: clarify;
     4. ``serve: workflow`` with no engine to run it;
@@ -143,6 +146,9 @@ def choose(f: Facts, fr: Frame, v: Verdict, *, task: str | None) -> Route:
         served, smalltalk = ("reply", IDENTITY_TEMPLATE), True
     if smalltalk and served is not None and not f.in_flow and (not v.escalate or asks_who) and not v.dissatisfied:
         return Route(Act.SMALL_TALK, tier=fr.tier, template=served[1], served=served, save_verdict=False)
+    if f.drops_task and not f.in_flow and not v.escalate:
+        # nothing waits to be stopped: no task is started on the words it names ("不退了"), nothing is unclear
+        return Route(Act.SMALL_TALK, tier=fr.tier, template=NEVER_MIND_TEMPLATE, save_verdict=False)
     asking, tier = fr.asking, fr.tier
     if not v.escalate and f.security and f.topics and tier == "L3" and f.knowledge_base:
         # an account question without a sign of a hacked or frozen account ("I forgot my password"): self-service

@@ -103,6 +103,21 @@ def test_a_change_of_mind_ends_the_task_politely_and_writes_nothing(api, svc):
     assert again["ticket_id"] is None and tickets_of(svc, "l-mind-en") == 0
 
 
+def test_never_mind_with_nothing_waiting_starts_nothing_and_hands_nobody_over(api, svc):
+    """"never mind", "算了", "算了，不退了" when no task waits: an acknowledgement, no refund started on the word 退,
+    and none of them counts as an unclear turn (two in a row once handed the customer to a person)."""
+    en = talk(api, "c2", "l-nm-en", "never mind", "forget it")
+    zh = talk(api, "c2", "l-nm-zh", "我想退货", "999999", "算了，不退了", "算了")
+    for out in (en, zh[2:]):
+        assert all(o["ticket_id"] is None and not (o.get("flow") or {}).get("status") == "waiting" for o in out), out
+    assert "anything else" in en[0]["reply"]["text"] and "还有什么" in zh[2]["reply"]["text"]
+    assert tickets_of(svc, "l-nm-en") == 0 and tickets_of(svc, "l-nm-zh") == 0
+    assert writes_of(svc, "request_refund") == []
+    # a command that names a task is still that task
+    cancel = say(api, "cancel order 100235", customer="c1", conversation="l-nm-cmd")
+    assert cancel["flow"]["workflow"] == "cancel_order" and cancel["flow"]["awaiting"] == "confirmation"
+
+
 def test_a_wrong_order_number_then_the_right_one(api, svc):
     out = talk(api, "c2", "l-wrong", "where is my order 100999?", "sorry, I meant 100241")
     assert "couldn't find order 100999" in out[0]["reply"]["text"]

@@ -46,6 +46,10 @@ ESCALATE = Verdict(escalate=True, rule="dissatisfied")
      Verdict(identity_question=True), None, Act.SMALL_TALK, {"template": "bot_identity"}),
     ("... and the policy has no bot_identity template", facts(intent="human_agent", tier="L3", identity_reply=False),
      Verdict(identity_question=True), None, Act.TIER, {"tier": "L3", "template": None}),
+    # a change of mind with nothing waiting: nothing to stop, the task its words name is not started
+    ("'算了，不退了' with nothing waiting", facts(intent="refund_request", decided_by="rules", drops_task=True),
+     None, "refund", Act.SMALL_TALK, {"template": "never_mind", "save_verdict": False, "run_flow": False}),
+    ("... with a rule fired", facts(intent=None, drops_task=True), ESCALATE, None, Act.ESCALATE, {}),
     # a question of an intent with topics is answered (L1), never started as its task
     ("a question with topics", facts(intent="return_policy", tier="L2", form="question", topics=True), None, None,
      Act.TIER, {"tier": "L1", "asking": True, "run_flow": False}),
@@ -104,6 +108,7 @@ def test_the_routing_order(case, f, v, task, act, expect):
     (facts(reading="answer"), None, None),                             # the flow's own answer
     (facts(reading="digression"), None, "l1_resolving"),               # a digression is a new request
     (facts(restart="order_status"), None, None),                       # a corrected task
+    (facts(intent=None, drops_task=True), None, None),                 # "never mind": not an unclear turn
     (facts(), "order_status", None),                                   # a workflow's turns are normal work
     (facts(tier="L2", form="question", topics=True), "return_request", "l1_resolving"),   # answered, not started
 ])
