@@ -130,8 +130,6 @@ class TransferIn(_In):
         return self
 
 
-
-
 class TextIn(_In):
     text: str = Field(min_length=1, pattern=HAS_CONTENT,
                       description="Above the configured limit (4000 characters) the answer is 413.")

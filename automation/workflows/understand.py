@@ -101,19 +101,21 @@ def changes_mind(text: str, *, whole: bool = False) -> bool:
         return False
     if not whole:
         return bool(_CHANGE_OF_MIND.search(t) or _DECLINE.search(t))
+    return _whole_change_of_mind(t)
+
+
+def _whole_change_of_mind(t: str) -> bool:
+    """A change of mind and (nearly) nothing else in the normalised text ``t``."""
     if not _CHANGE_OF_MIND.search(t):
         return False
-    rest = _MIND_FILLER.sub("", _DECLINE.sub("", _CHANGE_OF_MIND.sub("", t)))
-    return len(rest) <= 2
+    return len(_MIND_FILLER.sub("", _DECLINE.sub("", _CHANGE_OF_MIND.sub("", t)))) <= 2
 
 
 def drops_task(text: str) -> bool:
     """A change of mind that is (nearly) the whole message ("never mind", "算了，不退了", "forget it"), not a
     command that names a task ("cancel order 100235", "取消订单"): with nothing waiting, there is nothing to do."""
     t = normalise(text, case="keep", simplify="never", spaces="keep").strip()
-    if not t or len(t) > 200 or not _CHANGE_OF_MIND.search(t):
-        return False
-    return len(_MIND_FILLER.sub("", _DECLINE.sub("", _CHANGE_OF_MIND.sub("", t)))) <= 2
+    return bool(t) and len(t) <= 200 and _whole_change_of_mind(t)
 
 
 _NEGATED = re.compile(r"\b(?:not|instead\s+of|rather\s+than)\s+[^\s,，.。;；!！?？]+|不是[^\s,，.。;；!！?？是]+", re.I)
