@@ -6,6 +6,8 @@
     python -m examples.shop --latency-ms 300        # every tool answers 300 ms late (or SWITCHBOARD_SHOP_LATENCY_MS)
     python -m examples.shop --hang                  # no tool ever answers (or SWITCHBOARD_SHOP_HANG=1)
     python -m examples.shop --calls-log calls.jsonl # one line per call: tool, start, end (or SWITCHBOARD_SHOP_CALLS_LOG)
+    python -m examples.shop --hold-while hold.flag  # calls wait while that file exists (or SWITCHBOARD_SHOP_HOLD_WHILE)
+    python -m examples.shop --gather 48             # calls wait until 48 are in hand at once (or SWITCHBOARD_SHOP_GATHER)
 
 The database comes from ``--dsn`` or ``SWITCHBOARD_DATABASE_URL``; the data from ``--data`` or
 ``SWITCHBOARD_SHOP_DATA`` (default: the bundled sample_data.json), loaded on start.
@@ -47,9 +49,23 @@ def serve(argv: list[str]) -> int:
     p.add_argument("--calls-log", default=os.environ.get("SWITCHBOARD_SHOP_CALLS_LOG") or None,
                    help="append one JSON line per tool call (tool, start, end) to this file (default "
                         "$SWITCHBOARD_SHOP_CALLS_LOG): which calls the shop had in hand at once")
+    p.add_argument("--hold-while", default=os.environ.get("SWITCHBOARD_SHOP_HOLD_WHILE") or None,
+                   help="a call waits while this file exists and is empty or names its tool (default "
+                        "$SWITCHBOARD_SHOP_HOLD_WHILE): a call a test releases by deleting the file, instead of "
+                        "a latency it must race")
+    p.add_argument("--gather", type=int, default=int(os.environ.get("SWITCHBOARD_SHOP_GATHER") or 0),
+                   help="calls wait until this many are in hand together, then all answer (default "
+                        "$SWITCHBOARD_SHOP_GATHER or 0: off); after --gather-patience seconds a round answers "
+                        "anyway and the calls log marks its calls gathered: false")
+    p.add_argument("--gather-patience", type=float,
+                   default=float(os.environ.get("SWITCHBOARD_SHOP_GATHER_PATIENCE") or 20.0),
+                   help="seconds a gathering round waits for its calls (default $SWITCHBOARD_SHOP_GATHER_PATIENCE "
+                        "or 20)")
     args = p.parse_args(argv)
     if args.latency_ms < 0:
         p.error("--latency-ms must be >= 0")
+    if args.gather < 0 or args.gather_patience <= 0:
+        p.error("--gather must be >= 0 and --gather-patience > 0")
 
     from examples.shop.server import build_server
     from examples.shop.store import Shop
@@ -57,7 +73,8 @@ def serve(argv: list[str]) -> int:
     shop = Shop(_dsn(args.dsn))
     try:
         shop.load(args.data or os.environ.get("SWITCHBOARD_SHOP_DATA") or None, reload=args.reload)
-        app = build_server(shop, latency_ms=args.latency_ms, hang=args.hang, calls_log=args.calls_log)
+        app = build_server(shop, latency_ms=args.latency_ms, hang=args.hang, calls_log=args.calls_log,
+                           hold_while=args.hold_while, gather=args.gather, gather_patience=args.gather_patience)
         if args.http:
             app.run("streamable-http", host=args.host, port=args.port)
         else:

@@ -22,30 +22,82 @@ from mcp.server.mcpserver.exceptions import ToolError
 from examples.shop.store import Shop, ShopError
 
 
+class _Gather:
+    """A barrier for calls: each waits until ``size`` are in hand together, then all answer. A test then knows
+    the shop had them at once without reading clocks. If ``patience`` seconds pass first, the round is broken:
+    everyone in it answers, ungathered, so a gateway that sends one call at a time fails quickly."""
+
+    def __init__(self, size: int, patience: float) -> None:
+        self.size, self.patience = size, patience
+        self._round = self._new_round()
+
+    @staticmethod
+    def _new_round() -> dict[str, Any]:
+        return {"in_hand": 0, "full": False, "done": anyio.Event()}
+
+    async def wait(self) -> bool:
+        """True when this call was in hand together with ``size - 1`` others (runs on the server's one loop)."""
+        r = self._round
+        r["in_hand"] += 1
+        if r["in_hand"] >= self.size:
+            r["full"] = True
+            r["done"].set()
+            self._round = self._new_round()
+            return True
+        with anyio.move_on_after(self.patience):
+            await r["done"].wait()
+        if not r["done"].is_set():   # patience ran out: the round is broken, all in it answer
+            r["done"].set()
+            self._round = self._new_round()
+        return bool(r["full"])
+
+
+def _holds(flag: Path, tool: str) -> bool:
+    """Whether the hold file holds this tool: it exists and is empty (every tool) or names it on a line."""
+    try:
+        names = flag.read_text(encoding="utf-8").split()
+    except FileNotFoundError:
+        return False
+    return not names or tool in names
+
+
 def build_server(shop: Shop, *, latency_ms: float = 0.0, hang: bool = False,
-                 calls_log: str | Path | None = None) -> MCPServer:
+                 calls_log: str | Path | None = None, hold_while: str | Path | None = None,
+                 gather: int = 0, gather_patience: float = 20.0) -> MCPServer:
     """The shop's tools; ``latency_ms`` delays every answer and ``hang`` never answers (benchmarks, tests:
     a slow or stuck business system). The delay is awaited on the event loop, so waiting calls hold no worker
     thread (the SDK runs a sync tool on anyio's 40 shared threads, which would cap a slow shop at 40 calls at
     once); only the store's own work runs on one. ``calls_log``: one JSON line per call (tool, wall-clock start
-    and end), so a test can see which calls the shop had in hand at the same time."""
+    and end), so a test can see which calls the shop had in hand at the same time. ``hold_while``: a call
+    waits while that file exists, empty or naming its tool (a test releases it by deleting the file). ``gather``: calls wait until that
+    many are in hand together (see ``_Gather``; the log line says whether each was)."""
     app = MCPServer("example-shop", instructions="A small shop: orders, shipments, refunds, invoices.",
                     log_level="WARNING")
     log_lock = threading.Lock()
+    barrier = _Gather(gather, gather_patience) if gather > 0 else None
+    hold = Path(hold_while) if hold_while else None
 
     async def guarded(fn, *args):
         started = time.time()
+        gathered = None
         if hang:
             await anyio.sleep_forever()
         if latency_ms > 0:
             await anyio.sleep(latency_ms / 1000.0)
+        while hold is not None and _holds(hold, fn.__name__):
+            await anyio.sleep(0.01)
+        if barrier is not None:
+            gathered = await barrier.wait()
         try:
             return await anyio.to_thread.run_sync(fn, *args)
         except ShopError as exc:
             raise ToolError(str(exc)) from None
         finally:
             if calls_log:
-                line = json.dumps({"tool": fn.__name__, "start": started, "end": time.time()})
+                record = {"tool": fn.__name__, "start": started, "end": time.time()}
+                if gathered is not None:
+                    record["gathered"] = gathered
+                line = json.dumps(record)
                 with log_lock, open(calls_log, "a", encoding="utf-8") as f:
                     f.write(line + "\n")
 

@@ -222,20 +222,25 @@ def test_concurrent_calls_share_one_session_and_a_key_writes_once(shop_gateway, 
 
 def test_calls_to_a_slow_shop_are_all_in_its_hands_at_once(pool, tmp_path):
     """48 customers asking a slow shop at once: the bundled bulkhead, the one MCP session and the shop itself let
-    every call through together, so each waits the shop's latency once, not behind the others. Seen from the
-    shop's own record of each call (when it took it, when it answered): every call started before any ended."""
+    every call through together, so each waits the shop's latency once, not behind the others. The shop holds
+    each call until all 48 are in its hands together (``--gather``), so no clock is read: a gateway passing
+    fewer at once never fills the round, which answers after its patience with every call marked ungathered."""
     from concurrent.futures import ThreadPoolExecutor
 
     from automation.tools import Caller, load_tool_gateway
+    from automation.tools.config import BUNDLED_TOOLS
     from tool_servers import gateway_env
 
+    n = 48
+    text = BUNDLED_TOOLS.read_text(encoding="utf-8")
+    assert "max_concurrent: 64" in text and "timeout: 3\n" in text
+    tools = tmp_path / "tools.yaml"   # the reads' 3 s also bounds the wait for a full round: raised past patience
+    tools.write_text(text.replace("timeout: 3\n", "timeout: 60\n"), encoding="utf-8")
     log = tmp_path / "calls.jsonl"
-    gw = load_tool_gateway(None, pool=pool, variables=gateway_env(SWITCHBOARD_SHOP_LATENCY_MS="400",
-                                                                  SWITCHBOARD_SHOP_CALLS_LOG=str(log)))
+    gw = load_tool_gateway(tools, pool=pool, variables=gateway_env(SWITCHBOARD_SHOP_LATENCY_MS="400",
+                                                                   SWITCHBOARD_SHOP_GATHER=str(n),
+                                                                   SWITCHBOARD_SHOP_CALLS_LOG=str(log)))
     try:
-        assert gw.call("get_order", {"order_id": "100235"}, _caller()).ok    # the session is open before the crowd
-        log.unlink()
-        n = 48
         callers = [Caller(channel="web", customer_id="c1", conversation_id=f"conv-{i}", turn_id=f"turn-{i}",
                           purpose="order_status") for i in range(n)]
         with ThreadPoolExecutor(n) as threads:
@@ -243,8 +248,37 @@ def test_calls_to_a_slow_shop_are_all_in_its_hands_at_once(pool, tmp_path):
         assert [r.status for r in results] == ["ok"] * n
         calls = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
         assert len(calls) == n and {c["tool"] for c in calls} == {"get_order"}
-        last_start, first_end = max(c["start"] for c in calls), min(c["end"] for c in calls)
-        assert last_start < first_end, f"{sum(c['start'] >= first_end for c in calls)} calls began only after one ended"
+        assert all(c["gathered"] for c in calls), f"{sum(not c['gathered'] for c in calls)} calls were not in hand " \
+                                                  f"together with {n - 1} others"
+    finally:
+        gw.close()
+
+
+def test_a_gathering_shop_tells_calls_that_came_one_at_a_time(pool, tmp_path):
+    """The other side of the test above: with a bulkhead of 1 the shop never has 2 calls at once, and each
+    round ends by the shop's patience with its call marked ungathered (the check above can fail)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from automation.tools import Caller, load_tool_gateway
+    from automation.tools.config import BUNDLED_TOOLS
+    from tool_servers import gateway_env
+
+    text = BUNDLED_TOOLS.read_text(encoding="utf-8")
+    tools = tmp_path / "tools.yaml"
+    tools.write_text(text.replace("max_concurrent: 64", "max_concurrent: 1").replace("timeout: 3\n", "timeout: 30\n"),
+                     encoding="utf-8")
+    log = tmp_path / "calls.jsonl"
+    gw = load_tool_gateway(tools, pool=pool, variables=gateway_env(SWITCHBOARD_SHOP_GATHER="2",
+                                                                   SWITCHBOARD_SHOP_GATHER_PATIENCE="1",
+                                                                   SWITCHBOARD_SHOP_CALLS_LOG=str(log)))
+    try:
+        callers = [Caller(channel="web", customer_id="c1", conversation_id=f"conv-{i}", turn_id=f"turn-{i}",
+                          purpose="order_status") for i in range(2)]
+        with ThreadPoolExecutor(2) as threads:
+            results = list(threads.map(lambda c: gw.call("get_order", {"order_id": "100235"}, c), callers))
+        assert [r.status for r in results] == ["ok"] * 2
+        calls = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+        assert [c["gathered"] for c in calls] == [False, False]
     finally:
         gw.close()
 
