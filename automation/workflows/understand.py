@@ -192,6 +192,9 @@ def _ratio(a: str, b: str) -> float:
     return best
 
 
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
 def _tokens(text: str) -> list[str]:
     t = norm(text)
     words = [w for w in re.findall(r"[a-z0-9]+", t) if len(w) >= 2 or w.isdigit()]
@@ -339,7 +342,9 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
     pool = exact or list(range(n))
     matched = len(exact) > 1
     # fuzzy: the share of the customer's content words found in the option (each word fuzzily)
-    words = [w for w in _tokens(text) if w not in _STOP]
+    # Chinese is read as the pieces between function words ("耳机那个" -> 耳机), as the evidence reads it
+    words = [w for w in _tokens(text) if w not in _STOP and not _CJK.search(w)]
+    words += [w for w in content_words(drop_negated(text)) if _CJK.search(w)]   # "不是耳机" names no option
     if words:
         scores = []
         for i in pool:
@@ -347,6 +352,9 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
             joined = " ".join(norm(f) for f in texts[i])
             got = 0.0
             for w in words:
+                if _CJK.search(w):
+                    got += 1.0 if _word_hit(w, joined, field_words) else 0.0
+                    continue
                 best = max((_ratio(w, fw) for fw in field_words), default=0.0)
                 if len(w) >= 4 and w in joined:
                     best = 1.0

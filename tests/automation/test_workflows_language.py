@@ -156,7 +156,9 @@ ITEMS = (["L1", "L2", "L3"], [["Smartphone (color: silver, storage: 512GB)", "Sm
 ORDERS = (["W1001", "W1002", "W1003"], [["W1001: Smartphone, Garden Hose", "Smartphone", "Garden Hose"],
                                         ["W1002: Hiking Boots", "Hiking Boots", "靴子"],
                                         ["W1003: Desk Lamp, Kettle", "Desk Lamp", "Kettle"]])
-WEAK = [(REASONS, "I want to cancel all my pending orders"), (REASONS, "I want to cancel the order"),
+ZH_ORDERS = (["100236", "100235", "100234", "100230"], [["帆布托特包"], ["陶瓷马克杯"], ["降噪蓝牙耳机", "耳机保护套"],
+                                                       ["西湖龙井 250g"]])
+WEAK = [(ZH_ORDERS, "不是耳机"), (ZH_ORDERS, "我不确定是哪个"), (REASONS, "I want to cancel all my pending orders"), (REASONS, "I want to cancel the order"),
         (REASONS, "just cancel it"), (ORDERS, "I'm not sure, can you look it up?"),
         (ORDERS, "I don't remember which order"), (ORDERS, "the one I ordered last week"), (ORDERS, "my order"),
         (ORDERS, "the order with the jacket"), (ORDERS, "我不确定，你能帮我查一下吗？"), (ORDERS, "订单"),
@@ -167,7 +169,9 @@ STRONG = [(ORDERS, "the hiking boots", 1), (ORDERS, "the one with the kettle", 2
           (ORDERS, "the lamp and kettle order", 2), (ORDERS, "第二个", 1), (ORDERS, "W1003", 2),
           (ORDERS, "the last one", 2), (ITEMS, "the phone", 0), (ITEMS, "the earbuds", 1), (ITEMS, "水管", 2),
           (ITEMS, "wireless earbuds in black", 1), (ITEMS, "the black one", 1), (ITEMS, "the hose", 2),
-          (REASONS, "I ordered it by mistake", 1), (REASONS, "no longer needed", 0)]
+          (REASONS, "I ordered it by mistake", 1), (REASONS, "no longer needed", 0),
+          (ZH_ORDERS, "耳机那个", 2), (ZH_ORDERS, "那个耳机", 2), (ZH_ORDERS, "耳机的那个订单", 2),
+          (ZH_ORDERS, "马克杯", 1), (ORDERS, "the boots one", 1)]
 
 
 def test_choose_never_picks_on_weak_evidence_and_still_picks_on_strong():

@@ -47,9 +47,16 @@ def test_order_status_from_the_tool_in_the_customers_language(shop_engine, turn)
 
 
 def test_another_customers_order_reveals_nothing(shop_engine, turn, dsn):
+    """Another customer's order is not found: nothing of it is shown, and the customer is asked which of
+    their own orders they mean (never one picked for them); the third number the shop does not know ends it."""
     t = turn(shop_engine.start, "refund", C2, "refund 30 for order 100234", {}, "en")
-    assert t.status == "completed" and t.outcome == "refused"
-    assert t.reply == "I couldn't find order 100234."
+    assert t.status == "waiting" and t.awaiting == "order_id", t
+    assert t.reply.startswith("I couldn't find order 100234.\nWhich order should be refunded?") and "100240" in t.reply
+    assert "100234" not in t.reply.split("Which order")[1]
+    t = turn(shop_engine.advance, t.instance_id, C2, "100299", {}, "en")
+    assert t.status == "waiting" and "I couldn't find order 100299." in t.reply
+    t = turn(shop_engine.advance, t.instance_id, C2, "100298", {}, "en")
+    assert t.status == "completed" and t.outcome == "refused" and t.reply == "I couldn't find order 100298."
     assert _refunds(dsn, "100234") == []
 
 

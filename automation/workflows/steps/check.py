@@ -1,4 +1,5 @@
-"""``check: CEL``: a condition the flow needs (the order is still pending); when it fails, a refusal."""
+"""``check: CEL``: a condition the flow needs (the order is still pending); when it fails, a refusal, and with
+``on_reject`` the customer is asked again (a number the shop does not know), the third failure ends it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 from automation.workflows.checks import WorkflowChecks
 from automation.workflows.expr import evaluate_bool
 from automation.workflows.model import Step, StepSpec
+from automation.workflows.runtime import MAX_ATTEMPTS
 from automation.workflows.steps.base import Outcome, StepContext, StepKind, spec_of
 
 
@@ -33,11 +35,13 @@ class Check(StepKind):
         sp = spec_of(step, CheckSpec)
         if evaluate_bool(sp.check, run.scope()):
             return "next"
-        ctx.inst["history"].append({"step": step.id, "event": "check_failed", "at": time.time()})
+        history = ctx.inst["history"]
+        history.append({"step": step.id, "event": "check_failed", "at": time.time()})
         if sp.refuse:
             run.say(run.text(sp.refuse))
         target = sp.on_reject
-        if isinstance(target, dict):
+        failed = sum(1 for h in history if h.get("step") == step.id and h.get("event") == "check_failed")
+        if isinstance(target, dict) and failed < MAX_ATTEMPTS:   # asked again, but not without end
             run.jump(target)
             return str(target["goto"])
         if "next" in step.raw or "goto" in step.raw:

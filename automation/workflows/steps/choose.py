@@ -104,6 +104,18 @@ def cheapest(run: FlowRun, step: Step, opts: list[Any], text: str, among: list[i
     return pool[best]
 
 
+def _just_refused(inst: Any, step: Step) -> bool:
+    """The flow came back here because the customer's value for the slot was refused (an order number the shop
+    does not know) and nothing chose it since: the single option is not what they named, so it is offered,
+    never taken for them."""
+    for h in reversed(inst["history"]):
+        if h.get("event") == "jump" and step.arg in (h.get("reset") or []):
+            return True
+        if h.get("step") == step.id and h.get("event") in ("chose", "stated", "none"):
+            return False
+    return False
+
+
 class ChooseSpec(StepSpec):
     choose: str                            # the slot
     options: str                           # CEL: the list to choose from
@@ -176,7 +188,7 @@ class Choose(StepKind):
                 return "stop"
             return run.fail(step, "there is nothing to choose from")
         if text is None:
-            if len(opts) == 1 and step.get("auto_single", False):
+            if len(opts) == 1 and step.get("auto_single", False) and not _just_refused(inst, step):
                 inst["slots"][name] = value_of(run, step, opts[0])
                 return "next"
             if "text" in step.raw:

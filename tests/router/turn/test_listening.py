@@ -107,10 +107,13 @@ def test_never_mind_with_nothing_waiting_starts_nothing_and_hands_nobody_over(ap
     """"never mind", "算了", "算了，不退了" when no task waits: an acknowledgement, no refund started on the word 退,
     and none of them counts as an unclear turn (two in a row once handed the customer to a person)."""
     en = talk(api, "c2", "l-nm-en", "never mind", "forget it")
-    zh = talk(api, "c2", "l-nm-zh", "我想退货", "999999", "算了，不退了", "算了")
+    # the unknown number is asked again; "算了" stops that refund, and "算了，不退了" then finds nothing waiting
+    zh = talk(api, "c2", "l-nm-zh", "我想退货", "999999", "算了", "算了，不退了")
+    assert "没有找到订单 999999" in zh[1]["reply"]["text"] and zh[1]["flow"]["status"] == "waiting"
     for out in (en, zh[2:]):
         assert all(o["ticket_id"] is None and not (o.get("flow") or {}).get("status") == "waiting" for o in out), out
-    assert "anything else" in en[0]["reply"]["text"] and "还有什么" in zh[2]["reply"]["text"]
+    assert "anything else" in en[0]["reply"]["text"] and "已停止办理" in zh[2]["reply"]["text"]
+    assert "还有什么" in zh[3]["reply"]["text"]
     assert tickets_of(svc, "l-nm-en") == 0 and tickets_of(svc, "l-nm-zh") == 0
     assert writes_of(svc, "request_refund") == []
     # a command that names a task is still that task
@@ -119,9 +122,14 @@ def test_never_mind_with_nothing_waiting_starts_nothing_and_hands_nobody_over(ap
 
 
 def test_a_wrong_order_number_then_the_right_one(api, svc):
+    """A number the shop does not know is asked again with the customer's own orders; the customer's next
+    words (a correction, a number, the thing they bought) answer that question."""
     out = talk(api, "c2", "l-wrong", "where is my order 100999?", "sorry, I meant 100241")
-    assert "couldn't find order 100999" in out[0]["reply"]["text"]
+    assert "couldn't find order 100999" in out[0]["reply"]["text"] and "100241" in out[0]["reply"]["text"]
     assert "794644790138" in out[1]["reply"]["text"] and out[1]["ticket_id"] is None
+    zh = talk(api, "c1", "l-wrong-zh", "订单100999到哪了", "耳机那个")
+    assert "没有找到订单 100999" in zh[0]["reply"]["text"] and "您想查询哪个订单" in zh[0]["reply"]["text"]
+    assert "SF1402837465299" in zh[1]["reply"]["text"] and zh[1]["ticket_id"] is None
 
 
 def test_the_same_question_about_another_order_is_a_follow_up(api, svc):
