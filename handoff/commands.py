@@ -172,6 +172,12 @@ class TicketCommands:
                 return {**self._join(conn, existing, params, actor, notes), "created": False}
         raise Conflict(f"could not open a ticket for conversation {conversation_id}: it keeps changing")
 
+    def fill_memory(self, conn: Conn, ticket_id: Any, memory: dict[str, Any] | None, status: str) -> bool:
+        """The session memory of a ticket opened with it still loading (``memory_status`` ``pending``), in the
+        caller's transaction: only the package's ``memory`` and ``memory_status`` change (masked like the rest
+        of it); a better outcome replaces a worse one, never the reverse. Whether it was written."""
+        return T.fill_context_memory(conn, ticket_id, memory, status)
+
     def _join(self, conn: Conn, ticket: dict[str, Any], params: dict[str, Any], actor: str,
               notes: list[str] | None = None) -> dict[str, Any]:
         changes: dict[str, Any] = {"context": params["context"]}

@@ -72,7 +72,11 @@ class TicketSummary(BaseModel):
 class Ticket(TicketSummary):
     """A ticket with its context package (transcript, decisions, evidence, customer facts) and L2 draft."""
 
-    context: dict[str, Any]
+    context: dict[str, Any] = Field(description=(
+        "The context package. Its `memory` (the customer as the shop knows them: profile, recent orders, "
+        "earlier outcomes) is loaded just after the ticket opens: `memory_status` is `pending` until then "
+        "(`memory` null), then `loaded`, `partial` (some of the shop's reads failed: `memory.failed`) or "
+        "`unavailable` (the shop gave none). A package without `memory_status` has no memory to load."))
     draft: dict[str, Any] | None = None
 
 

@@ -238,6 +238,44 @@ def normalise_context(context: dict[str, Any] | None, draft: dict[str, Any] | No
     return shown
 
 
+#: how far a ticket's session memory got (its context package's ``memory_status``): ``pending`` while it loads
+#: after the turn that opened the ticket, then ``loaded``, ``partial`` (some of the shop's reads failed: the
+#: memory's ``failed`` says which) or ``unavailable`` (none of them answered, or the load itself failed)
+MEMORY_STATUSES = ("pending", "unavailable", "partial", "loaded")
+
+_FILL_MEMORY_SQL = """
+UPDATE tickets
+SET context = jsonb_set(jsonb_set(context, '{memory}', %(memory)s::jsonb), '{memory_status}', to_jsonb(%(status)s::text))
+WHERE id = %(id)s AND context->>'memory_status' = ANY(%(over)s)
+RETURNING id
+"""
+
+
+def fill_context_memory(conn: psycopg.Connection[DictRow], ticket_id: Any, memory: dict[str, Any] | None,
+                        status: str) -> bool:
+    """Write a ticket's session memory into its context package (only the ``memory`` and ``memory_status``
+    keys), masked as the rest of the package; whether it was written.
+
+    Guarded by the status there: a package still ``pending`` takes any outcome, and a better outcome replaces
+    a worse one (a second load for the same conversation, after the ticket was joined), never the reverse; a
+    package without the status (an approval's, an older ticket's) is left as it is.
+    """
+    if status not in MEMORY_STATUSES or status == "pending":
+        raise ValueError(f"unknown memory status {status!r}")
+    row = conn.execute("SELECT context->'customer'->'order_numbers' AS orders FROM tickets WHERE id = %s",
+                       (parse_id(ticket_id),)).fetchone()
+    if row is None:
+        return False
+    allow = [str(o) for o in (row["orders"] if isinstance(row["orders"], list) else [])]
+    shown = partial_obj(memory, allow=allow, keep=AGENT_VIEW_KEEP) if memory is not None else None
+    over = list(MEMORY_STATUSES[:MEMORY_STATUSES.index(status) + 1])
+    if status == "unavailable":
+        over = ["pending"]     # a failed load never replaces one that came, even in part
+    done = conn.execute(_FILL_MEMORY_SQL, {"memory": json.dumps(shown, ensure_ascii=False, default=str),
+                                           "status": status, "id": parse_id(ticket_id), "over": over}).fetchone()
+    return done is not None
+
+
 class Publisher:
     """Coalesces the notifications of concurrent actions into shared NOTIFY round trips.
 

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar
 
 #: what :func:`outside_transaction` returns during a first pass: the value comes with the next pass
 PENDING = object()
@@ -116,6 +116,46 @@ def per_turn(key: Hashable, compute: Callable[[], Any]) -> Any:
     if key not in memo:
         memo[key] = compute()
     return memo[key]
+
+
+def run_wanted(scope: Pass) -> None:
+    """The work ``scope`` asked for, in parallel, each item until its deadline (a late one: OutsideDeadline);
+    the results (or exceptions) go to the next pass. Called with no lock and no connection held."""
+    futures = {key: ((executor or OUTSIDE).submit(compute), until)
+               for key, (compute, until, executor) in scope.wanted.items()}
+    for key, (future, until) in futures.items():
+        wait = None if until is None else max(0.0, until - time.monotonic())
+        try:
+            scope.ready[key] = (True, future.result(wait))
+        except concurrent.futures.TimeoutError:
+            scope.ready[key] = (False, OutsideDeadline("no answer within the turn's deadline"))
+        except Exception as exc:  # noqa: BLE001 - handed to the next pass, whose caller decides without it
+            scope.ready[key] = (False, exc)
+
+
+T = TypeVar("T")
+
+
+def in_passes(step: Callable[[], T], *, passes: int = 3) -> T:
+    """``step()`` run as a turn runs, outside any turn (work done after a turn's commit): each call is a pass
+    that opens, and commits or rolls back, a transaction of its own; outside work it asks for
+    (:func:`outside_transaction`, the workflow engine's tool calls) runs between the passes with nothing held,
+    and the next pass gets the results. A pass that asked for work ends by raising (its transaction rolls
+    back); at most ``passes`` passes, the last of which may not ask for more."""
+    work = Work()
+    for n in range(1, passes + 1):
+        scope = Pass(work, may_defer=n < passes)
+        token = CURRENT_PASS.set(scope)
+        try:
+            return step()
+        except Exception:
+            if not scope.wanted:
+                raise
+        finally:
+            CURRENT_PASS.reset(token)
+        run_wanted(scope)
+        work.outside_runs += 1
+    raise AssertionError("unreachable: the last pass may not defer")
 
 
 def tool_port(deadline: Callable[[], float]) -> Callable[[Hashable, Callable[[], Any]], Any]:
@@ -228,3 +268,7 @@ OUTSIDE = concurrent.futures.ThreadPoolExecutor(max_workers=128, thread_name_pre
 #: threads that run turns' tool calls and memory loads: apart from OUTSIDE (the answer generator), so a hanging
 #: shop, whose calls wait here for their server's bulkhead and then their timeout, takes none of its threads
 TOOL_CALLS = concurrent.futures.ThreadPoolExecutor(max_workers=128, thread_name_prefix="turn-tools")
+#: threads that run what a turn leaves for after its commit (TurnContext.in_background: a ticket's session memory);
+#: few, so they never take more than a few of the pool's connections from the turns (each takes one at a time,
+#: only for its short transactions); their tool calls wait on TOOL_CALLS
+AFTER_COMMIT = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="turn-after-commit")

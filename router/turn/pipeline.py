@@ -41,12 +41,12 @@ pass and in a repeat of the message after a crash or a lost connection.
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import logging
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,7 +57,7 @@ from router.channels.registry import channel_label
 from router.db.errors import DatabaseUnavailable
 from router.problems import Problem
 from router.schemas import Decision, InboundMessage, Reply, TurnOut
-from router.turn.passes import CURRENT_PASS, OUTSIDE, OutsideDeadline, Pass, RollBack, TurnSlots, Work
+from router.turn.passes import AFTER_COMMIT, CURRENT_PASS, Pass, RollBack, TurnSlots, Work, run_wanted
 from router.telemetry.logs import BUSINESS_KEYS, redact_obj
 from text import LONG_MESSAGE_CHARS
 
@@ -66,6 +66,10 @@ log = logging.getLogger(__name__)
 # what the channel adapters themselves put in a message's metadata (the business's own number or account,
 # the message kind): kept as it is; everything else a client sends there is stored masked
 CHANNEL_METADATA_KEYS = frozenset({"kind", "to", "account", "encryption", "chat_type", "language_code"})
+
+
+#: how a job left for after the commit takes a pooled connection (``with connect() as conn``)
+Connect = Callable[[], AbstractContextManager[psycopg.Connection]]
 
 
 @dataclass
@@ -85,6 +89,9 @@ class TurnContext:
     turn_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     # how many times the turn's outside work ran before this pass (kept in the trace: one read, one run)
     outside_runs: int = 0
+    # run on a background thread once the turn has committed and the connection is given back (slow work the
+    # answer need not wait for: a ticket's session memory); each job gets a way to take a pooled connection
+    in_background: list[Callable[[Connect], None]] = field(default_factory=list)
 
 
 _TURN_NAMESPACE = uuid.UUID("5b0c7e3e-3f7a-4c55-9d8e-7a1f2f0c9b31")
@@ -286,16 +293,7 @@ class Pipeline:
 
     @staticmethod
     def _wait_outside(scope: Pass) -> None:
-        futures = {key: ((executor or OUTSIDE).submit(compute), until)
-                   for key, (compute, until, executor) in scope.wanted.items()}
-        for key, (future, until) in futures.items():
-            wait = None if until is None else max(0.0, until - time.monotonic())
-            try:
-                scope.ready[key] = (True, future.result(wait))
-            except concurrent.futures.TimeoutError:
-                scope.ready[key] = (False, OutsideDeadline("no answer within the turn's deadline"))
-            except Exception as exc:  # noqa: BLE001 - handed to the next pass, whose caller decides without it
-                scope.ready[key] = (False, exc)
+        run_wanted(scope)
 
     def _attempt(self, msg: InboundMessage, acquire: float | None, scope: Pass, t0: float, on_conversation=None):
         scope.committed.clear()     # what an earlier attempt of this pass noted did not commit
@@ -323,6 +321,8 @@ class Pipeline:
                         hook(conn)
                     except Exception:  # noqa: BLE001 - the turn is committed; a failed announcement is only logged
                         log.warning("after-commit hook failed", exc_info=True)
+                for job in ctx.in_background:
+                    self._background(job)
         except _Refused as refused:
             self.metrics.refused.labels("quota_customer").inc()
             raise refused.problem from None
@@ -332,6 +332,20 @@ class Pipeline:
         d = result.decision
         self.metrics.decisions.labels(d.tier or "none", d.intent or "none", d.channel or "none").inc()
         return response, False
+
+    def _background(self, job: Callable[[Connect], None]) -> None:
+        """A committed turn's ``in_background`` job, on a thread of its own: it takes pooled connections
+        only for its own short transactions; a failure is only logged (the turn is committed and answered)."""
+        def run() -> None:
+            try:
+                job(self.pool.connection)
+            except Exception:  # noqa: BLE001 - the turn is committed; what it left for later is a courtesy
+                log.warning("a turn's after-commit job failed", exc_info=True)
+
+        try:
+            AFTER_COMMIT.submit(run)
+        except RuntimeError:   # the process is shutting down (the executor no longer takes work)
+            log.warning("a turn's after-commit job was not started: shutting down")
 
     # a new conversation's id comes from its channel and external id, so every pass of its first turn (and a
     # repeat after a crash) makes the same row: what the pass did outside (an audited tool call) names it.

@@ -71,6 +71,9 @@ class HandoffPort(Protocol):
 
     def publish(self, conn: psycopg.Connection[Any], notes: list[str]) -> None: ...
 
+    def fill_memory(self, conn: psycopg.Connection[Any], ticket_id: Any, memory: dict[str, Any] | None,
+                    status: str) -> bool: ...
+
 
 class FlowsPort(Protocol):
     """automation.workflows.engine.FlowEngine: the conversation's workflows, one entry for a turn (``on_message``)

@@ -129,6 +129,20 @@ def rows(pool, sql: str, *params) -> list[dict[str, Any]]:
         return conn.execute(sql, params).fetchall()
 
 
+def ticket_memory(pool, ticket_id, *, timeout: float = 60.0) -> dict[str, Any]:
+    """The ticket's context package once its session memory is no longer ``pending`` (it is loaded just after
+    the turn that opened the ticket commits); fails when it is still pending after ``timeout`` s."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        (row,) = rows(pool, "SELECT context FROM tickets WHERE id = %s", ticket_id)
+        if row["context"].get("memory_status") != "pending":
+            return row["context"]
+        assert time.monotonic() < deadline, f"the memory of ticket {ticket_id} is still pending"
+        time.sleep(0.05)
+
+
 def flow_services(fresh_db, pg_server, template_dsn, encoder, *, topics: tuple[str, ...] | None = KB_TOPICS,
                   **settings_overrides):
     """routing_services with the workflows and the example shop wired, on a fresh copy of the KB template

@@ -122,7 +122,10 @@ async def ticket_understanding(ticket_id: UUID, request: Request, call: CallerDe
             description="The ticket's own session memory when its context package has one; otherwise (an "
                         "approval ticket, opened by a workflow) the same memory loaded now through the tool "
                         "gateway, as the workflows load it (cached per conversation). Agent view: personal data "
-                        "masked. `memory` is null when no workflow side is wired or the customer is unknown.",
+                        "masked. `memory` is null when no workflow side is wired or the customer is unknown. "
+                        "`status`: `pending` while the ticket's memory is still loading (it is loaded just after "
+                        "the ticket opens, without holding up the customer's answer), `loaded`, `partial` (some "
+                        "of the shop's reads failed), `unavailable` (the shop gave none), null (none to load).",
             responses={401: {"description": "Missing or invalid token"}, 403: {"description": "Not your team"},
                        404: {"description": "No such ticket"}})
 async def ticket_customer(ticket_id: UUID, request: Request, call: CallerDep) -> dict[str, Any]:
@@ -134,13 +137,18 @@ async def ticket_customer(ticket_id: UUID, request: Request, call: CallerDep) ->
 
 
 def customer_memory(services, ticket: dict[str, Any]) -> dict[str, Any]:
-    """(memory, source): the package's, else loaded now; a failure to load is no memory (logged), not an error."""
-    memory = (ticket.get("context") or {}).get("memory")
+    """(memory, source, status): the package's, else loaded now; a failure to load is no memory (logged), not
+    an error. A package whose memory is still loading (``memory_status`` ``pending``: it comes shortly after
+    the ticket opened) says so, and one the shop could not give says ``unavailable``, rather than none."""
+    context = ticket.get("context") or {}
+    memory, status = context.get("memory"), context.get("memory_status")
     if memory:
-        return {"memory": memory, "source": "ticket"}
+        return {"memory": memory, "source": "ticket", "status": status or "loaded"}
+    if status in ("pending", "unavailable"):
+        return {"memory": None, "source": "ticket", "status": status}
     engine = getattr(services, "flows", None)
     if engine is None or not ticket.get("customer_id"):
-        return {"memory": None, "source": None}
+        return {"memory": None, "source": None, "status": None}
     caller = Caller(channel=ticket["channel"], customer_id=str(ticket["customer_id"]),
                     conversation_id=str(ticket["conversation_id"]))
     lang = ticket.get("language") if ticket.get("language") in ("zh", "en") else "en"
@@ -149,8 +157,9 @@ def customer_memory(services, ticket: dict[str, Any]) -> dict[str, Any]:
             memory = engine.memory(conn, caller, lang)
     except Exception:  # noqa: BLE001 - the shop's view is a courtesy to the agent; the ticket works without it
         log.exception("the customer's session memory could not be loaded for ticket %s", ticket["id"])
-        return {"memory": None, "source": None}
-    return {"memory": partial_obj(memory, allow=[], keep=AGENT_VIEW_KEEP) if memory else None, "source": "shop"}
+        return {"memory": None, "source": None, "status": "unavailable"}
+    return {"memory": partial_obj(memory, allow=[], keep=AGENT_VIEW_KEEP) if memory else None, "source": "shop",
+            "status": "loaded" if memory else None}
 
 
 def understanding(pool, ticket: dict[str, Any], *, limit: int = 30) -> list[dict[str, Any]]:

@@ -14,7 +14,10 @@ from typing import Any
 from router.classify.base import Classification
 from router.schemas import Decision
 from router.turn import state as sm
-from router.turn.pipeline import TurnResult
+from automation.tools.base import Caller
+from router.turn.passes import in_passes
+from router.turn.pipeline import Connect, TurnResult
+from router.turn.ports import FlowsPort, HandoffPort
 from router.turn.tiers.base import EVIDENCE_LIMIT, TurnBase, hit_dict
 
 log = logging.getLogger(__name__)
@@ -147,6 +150,8 @@ class Tickets(TurnBase):
                 draft=draft, amount=biggest.get("value") if biggest else None,
                 currency=biggest.get("currency") if biggest else None, notes=self.queue_notes())
         self.trace["ticket"] = {"kind": kind, "id": str(ticket["id"]), "priority": priority, "reason": reason}
+        if context.get("memory_status") == "pending":
+            self.load_memory_later(ticket["id"])
         return ticket["id"]
 
     def context_package(self, decision: Decision, entities: dict[str, Any],
@@ -182,27 +187,32 @@ class Tickets(TurnBase):
             "escalation": decision.escalation.model_dump() if decision.escalation else None,
             "harness": self.trace.get("harness"),
             "transitions": list(self.transitions),
-            "memory": self.session_memory(),
+            # the session memory comes after the turn has committed (load_memory_later): until then "pending"
+            "memory": None,
+            **({"memory_status": "pending"} if self.memory_caller() is not None else {}),
             "tool_calls": self.tool_calls(),
         }
 
-    def session_memory(self) -> dict[str, Any] | None:
-        """The customer's profile, recent orders and earlier outcomes (the workflows' session memory), if wired."""
-        from automation.workflows.outside import CallPending
+    def memory_caller(self) -> Caller | None:
+        """Whom the session memory is loaded for (the conversation's verified customer), if a workflow side is
+        wired; None: the package has no memory to wait for."""
         from router.turn.flows import caller_of
 
-        engine = self.r.flows
-        caller = caller_of(self.conv) if engine is not None else None
-        if engine is None or caller is None:
+        if self.r.flows is None or self.r.handoff is None:
             return None
-        try:
-            with self.conn.transaction():   # a savepoint: a failure here never spoils the turn
-                return engine.memory(self.conn, caller, self.flow_lang)
-        except CallPending:
-            raise   # its tools run outside the transaction; the turn's next pass has the memory
-        except Exception:  # noqa: BLE001 - memory is a courtesy to the agent, never a reason to lose the ticket
-            log.exception("session memory could not be loaded for the context package")
-            return None
+        return caller_of(self.conv)
+
+    def load_memory_later(self, ticket_id: Any) -> None:
+        """The ticket's session memory (the customer's profile, recent orders, earlier outcomes): loaded once the
+        turn has committed, on a background thread, and written into the ticket's context package in a short
+        transaction of its own. The ticket and the customer's answer never wait for the shop: a ticket exists
+        whatever the shop does (a failed or late load leaves ``memory_status`` ``unavailable``)."""
+        engine, handoff, caller = self.r.flows, self.r.handoff, self.memory_caller()
+        if engine is None or handoff is None or caller is None:
+            return
+        lang, conversation = self.flow_lang, str(self.conv["id"])
+        self.ctx.in_background.append(
+            lambda connect: fill_session_memory(connect, engine, handoff, caller, lang, ticket_id, conversation))
 
     def tool_calls(self) -> list[dict[str, Any]]:
         """The conversation's recent tool calls as audited (redacted): tool, status, latency, attempts, data,
@@ -222,3 +232,40 @@ class Tickets(TurnBase):
             log.exception("the tool calls of the context package could not be read")
             return []
         return [{**c, "this_turn": c.get("turn_id") == self.ctx.turn_id} for c in summarise(rows)]
+
+
+def memory_status(memory: dict[str, Any], declared: int) -> str:
+    """``loaded``, ``partial`` (some of the shop's reads failed) or ``unavailable`` (none of ``declared`` answered)."""
+    failed = [f for f in memory.get("failed") or [] if f.get("tool") != "tickets"]
+    if not memory.get("failed"):
+        return "loaded"
+    return "unavailable" if declared and len(failed) >= declared else "partial"
+
+
+def fill_session_memory(connect: Connect, engine: FlowsPort, handoff: HandoffPort, caller: Caller, lang: str,
+                        ticket_id: Any, conversation: str) -> None:
+    """Load the session memory as a turn would (its tool calls between passes, with no connection held, within
+    the gateway's tool deadline) and write it into the ticket's package; a failure writes ``unavailable``."""
+    spec = getattr(engine.workflows, "memory", None)
+    declared = len(getattr(spec, "calls", None) or [])
+
+    def step() -> str:
+        with connect() as conn, conn.transaction():
+            memory = engine.memory(conn, caller, lang)   # CallPending on a first pass: its tools run, then again
+            status = memory_status(memory, declared)
+            handoff.fill_memory(conn, ticket_id, memory, status)
+            return status
+
+    try:
+        status = in_passes(step)
+    except Exception:  # noqa: BLE001 - the ticket stands without its memory; the agent sees it unavailable
+        log.warning("session memory of ticket %s (conversation %s) could not be loaded", ticket_id, conversation,
+                    exc_info=True)
+        try:
+            with connect() as conn, conn.transaction():
+                handoff.fill_memory(conn, ticket_id, None, "unavailable")
+        except Exception:  # noqa: BLE001 - the database is away too: the package stays "pending" (logged)
+            log.warning("ticket %s: its memory could not be marked unavailable", ticket_id, exc_info=True)
+        return
+    if status != "loaded":
+        log.info("session memory of ticket %s is %s", ticket_id, status)

@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from keys_testkit import authorize
-from routing_kit import kb_template, make_agent, routing_services, rows
+from routing_kit import kb_template, make_agent, routing_services, rows, ticket_memory
 
 pytestmark = pytest.mark.slow
 
@@ -133,11 +133,13 @@ def test_a_turn_without_a_flow_calls_only_the_session_memory(svc):
         assert out["ticket_id"] is not None
     finally:
         api.__exit__(None, None, None)
-    context = rows(svc.pool, "SELECT context FROM tickets WHERE id = %s", out["ticket_id"])[0]["context"]
+    # the ticket is opened with its session memory still to come; it is loaded just after the turn
+    context = ticket_memory(svc.pool, out["ticket_id"])
     # no workflow ran: the only calls are the session memory's reads for the ticket's context package
     assert {c["tool"] for c in context["tool_calls"]} <= MEMORY
     assert all(c["risk"] == "read" for c in context["tool_calls"])
-    assert context["memory"] is not None
+    assert context["memory_status"] == "loaded" and context["memory"]["profile"]["customer_id"] == "c1"
+    svc.tools.flush_audit(5.0)
     from router.ops.trace import load_trace
 
     with svc.pool.connection() as conn:

@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from keys_testkit import authorize
-from routing_kit import api_client, flow_services, kb_template, make_agent, routing_services, rows
+from routing_kit import api_client, flow_services, kb_template, make_agent, routing_services, rows, ticket_memory
 
 pytestmark = pytest.mark.slow
 
@@ -204,7 +204,41 @@ def test_session_memory_starts_flows_and_reaches_the_context_package(api, svc):
     assert rows(svc.pool, "SELECT count(*) AS n FROM flow_memory WHERE customer_id = 'c1'")[0]["n"] == 1
     person = say(api, "转人工", customer="c1", conversation="conv-mem-zh")
     assert person["ticket_id"] is not None
-    memory = rows(svc.pool, "SELECT context FROM tickets WHERE id = %s", person["ticket_id"])[0]["context"]["memory"]
+    context = ticket_memory(svc.pool, person["ticket_id"])     # loaded just after the ticket's turn
+    assert context["memory_status"] == "loaded"
+    memory = context["memory"]
     assert memory["profile"]["customer_id"] == "c1"
     assert [o["order_id"] for o in memory["orders"]] == ["100236", "100235", "100234", "100230"]
     assert memory["failed"] == []
+
+
+def test_a_ticket_shows_its_memory_as_loading_until_it_comes(api, svc):
+    """The ticket opens at once; its session memory follows the turn's commit. Meanwhile the handoff API and
+    the console say it is loading (not that the customer has none), and then it is there."""
+    hello = say(api, "hello", conversation="conv-wait")
+    _, token = make_agent(svc.pool, "sue", role="supervisor")
+    h = {"Authorization": f"Bearer {token}"}
+    # the conversation's memory row, inserted and not committed: the load after the turn waits at its own write
+    with psycopg.connect(svc.dsn) as blocker:
+        blocker.execute("INSERT INTO flow_memory (conversation_id, customer_channel, customer_id, data)"
+                        " VALUES (%s, 'web', 'c1', '{}')", (hello["conversation_id"],))
+        person = say(api, "I want to talk to a human agent", conversation="conv-wait")
+        tid = person["ticket_id"]
+        assert tid is not None and person["decision"]["tier"] == "L3"
+        r = api.get(f"/v1/handoff/tickets/{tid}", headers=h)
+        assert r.status_code == 200, r.text
+        assert r.json()["context"]["memory_status"] == "pending" and r.json()["context"]["memory"] is None
+        r = api.get(f"/console/api/tickets/{tid}/customer", headers=h)
+        assert r.status_code == 200, r.text
+        assert r.json() == {"ticket_id": tid, "memory": None, "source": "ticket", "status": "pending"}
+        blocker.rollback()
+    context = ticket_memory(svc.pool, tid)
+    assert context["memory_status"] == "loaded"
+    r = api.get(f"/console/api/tickets/{tid}/customer", headers=h)
+    assert r.status_code == 200 and r.json()["source"] == "ticket" and r.json()["status"] == "loaded", r.text
+    memory = r.json()["memory"]
+    assert memory["profile"]["customer_id"] == "c1" and "****" in memory["profile"]["phone"]   # the agent view
+    assert [o["order_id"] for o in memory["orders"]] == ["100236", "100235", "100234", "100230"]
+    # the load wrote only the memory: the rest of the package is as the turn left it
+    assert context["transcript"][-1]["text"] == "I want to talk to a human agent"
+    assert rows(svc.pool, "SELECT count(*) AS n FROM flow_memory WHERE customer_id = 'c1'")[0]["n"] == 1

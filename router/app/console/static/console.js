@@ -64,6 +64,8 @@ const T = {
     allPriorities: "All priorities", pickTicket: "Pick a ticket on the left to preview it; claim it to work on it.",
     waiting: "waiting {t}", noMatch: "No tickets match the search and filters.", name: "Name", orders: "Recent orders",
     earlier: "Earlier tickets and outcomes", customerId: "Customer id", phone: "Phone",
+    shopView: "From the shop", memPending: "loading…", memPartial: "partly: some of the shop's reads failed",
+    memUnavailable: "not available: the shop did not answer",
     holdLabel: "Waiting", hOpen: "open", hPending: "pending (waiting for the customer)",
     hOnHold: "on hold (waiting on someone else)", tagHint: "add a tag", add: "Add", assignHint: "colleague's name",
     assign: "Assign", macroPick: "Insert a canned reply…", notes: "Internal notes", noteHint: "Only colleagues see this",
@@ -138,6 +140,8 @@ const T = {
     allPriorities: "全部优先级", pickTicket: "在左侧选择工单即可预览；认领后开始处理。",
     waiting: "已等待 {t}", noMatch: "没有符合搜索和筛选条件的工单。", name: "姓名", orders: "最近订单",
     earlier: "以往工单与结果", customerId: "客户编号", phone: "电话",
+    shopView: "商店资料", memPending: "正在加载…", memPartial: "部分：商店的部分查询失败",
+    memUnavailable: "不可用：商店没有应答",
     holdLabel: "等待状态", hOpen: "处理中", hPending: "待客户回复", hOnHold: "挂起（等待他人）", tagHint: "添加标签",
     add: "添加", assignHint: "同事姓名", assign: "分配", macroPick: "插入快捷回复…", notes: "内部备注",
     noteHint: "仅同事可见", addNote: "添加备注", noteAdded: "备注已添加（不会发给客户）。", assigned: "已分配给 {who}。",
@@ -602,7 +606,9 @@ async function showTicket(id) {
   ]);
   state.understood = understood.items;
   // a ticket opened by a workflow (an approval) carries no shop view of the customer: asked for once per ticket
-  if (!(ticket.context || {}).memory && (!state.customer || state.customer.id !== id)) {
+  // (a ticket's own memory still loading says so in its package: it is shown when it comes, not asked for twice)
+  if (!(ticket.context || {}).memory && !(ticket.context || {}).memory_status
+      && (!state.customer || state.customer.id !== id)) {
     const out = await api(`/console/api/tickets/${id}/customer`).catch(() => ({ memory: null }));
     state.customer = { id, memory: out.memory };
   }
@@ -627,6 +633,20 @@ async function showTicket(id) {
   $("no-ticket").hidden = true;
   markCurrent();
   syncHeartbeat();
+  awaitMemory(ticket);
+}
+
+// a ticket opened a moment ago: its session memory is loaded just after it opens; the ticket is read again a few
+// times (backing off) until it is there or the shop's answer is known
+function awaitMemory(ticket) {
+  clearTimeout(state.memoryPoll);
+  if ((ticket.context || {}).memory_status !== "pending") { state.memoryTries = null; return; }
+  const tries = state.memoryTries && state.memoryTries.id === ticket.id ? state.memoryTries.n : 0;
+  if (tries >= 6) return;
+  state.memoryTries = { id: ticket.id, n: tries + 1 };
+  state.memoryPoll = setTimeout(() => {
+    if (state.current && state.current.id === ticket.id) refreshTicket();
+  }, 1000 * 2 ** tries);
 }
 
 async function refreshTicket() {
@@ -1099,6 +1119,8 @@ function renderFacts(tk, ctx) {
   list.replaceChildren();
   const memory = ctx.memory || (state.customer && state.customer.id === tk.id && state.customer.memory) || {};
   const profile = memory.profile || {};
+  const loading = { pending: "memPending", partial: "memPartial", unavailable: "memUnavailable" }[ctx.memory_status];
+  if (loading) dd(list, t("shopView"), t(loading));
   dd(list, t("name"), tk.customer_name || (memory.profile || {}).name);
   dd(list, t("customerId"), tk.customer_id);
   dd(list, t("phone"), profile.phone);
