@@ -125,6 +125,33 @@ def minilm_encoder(minilm_path):
 
 
 @pytest.fixture(scope="session")
+def minilm_classifier_cache(tmp_path_factory, minilm_encoder) -> Path:
+    """The caches a gateway on the small encoder writes at its first start (the bundled intents' example
+    vectors, their threshold fit and the trained heads: router.app.composition.classifier_from), computed once
+    per run. Copied into a subprocess gateway's home (``seed_home``), its start reads them instead of encoding
+    and fitting again, as a restart does; ``router classify`` in tests/router/cli/test_cli_fast.py tests the
+    first start's writing them."""
+    from router.app.composition import classifier_from
+    from router.classify.intents import BUNDLED_INTENTS, load_intents
+
+    home = tmp_path_factory.mktemp("minilm-home")
+    classifier_from(load_intents(BUNDLED_INTENTS), minilm_encoder, home)
+    return home / "cache"
+
+
+@pytest.fixture
+def seed_home(minilm_classifier_cache):
+    """``seed_home(home)``: ``home`` (made if missing) with a copy of the classifier caches of the small encoder."""
+
+    def seed(home: Path) -> Path:
+        home.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(minilm_classifier_cache, home / "cache")
+        return home
+
+    return seed
+
+
+@pytest.fixture(scope="session")
 def e5_path() -> Path:
     """The default multilingual encoder, prepared by `make test` (switchboard models prepare)."""
     home = Path(os.environ.get("SWITCHBOARD_HOME", REPO / "var"))

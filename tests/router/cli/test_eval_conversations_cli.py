@@ -33,7 +33,8 @@ def _databases(dsn: str) -> set[str]:
 
 
 @pytest.mark.slow
-def test_in_process_the_refunds_go_to_a_sandbox_shop_and_the_real_one_is_untouched(dsn, tmp_path, minilm_path):
+def test_in_process_the_refunds_go_to_a_sandbox_shop_and_the_real_one_is_untouched(dsn, tmp_path, minilm_path,
+                                                                                     seed_home):
     from examples.shop.store import Shop
 
     shop = Shop(dsn, max_size=1)   # the real shop of this gateway's database, with its sample orders
@@ -45,7 +46,8 @@ def test_in_process_the_refunds_go_to_a_sandbox_shop_and_the_real_one_is_untouch
     databases = _databases(dsn)
     cases = tmp_path / "cases.jsonl"
     cases.write_text(json.dumps(REFUND) + "\n", encoding="utf-8")
-    env = {**os.environ, "SWITCHBOARD_DATABASE_URL": dsn, "SWITCHBOARD_HOME": str(tmp_path / "home"),
+    home = seed_home(tmp_path / "home")   # the classifier's caches as a gateway's restart finds them
+    env = {**os.environ, "SWITCHBOARD_DATABASE_URL": dsn, "SWITCHBOARD_HOME": str(home),
            "SWITCHBOARD_EMBEDDING_MODEL": str(minilm_path), "SWITCHBOARD_SHOP_URL": "http://127.0.0.1:9/mcp",
            "SWITCHBOARD_LOG_LEVEL": "WARNING"}
     # a real process: the example shop is started over stdio, which needs the process's own stderr

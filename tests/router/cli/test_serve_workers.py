@@ -41,11 +41,14 @@ def _messages_by_pid(metrics_dir: Path) -> Counter:
     return by_pid
 
 
-def test_two_workers_share_the_database_and_report_one_set_of_metrics(dsn, tmp_path, minilm_path):
+def test_two_workers_share_the_database_and_report_one_set_of_metrics(dsn, tmp_path, minilm_path, seed_home):
     port = _free_port()
+    # the classifier's caches as a restart finds them (each worker would otherwise encode and fit the intents)
+    home = seed_home(tmp_path / "home")
+    seeded = {p: p.stat().st_mtime_ns for p in (home / "cache").rglob("*") if p.is_file()}
     metrics_dir = tmp_path / "metrics"
     metrics_dir.mkdir()
-    env = {**os.environ, "SWITCHBOARD_DATABASE_URL": dsn, "SWITCHBOARD_HOME": str(tmp_path / "home"),
+    env = {**os.environ, "SWITCHBOARD_DATABASE_URL": dsn, "SWITCHBOARD_HOME": str(home),
            "SWITCHBOARD_EMBEDDING_MODEL": str(minilm_path),   # both workers race to index the sample KB: one does
            "SWITCHBOARD_DISPATCHER_ENABLED": "false", "SWITCHBOARD_LOG_LEVEL": "WARNING",
            "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
@@ -92,6 +95,8 @@ def test_two_workers_share_the_database_and_report_one_set_of_metrics(dsn, tmp_p
 
         with psycopg.connect(dsn) as conn:
             assert conn.execute("SELECT count(*) FROM messages WHERE direction = 'in'").fetchone()[0] == n
+        # the workers read the classifier's caches rather than writing them anew
+        assert {p: p.stat().st_mtime_ns for p in seeded} == seeded
     finally:
         proc.terminate()
         try:
