@@ -220,14 +220,24 @@ def test_concurrent_calls_share_one_session_and_a_key_writes_once(shop_gateway, 
     assert other.ok
 
 
+def _at_once(gw, n: int) -> list:
+    """``n`` customers of c1's asking the shop for the same order at the same moment, one thread each."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from automation.tools import Caller
+
+    callers = [Caller(channel="web", customer_id="c1", conversation_id=f"conv-{i}", turn_id=f"turn-{i}",
+                      purpose="order_status") for i in range(n)]
+    with ThreadPoolExecutor(n) as threads:
+        return list(threads.map(lambda c: gw.call("get_order", {"order_id": "100235"}, c), callers))
+
+
 def test_calls_to_a_slow_shop_are_all_in_its_hands_at_once(pool, tmp_path):
     """48 customers asking a slow shop at once: the bundled bulkhead, the one MCP session and the shop itself let
     every call through together, so each waits the shop's latency once, not behind the others. The shop holds
     each call until all 48 are in its hands together (``--gather``), so no clock is read: a gateway passing
     fewer at once never fills the round, which answers after its patience with every call marked ungathered."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from automation.tools import Caller, load_tool_gateway
+    from automation.tools import load_tool_gateway
     from automation.tools.config import BUNDLED_TOOLS
     from tool_servers import gateway_env
 
@@ -241,10 +251,7 @@ def test_calls_to_a_slow_shop_are_all_in_its_hands_at_once(pool, tmp_path):
                                                                    SWITCHBOARD_SHOP_GATHER=str(n),
                                                                    SWITCHBOARD_SHOP_CALLS_LOG=str(log)))
     try:
-        callers = [Caller(channel="web", customer_id="c1", conversation_id=f"conv-{i}", turn_id=f"turn-{i}",
-                          purpose="order_status") for i in range(n)]
-        with ThreadPoolExecutor(n) as threads:
-            results = list(threads.map(lambda c: gw.call("get_order", {"order_id": "100235"}, c), callers))
+        results = _at_once(gw, n)
         assert [r.status for r in results] == ["ok"] * n
         calls = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
         assert len(calls) == n and {c["tool"] for c in calls} == {"get_order"}
@@ -257,9 +264,7 @@ def test_calls_to_a_slow_shop_are_all_in_its_hands_at_once(pool, tmp_path):
 def test_a_gathering_shop_tells_calls_that_came_one_at_a_time(pool, tmp_path):
     """The other side of the test above: with a bulkhead of 1 the shop never has 2 calls at once, and each
     round ends by the shop's patience with its call marked ungathered (the check above can fail)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from automation.tools import Caller, load_tool_gateway
+    from automation.tools import load_tool_gateway
     from automation.tools.config import BUNDLED_TOOLS
     from tool_servers import gateway_env
 
@@ -272,10 +277,7 @@ def test_a_gathering_shop_tells_calls_that_came_one_at_a_time(pool, tmp_path):
                                                                    SWITCHBOARD_SHOP_GATHER_PATIENCE="1",
                                                                    SWITCHBOARD_SHOP_CALLS_LOG=str(log)))
     try:
-        callers = [Caller(channel="web", customer_id="c1", conversation_id=f"conv-{i}", turn_id=f"turn-{i}",
-                          purpose="order_status") for i in range(2)]
-        with ThreadPoolExecutor(2) as threads:
-            results = list(threads.map(lambda c: gw.call("get_order", {"order_id": "100235"}, c), callers))
+        results = _at_once(gw, 2)
         assert [r.status for r in results] == ["ok"] * 2
         calls = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
         assert [c["gathered"] for c in calls] == [False, False]
@@ -286,9 +288,7 @@ def test_a_gathering_shop_tells_calls_that_came_one_at_a_time(pool, tmp_path):
 def test_the_bulkhead_still_bounds_the_calls_a_slow_shop_has_in_hand(pool, tmp_path):
     """The tools file's ``max_concurrent`` is what a server gets at once: with 4, twelve customers asking a slow shop
     never give it more than 4 calls at a time (from the shop's own record), and every one is answered in turn."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from automation.tools import Caller, load_tool_gateway
+    from automation.tools import load_tool_gateway
     from automation.tools.config import BUNDLED_TOOLS
     from tool_servers import gateway_env
 
@@ -304,10 +304,7 @@ def test_the_bulkhead_still_bounds_the_calls_a_slow_shop_has_in_hand(pool, tmp_p
     gw = load_tool_gateway(tools, pool=pool, variables=gateway_env(SWITCHBOARD_SHOP_LATENCY_MS="300",
                                                                    SWITCHBOARD_SHOP_CALLS_LOG=str(log)))
     try:
-        callers = [Caller(channel="web", customer_id="c1", conversation_id=f"conv-{i}", turn_id=f"turn-{i}",
-                          purpose="order_status") for i in range(12)]
-        with ThreadPoolExecutor(12) as threads:
-            results = list(threads.map(lambda c: gw.call("get_order", {"order_id": "100235"}, c), callers))
+        results = _at_once(gw, 12)
         assert [r.status for r in results] == ["ok"] * 12
         calls = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
         assert len(calls) == 12
