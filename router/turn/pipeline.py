@@ -282,7 +282,7 @@ class Pipeline:
         """The pass's wanted work, in parallel, each item until its deadline (a late one: OutsideDeadline)."""
         t = time.perf_counter()
         with TurnSlots.released():   # the caller's bounds on turns at once count turns holding a connection
-            self._wait_outside(scope)
+            run_wanted(scope)
             waited = time.perf_counter() - t
         back = time.perf_counter() - t - waited     # the slot retaken (turns back from outside work go first)
         scope.work.outside_runs += 1
@@ -290,10 +290,6 @@ class Pipeline:
         scope.work.slot_back_seconds += back
         self.metrics.stage_seconds.labels("outside").observe(waited)
         self.metrics.stage_seconds.labels("slot_back").observe(back)
-
-    @staticmethod
-    def _wait_outside(scope: Pass) -> None:
-        run_wanted(scope)
 
     def _attempt(self, msg: InboundMessage, acquire: float | None, scope: Pass, t0: float, on_conversation=None):
         scope.committed.clear()     # what an earlier attempt of this pass noted did not commit
