@@ -21,7 +21,13 @@ for the tool calls, for a slot after them). Targets: 0 tool calls inside a turn'
 FAQ/small-talk p95 within 1.5x of the tools-off phase, order-status p95 <= shop latency + 50 ms (once the
 customers' session memory is cached: the first conversation of each customer also loads their profile).
 
+With ``--think-ms`` each customer pauses between a reply and their next message (reading and typing, as in a
+chat); without it every client sends again at once and the two cores are saturated, so every turn of every
+kind queues for a core and the latencies measure that queue more than the shop. Each phase's database starts
+with the previous phase's embedding cache (the knowledge base is encoded once per run).
+
     .venv/bin/python benchmarks/slow_shop.py                        # 64 customers, 384 messages per phase
+    .venv/bin/python benchmarks/slow_shop.py --think-ms 3000        # customers typing: the latency targets
     .venv/bin/python benchmarks/slow_shop.py --messages 128 --phases off,300,hang
 
 Prints a table and writes benchmarks/results/slow_shop.json (with the machine: cores, load average, Python).
@@ -34,6 +40,8 @@ RUN_ALL = {"quick": ["--messages", "128", "--concurrency", "32"], "full": []}
 
 import argparse
 import asyncio
+import contextlib
+import random
 import hashlib
 import hmac
 import json
@@ -54,7 +62,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from _scratch import drop_database, fresh_database, stop_server  # noqa: E402
+import psycopg  # noqa: E402
+from _scratch import drop_database, fresh_database, saved_embeddings, stop_server  # noqa: E402
 from webhook_throughput import SECRET, _children, _proc_cpu, cpu_snapshot, start_server, wait_ready  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "slow_shop.json"
@@ -125,10 +134,13 @@ def shop_data(path: Path, customers: int) -> None:
     path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
 
 
-async def load(base: str, n: int, concurrency: int, run: str, per_client: int | None = None) -> dict:
+async def load(base: str, n: int, concurrency: int, run: str, per_client: int | None = None,
+               think_ms: float = 0.0) -> dict:
     """``concurrency`` clients: even ones ask about an order, odd ones ask an FAQ or say hello. ``per_client``:
     each client sends exactly that many (the warm-up: every order client asks once in English and once in
-    Chinese, so its session memory is cached in both languages), else they share ``n``."""
+    Chinese, so its session memory is cached in both languages), else they share ``n``. ``think_ms``: a client
+    waits that long on average (uniformly 0.5x to 1.5x, seeded) after a reply before its next message, as a
+    customer reads and types; 0 sends at once (the machine saturated: every turn then queues for a core)."""
     import httpx
 
     url = f"{base}/v1/channels/web/webhook"
@@ -141,7 +153,10 @@ async def load(base: str, n: int, concurrency: int, run: str, per_client: int | 
         nonlocal silent
         kind = "order" if k % 2 == 0 else "other"
         mine = iter(range(k * per_client, (k + 1) * per_client)) if per_client else counter
+        pace = random.Random(k)
         for j, i in enumerate(mine):
+            if think_ms:
+                await asyncio.sleep(think_ms * pace.uniform(0.5, 1.5) / 1000.0)
             if kind == "order":
                 customer, order = f"b{k}", f"9{k:05d}"
                 text = ORDER_TEXTS[(k + j) % len(ORDER_TEXTS)].format(o=order)
@@ -305,6 +320,11 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=64, help="customers at once (half ask about an order)")
     p.add_argument("--workers", type=int, default=1, help="gateway processes (`switchboard serve --workers`)")
     p.add_argument("--pool-max", type=int, default=10, help="the gateway's database pool size")
+    p.add_argument("--think-ms", type=float, default=0.0,
+                   help="mean pause of a customer between a reply and their next message (0: none, saturating "
+                        "the machine; a few seconds: customers reading and typing, the load a chat gateway meets)")
+    p.add_argument("--ready-timeout", type=float, default=600,
+                   help="seconds to wait for a server to be ready (the first start indexes the knowledge base)")
     p.add_argument("--json", action="store_true", help="print only the JSON result")
     args = p.parse_args()
     phases = [x.strip() for x in args.phases.split(",") if x.strip()]
@@ -328,14 +348,16 @@ def main() -> None:
     shop_data(data, args.concurrency)
     os.environ["SWITCHBOARD_SHOP_DATA"] = str(data)
     results: dict = {"benchmark": "slow_shop", "concurrency": args.concurrency, "messages": args.messages,
+                     "think_ms": args.think_ms,
                      "workers": args.workers, "pool_max": args.pool_max,
                      "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                  "platform": platform.platform(), "load_average_start": os.getloadavg()[0]},
                      "phases": {}}
     try:
         pg_pid = embedded.status().pid if embedded is not None else None
+        embeddings = None           # each phase's database starts with the last one's embedding cache
         for phase in phases:
-            dsn = fresh_database(admin)
+            dsn = fresh_database(admin, embeddings)
             saved = {k: os.environ.get(k) for k in phase_env(phase)}
             os.environ.update(phase_env(phase))
             port = _free_port()
@@ -343,7 +365,7 @@ def main() -> None:
             proc = start_server(dsn, tmp / f"home-{phase}", str(model), port, args.pool_max,
                                 threads=max(1, (os.cpu_count() or 1) // args.workers), workers=args.workers)
             try:
-                wait_ready(base, proc)
+                wait_ready(base, proc, timeout=args.ready_timeout)
                 run = uuid.uuid4().hex[:6]
                 # warm-up: models, the shop's session (stdio start), every order client's session memory (it is
                 # kept per customer, and per language when a memory call reads `lang`: one question in each)
@@ -351,7 +373,7 @@ def main() -> None:
                 stages_before = stage_snapshot(base)
                 before = split_cpu(proc.pid, pg_pid)
                 with IdleSampler(dsn) as idle:
-                    r = asyncio.run(load(base, args.messages, args.concurrency, run))
+                    r = asyncio.run(load(base, args.messages, args.concurrency, run, think_ms=args.think_ms))
                 after = split_cpu(proc.pid, pg_pid)
                 r["waits"] = stage_waits(stages_before, stage_snapshot(base))
                 r["cpu_ms_per_message"] = {k: round((after[k] - before[k]) * 1000 / args.messages, 2) for k in after}
@@ -373,6 +395,8 @@ def main() -> None:
                         os.environ.pop(k, None)
                     else:
                         os.environ[k] = v
+                with contextlib.suppress(psycopg.Error):
+                    embeddings = saved_embeddings(dsn)
                 drop_database(admin, dsn)
     finally:
         if embedded is not None:
@@ -396,7 +420,8 @@ def main() -> None:
         print(json.dumps(results, ensure_ascii=False))
         return
     m = results["machine"]
-    print(f"\nslow shop: {args.concurrency} customers at once, {args.messages} messages per phase, "
+    print(f"\nslow shop: {args.concurrency} customers at once (pause between messages {args.think_ms:.0f} ms), "
+          f"{args.messages} messages per phase, "
           f"{args.workers} worker(s); {m['cpus']} cores, Python {m['python']}, load average at start "
           f"{m['load_average_start']:.1f}")
     print(f"{'phase':<6} {'msg/s':>6} {'order p50/p95 ms':>18} {'shop wait p95':>13} {'faq p50/p95 ms':>16} {'503':>4} "

@@ -33,6 +33,7 @@ RUN_ALL = {"quick": ["--messages", "300", "--warmup", "50"], "full": []}
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
@@ -54,7 +55,8 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from _scratch import drop_database, fresh_database, stop_server  # noqa: E402
+import psycopg  # noqa: E402
+from _scratch import drop_database, fresh_database, saved_embeddings, stop_server  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "webhook_throughput.json"
 SECRET = "bench-web-secret"
@@ -269,7 +271,7 @@ def _serve_and_measure(args, admin: str, tmp: Path, model: Path, pg_pid: int | N
     """One server (tools as asked) on a fresh database: every path's figures."""
     from tqdm import tqdm
 
-    dsn = fresh_database(admin)
+    dsn = fresh_database(admin, results.pop("_embeddings", None))
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     label = {None: "", False: " (tools off)", True: " (shop wired)"}[tools]
@@ -278,9 +280,9 @@ def _serve_and_measure(args, admin: str, tmp: Path, model: Path, pg_pid: int | N
     out: dict = {}
     try:
         t0 = time.monotonic()
-        ready = wait_ready(base, proc, path="/healthz" if args.bare else "/readyz")
+        ready = wait_ready(base, proc, timeout=args.ready_timeout, path="/healthz" if args.bare else "/readyz")
         if args.workers > 1:
-            wait_idle(proc.pid)   # the first worker answered ready; the others may still be loading
+            wait_idle(proc.pid, timeout=args.ready_timeout)   # the first worker answered ready; the others may still be loading
         results["server_start_seconds"] = round(time.monotonic() - t0, 1)
         results["encoder"] = (ready.get("checks") or {}).get("encoder", {}).get("detail")
         for path in paths:
@@ -300,6 +302,8 @@ def _serve_and_measure(args, admin: str, tmp: Path, model: Path, pg_pid: int | N
             out[path] = r
     finally:
         stop_server(proc)
+        with contextlib.suppress(psycopg.Error):
+            results["_embeddings"] = saved_embeddings(dsn)      # the next server's database starts with them
         drop_database(admin, dsn)
     return out
 
@@ -323,6 +327,11 @@ def main() -> None:
     p.add_argument("--tools", choices=["wired", "off", "both"], default="wired",
                    help="the example shop wired as by default (MCP stdio), tools off, or both one after the other "
                         "(same run: the wired throughput as a share of the tools-off one; target >= 90%%)")
+    p.add_argument("--embeddings", type=Path, default=None,
+                   help="a file to keep the knowledge base's embedding cache in between runs (read at start when it "
+                        "exists, written at the end): a server then starts without encoding the articles again")
+    p.add_argument("--ready-timeout", type=float, default=600,
+                   help="seconds to wait for the server to be ready (the first start indexes the knowledge base)")
     p.add_argument("--json", action="store_true", help="print only the JSON result")
     args = p.parse_args()
     if args.threads is None:
@@ -344,6 +353,8 @@ def main() -> None:
                      "threads": args.threads, "workers": args.workers,
                      "router": not args.bare, "tools": args.tools,
                      "cpus": os.cpu_count(), "python": platform.python_version(), "paths": {}}
+    if args.embeddings is not None and args.embeddings.is_file():
+        results["_embeddings"] = args.embeddings.read_bytes()
     paths = ["rule_l3", "rule", "embedding"] if args.path == "all" else [args.path]
     if args.bare:
         paths = ["ingress"]
@@ -366,6 +377,10 @@ def main() -> None:
             path: round(r["messages_per_s"] / results["paths_tools_off"][path]["messages_per_s"], 3)
             for path, r in results["paths"].items() if path in results["paths_tools_off"]}
         results["wired_within_10_percent"] = all(v >= 0.9 for v in results["wired_share_of_tools_off"].values())
+    kept = results.pop("_embeddings", None)
+    if args.embeddings is not None and kept:
+        args.embeddings.parent.mkdir(parents=True, exist_ok=True)
+        args.embeddings.write_bytes(kept)
     results["load_average_end"] = os.getloadavg()[0]
     results["target_rule_messages_per_s"] = 200
     for path in ("rule_l3", "rule"):
