@@ -239,14 +239,32 @@ def content_words(text: str) -> tuple[str, ...]:
     return tuple(words)
 
 
+_CJK_CHAR = re.compile(r"[\u4e00-\u9fff]")
+
+
+@lru_cache(maxsize=8192)
+def _whole_word(word: str) -> re.Pattern[str]:
+    """The word standing alone among Latin letters and digits (compiled once: a choice among 50 options asks
+    the same few words of every option)."""
+    return re.compile(rf"(?<![a-z0-9]){re.escape(word)}(?![a-z0-9])")
+
+
 def _word_hit(word: str, fields_norm: str, field_words: list[str]) -> bool:
-    if re.search(r"[\u4e00-\u9fff]", word):
+    if _CJK_CHAR.search(word):
         return word in fields_norm or (len(word) >= 2 and any(len(f) >= 2 and f in word for f in field_words))
-    if re.search(rf"(?<![a-z0-9]){re.escape(word)}(?![a-z0-9])", fields_norm):
+    if word in fields_norm and _whole_word(word).search(fields_norm):
         return True
     if len(word) >= 4 and word in fields_norm:     # "phone" in "smartphone"
         return True
     return len(word) >= 4 and any(len(f) >= 4 and SequenceMatcher(None, word, f).ratio() >= 0.85 for f in field_words)
+
+
+@lru_cache(maxsize=256)
+def _option_fields(texts: tuple[tuple[str, ...], ...]) -> tuple[list[str], list[list[str]]]:
+    """Each option's fields as one normalised string, and the words in them (the same options are read for
+    every word of an answer and every candidate)."""
+    fields = [" ".join(norm(f) for f in fs) for fs in texts]
+    return fields, [[w for f in fs for w in content_words(f)] + fields[i].split() for i, fs in enumerate(texts)]
 
 
 def evidence(text: str, texts: list[list[str]], index: int, *, head: bool = False, relevant: bool = False) -> float:
@@ -260,8 +278,7 @@ def evidence(text: str, texts: list[list[str]], index: int, *, head: bool = Fals
     words = content_words(text)
     if not words:
         return 0.0
-    fields = [" ".join(norm(f) for f in fs) for fs in texts]
-    field_words = [[w for f in fs for w in content_words(f)] + fields[i].split() for i, fs in enumerate(texts)]
+    fields, field_words = _option_fields(tuple(tuple(fs) for fs in texts))
     hits, counted = 0, 0
     for w in words:
         if len(texts) > 1 and all(_word_hit(w, fields[i], field_words[i]) for i in range(len(texts))):

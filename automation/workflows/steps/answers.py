@@ -73,6 +73,20 @@ def correction(inst: Instance, wf: Workflow, text: str, entities: dict[str, Any]
     return None
 
 
+def restated(inst: Instance, wf: Workflow, text: str, entities: dict[str, Any]) -> str | None:
+    """The filled slot whose value the message only states again ("100242" when asked to confirm the cancelling of
+    order 100242): agreeing with what is shown is neither a yes yet nor a misunderstanding."""
+    if U.is_correction(text):
+        return None
+    for name, slot in wf.slots.items():
+        v = slot.validate
+        if name not in inst["slots"] or (v.get("entity") in (None, "text", "yes_no") and "regex" not in v):
+            continue
+        if parse_slot(wf, name, text, entities) == inst["slots"][name]:
+            return name
+    return None
+
+
 def free_correction(inst: Instance, wf: Workflow, step: Step, text: str) -> tuple[str, Any] | None:
     """"No, it should be 21 Oak Road ..." at a confirmation: a new value for the free-text slot the step's
     on_reject would ask again (an address, a title), when the rest of the message is more than a number."""

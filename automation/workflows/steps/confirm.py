@@ -101,6 +101,10 @@ class Confirm(StepKind):
                 return str(target["goto"])
             run.cancel()
             return "stop"
+        if answer is None and A.restated(inst, wf, text, ctx.entities) is not None:
+            # the value shown, said again: the question again without "sorry, I didn't catch that" (still counted,
+            # so a customer who never says yes or no reaches a person as before)
+            return run.retry(step, "the value shown was restated, no yes or no", quiet=True)
         return run.retry(step, "no yes or no in the answer")
 
     def prompt(self, run: FlowRun, step: Step, *, with_prompt: bool = True) -> None:

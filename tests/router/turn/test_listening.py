@@ -132,6 +132,19 @@ def test_a_wrong_order_number_then_the_right_one(api, svc):
     assert "SF1402837465299" in zh[1]["reply"]["text"] and zh[1]["ticket_id"] is None
 
 
+@pytest.mark.parametrize("texts, retry", [(("cancel my order", "100242", "yes"), "catch"),
+                                           (("我要取消订单", "100242", "是的"), "没有听明白")])
+def test_the_order_number_said_again_at_the_confirmation_is_not_misheard(api, svc, texts, retry):
+    """The only order that can be cancelled is picked and the customer is asked to confirm; naming that order
+    again is not "didn't catch that": the confirmation is asked again, and the yes then cancels it once."""
+    out = talk(api, "c2", f"l-restate-{texts[-1]}", *texts)
+    assert out[0]["flow"]["awaiting"] == "confirmation" and "100242" in out[0]["reply"]["text"], out[0]
+    assert out[1]["flow"]["awaiting"] == "confirmation" and retry not in out[1]["reply"]["text"], out[1]
+    assert "100242" in out[1]["reply"]["text"] and out[1]["ticket_id"] is None
+    assert out[2]["flow"]["status"] == "completed", [o["reply"]["text"] for o in out]
+    assert [w["order_id"] for w in writes_of(svc, "cancel_order")] == ["100242"]
+
+
 def test_the_same_question_about_another_order_is_a_follow_up(api, svc):
     """After a lookup that only reads, "and 100242?" / "那100242呢" asks the same about another order: the lookup
     runs again with it (the classifier alone hears no intent in it). A workflow that writes is never restarted
