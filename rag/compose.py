@@ -272,9 +272,11 @@ LANG_NOTE = {
 class Composer:
     """Composes answers from whole articles; ``articles(doc_ids)`` returns each article's chunks in order."""
 
-    def __init__(self, encoder: Any, *, cache_size: int = 20000, store: Any = None, store_key: str = ""):
+    def __init__(self, encoder: Any, *, cache_size: int = 20000, store: Any = None, store_key: str = "",
+                 queries: Any = None):
         self.cache = VectorCache(encoder, cache_size, store, store_key)
         self.encoder = encoder
+        self.queries = queries      # rag.query_vectors.QueryVectors: the question's vectors, shared with retrieval
         self._lines: OrderedDict[tuple[str, str, str], list[Line]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -340,7 +342,10 @@ class Composer:
             return None
         pool = list({(ln.doc, ln.idx): ln for p in pools for ln in p}.values())
         parts = question_parts(query)
-        qvecs = self.encoder.encode_queries([query, *parts])
+        if self.queries is not None:      # a part was retrieved alone already: its vector is remembered
+            qvecs = np.stack([self.queries.get(t) for t in [query, *parts]])
+        else:
+            qvecs = np.asarray(self.encoder.encode_queries([query, *parts]), dtype=np.float32)
         heads = sorted({ln.section.split(" > ")[-1] for ln in pool if ln.section})
         vecs = self.cache.vectors([unit_text(ln, per_doc[ln.doc]) for ln in pool] + heads)
         sims = vecs[: len(pool)] @ qvecs.T

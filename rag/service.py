@@ -28,6 +28,7 @@ from rag.config import RetrievalConfig
 from rag.dense import DenseStore
 from rag.fusion import fuse
 from rag.generations import Generations
+from rag.query_vectors import QueryVectors
 from rag.lexical.base import LexicalIndex
 from rag.rewrite import Glossary, QueryRewriter, RewrittenQuery, get_tokenizer
 from rag.types import Answer, Chunk, Hit
@@ -112,7 +113,8 @@ class KnowledgeBase:
         # answer lines are encoded as queries (symmetric scoring), under their own key in the embedding cache:
         # a line is encoded once, by any process, so a restart warms composition from the database
         key = f"{encoder_name or getattr(encoder, 'name', None) or 'encoder'}#query"
-        self.composer = Composer(encoder, store=self.dense, store_key=key)
+        self.queries = QueryVectors(encoder)
+        self.composer = Composer(encoder, store=self.dense, store_key=key, queries=self.queries)
         self.generations = Generations(pool, self.dense, lexical, encoder, encoder_name=encoder_name,
                                        target_chars=self.config.chunk_chars,
                                        overlap_chars=self.config.chunk_overlap, progress=progress,
@@ -201,7 +203,7 @@ class KnowledgeBase:
             timings["bm25"] = time.perf_counter() - t
         if mode in ("dense", "hybrid", "rerank"):
             t = time.perf_counter()
-            vec = self.encoder.encode_queries([rw.dense])[0]
+            vec = self.queries.get(rw.dense)
             timings["encode"] = time.perf_counter() - t
             t = time.perf_counter()
             rankings["dense"] = self.dense.search(generation, vec, n, lang=lang, ef_search=cfg.ef_search)
@@ -232,7 +234,7 @@ class KnowledgeBase:
 
     def warm_query(self, query: str) -> None:
         """Encode the query as retrieval will (its rewritten form), so a caching encoder has it ready."""
-        self.encoder.encode_queries([self.rewriter.rewrite(query).dense])
+        self.queries.get(self.rewriter.rewrite(query).dense)
 
     # ------------------------------------------------------------------ answers
 
@@ -299,8 +301,8 @@ class KnowledgeBase:
         units = question_units(hit.chunk) if hit.chunk is not None else []
         if not units or not rw.dense.strip():
             return None
-        vecs = self.encoder.encode_queries([rw.dense, *units])
-        return float(max(vecs[1:] @ vecs[0]))
+        # the units are the articles' own words: their vectors are the composer's (warmed at start, see warm())
+        return float(max(self.composer.cache.vectors(units) @ self.queries.get(rw.dense)))
 
     def signals(self, rw: RewrittenQuery, hits: Sequence[Hit], generation: str | None = None) -> dict[str, Any]:
         """What the confidence is computed from, for the best passage: its dense cosine, the query's
@@ -369,7 +371,7 @@ class KnowledgeBase:
         flat = [u for us in units for u in us]
         if not flat:
             return hits
-        query = self.encoder.encode_queries([rw.dense])[0]
+        query = self.queries.get(rw.dense)
         sims = self.composer.cache.vectors(flat) @ query
         kind = asked(rw.original)
         if kind is not None:       # what states the quantity asked for leads (rag/answer_type.py)

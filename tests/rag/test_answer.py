@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import threading
 import uuid
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -15,12 +16,12 @@ import pytest
 
 from rag.answer import OpenAIChatGenerator, extract, unsupported_sentences
 from rag.chunk import split_sentences
-from rag.config import load_calibration
 from rag.lexical.tantivy import TantivyIndex
 from rag.rewrite import get_tokenizer, load_glossary
 from rag.service import SAMPLE_KB, KnowledgeBase, RetrievalConfig
 from rag.types import Chunk, Hit
 
+ROUTER_KITS = str(Path(__file__).resolve().parents[1] / "router")   # routing_kit: the shared knowledge base template
 TOPICS = ("refund-timelines", "password-reset", "order-tracking", "installments-huabei", "invoice-special-vat",
           "coupons")
 
@@ -34,15 +35,15 @@ def _subset(folder: Path) -> Path:
     return folder
 
 
-def _own_database(template_dsn):
-    """A migrated database of its own: a pool on it, dropped afterwards."""
+def _own_database(template_dsn, template: str = "switchboard_template"):
+    """A migrated database of its own (a copy of ``template``): a pool on it, dropped afterwards."""
     from router.db import open_pool
 
     base, _, query = template_dsn.partition("?")
     name = f"t_{uuid.uuid4().hex[:12]}"
     admin = base.rsplit("/", 1)[0] + "/postgres" + (f"?{query}" if query else "")
     with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "switchboard_template"')
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
     pool = open_pool(base.rsplit("/", 1)[0] + f"/{name}" + (f"?{query}" if query else ""), min_size=1, max_size=4)
     yield pool
     pool.close()
@@ -57,9 +58,21 @@ def module_pool(pg_server, template_dsn):
 
 
 @pytest.fixture(scope="module")
-def bundled_pool(pg_server, template_dsn):
-    """Another one for the whole bundled pack (the active generation is per database)."""
-    yield from _own_database(template_dsn)
+def bundled_template(pg_server, template_dsn, e5_encoder):
+    """The whole bundled pack indexed and warmed once per run, in a template database shared with the routing
+    tests (tests/router/routing_kit.py kb_template)."""
+    if ROUTER_KITS not in sys.path:
+        sys.path.insert(0, ROUTER_KITS)
+    from routing_kit import kb_template
+
+    _, uri = pg_server
+    return kb_template(uri, psycopg.conninfo.conninfo_to_dict(template_dsn)["dbname"], e5_encoder, None)
+
+
+@pytest.fixture(scope="module")
+def bundled_pool(pg_server, template_dsn, bundled_template):
+    """A copy of that template for this module (the active generation is per database)."""
+    yield from _own_database(template_dsn, bundled_template[0])
 
 
 @pytest.fixture(scope="module")
@@ -97,13 +110,13 @@ def test_a_question_finds_the_article_in_its_own_language(e5_kb, query, doc):
 
 
 @pytest.fixture(scope="module")
-def bundled_kb(bundled_pool, e5_encoder, tmp_path_factory):
-    """The whole bundled pack (what `make run` serves), with its glossary, its calibration, tantivy, pgvector and e5."""
-    glossary = load_glossary(SAMPLE_KB)
-    lexical = TantivyIndex(tmp_path_factory.mktemp("bundled"), tokenizer=get_tokenizer(glossary.words()))
-    config = RetrievalConfig(**load_calibration(SAMPLE_KB, "multilingual-e5-small"))
-    kb = KnowledgeBase(bundled_pool, e5_encoder, lexical, glossary=glossary, config=config)
-    kb.generations.rebuild(SAMPLE_KB)
+def bundled_kb(bundled_pool, bundled_template, e5_encoder):
+    """The whole bundled pack as `make run` serves it (its glossary, its calibration, tantivy, pgvector and e5)."""
+    from routing_kit import template_knowledge_base
+
+    kb = template_knowledge_base(bundled_pool, bundled_template, e5_encoder)
+    assert kb.sample_dir.name == "kb" and {p.name for p in kb.sample_dir.glob("*.md")} == {
+        p.name for p in SAMPLE_KB.glob("*.md")}          # every article of the pack
     return kb
 
 

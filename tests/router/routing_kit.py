@@ -86,11 +86,27 @@ def kb_template(pg_uri: str, template_db: str, encoder, topics: tuple[str, ...] 
     dsn = _with_db(pg_uri, name)
     pool = open_pool(dsn, min_size=1, max_size=2)
     try:
-        make_knowledge_base(_settings(home, dsn, encoder, kb_dir), pool, encoder).rebuild(kb_dir)
+        kb = make_knowledge_base(_settings(home, dsn, encoder, kb_dir), pool, encoder)
+        kb.rebuild(kb_dir)
+        # the answer lines' vectors go into the template's embedding cache: every copy's warm-up (wire_rag warms
+        # in the background) reads them instead of encoding the whole pack again
+        kb.warm()
     finally:
         pool.close()
     _templates[key] = (name, home, kb_dir)
     return _templates[key]
+
+
+def template_knowledge_base(pool, template: tuple[str, Path, Path], encoder) -> Any:
+    """A KnowledgeBase as production wires it (make_knowledge_base: the folder's glossary and calibration,
+    tantivy in the template's home) on ``pool``, a copy of the ``kb_template`` database, warmed from its
+    stored vectors."""
+    from router.app.composition import make_knowledge_base
+
+    _, home, kb_dir = template
+    kb = make_knowledge_base(_settings(home, pool.conninfo, encoder, kb_dir), pool, encoder)
+    kb.warm()
+    return kb
 
 
 def routing_services(dsn: str, home: Path, encoder, kb_dir: Path, *, flows: bool = False, **settings_overrides):
