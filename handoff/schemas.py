@@ -74,7 +74,8 @@ class Ticket(TicketSummary):
 
     context: dict[str, Any] = Field(description=(
         "The context package. Its `memory` (the customer as the shop knows them: profile, recent orders, "
-        "earlier outcomes) is loaded just after the ticket opens: `memory_status` is `pending` until then "
+        "earlier outcomes) is loaded when an agent first reads or claims the ticket: `memory_status` is "
+        "`pending` until then "
         "(`memory` null), then `loaded`, `partial` (some of the shop's reads failed: `memory.failed`) or "
         "`unavailable` (the shop gave none). A package without `memory_status` has no memory to load."))
     draft: dict[str, Any] | None = None

@@ -60,6 +60,35 @@ class HandoffService(TicketCommands, TicketQueries, DeskCommands):
         self._publish = T.Publisher(on_failure=self._publish_failed)
         self.hub = EventHub(pool.conninfo)
 
+    #: called with each ticket an agent reads or claims (``get_ticket``, ``claim``, ``claim_next``): the router
+    #: wires its loader of a package's session memory still ``pending`` here (router.turn.tiers.tickets
+    #: MemoryOnDemand), so the memory is loaded for the tickets someone looks at, not for every ticket opened
+    memory_wanted: Callable[[dict[str, Any]], Any] | None = None
+
+    def _wants_memory(self, ticket: dict[str, Any] | None) -> None:
+        if ticket is None or self.memory_wanted is None \
+                or (ticket.get("context") or {}).get("memory_status") != "pending":
+            return
+        try:
+            self.memory_wanted(ticket)
+        except Exception:  # noqa: BLE001 - the memory is a courtesy to the agent: the read or claim stands
+            log.warning("the session memory of ticket %s could not be asked for", ticket.get("id"), exc_info=True)
+
+    def get_ticket(self, agent: Agent, ticket_id: Any) -> dict[str, Any]:
+        ticket = super().get_ticket(agent, ticket_id)
+        self._wants_memory(ticket)
+        return ticket
+
+    def claim(self, agent: Agent, ticket_id: Any) -> dict[str, Any]:
+        ticket = super().claim(agent, ticket_id)
+        self._wants_memory(ticket)
+        return ticket
+
+    def claim_next(self, agent: Agent, *, kind: str | None = None, team: str | None = None) -> dict[str, Any] | None:
+        ticket = super().claim_next(agent, kind=kind, team=team)
+        self._wants_memory(ticket)
+        return ticket
+
     def _publish_failed(self, notes: list[str]) -> None:
         """A NOTIFY after a commit failed: try once more on a fresh connection; if that fails too, tell this
         process's screens to resynchronise (other processes' listeners lost the same database and resync

@@ -238,8 +238,8 @@ def normalise_context(context: dict[str, Any] | None, draft: dict[str, Any] | No
     return shown
 
 
-#: how far a ticket's session memory got (its context package's ``memory_status``): ``pending`` while it loads
-#: after the turn that opened the ticket, then ``loaded``, ``partial`` (some of the shop's reads failed: the
+#: how far a ticket's session memory got (its context package's ``memory_status``): ``pending`` until an agent
+#: first reads or claims the ticket (the router's loader then fills it), then ``loaded``, ``partial`` (some of the shop's reads failed: the
 #: memory's ``failed`` says which) or ``unavailable`` (none of them answered, or the load itself failed)
 MEMORY_STATUSES = ("pending", "unavailable", "partial", "loaded")
 

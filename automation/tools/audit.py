@@ -63,6 +63,7 @@ class AuditWriter:
         self._done = threading.Condition()
         self._queued = 0        # rows handed to the thread
         self._handled = 0       # rows the thread has committed or given up on
+        self._waiting: dict[str, int] = {}   # rows queued and not yet handled, per conversation
         self.dropped = 0        # rows lost (queue full, or the database refused a batch twice)
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="tool-audit", daemon=True)
@@ -101,23 +102,23 @@ class AuditWriter:
                 return self.write_now({**row, "input": json.loads(row["input"]),
                                        "output": json.loads(row["output"]) if row["output"] else None})
             self._queued += 1
+            self._wait_for(row, +1)
         try:
             self._queue.put_nowait(row)
         except queue.Full:
-            with self._done:
-                self._handled += 1
-                self.dropped += 1
-                self._done.notify_all()
+            self._handled_batch([row], dropped=True)
             log.warning("tool %s: audit queue full, row dropped", row.get("tool"))
             return None
         return str(row["id"])
 
-    def flush(self, timeout: float = 5.0) -> bool:
-        """Wait until every row queued so far is committed (or given up on); False on timeout."""
+    def flush(self, timeout: float = 5.0, conversation_id: Any = None) -> bool:
+        """Wait until every row queued so far is committed (or given up on); False on timeout. With
+        ``conversation_id``: only the rows of that conversation (none queued: at once, whatever others wait)."""
         deadline = time.monotonic() + timeout
         with self._done:
             target = self._queued
-            while self._handled < target:
+            conv = None if conversation_id is None else str(conversation_id)
+            while (self._handled < target) if conv is None else self._waiting.get(conv, 0) > 0:
                 left = deadline - time.monotonic()
                 if left <= 0 or not self._thread.is_alive():
                     return False
@@ -184,7 +185,7 @@ class AuditWriter:
                           for r in batch]
             except Exception as exc:  # noqa: BLE001 - a redactor bug must not stop the thread
                 log.warning("tool audit: %d rows not written: %s", len(batch), type(exc).__name__)
-                self._handled_batch(len(batch), dropped=True)
+                self._handled_batch(batch, dropped=True)
                 continue
             written = False
             for _ in range(2):   # a connection broken since the last batch gets one fresh try
@@ -210,7 +211,7 @@ class AuditWriter:
                     conn = None
             if not written:
                 log.warning("tool audit: %d rows not written: %s", len(batch), type(last).__name__)
-            self._handled_batch(len(batch), dropped=not written)
+            self._handled_batch(batch, dropped=not written)
         if conn is not None:
             conn.close()
 
@@ -221,11 +222,25 @@ class AuditWriter:
         conn.execute("SET synchronous_commit TO OFF")
         return conn
 
-    def _handled_batch(self, n: int, *, dropped: bool) -> None:
+    def _wait_for(self, row: dict, n: int) -> None:
+        """Count ``row`` in (+1) or out (-1) of its conversation's waiting rows; the caller holds ``_done``."""
+        conv = row.get("conversation_id")
+        if conv is None:
+            return
+        key = str(conv)
+        left = self._waiting.get(key, 0) + n
+        if left > 0:
+            self._waiting[key] = left
+        else:
+            self._waiting.pop(key, None)
+
+    def _handled_batch(self, batch: list[dict], *, dropped: bool) -> None:
         with self._done:
-            self._handled += n
+            self._handled += len(batch)
+            for row in batch:
+                self._wait_for(row, -1)
             if dropped:
-                self.dropped += n
+                self.dropped += len(batch)
             self._done.notify_all()
 
 

@@ -386,9 +386,12 @@ class Gateway:
             return self._audit_writer.write_now(row)
         return self._audit_writer.write_later(row)
 
-    def flush_audit(self, timeout: float = 5.0) -> bool:
-        """Wait until every call so far is in ``tool_calls`` (before reading it back in the same process)."""
-        return True if self._audit_writer is None else self._audit_writer.flush(timeout)
+    def flush_audit(self, timeout: float = 5.0, conversation_id: Any = None) -> bool:
+        """Wait until every call so far is in ``tool_calls`` (before reading it back in the same process); with
+        ``conversation_id``, every call of that conversation (a turn need not wait for other customers' rows)."""
+        if self._audit_writer is None:
+            return True
+        return self._audit_writer.flush(timeout, conversation_id=conversation_id)
 
     # --- operations ------------------------------------------------------------------------------------------
 

@@ -155,6 +155,10 @@ def wire_flows(services: Services) -> None:
                                 tickets=customer_tickets)   # earlier tickets in the session memory
     if services.handoff is not None and hasattr(services.handoff.port, "flows"):
         services.handoff.port.flows = services.flows   # an approver's decision resumes the flow
+    if services.handoff is not None:   # a ticket's session memory: loaded when an agent reads or claims it
+        from router.turn.tiers.tickets import MemoryOnDemand
+
+        services.handoff.memory_wanted = MemoryOnDemand(services.flows, services.handoff, services.pool.connection)
     engine = services.flows
     services.readiness["workflows"] = lambda: (True, f"{len(engine.workflows.names())} workflows, "
                                                      f"{len(engine.tools.names())} tools")

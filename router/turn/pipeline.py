@@ -90,7 +90,7 @@ class TurnContext:
     # how many times the turn's outside work ran before this pass (kept in the trace: one read, one run)
     outside_runs: int = 0
     # run on a background thread once the turn has committed and the connection is given back (slow work the
-    # answer need not wait for: a ticket's session memory); each job gets a way to take a pooled connection
+    # answer need not wait for); each job gets a way to take a pooled connection
     in_background: list[Callable[[Connect], None]] = field(default_factory=list)
 
 

@@ -49,3 +49,24 @@ def test_close_writes_what_is_still_queued(pool, web_c1):
     rows = _rows(pool)
     assert [x["id"] for x in rows] == ids
     assert [x["status"] for x in rows] == ["ok", "ok", "ok", "breaker_open"]
+
+
+def test_a_conversations_flush_waits_for_its_own_rows_only(shop_gateway, pool, web_c1):
+    """A turn reading its conversation's calls back (a ticket's context package) waits for that conversation's
+    queued rows: all of them are committed when it returns; another conversation's rows do not hold it up."""
+    from automation.tools import Caller
+
+    writer = shop_gateway._audit_writer
+    other = Caller(channel="web", customer_id="c2", conversation_id="conv-other", turn_id="turn-o", purpose="test")
+    mine = [shop_gateway.call("get_order", {"order_id": "100234"}, web_c1).call_id for _ in range(3)]
+    shop_gateway.call("list_recent_orders", {"limit": 5}, other)
+    assert shop_gateway.flush_audit(10, conversation_id=web_c1.conversation_id)
+    with pool.connection() as conn:
+        got = [r["id"] for r in conn.execute("SELECT id::text AS id FROM tool_calls WHERE conversation_id = %s"
+                                             " ORDER BY created_at", (web_c1.conversation_id,)).fetchall()]
+    assert got == mine
+    assert shop_gateway.flush_audit(10)
+    assert writer._waiting == {}            # every conversation's count is back to none once all is written
+    # a conversation with nothing queued returns at once, without waiting on the writer thread at all
+    with writer._done:
+        assert writer.flush(0.0, conversation_id="conv-nothing") is True

@@ -145,16 +145,19 @@ def rows(pool, sql: str, *params) -> list[dict[str, Any]]:
         return conn.execute(sql, params).fetchall()
 
 
-def ticket_memory(pool, ticket_id, *, timeout: float = 60.0) -> dict[str, Any]:
-    """The ticket's context package once its session memory is no longer ``pending`` (it is loaded just after
-    the turn that opened the ticket commits); fails when it is still pending after ``timeout`` s."""
+def ticket_memory(svc, ticket_id, *, timeout: float = 60.0) -> dict[str, Any]:
+    """The ticket's context package once its session memory is no longer ``pending``, read as an agent's screen
+    reads it (``get_ticket``, again while it is pending: the first read starts the load); fails when it is
+    still pending after ``timeout`` s."""
     import time
+    import uuid
 
+    agent, _ = make_agent(svc.pool, f"reader-{uuid.uuid4().hex[:8]}", role="supervisor")
     deadline = time.monotonic() + timeout
     while True:
-        (row,) = rows(pool, "SELECT context FROM tickets WHERE id = %s", ticket_id)
-        if row["context"].get("memory_status") != "pending":
-            return row["context"]
+        context = svc.handoff.get_ticket(agent, ticket_id)["context"]
+        if context.get("memory_status") != "pending":
+            return context
         assert time.monotonic() < deadline, f"the memory of ticket {ticket_id} is still pending"
         time.sleep(0.05)
 

@@ -123,8 +123,9 @@ async def ticket_understanding(ticket_id: UUID, request: Request, call: CallerDe
                         "approval ticket, opened by a workflow) the same memory loaded now through the tool "
                         "gateway, as the workflows load it (cached per conversation). Agent view: personal data "
                         "masked. `memory` is null when no workflow side is wired or the customer is unknown. "
-                        "`status`: `pending` while the ticket's memory is still loading (it is loaded just after "
-                        "the ticket opens, without holding up the customer's answer), `loaded`, `partial` (some "
+                        "`status`: `pending` while the ticket's memory is still loading (it is loaded when an "
+                        "agent first reads or claims the ticket, so the customer's turn never waits for it and "
+                        "no ticket nobody opens costs the shop anything), `loaded`, `partial` (some "
                         "of the shop's reads failed), `unavailable` (the shop gave none), null (none to load).",
             responses={401: {"description": "Missing or invalid token"}, 403: {"description": "Not your team"},
                        404: {"description": "No such ticket"}})
@@ -138,8 +139,9 @@ async def ticket_customer(ticket_id: UUID, request: Request, call: CallerDep) ->
 
 def customer_memory(services, ticket: dict[str, Any]) -> dict[str, Any]:
     """(memory, source, status): the package's, else loaded now; a failure to load is no memory (logged), not
-    an error. A package whose memory is still loading (``memory_status`` ``pending``: it comes shortly after
-    the ticket opened) says so, and one the shop could not give says ``unavailable``, rather than none."""
+    an error. A package whose memory is still loading (``memory_status`` ``pending``: it comes a moment after
+    an agent first reads the ticket) says so, and one the shop could not give says ``unavailable``, rather than
+    none."""
     context = ticket.get("context") or {}
     memory, status = context.get("memory"), context.get("memory_status")
     if memory:

@@ -9,13 +9,15 @@
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from router.classify.base import Classification
 from router.schemas import Decision
 from router.turn import state as sm
 from automation.tools.base import Caller
-from router.turn.passes import in_passes
+from router.turn.passes import AFTER_COMMIT, in_passes
 from router.turn.pipeline import Connect, TurnResult
 from router.turn.ports import FlowsPort, HandoffPort
 from router.turn.tiers.base import EVIDENCE_LIMIT, TurnBase, hit_dict
@@ -150,8 +152,8 @@ class Tickets(TurnBase):
                 draft=draft, amount=biggest.get("value") if biggest else None,
                 currency=biggest.get("currency") if biggest else None, notes=self.queue_notes())
         self.trace["ticket"] = {"kind": kind, "id": str(ticket["id"]), "priority": priority, "reason": reason}
-        if context.get("memory_status") == "pending":
-            self.load_memory_later(ticket["id"])
+        # a package with its memory to come ("pending") is filled when someone first needs it: an agent reading
+        # or claiming the ticket (MemoryOnDemand, wired on the handoff service); never in the customer's turn
         return ticket["id"]
 
     def context_package(self, decision: Decision, entities: dict[str, Any],
@@ -187,7 +189,7 @@ class Tickets(TurnBase):
             "escalation": decision.escalation.model_dump() if decision.escalation else None,
             "harness": self.trace.get("harness"),
             "transitions": list(self.transitions),
-            # the session memory comes after the turn has committed (load_memory_later): until then "pending"
+            # the session memory comes when an agent first reads or claims the ticket (MemoryOnDemand): "pending"
             "memory": None,
             **({"memory_status": "pending"} if self.memory_caller() is not None else {}),
             "tool_calls": self.tool_calls(),
@@ -202,18 +204,6 @@ class Tickets(TurnBase):
             return None
         return caller_of(self.conv)
 
-    def load_memory_later(self, ticket_id: Any) -> None:
-        """The ticket's session memory (the customer's profile, recent orders, earlier outcomes): loaded once the
-        turn has committed, on a background thread, and written into the ticket's context package in a short
-        transaction of its own. The ticket and the customer's answer never wait for the shop: a ticket exists
-        whatever the shop does (a failed or late load leaves ``memory_status`` ``unavailable``)."""
-        engine, handoff, caller = self.r.flows, self.r.handoff, self.memory_caller()
-        if engine is None or handoff is None or caller is None:
-            return
-        lang, conversation = self.flow_lang, str(self.conv["id"])
-        self.ctx.in_background.append(
-            lambda connect: fill_session_memory(connect, engine, handoff, caller, lang, ticket_id, conversation))
-
     def tool_calls(self) -> list[dict[str, Any]]:
         """The conversation's recent tool calls as audited (redacted): tool, status, latency, attempts, data,
         the error of a failed one; read on the turn's connection, which sees the committed audit rows."""
@@ -223,8 +213,8 @@ class Tickets(TurnBase):
         from automation.tools.audit import calls_for_conversation, summarise
 
         flush = getattr(engine.tools, "flush_audit", None)
-        if flush is not None:
-            flush(2.0)   # this turn's reads are written by the audit thread: wait for them
+        if flush is not None:   # the conversation's reads are written by the audit thread: wait for those only
+            flush(2.0, conversation_id=str(self.conv["id"]))
         try:
             with self.conn.transaction():   # a savepoint: a failed read must not abort the turn
                 rows = calls_for_conversation(self.conn, str(self.conv["id"]), limit=TOOL_CALL_LIMIT)
@@ -269,3 +259,54 @@ def fill_session_memory(connect: Connect, engine: FlowsPort, handoff: HandoffPor
         return
     if status != "loaded":
         log.info("session memory of ticket %s is %s", ticket_id, status)
+
+
+class MemoryOnDemand:
+    """Fills a ticket's session memory when someone first needs it, not for every ticket a turn opens.
+
+    A turn opens an L3 (or L2) ticket with ``memory_status`` ``pending`` and nothing else: most tickets of a busy
+    queue are answered from the transcript, and loading every customer's profile and orders from the shop
+    after every handoff cost each one two tool calls, their audit rows, a second transaction and a rewrite of
+    the ticket's package. The handoff service calls this with a ticket an agent reads or claims
+    (``memory_wanted``): a package still ``pending`` is loaded on a background thread (:data:`AFTER_COMMIT`,
+    as a turn loads it: its calls between passes, with no connection held, within the tool deadline) and
+    written into the package; the agent's screen, which reads the ticket again while it is ``pending``, shows
+    it a moment later. One load per ticket at a time in this process; one that failed before writing (the
+    database away) leaves the package ``pending`` and the next read asks again.
+    """
+
+    def __init__(self, engine: FlowsPort, handoff: HandoffPort, connect: Connect,
+                 submit: Callable[[Callable[[], None]], Any] | None = None):
+        self.engine, self.handoff, self.connect = engine, handoff, connect
+        self.submit = submit or AFTER_COMMIT.submit
+        self._lock = threading.Lock()
+        self._loading: set[str] = set()
+
+    def __call__(self, ticket: dict[str, Any]) -> bool:
+        """Start loading ``ticket``'s memory if its package waits for it; whether a load was started."""
+        context = ticket.get("context") or {}
+        if context.get("memory_status") != "pending" or not ticket.get("customer_id"):
+            return False
+        tid, conversation = str(ticket["id"]), str(ticket.get("conversation_id"))
+        with self._lock:
+            if tid in self._loading:
+                return False
+            self._loading.add(tid)
+        caller = Caller(channel=str(ticket["channel"]), customer_id=str(ticket["customer_id"]),
+                        conversation_id=conversation)
+        lang = str(ticket["language"]) if ticket.get("language") in ("zh", "en") else "en"
+
+        def run() -> None:
+            try:
+                fill_session_memory(self.connect, self.engine, self.handoff, caller, lang, tid, conversation)
+            finally:
+                with self._lock:
+                    self._loading.discard(tid)
+
+        try:
+            self.submit(run)
+        except RuntimeError:   # shutting down: the package stays pending, the next read asks again
+            with self._lock:
+                self._loading.discard(tid)
+            return False
+        return True

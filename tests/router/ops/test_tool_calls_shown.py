@@ -133,8 +133,13 @@ def test_a_turn_without_a_flow_calls_only_the_session_memory(svc):
         assert out["ticket_id"] is not None
     finally:
         api.__exit__(None, None, None)
-    # the ticket is opened with its session memory still to come; it is loaded just after the turn
-    context = ticket_memory(svc.pool, out["ticket_id"])
+    # the ticket is opened with its session memory still to come: nothing asks the shop until an agent reads it
+    svc.tools.flush_audit(5.0)
+    (ticket,) = rows(svc.pool, "SELECT context FROM tickets WHERE id = %s", out["ticket_id"])
+    assert ticket["context"]["memory_status"] == "pending" and ticket["context"]["memory"] is None
+    assert rows(svc.pool, "SELECT count(*) AS n FROM tool_calls WHERE conversation_id = %s",
+                out["conversation_id"])[0]["n"] == 0
+    context = ticket_memory(svc, out["ticket_id"])    # read as an agent's screen reads it: that loads it
     # no workflow ran: the only calls are the session memory's reads for the ticket's context package
     assert {c["tool"] for c in context["tool_calls"]} <= MEMORY
     assert all(c["risk"] == "read" for c in context["tool_calls"])

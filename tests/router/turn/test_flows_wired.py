@@ -204,7 +204,7 @@ def test_session_memory_starts_flows_and_reaches_the_context_package(api, svc):
     assert rows(svc.pool, "SELECT count(*) AS n FROM flow_memory WHERE customer_id = 'c1'")[0]["n"] == 1
     person = say(api, "转人工", customer="c1", conversation="conv-mem-zh")
     assert person["ticket_id"] is not None
-    context = ticket_memory(svc.pool, person["ticket_id"])     # loaded just after the ticket's turn
+    context = ticket_memory(svc, person["ticket_id"])     # loaded when an agent reads the ticket
     assert context["memory_status"] == "loaded"
     memory = context["memory"]
     assert memory["profile"]["customer_id"] == "c1"
@@ -213,8 +213,8 @@ def test_session_memory_starts_flows_and_reaches_the_context_package(api, svc):
 
 
 def test_a_ticket_shows_its_memory_as_loading_until_it_comes(api, svc):
-    """The ticket opens at once; its session memory follows the turn's commit. Meanwhile the handoff API and
-    the console say it is loading (not that the customer has none), and then it is there."""
+    """The ticket opens at once; its session memory is loaded when an agent first reads it. Meanwhile the
+    handoff API and the console say it is loading (not that the customer has none), and then it is there."""
     hello = say(api, "hello", conversation="conv-wait")
     _, token = make_agent(svc.pool, "sue", role="supervisor")
     h = {"Authorization": f"Bearer {token}"}
@@ -232,7 +232,7 @@ def test_a_ticket_shows_its_memory_as_loading_until_it_comes(api, svc):
         assert r.status_code == 200, r.text
         assert r.json() == {"ticket_id": tid, "memory": None, "source": "ticket", "status": "pending"}
         blocker.rollback()
-    context = ticket_memory(svc.pool, tid)
+    context = ticket_memory(svc, tid)
     assert context["memory_status"] == "loaded"
     r = api.get(f"/console/api/tickets/{tid}/customer", headers=h)
     assert r.status_code == 200 and r.json()["source"] == "ticket" and r.json()["status"] == "loaded", r.text

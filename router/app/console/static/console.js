@@ -636,8 +636,8 @@ async function showTicket(id) {
   awaitMemory(ticket);
 }
 
-// a ticket opened a moment ago: its session memory is loaded just after it opens; the ticket is read again a few
-// times (backing off) until it is there or the shop's answer is known
+// a ticket whose session memory is still to come: reading it starts the load (the first agent to open it); the
+// ticket is read again a few times (backing off) until it is there or the shop's answer is known
 function awaitMemory(ticket) {
   clearTimeout(state.memoryPoll);
   if ((ticket.context || {}).memory_status !== "pending") { state.memoryTries = null; return; }
