@@ -54,7 +54,9 @@ def test_preview_search_filters_and_views(console, gateway):
     console.get_by_label("Filter by language").select_option("")
     expect(queue.locator("li[data-ticket]")).to_have_count(3)
     console.get_by_label("Filter by kind").select_option("assist")
-    # the list is replaced, not patched: wait for the one row this filter leaves, not only for a count of one
+    # the list is replaced, not patched: wait until it holds one row (the unfiltered list already shows this row,
+    # so waiting for the row alone read the list before the filtered one arrived), and that row is this filter's
+    expect(queue.locator("li[data-ticket]")).to_have_count(1)
     expect(queue.locator(f"li[data-ticket='{assist['id']}']")).to_have_count(1)
     assert _ids(console) == [str(assist["id"])]
     console.get_by_label("Filter by kind").select_option("")
