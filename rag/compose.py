@@ -276,7 +276,7 @@ class Composer:
                  queries: Any = None):
         self.cache = VectorCache(encoder, cache_size, store, store_key)
         self.encoder = encoder
-        self.queries = queries      # rag.query_vectors.QueryVectors: the question's vectors, shared with retrieval
+        self.queries = queries      # a VectorCache of the questions' vectors, shared with retrieval
         self._lines: OrderedDict[tuple[str, str, str], list[Line]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -343,7 +343,7 @@ class Composer:
         pool = list({(ln.doc, ln.idx): ln for p in pools for ln in p}.values())
         parts = question_parts(query)
         if self.queries is not None:      # a part was retrieved alone already: its vector is remembered
-            qvecs = np.stack([self.queries.get(t) for t in [query, *parts]])
+            qvecs = self.queries.vectors([query, *parts])
         else:
             qvecs = np.asarray(self.encoder.encode_queries([query, *parts]), dtype=np.float32)
         heads = sorted({ln.section.split(" > ")[-1] for ln in pool if ln.section})

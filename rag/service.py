@@ -21,14 +21,13 @@ from psycopg_pool import ConnectionPool
 from rag.answer import Generator, citation, unsupported_sentences
 from rag.chunk import split_sentences
 from rag.answer_type import asked, asking_word, holds
-from rag.compose import ANSWER_TYPE_LEAD, Composer, question_parts, structured, unit_text
+from rag.compose import ANSWER_TYPE_LEAD, Composer, VectorCache, question_parts, structured, unit_text
 from rag.confidence import model_of
 from rag.confidence import confidence as confidence_of
 from rag.config import RetrievalConfig
 from rag.dense import DenseStore
 from rag.fusion import fuse
 from rag.generations import Generations
-from rag.query_vectors import QueryVectors
 from rag.lexical.base import LexicalIndex
 from rag.rewrite import Glossary, QueryRewriter, RewrittenQuery, get_tokenizer
 from rag.types import Answer, Chunk, Hit
@@ -113,7 +112,9 @@ class KnowledgeBase:
         # answer lines are encoded as queries (symmetric scoring), under their own key in the embedding cache:
         # a line is encoded once, by any process, so a restart warms composition from the database
         key = f"{encoder_name or getattr(encoder, 'name', None) or 'encoder'}#query"
-        self.queries = QueryVectors(encoder)
+        # the questions' vectors, by text, in memory only (no store: a customer's words never go to the embedding
+        # cache table): one answer needs its question for retrieval, the entry score, composition and its parts
+        self.queries = VectorCache(encoder, 512)
         self.composer = Composer(encoder, store=self.dense, store_key=key, queries=self.queries)
         self.generations = Generations(pool, self.dense, lexical, encoder, encoder_name=encoder_name,
                                        target_chars=self.config.chunk_chars,
@@ -203,7 +204,7 @@ class KnowledgeBase:
             timings["bm25"] = time.perf_counter() - t
         if mode in ("dense", "hybrid", "rerank"):
             t = time.perf_counter()
-            vec = self.queries.get(rw.dense)
+            vec = self.queries.vectors([rw.dense])[0]
             timings["encode"] = time.perf_counter() - t
             t = time.perf_counter()
             rankings["dense"] = self.dense.search(generation, vec, n, lang=lang, ef_search=cfg.ef_search)
@@ -234,7 +235,7 @@ class KnowledgeBase:
 
     def warm_query(self, query: str) -> None:
         """Encode the query as retrieval will (its rewritten form), so a caching encoder has it ready."""
-        self.queries.get(self.rewriter.rewrite(query).dense)
+        self.queries.vectors([self.rewriter.rewrite(query).dense])
 
     # ------------------------------------------------------------------ answers
 
@@ -302,7 +303,7 @@ class KnowledgeBase:
         if not units or not rw.dense.strip():
             return None
         # the units are the articles' own words: their vectors are the composer's (warmed at start, see warm())
-        return float(max(self.composer.cache.vectors(units) @ self.queries.get(rw.dense)))
+        return float(max(self.composer.cache.vectors(units) @ self.queries.vectors([rw.dense])[0]))
 
     def signals(self, rw: RewrittenQuery, hits: Sequence[Hit], generation: str | None = None) -> dict[str, Any]:
         """What the confidence is computed from, for the best passage: its dense cosine, the query's
@@ -371,7 +372,7 @@ class KnowledgeBase:
         flat = [u for us in units for u in us]
         if not flat:
             return hits
-        query = self.queries.get(rw.dense)
+        query = self.queries.vectors([rw.dense])[0]
         sims = self.composer.cache.vectors(flat) @ query
         kind = asked(rw.original)
         if kind is not None:       # what states the quantity asked for leads (rag/answer_type.py)
