@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from automation.workflows import understand as U
@@ -58,19 +59,24 @@ def stated(wf: Workflow, name: str, text: str, entities: dict[str, Any]) -> Any:
     return parse_slot(wf, name, text, entities)
 
 
-def correction(inst: Instance, wf: Workflow, text: str, entities: dict[str, Any],
-               skip: str | None = None) -> tuple[str, Any] | None:
-    """A new value for an already filled slot ("不是这个，是100235", "sorry, 25 not 45"): (slot, value)."""
-    if U.is_correction(text):
-        text = U.drop_negated(text)
+def _filled_stated(inst: Instance, wf: Workflow, text: str, entities: dict[str, Any],
+                   skip: str | None = None) -> Iterator[tuple[str, Any]]:
+    """(slot, value) for each filled slot read by an entity (an order number, an amount) that the text states."""
     for name, slot in wf.slots.items():
         ent = slot.validate.get("entity")
         if name == skip or name not in inst["slots"] or ent in (None, "text", "yes_no"):
             continue
         value = parse_slot(wf, name, text, entities)
-        if value is not None and value != inst["slots"][name]:
-            return name, value
-    return None
+        if value is not None:
+            yield name, value
+
+
+def correction(inst: Instance, wf: Workflow, text: str, entities: dict[str, Any],
+               skip: str | None = None) -> tuple[str, Any] | None:
+    """A new value for an already filled slot ("不是这个，是100235", "sorry, 25 not 45"): (slot, value)."""
+    if U.is_correction(text):
+        text = U.drop_negated(text)
+    return next(((n, v) for n, v in _filled_stated(inst, wf, text, entities, skip) if v != inst["slots"][n]), None)
 
 
 def restated(inst: Instance, wf: Workflow, text: str, entities: dict[str, Any]) -> str | None:
@@ -78,13 +84,7 @@ def restated(inst: Instance, wf: Workflow, text: str, entities: dict[str, Any]) 
     order 100242): agreeing with what is shown is neither a yes yet nor a misunderstanding."""
     if U.is_correction(text):
         return None
-    for name, slot in wf.slots.items():
-        v = slot.validate
-        if name not in inst["slots"] or (v.get("entity") in (None, "text", "yes_no") and "regex" not in v):
-            continue
-        if parse_slot(wf, name, text, entities) == inst["slots"][name]:
-            return name
-    return None
+    return next((n for n, v in _filled_stated(inst, wf, text, entities) if v == inst["slots"][n]), None)
 
 
 def free_correction(inst: Instance, wf: Workflow, step: Step, text: str) -> tuple[str, Any] | None:
