@@ -66,8 +66,7 @@ class HandoffService(TicketCommands, TicketQueries, DeskCommands):
     memory_wanted: Callable[[dict[str, Any]], Any] | None = None
 
     def _wants_memory(self, ticket: dict[str, Any] | None) -> None:
-        if ticket is None or self.memory_wanted is None \
-                or (ticket.get("context") or {}).get("memory_status") != "pending":
+        if ticket is None or self.memory_wanted is None:   # the loader decides whether the package waits for it
             return
         try:
             self.memory_wanted(ticket)

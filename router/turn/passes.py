@@ -268,8 +268,7 @@ OUTSIDE = concurrent.futures.ThreadPoolExecutor(max_workers=128, thread_name_pre
 #: threads that run turns' tool calls and memory loads: apart from OUTSIDE (the answer generator), so a hanging
 #: shop, whose calls wait here for their server's bulkhead and then their timeout, takes none of its threads
 TOOL_CALLS = concurrent.futures.ThreadPoolExecutor(max_workers=128, thread_name_prefix="turn-tools")
-#: threads that run what a turn leaves for after its commit (TurnContext.in_background) and a ticket's session memory
-#: when an agent first reads it (router.turn.tiers.tickets.MemoryOnDemand);
+#: threads that load a ticket's session memory when an agent first reads it (router.turn.tiers.tickets.MemoryOnDemand);
 #: few, so they never take more than a few of the pool's connections from the turns (each takes one at a time,
 #: only for its short transactions); their tool calls wait on TOOL_CALLS
 AFTER_COMMIT = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="turn-after-commit")

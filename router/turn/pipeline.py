@@ -57,7 +57,7 @@ from router.channels.registry import channel_label
 from router.db.errors import DatabaseUnavailable
 from router.problems import Problem
 from router.schemas import Decision, InboundMessage, Reply, TurnOut
-from router.turn.passes import AFTER_COMMIT, CURRENT_PASS, Pass, RollBack, TurnSlots, Work, run_wanted
+from router.turn.passes import CURRENT_PASS, Pass, RollBack, TurnSlots, Work, run_wanted
 from router.telemetry.logs import BUSINESS_KEYS, redact_obj
 from text import LONG_MESSAGE_CHARS
 
@@ -89,9 +89,6 @@ class TurnContext:
     turn_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     # how many times the turn's outside work ran before this pass (kept in the trace: one read, one run)
     outside_runs: int = 0
-    # run on a background thread once the turn has committed and the connection is given back (slow work the
-    # answer need not wait for); each job gets a way to take a pooled connection
-    in_background: list[Callable[[Connect], None]] = field(default_factory=list)
 
 
 _TURN_NAMESPACE = uuid.UUID("5b0c7e3e-3f7a-4c55-9d8e-7a1f2f0c9b31")
@@ -317,8 +314,6 @@ class Pipeline:
                         hook(conn)
                     except Exception:  # noqa: BLE001 - the turn is committed; a failed announcement is only logged
                         log.warning("after-commit hook failed", exc_info=True)
-                for job in ctx.in_background:
-                    self._background(job)
         except _Refused as refused:
             self.metrics.refused.labels("quota_customer").inc()
             raise refused.problem from None
@@ -328,20 +323,6 @@ class Pipeline:
         d = result.decision
         self.metrics.decisions.labels(d.tier or "none", d.intent or "none", d.channel or "none").inc()
         return response, False
-
-    def _background(self, job: Callable[[Connect], None]) -> None:
-        """A committed turn's ``in_background`` job, on a thread of its own: it takes pooled connections
-        only for its own short transactions; a failure is only logged (the turn is committed and answered)."""
-        def run() -> None:
-            try:
-                job(self.pool.connection)
-            except Exception:  # noqa: BLE001 - the turn is committed; what it left for later is a courtesy
-                log.warning("a turn's after-commit job failed", exc_info=True)
-
-        try:
-            AFTER_COMMIT.submit(run)
-        except RuntimeError:   # the process is shutting down (the executor no longer takes work)
-            log.warning("a turn's after-commit job was not started: shutting down")
 
     # a new conversation's id comes from its channel and external id, so every pass of its first turn (and a
     # repeat after a crash) makes the same row: what the pass did outside (an audited tool call) names it.
