@@ -159,10 +159,10 @@ class FlowEngine:
 
     # ------------------------------------------------------------------ a customer's turn
 
-    def listen(self, conn: Any, conversation_id: str, text: str, entities: dict[str, Any] | None = None, *,
+    def listen(self, instance: Instance | None, text: str, entities: dict[str, Any] | None = None, *,
                intent: str | None = None, intent_confidence: float | None = None) -> Listening | None:
-        """The conversation's active flow and what it reads ``text`` as; None when no flow is active."""
-        instance = store.active(conn, conversation_id)
+        """The conversation's active flow (``active``, read by the caller) and what it reads ``text`` as; None when
+        no flow is active."""
         if instance is None:
             return None
         return Listening(instance, self.read(instance, text, entities, intent=intent,

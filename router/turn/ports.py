@@ -92,7 +92,7 @@ class FlowsPort(Protocol):
 
     def lapse(self, conn: Any, instance: Instance) -> None: ...
 
-    def listen(self, conn: Any, conversation_id: str, text: str, entities: dict[str, Any] | None = None, *,
+    def listen(self, instance: Instance | None, text: str, entities: dict[str, Any] | None = None, *,
                intent: str | None = None, intent_confidence: float | None = None) -> Listening | None: ...
 
     def on_message(self, conn: Any, caller: Caller, text: str, entities: dict[str, Any] | None = None, *,

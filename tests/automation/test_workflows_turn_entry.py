@@ -28,9 +28,14 @@ def _engine(approvals):
     return FlowEngine(parse_workflows(WORKFLOWS, file="wf.yaml"), None, approvals)
 
 
+def _listen(engine):
+    """The turn's reading: the conversation's active flow (read once per pass) and what it reads the text as."""
+    return lambda conn, conversation_id, text: engine.listen(engine.active(conn, conversation_id), text)
+
+
 def test_no_active_flow_listens_to_nothing_and_the_intent_starts_its_workflow(turn, approvals):
     engine, who = _engine(approvals), Caller("web", "cus_lee", "conv-entry-1")
-    assert turn(engine.listen, "conv-entry-1", "hello") is None
+    assert turn(_listen(engine), "conv-entry-1", "hello") is None
     assert turn(engine.on_message, who, "hello", {}, lang="en") is None          # no workflow, no intent
     t = turn(engine.on_message, who, "I need a size", {}, lang="en", intent="pick_size")
     assert (t.workflow, t.status, t.reply) == ("sizes", "waiting", "Which size?")
@@ -39,24 +44,24 @@ def test_no_active_flow_listens_to_nothing_and_the_intent_starts_its_workflow(tu
 def test_the_reading_is_made_once_and_handed_through(turn, approvals):
     engine, who = _engine(approvals), Caller("web", "cus_lee", "conv-entry-2")
     turn(engine.on_message, who, "", {}, lang="en", workflow="sizes")
-    heard = turn(engine.listen, "conv-entry-2", "M")
+    heard = turn(_listen(engine), "conv-entry-2", "M")
     assert isinstance(heard, Listening) and heard.reading == "answer"
     # on_message acts on the reading it is given, never reads again: the same "M" taken as a digression is
     # not answered, the question is asked again
     t = turn(engine.on_message, who, "M", {}, lang="en", listening=Listening(heard.instance, "digression"))
     assert t.drift and t.status == "waiting" and t.reply == "Which size?" and t.reading == "digression"
-    t = turn(engine.on_message, who, "M", {}, lang="en", listening=turn(engine.listen, "conv-entry-2", "M"))
+    t = turn(engine.on_message, who, "M", {}, lang="en", listening=turn(_listen(engine), "conv-entry-2", "M"))
     assert (t.status, t.reply, t.reading) == ("completed", "Size M", "answer")
 
 
 def test_a_flow_suspended_after_listening_lets_the_other_task_start(turn, approvals):
     engine, who = _engine(approvals), Caller("web", "cus_lee", "conv-entry-3")
     turn(engine.on_message, who, "", {}, lang="en", workflow="sizes")
-    heard = turn(engine.listen, "conv-entry-3", "what colours are there?")
+    heard = turn(_listen(engine), "conv-entry-3", "what colours are there?")
     turn(engine.suspend, heard.instance, because="colours")
     t = turn(engine.on_message, who, "what colours are there?", {}, lang="en", listening=heard, workflow="colours")
     assert (t.workflow, t.reply) == ("colours", "Which colour?")
-    t = turn(engine.on_message, who, "blue", {}, lang="en", listening=turn(engine.listen, "conv-entry-3", "blue"))
+    t = turn(engine.on_message, who, "blue", {}, lang="en", listening=turn(_listen(engine), "conv-entry-3", "blue"))
     assert (t.workflow, t.status) == ("colours", "completed")
     resumed = turn(engine.resume, "conv-entry-3", "en")
     assert (resumed.workflow, resumed.reply) == ("sizes", "Back to your earlier request (sizes):\nWhich size?")

@@ -166,7 +166,7 @@ class Answers(Tickets):
         from router.classify.segments import split_requests
 
         engine, kb = self.r.flows, self.r.rag
-        if kb is None or (engine is not None and engine.active(self.conn, str(self.conv["id"])) is not None):
+        if kb is None or (engine is not None and self.active_flow() is not None):
             return None
         parts = split_requests(self.text)
         if len(parts) < 2:

@@ -15,6 +15,7 @@ from typing import Any, Protocol, cast
 from prometheus_client import Counter
 
 from automation.workflows.listening import Listening
+from automation.workflows.store import Instance
 from rag.types import Answer, Hit
 from router.classify.base import Classification
 from router.classify.intents import Intent
@@ -30,6 +31,8 @@ from router.turn.pipeline import TurnContext, TurnResult
 from router.turn.ports import ClassifierPort, Conn, EncoderPort, FlowsPort, HandoffPort, KnowledgePort
 
 log = logging.getLogger(__name__)
+
+_UNREAD = object()    # TurnBase.active_flow not read yet this pass
 
 EVIDENCE_LIMIT = 5
 
@@ -81,6 +84,7 @@ class TurnBase:
         self.rag_error: str | None = None
         self.flow: dict[str, Any] | None = None     # the workflow's part of the response
         self.listening: Listening | None = None      # the waiting flow and its reading of the message (engine.listen)
+        self._active_flow: Instance | None | object = _UNREAD
         self._notes: list[str] | None = None
         self.outcome: str | None = None
         self.asking: Intent | None = None   # the intent config whose topics answer this message (a question), if any
@@ -90,6 +94,18 @@ class TurnBase:
         if self.lang != known:   # remembered for the next short message ("ok", "👍")
             self.conn.execute("UPDATE conversations SET metadata = COALESCE(metadata, '{}'::jsonb) "
                               "|| jsonb_build_object('lang', %s::text) WHERE id = %s", (self.lang, self.conv["id"]))
+
+    def active_flow(self) -> Instance | None:
+        """The conversation's active flow, read once per pass: settling an open offer, a message's several
+        requests and the flow's own listening all ask before anything runs it (``flow_moved`` forgets it)."""
+        if self._active_flow is _UNREAD:
+            engine = self.r.flows
+            self._active_flow = engine.active(self.conn, str(self.conv["id"])) if engine is not None else None
+        return cast("Instance | None", self._active_flow)
+
+    def flow_moved(self) -> None:
+        """This pass changed the conversation's flows: the next ``active_flow`` reads them again."""
+        self._active_flow = _UNREAD
 
     @property
     def flow_lang(self) -> str:

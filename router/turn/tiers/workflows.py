@@ -30,7 +30,7 @@ class Workflows(Answers):
         if engine is None:
             return None
         with self.stage("workflow"):
-            self.listening = engine.listen(self.conn, str(self.conv["id"]), self.text, c.entities or {},
+            self.listening = engine.listen(self.active_flow(), self.text, c.entities or {},
                                            intent=c.intent, intent_confidence=float(c.confidence))
         if self.listening is None:
             return None
@@ -54,13 +54,14 @@ class Workflows(Answers):
         engine = self.r.flows
         if engine is None:
             return
-        active = engine.active(self.conn, str(self.conv["id"]))
+        active = self.active_flow()
         if active is None or not engine.offered(active):
             return
         reading = engine.read(active, self.text, c.entities or {}, intent=c.intent,
                               intent_confidence=float(c.confidence))
         if reading not in ("answer", "cancel"):
             engine.lapse(self.conn, active)
+            self.flow_moved()
             self.trace["offer"] = {"workflow": active["workflow"], "lapsed": True}
 
     def task_workflow(self, c: Classification, served: tuple[str, str] | None) -> str | None:
@@ -93,6 +94,7 @@ class Workflows(Answers):
             t = engine.on_message(self.conn, caller, self.text, c.entities or {}, lang=lang, listening=self.listening,
                                   workflow=workflow, intent=c.intent, intent_confidence=float(c.confidence))
             self.listening = None
+            self.flow_moved()
         if t is None:
             return None
         self.flow = t.as_response()
@@ -157,6 +159,7 @@ class Workflows(Answers):
             waiting = engine.active(self.conn, str(self.conv["id"]))
             if waiting is not None and waiting["workflow"] != task:
                 engine.suspend(self.conn, waiting, because=task)
+                self.flow_moved()
                 self.move("classifying", "message")
                 flow = self.run_flow(c, workflow=task)
                 if flow is not None:
