@@ -325,6 +325,9 @@ def main() -> None:
                         "the machine; a few seconds: customers reading and typing, the load a chat gateway meets)")
     p.add_argument("--ready-timeout", type=float, default=600,
                    help="seconds to wait for a server to be ready (the first start indexes the knowledge base)")
+    p.add_argument("--embeddings", type=Path, default=None,
+                   help="a file of the knowledge base's embedding cache: read when it exists (the first phase's "
+                        "server starts without encoding the pack), written at the end (the next run's start)")
     p.add_argument("--json", action="store_true", help="print only the JSON result")
     args = p.parse_args()
     phases = [x.strip() for x in args.phases.split(",") if x.strip()]
@@ -355,7 +358,8 @@ def main() -> None:
                      "phases": {}}
     try:
         pg_pid = embedded.status().pid if embedded is not None else None
-        embeddings = None           # each phase's database starts with the last one's embedding cache
+        # each phase's database starts with the last one's embedding cache
+        embeddings = args.embeddings.read_bytes() if args.embeddings and args.embeddings.is_file() else None
         for phase in phases:
             dsn = fresh_database(admin, embeddings)
             saved = {k: os.environ.get(k) for k in phase_env(phase)}
@@ -398,6 +402,9 @@ def main() -> None:
                 with contextlib.suppress(psycopg.Error):
                     embeddings = saved_embeddings(dsn)
                 drop_database(admin, dsn)
+        if args.embeddings is not None and embeddings:
+            args.embeddings.parent.mkdir(parents=True, exist_ok=True)
+            args.embeddings.write_bytes(embeddings)
     finally:
         if embedded is not None:
             embedded.stop()

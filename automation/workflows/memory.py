@@ -212,6 +212,7 @@ class _CustomerCache:
         self._by_tools: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], tuple[float, dict[str, Any]]]] = \
             weakref.WeakKeyDictionary()
         self._refreshing: set[tuple[Any, ...]] = set()
+        self._changed: dict[tuple[Any, Any], float] = {}   # (channel, customer): when their shop data last changed
 
     def get(self, tools: Any, key: tuple[Any, ...]) -> tuple[float, dict[str, Any]] | None:
         with self._lock:
@@ -220,10 +221,14 @@ class _CustomerCache:
             except TypeError:   # a gateway that cannot be weakly referenced is not cached
                 return None
 
-    def put(self, tools: Any, key: tuple[Any, ...], data: dict[str, Any]) -> None:
+    def put(self, tools: Any, key: tuple[Any, ...], data: dict[str, Any], asked_at: float | None = None) -> None:
+        """Keep what the shop said; ``asked_at`` (monotonic): when it was asked, so an answer asked before the
+        customer's own change (a refresh in flight during a write) is not kept."""
         if data.get("failed"):
             return   # a failed part is asked again next time
         with self._lock:
+            if asked_at is not None and self._changed.get(key[:2], float("-inf")) >= asked_at:
+                return
             try:
                 entries = self._by_tools.setdefault(tools, {})
             except TypeError:
@@ -239,9 +244,11 @@ class _CustomerCache:
                 return
             self._refreshing.add(key)
 
+        asked_at = time.monotonic()
+
         def run() -> None:
             try:
-                self.put(tools, key, load())
+                self.put(tools, key, load(), asked_at)
             except Exception:  # noqa: BLE001 - the stale entry stays; the next conversation asks again
                 pass
             finally:
@@ -250,9 +257,23 @@ class _CustomerCache:
 
         threading.Thread(target=run, name="memory-refresh", daemon=True).start()
 
+    def forget(self, tools: Any, channel: Any, customer_id: Any) -> None:
+        """The customer changed something in the shop (a write succeeded): what was kept of them is stale."""
+        with self._lock:
+            if len(self._changed) > 20_000:
+                self._changed.clear()
+            self._changed[(channel, customer_id)] = time.monotonic()
+            try:
+                entries = self._by_tools.get(tools) or {}
+            except TypeError:
+                return
+            for key in [k for k in entries if k[:2] == (channel, customer_id)]:
+                del entries[key]
+
     def clear(self) -> None:
         with self._lock:
             self._by_tools = weakref.WeakKeyDictionary()
+            self._changed.clear()
 
 
 CUSTOMERS = _CustomerCache()
@@ -271,9 +292,19 @@ def _tools_part(spec: MemorySpec, tools: Any, caller: Any, lang: str, outside: O
                 CUSTOMERS.refresh(tools, key, lambda: _from_tools(spec, tools, caller, lang, inline))
             copy: dict[str, Any] = _jsonable(data)
             return copy
+    asked_at = time.monotonic()
     data = _from_tools(spec, tools, caller, lang, outside)
-    CUSTOMERS.put(tools, key, data)
+    CUSTOMERS.put(tools, key, data, asked_at)
     return data
+
+
+def forget(conn: Any, tools: Any, caller: Any) -> None:
+    """A write of the customer's succeeded (a cancellation, a refund, a new address): the orders and profile
+    remembered of them are stale, here and in every conversation of theirs, so the next flow asks the shop
+    again instead of offering a cancelled order as still paid."""
+    CUSTOMERS.forget(tools, caller.channel, caller.customer_id)
+    conn.execute("DELETE FROM flow_memory WHERE customer_channel = %s AND customer_id = %s",
+                 (caller.channel, caller.customer_id))
 
 
 def load(conn: Any, spec: MemorySpec, tools: Any, caller: Any, lang: str, *,

@@ -344,6 +344,11 @@ class FlowRun:
         got: ToolResult = result
         return got
 
+    def wrote(self, who: Caller) -> None:
+        """A write of the customer's succeeded: the shop data remembered of them is stale (memory.forget)."""
+        if self.conn is not None:
+            M.forget(self.conn, self.services.tools, who)
+
     # -- what a person or a write sees
 
     def state(self) -> dict[str, Any]:

@@ -112,3 +112,21 @@ def test_cancel_only_before_shipping(shop_engine, turn, dsn):
     t = turn(shop_engine.advance, t.instance_id, C2, "yes please", {}, "en")
     assert t.status == "completed" and "34.95 USD will be refunded" in t.reply
     assert _order(dsn, "100242")["status"] == "cancelled"
+
+
+def test_a_write_makes_the_remembered_orders_stale_in_every_conversation(shop_engine, turn, dsn):
+    """Session memory is kept per customer (the shop is not asked again for 30 minutes); a cancellation the
+    customer just made changes their orders, so the next conversation's flow asks the shop again and never
+    lists the cancelled order as one that can be refunded."""
+    look = Caller(channel="web", customer_id="c2", conversation_id="shop-c2-look")
+    t = turn(shop_engine.start, "refund", look, "I want a refund", {}, "en")
+    assert t.awaiting == "order_id" and "100242" in t.reply, t.reply        # paid: it can be refunded
+    first = Caller(channel="web", customer_id="c2", conversation_id="shop-c2-first")
+    t = turn(shop_engine.start, "cancel_order", first, "please cancel my order", {}, "en")
+    assert t.awaiting == "confirmation" and t.pending_action["arguments"]["order_id"] == "100242", t
+    t = turn(shop_engine.advance, t.instance_id, first, "yes", {}, "en")
+    assert t.status == "completed" and _order(dsn, "100242")["status"] == "cancelled"
+
+    later = Caller(channel="web", customer_id="c2", conversation_id="shop-c2-later")
+    t = turn(shop_engine.start, "refund", later, "I want a refund", {}, "en")
+    assert t.awaiting == "order_id" and "100241" in t.reply and "100242" not in t.reply, t.reply

@@ -68,6 +68,7 @@ class Call(StepKind):
             return run.fail(step, f"{name}: {result.status}" + (f" ({result.error})" if result.error else ""))
         if key is not None:
             run.memo.pop("done", None)   # CEL `done` is read again with this write
+            run.wrote(who)
         if approved.get("step") == step.id:
             inst["pending"].pop("approved_call", None)
         inst["pending"].pop("error", None)
