@@ -192,7 +192,7 @@ class Tickets(TurnBase):
             # the session memory comes when an agent first reads or claims the ticket (MemoryOnDemand): "pending"
             "memory": None,
             **({"memory_status": "pending"} if self.memory_caller() is not None else {}),
-            "tool_calls": self.tool_calls(),
+            "tool_calls": self.tool_calls(first_turn=not trail),
         }
 
     def memory_caller(self) -> Caller | None:
@@ -204,11 +204,13 @@ class Tickets(TurnBase):
             return None
         return caller_of(self.conv)
 
-    def tool_calls(self) -> list[dict[str, Any]]:
+    def tool_calls(self, *, first_turn: bool = False) -> list[dict[str, Any]]:
         """The conversation's recent tool calls as audited (redacted): tool, status, latency, attempts, data,
-        the error of a failed one; read on the turn's connection, which sees the committed audit rows."""
+        the error of a failed one; read on the turn's connection, which sees the committed audit rows.
+        ``first_turn``: the conversation has no earlier turn; if this one ran no flow and waited for no outside
+        work either, nothing has called a tool for it yet (a first "转人工"), and nothing is read."""
         engine = self.r.flows
-        if engine is None:
+        if engine is None or (first_turn and self.flow is None and not self.ctx.outside_runs):
             return []
         from automation.tools.audit import calls_for_conversation, summarise
 
