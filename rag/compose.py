@@ -50,7 +50,8 @@ NEAR = 0.02                # a line this close to the best one's score belongs t
 SWITCH = 0.02             # a passage of the anchor's article whose lines match this much better anchors instead
 PART_FLOOR = 0.80          # a question part's best line below this adds nothing
 ANSWER_TYPE_LEAD = 0.03    # added to a line's score when it states the quantity asked for (rag/answer_type.py)
-WORDS_LEAD = 0.1           # weight of the question's specific words a line holds, against its cosine (see _in_words)
+WORDS_LEAD = 0.03          # weight of the question's specific words a line holds, against its cosine (see _in_words)
+COMMON_SHARE = 2 / 3       # a word held by more than this share of an article's lines does not single out a line
 
 
 @dataclass
@@ -452,8 +453,15 @@ class Composer:
         """
         doc = per_doc[main[0].doc]
         n, df = self._df.get(key) or self._count_words(key, per_doc)
-        idf = {w: float(np.log((n + 1) / (df.get(w, 0) + 0.5))) for w in set(keywords)}
+        # a single Chinese character is mostly a function word ("到", "要", "能"): it names nothing
+        idf = {w: float(np.log((n + 1) / (df.get(w, 0) + 0.5))) for w in set(keywords)
+               if not (_is_cjk(w) and len(w) < 2)}
+        if not idf:
+            return main
         held = [self.words_in(unit_text(ln, doc)) & idf.keys() for ln in doc]
+        # a word most of the article's lines hold names the article, not one of its entries
+        common = {w for w in idf if sum(w in h for h in held) > COMMON_SHARE * len(doc)}
+        held = [h - common for h in held]
         total = sum(idf[w] for w in set().union(*held)) if held else 0.0
         if total <= 0:
             return main
