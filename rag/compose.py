@@ -11,6 +11,9 @@ and the best one is taken with what it needs to be read alone:
   how-to question, or a question that matches the introduction itself, gets the whole list;
 - a paragraph comes whole, with the lines of its section that score as well.
 
+When the chosen entry names none of the specific words the question asks about and another line of the same
+article does, that line's entry answers instead (``Composer._in_words``).
+
 A question of several parts ("PayPal or Apple Pay?", "when does it ship, and how many days to arrive?")
 gets one entry per part, each citing its article. Everything is taken from articles in one language: the
 customer's when the knowledge base has it, else the reply says which language the article is in. The text
@@ -331,8 +334,8 @@ class Composer:
             texts += sorted({ln.section.split(" > ")[-1] for ln in lines if ln.section})
         texts = list(dict.fromkeys(texts))
         if self.words is not None:      # how many lines of the knowledge base hold each word
-            self._df[key] = self._count_words(key, [self.lines_of(key, i, chunks)
-                                                    for i, (_, chunks) in enumerate(sorted(articles.items()))])
+            self._df = {key: self._count_words(key, [self.lines_of(key, i, chunks)
+                                                     for i, (_, chunks) in enumerate(sorted(articles.items()))])}
         stored = self.cache._stored(texts)             # what any process encoded before costs a read
         with self.cache._lock:
             for t, v in stored.items():
@@ -404,7 +407,8 @@ class Composer:
             anchor = rival
             pools = [rival] + [pl for pl in pools if pl is not rival]
         main = self._entry(anchor, per_doc, score_of, 0, query, head_sim=head_sim)
-        if keywords and self.words is not None:
+        if keywords and self.words is not None and not parts:
+            # (a question of several parts: its words belong to different entries, each part finds its own)
             main = self._in_words(main, per_doc, score_of, qvecs, keywords, key, query, head_sim)
         if sum(len(x.text) for x in main) < (60 if _is_cjk(query) else 110) and main[0].kind == "para":
             # a short lead ("who pays depends on why you return it") says little alone: the next
@@ -447,9 +451,12 @@ class Composer:
 
         The encoder scores a line by its meaning as a whole, and an FAQ question of the same form ("can I
         return X?") or on a neighbouring subject outscores the line that names what the customer asked about.
-        Each line of the article is scored by its cosine plus the share of the question's words it holds,
-        each word weighted by how rare it is among the knowledge base's lines (a word most lines hold says
-        little); the best line's entry replaces the anchor's when it scores higher than the anchor's entry.
+        When the anchor's entry holds none of the question's words that single out a line (not a single
+        Chinese character, not a word most of the article's lines hold), the article's lines that hold some
+        are scored by their cosine plus WORDS_LEAD times the share of those words they hold, each word weighted
+        by how rare it is among the knowledge base's lines; the best one's entry replaces the anchor's when it
+        scores higher. An entry that names something asked always stands (a paraphrase of the question in
+        other words is left to the encoder).
         """
         doc = per_doc[main[0].doc]
         n, df = self._df.get(key) or self._count_words(key, per_doc)
