@@ -11,6 +11,9 @@ and the best one is taken with what it needs to be read alone:
   how-to question, or a question that matches the introduction itself, gets the whole list;
 - a paragraph comes whole, with the lines of its section that score as well.
 
+When the chosen entry names none of the specific words the question asks about and another line of the same
+article does, that line's entry answers instead (``Composer._in_words``).
+
 A question of several parts ("PayPal or Apple Pay?", "when does it ship, and how many days to arrive?")
 gets one entry per part, each citing its article. Everything is taken from articles in one language: the
 customer's when the knowledge base has it, else the reply says which language the article is in. The text
@@ -50,6 +53,8 @@ NEAR = 0.02                # a line this close to the best one's score belongs t
 SWITCH = 0.02             # a passage of the anchor's article whose lines match this much better anchors instead
 PART_FLOOR = 0.80          # a question part's best line below this adds nothing
 ANSWER_TYPE_LEAD = 0.03    # added to a line's score when it states the quantity asked for (rag/answer_type.py)
+WORDS_LEAD = 0.03          # weight of the question's specific words a line holds, against its cosine (see _in_words)
+COMMON_SHARE = 2 / 3       # a word held by more than this share of an article's lines does not single out a line
 
 
 @dataclass
@@ -279,6 +284,34 @@ class Composer:
         self.queries = queries      # a VectorCache of the questions' vectors, shared with retrieval
         self._lines: OrderedDict[tuple[str, str, str], list[Line]] = OrderedDict()
         self._lock = threading.Lock()
+        # the words of a text (the knowledge base's tokenizer, stemmed), set by the service; without it the
+        # answer is chosen by the encoder alone
+        self.words: Callable[[str], frozenset[str]] | None = None
+        self._words: OrderedDict[str, frozenset[str]] = OrderedDict()
+        self._df: dict[str, tuple[int, dict[str, int]]] = {}    # per generation: lines, lines holding each word
+
+    def words_in(self, text: str) -> frozenset[str]:
+        if self.words is None:
+            return frozenset()
+        with self._lock:
+            found = self._words.get(text)
+        if found is None:
+            found = frozenset(self.words(text))
+            with self._lock:
+                self._words[text] = found
+                while len(self._words) > 20000:
+                    self._words.popitem(last=False)
+        return found
+
+    def _count_words(self, key: str, lines: Sequence[Sequence[Line]]) -> tuple[int, dict[str, int]]:
+        df: dict[str, int] = {}
+        n = 0
+        for doc in lines:
+            for ln in doc:
+                n += 1
+                for w in self.words_in(unit_text(ln, doc)):
+                    df[w] = df.get(w, 0) + 1
+        return n, df
 
     def lines_of(self, key: str, doc: int, chunks: Sequence[Chunk]) -> list[Line]:
         ident = (key, chunks[0].doc_id if chunks else "", "".join(c.content_hash for c in chunks))
@@ -300,6 +333,9 @@ class Composer:
             texts += [unit_text(ln, lines) for ln in lines]
             texts += sorted({ln.section.split(" > ")[-1] for ln in lines if ln.section})
         texts = list(dict.fromkeys(texts))
+        if self.words is not None:      # how many lines of the knowledge base hold each word
+            self._df = {key: self._count_words(key, [self.lines_of(key, i, chunks)
+                                                     for i, (_, chunks) in enumerate(sorted(articles.items()))])}
         stored = self.cache._stored(texts)             # what any process encoded before costs a read
         with self.cache._lock:
             for t, v in stored.items():
@@ -310,7 +346,8 @@ class Composer:
         return len(texts)
 
     def compose(self, query: str, passages: Sequence[Hit], articles: Callable[[Sequence[str]], dict[str, list[Chunk]]],
-                *, lang: str | None = None, key: str = "", candidates: int = 5) -> Composition | None:
+                *, lang: str | None = None, key: str = "", candidates: int = 5,
+                keywords: Sequence[str] = ()) -> Composition | None:
         """The composed answer from the articles of ``passages`` (best first), or None without evidence.
 
         The best passage (retrieval's choice, in the answer's language) anchors the answer: its lines are
@@ -370,6 +407,9 @@ class Composer:
             anchor = rival
             pools = [rival] + [pl for pl in pools if pl is not rival]
         main = self._entry(anchor, per_doc, score_of, 0, query, head_sim=head_sim)
+        if keywords and self.words is not None and not parts:
+            # (a question of several parts: its words belong to different entries, each part finds its own)
+            main = self._in_words(main, per_doc, score_of, qvecs, keywords, key, query, head_sim)
         if sum(len(x.text) for x in main) < (60 if _is_cjk(query) else 110) and main[0].kind == "para":
             # a short lead ("who pays depends on why you return it") says little alone: the next
             # passage of the same article completes it
@@ -404,6 +444,60 @@ class Composer:
             text = f"{LANG_NOTE[(lang, answer_lang)]}\n{text}"
         top = max((float(score_of[(ln.doc, ln.idx)][0]) for ln in main if (ln.doc, ln.idx) in score_of), default=0.0)
         return Composition(text=text, docs=used, lang=answer_lang, parts=len(chosen), scores={"line": round(top, 4)})
+
+    def _in_words(self, main: list[Line], per_doc: list[list[Line]], score_of: dict, qvecs: np.ndarray,
+                  keywords: Sequence[str], key: str, query: str, head_sim: dict[str, float]) -> list[Line]:
+        """The entry of the anchor's article that says what is asked in the question's own specific words.
+
+        The encoder scores a line by its meaning as a whole, and an FAQ question of the same form ("can I
+        return X?") or on a neighbouring subject outscores the line that names what the customer asked about.
+        When the anchor's entry holds none of the question's words that single out a line (not a single
+        Chinese character, not a word most of the article's lines hold), the article's lines that hold some
+        are scored by their cosine plus WORDS_LEAD times the share of those words they hold, each word weighted
+        by how rare it is among the knowledge base's lines; the best one's entry replaces the anchor's when it
+        scores higher. An entry that names something asked always stands (a paraphrase of the question in
+        other words is left to the encoder).
+        """
+        doc = per_doc[main[0].doc]
+        n, df = self._df.get(key) or self._count_words(key, per_doc)
+        # a single Chinese character is mostly a function word ("到", "要", "能"): it names nothing
+        idf = {w: float(np.log((n + 1) / (df.get(w, 0) + 0.5))) for w in set(keywords)
+               if not (_is_cjk(w) and len(w) < 2)}
+        if not idf:
+            return main
+        held = [self.words_in(unit_text(ln, doc)) & idf.keys() for ln in doc]
+        # a word most of the article's lines hold names the article, not one of its entries
+        common = {w for w in idf if sum(w in h for h in held) > COMMON_SHARE * len(doc)}
+        held = [h - common for h in held]
+        total = sum(idf[w] for w in set().union(*held)) if held else 0.0
+        if total <= 0:
+            return main
+        missing = [i for i, ln in enumerate(doc) if (ln.doc, ln.idx) not in score_of]
+        if missing:
+            sims = self.cache.vectors([unit_text(doc[i], doc) for i in missing]) @ qvecs.T
+            kind = asked(query)
+            for row, i in zip(sims, missing, strict=True):
+                if kind is not None and holds(doc[i].text, kind):
+                    row = row.copy()
+                    row[0] += ANSWER_TYPE_LEAD
+                score_of[(doc[i].doc, doc[i].idx)] = row
+
+        def score(lines: Sequence[Line]) -> float:
+            words = set().union(*(held[x.idx] for x in lines))
+            return (max(float(score_of[(x.doc, x.idx)][0]) for x in lines)
+                    + WORDS_LEAD * sum(idf[w] for w in words) / total)
+
+        own = [x for x in main if x.doc == main[0].doc]
+        said = set().union(*(held[x.idx] for x in own))
+        # an entry that names something the customer asked about stands; when it names nothing asked, a
+        # line that does can take its place
+        naming = [ln for ln in doc if held[ln.idx]]
+        if said or not naming:
+            return main
+        best = max(naming, key=lambda ln: score([ln]))
+        if score([best]) <= score(own):
+            return main
+        return self._entry(doc, per_doc, score_of, 0, query, only=best, head_sim=head_sim)
 
     def _entry(self, pool: list[Line], per_doc: list[list[Line]], score_of: dict, col: int, question: str,
                only: Line | None = None, head_sim: dict[str, float] | None = None) -> list[Line]:

@@ -116,6 +116,7 @@ class KnowledgeBase:
         # cache table): one answer needs its question for retrieval, the entry score, composition and its parts
         self.queries = VectorCache(encoder, 512)
         self.composer = Composer(encoder, store=self.dense, store_key=key, queries=self.queries)
+        self.composer.words = lambda text: frozenset(_stem(w) for w in self.tokenizer.words_of(text))
         self.generations = Generations(pool, self.dense, lexical, encoder, encoder_name=encoder_name,
                                        target_chars=self.config.chunk_chars,
                                        overlap_chars=self.config.chunk_overlap, progress=progress,
@@ -430,13 +431,15 @@ class KnowledgeBase:
                 log.warning("retrieval for a question part failed", exc_info=True)
                 continue
             candidates += [h for h in found if h.chunk_id not in {c.chunk_id for c in candidates}][:1]
-        comp = self.composer.compose(query, candidates, lambda ids: self.articles(gen, ids), lang=rw.lang, key=gen)
+        keywords = sorted({_stem(w) for w in rw.keywords if not asking_word(w)})
+        comp = self.composer.compose(query, candidates, lambda ids: self.articles(gen, ids), lang=rw.lang, key=gen,
+                                     keywords=keywords)
         referred = self.referred(query, rw, comp.text if comp is not None else "", gen)
         if referred:
             # the entry only points to another article: the answer is composed from that article
             candidates = referred + [h for h in candidates if h.chunk_id not in {r.chunk_id for r in referred}]
             comp = self.composer.compose(query, candidates, lambda ids: self.articles(gen, ids), lang=rw.lang,
-                                         key=gen) or comp
+                                         key=gen, keywords=keywords) or comp
         if comp is None or not comp.text:
             best = passages[0]
             return (best.chunk.text if best.chunk else ""), [citation(best)]
