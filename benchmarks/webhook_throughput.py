@@ -158,7 +158,22 @@ def start_server(dsn: str, home: Path, model: str, port: int, pool_max: int, bar
            "--workers", str(workers)]
     if bare:
         cmd = [sys.executable, str(Path(__file__).resolve()), "serve-bare", str(port)]
-    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # the server's log goes to a file, never to a pipe nobody reads while the load runs: a full pipe (64 KB of
+    # warnings, e.g. a hanging shop's timeouts) would block every thread that logs, and with them the requests
+    home.mkdir(parents=True, exist_ok=True)
+    log = home / "server.log"
+    with log.open("ab") as err:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
+    proc.log_path = log   # type: ignore[attr-defined]
+    return proc
+
+
+def server_log_tail(proc: subprocess.Popen, chars: int = 3000) -> str:
+    """The end of a server's log (start_server writes it to its home)."""
+    try:
+        return proc.log_path.read_bytes().decode(errors="replace")[-chars:]   # type: ignore[attr-defined]
+    except (AttributeError, OSError):
+        return ""
 
 
 def wait_ready(base: str, proc: subprocess.Popen, timeout: float = 600, path: str = "/readyz") -> dict:
@@ -167,7 +182,7 @@ def wait_ready(base: str, proc: subprocess.Popen, timeout: float = 600, path: st
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError("the server exited:\n" + proc.stderr.read().decode(errors="replace")[-3000:])
+            raise RuntimeError("the server exited:\n" + server_log_tail(proc))
         try:
             r = httpx.get(f"{base}{path}", timeout=5)
             if r.status_code == 200:
