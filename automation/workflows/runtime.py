@@ -179,6 +179,7 @@ class FlowRun:
         self.awaiting: str | None = None
         self.tool_status: str | None = None     # the last call step's status, for its trace line
         self.envs = Envs()                      # the turn's CEL data, converted once
+        self.forgotten: set[tuple[str, str]] = set()   # customers whose memory rows this run dropped (wrote)
         self.memo: dict[str, Any] = {}          # step kinds' per-turn caches (a choice's option rows)
         self.failure: str | None = None         # the turn's failure reason, masked (log and trace)
 
@@ -346,8 +347,10 @@ class FlowRun:
 
     def wrote(self, who: Caller) -> None:
         """A write of the customer's succeeded: the shop data remembered of them is stale (memory.forget)."""
-        if self.conn is not None:
-            M.forget(self.conn, self.services.tools, who)
+        if self.conn is not None:   # the rows once per run (a loop of ten writes drops them once)
+            whom = (who.channel, who.customer_id)
+            M.forget(self.conn, self.services.tools, who, rows=whom not in self.forgotten)
+            self.forgotten.add(whom)
 
     # -- what a person or a write sees
 
