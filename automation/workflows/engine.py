@@ -479,7 +479,8 @@ class FlowEngine:
                 inst["step"] = outcome if outcome != "next" else run.after(step)
         except ExpressionError as exc:
             run.escalate("L2", f"expression failed: {exc}", say=t("broken", run.lang))
-        store.save(run.conn, inst)
+        store.save(run.conn, inst, forget=run.forgotten)   # a write's stale memory rows, in the same statement
+        run.forgotten.clear()
         return run.to_turn()
 
     def _observe(self, workflow: str, event: str) -> None:

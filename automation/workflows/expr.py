@@ -14,8 +14,11 @@ template language that could run code (no Jinja).
 
 from __future__ import annotations
 
+import copy
 import json
 import re
+import threading
+from collections import OrderedDict
 from functools import lru_cache
 from collections.abc import Iterator
 from typing import Any
@@ -321,6 +324,10 @@ def evaluate(source: str, data: dict[str, Any]) -> Any:
     # hand CEL only the names the expression reads: converting a large tool result it does not use is
     # most of an evaluation's cost
     needed = {k: data[k] for k in reads if k in data}
+    for name, fields in _selections(source):
+        value = needed.get(name)
+        if isinstance(value, dict) and len(value) > len(fields):
+            needed[name] = {f: value[f] for f in fields if f in value}
     envs = data.envs if isinstance(data, Scope) else None
     try:
         path = _path(source)
@@ -342,6 +349,19 @@ def evaluate(source: str, data: dict[str, Any]) -> Any:
     except Exception as exc:  # noqa: BLE001 - CEL raises IndexError, KeyError, OverflowError...: each is the expression's failure
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
         raise ExpressionError(f"{source}: {first}") from None
+
+
+@lru_cache(maxsize=4096)
+def _selections(source: str) -> tuple[tuple[str, frozenset[str]], ...]:
+    """For each name the expression only ever reads fields of (``slots.done + [res.order_ref]``), those
+    fields: CEL is handed just them (converting a value costs microseconds per string; the untouched
+    slots of a long flow and the rest of a tool result are most of a small evaluation's cost)."""
+    out = []
+    for name in sorted(_reads(source)[1]):
+        fields = _fields_of(name, [source])
+        if fields is not None and fields:
+            out.append((name, fields))
+    return tuple(out)
 
 
 def _filtered(split: tuple[str, str, str], needed: dict[str, Any], envs: Envs) -> list[Any] | None:
@@ -453,12 +473,70 @@ def evaluate_columns(items: list[Any], var: str, exprs: list[str], data: dict[st
         items = [{f: item[f] for f in fields if f in item} for item in items]
     base = data if isinstance(data, Scope) else Scope(data)
     scope = base.with_(items_=items)
+    content: str | None = None
     for source in rest:
+        key = None
+        if _reads(source)[1] <= {var}:   # reads the items alone: the same items give the same column
+            if content is None:
+                content = _content(items)
+            key = (var, source, content) if content else None
+            hit = COLUMNS.get(key) if key else None
+            if hit is not None:
+                out[source] = hit
+                continue
         values = evaluate(f"items_.map({var}, {source})", scope)
         if not isinstance(values, list) or len(values) != len(items):
             raise ExpressionError(f"{source}: not one value per item")
         out[source] = values
+        if key:
+            COLUMNS.put(key, values)
     return [out[source] for source in exprs]
+
+
+def _content(items: list[Any]) -> str:
+    """The items as exact JSON (1 and 1.0 and true stay apart), or "" when they are not plain JSON."""
+    try:
+        return json.dumps(items, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
+        return ""
+
+
+class _Columns:
+    """Columns of expressions that read nothing but the item (an option's label, its matchable words), kept
+    across turns and conversations by the items' content: the prompt's turn and the answer's turn list the
+    same options, and many customers choose among one product's variants. Values are handed out as copies."""
+
+    MAX = 256
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[tuple[str, str, str], list[Any]] = OrderedDict()
+
+    def get(self, key: tuple[str, str, str]) -> list[Any] | None:
+        with self._lock:
+            values = self._kept.get(key)
+            if values is None:
+                return None
+            self._kept.move_to_end(key)
+        return copy.deepcopy(values)
+
+    def put(self, key: tuple[str, str, str], values: list[Any]) -> None:
+        kept = copy.deepcopy(values)
+        with self._lock:
+            self._kept[key] = kept
+            self._kept.move_to_end(key)
+            while len(self._kept) > self.MAX:
+                self._kept.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+
+COLUMNS = _Columns()
 
 
 def _fields_of(var: str, sources: list[str]) -> frozenset[str] | None:

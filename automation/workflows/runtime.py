@@ -179,7 +179,7 @@ class FlowRun:
         self.awaiting: str | None = None
         self.tool_status: str | None = None     # the last call step's status, for its trace line
         self.envs = Envs()                      # the turn's CEL data, converted once
-        self.forgotten: set[tuple[str, str]] = set()   # customers whose memory rows this run dropped (wrote)
+        self.forgotten: set[tuple[str, str]] = set()   # customers whose memory rows the run's save drops (wrote)
         self.memo: dict[str, Any] = {}          # step kinds' per-turn caches (a choice's option rows)
         self.failure: str | None = None         # the turn's failure reason, masked (log and trace)
 
@@ -347,10 +347,9 @@ class FlowRun:
 
     def wrote(self, who: Caller) -> None:
         """A write of the customer's succeeded: the shop data remembered of them is stale (memory.forget)."""
-        if self.conn is not None:   # the rows once per run (a loop of ten writes drops them once)
-            whom = (who.channel, who.customer_id)
-            M.forget(self.conn, self.services.tools, who, rows=whom not in self.forgotten)
-            self.forgotten.add(whom)
+        if self.conn is not None:   # the rows go with the run's save (a loop of ten writes drops them once)
+            M.forget(self.conn, self.services.tools, who, rows=False)
+            self.forgotten.add((who.channel, who.customer_id))
 
     # -- what a person or a write sees
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from collections.abc import Iterable
 from typing import Any, TypedDict, cast
 
 from psycopg import Connection, Cursor
@@ -95,11 +96,20 @@ def by_ticket(conn: Connection[Any], ticket_id: str, *, lock: bool = False) -> I
     return _instance(row) if row else None
 
 
-def save(conn: Connection[Any], inst: Instance) -> None:
+def save(conn: Connection[Any], inst: Instance, *, forget: Iterable[tuple[str, str]] = ()) -> None:
+    """Write the instance back; ``forget``: customers whose remembered shop data a write of this run made
+    stale (``memory.forget``): their ``flow_memory`` rows go in the same statement (one round trip a turn)."""
     sets = ", ".join(f"{c} = %s" for c in _COLUMNS)
     row: Row = dict(inst)
     values = [Jsonb(row[c]) if c in _JSON else row[c] for c in _COLUMNS]
-    conn.execute(f"UPDATE flow_instances SET {sets}, updated_at = now() WHERE id = %s", (*values, str(inst["id"])))
+    update = f"UPDATE flow_instances SET {sets}, updated_at = now() WHERE id = %s"
+    whom = sorted(set(forget))
+    if not whom:
+        conn.execute(update, (*values, str(inst["id"])))
+        return
+    conn.execute("WITH forgotten AS (DELETE FROM flow_memory WHERE (customer_channel, customer_id) IN "
+                 "(SELECT * FROM unnest(%s::text[], %s::text[]))) " + update,
+                 ([w[0] for w in whom], [w[1] for w in whom], *values, str(inst["id"])))
 
 
 def outcomes(conn: Connection[Any], conversation_id: str | None = None, *, limit: int = 20) -> list[Row]:

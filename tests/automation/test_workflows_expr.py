@@ -95,3 +95,42 @@ def test_only_the_fields_an_expression_reads_are_converted():
     assert _fields_of("option", ["option['price']"]) is None              # indexed
     assert _fields_of("option", ["option.items.map(option, option)"]) is None   # the name is rebound
     assert _fields_of("option", ["'option' + option.name"]) == {"name"}   # a string literal is not a use
+
+
+@pytest.mark.parametrize("source", [
+    "slots.refs + [slots.size]",
+    "size(slots)",                          # the whole value: nothing left out
+    "has(slots.size) && !has(slots.nope)",
+    "slots.refs.map(slots, slots + '!')",   # the name rebound by a macro
+    "m.k + m.j",
+    "product.variants.filter(v, v.options.size == slots.size).map(v, v.variant_id)",
+])
+def test_an_expression_that_reads_some_fields_gives_what_cel_gives_on_the_whole_value(source):
+    assert evaluate(source, Scope(DATA)) == plain_cel(source, DATA)
+    assert evaluate(source, DATA) == plain_cel(source, DATA)
+
+
+def test_a_missing_field_is_still_cels_error_when_the_value_is_narrowed():
+    with pytest.raises(ExpressionError, match="nope"):
+        evaluate("slots.nope + slots.n", Scope(DATA))
+
+
+def test_columns_of_the_item_alone_are_kept_by_content_and_handed_out_as_copies():
+    from automation.workflows.expr import COLUMNS
+
+    COLUMNS.clear()
+    items = [{"id": 1, "tags": ["a", "b"]}, {"id": 2, "tags": ["c"]}]
+    first = evaluate_columns(items, "o", ["o.tags.map(t, t + '!')"], Scope({}))[0]
+    assert first == [["a!", "b!"], ["c!"]] and len(COLUMNS) == 1
+    first[0].append("changed by a caller")
+    again = evaluate_columns([dict(i) for i in items], "o", ["o.tags.map(t, t + '!')"], Scope({}))[0]
+    assert again == [["a!", "b!"], ["c!"]]                       # the kept column was not touched
+    # other content, other column: 1 and 1.0 are different values to CEL
+    assert evaluate_columns([{"n": 1}], "o", ["o.n / 2"], Scope({}))[0] == [0]
+    with pytest.raises(ExpressionError, match="float / int"):
+        evaluate_columns([{"n": 1.0}], "o", ["o.n / 2"], Scope({}))
+    # an expression that also reads the scope is evaluated each time
+    rate = "o.n * slots.rate"
+    assert evaluate_columns([{"n": 2.0}], "o", [rate], Scope({"slots": {"rate": 2.0}}))[0] == [4.0]
+    assert evaluate_columns([{"n": 2.0}], "o", [rate], Scope({"slots": {"rate": 3.0}}))[0] == [6.0]
+    assert len(COLUMNS) == 2                                      # the two item-only columns, not this one
