@@ -80,6 +80,8 @@ def kb_template(pg_uri: str, template_db: str, encoder, topics: tuple[str, ...] 
                 shutil.copy(SAMPLE_KB / f"{topic}-{lang}.md", kb_dir)
     if (SAMPLE_KB / "glossary.yaml").exists():
         shutil.copy(SAMPLE_KB / "glossary.yaml", kb_dir)
+    if topics is None and (SAMPLE_KB / "calibration.yaml").exists():
+        shutil.copy(SAMPLE_KB / "calibration.yaml", kb_dir)      # the whole pack's own fit (a slice is another pack)
     name = f"kbt_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(_with_db(pg_uri, "postgres"), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
