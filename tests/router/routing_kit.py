@@ -87,7 +87,7 @@ def _add_embeddings(dsn: str, data: bytes) -> None:
 
 
 def _bank_in(pg_uri: str, dsn: str) -> None:
-    prebuild = _prebuilds.pop(pg_uri, None)
+    prebuild = _prebuilds.get(pg_uri) if pg_uri not in _vector_bank else None
     if prebuild is not None:        # its vectors join the bank (a failed one leaves the bank as it was)
         proc, name, log = prebuild
         ready = log.with_name("vectors-ready")
