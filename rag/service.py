@@ -413,6 +413,7 @@ class KnowledgeBase:
         self._learn_vocabulary(gen, articles)       # from the articles just fetched, not on the first question
         # what the passages say they answer (titles, sections, FAQ questions), for the entry score
         units = list(dict.fromkeys(u for chunks in articles.values() for c in chunks for u in question_units(c)))
+        units.sort(key=len)     # like lengths per batch pad less (see Composer.warm)
         for start in range(0, len(units), 16):
             self.composer.cache.vectors(units[start:start + 16])
         return lines

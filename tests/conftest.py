@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -29,6 +30,7 @@ os.environ.setdefault("SWITCHBOARD_TORCH_THREADS", "1")   # one thread: tests sh
 os.environ.setdefault("SWITCHBOARD_EMBEDDING_BACKEND", "torch")
 
 REPO = Path(__file__).resolve().parent.parent
+ROUTER_KITS = str(REPO / "tests" / "router")
 TEMPLATE = "switchboard_template"
 
 
@@ -58,8 +60,18 @@ def pg_server():
     shutil.rmtree(root, ignore_errors=True)
 
 
+def pytest_collection_finish(session):
+    """Note whether the run indexes the whole bundled knowledge base on the multilingual encoder (a test module
+    that says ``USES_WHOLE_PACK = True``): template_dsn then starts computing its vectors on the other core."""
+    session.config.stash[_WHOLE_PACK] = any(getattr(getattr(item, "module", None), "USES_WHOLE_PACK", False)
+                                            for item in session.items)
+
+
+_WHOLE_PACK = pytest.StashKey[bool]()
+
+
 @pytest.fixture(scope="session")
-def template_dsn(pg_server):
+def template_dsn(pg_server, request):
     from router.db import migrate
 
     _, uri = pg_server
@@ -68,6 +80,16 @@ def template_dsn(pg_server):
         conn.execute(f'CREATE DATABASE "{TEMPLATE}"')
     dsn = _with_db(uri, TEMPLATE)
     migrate(dsn)
+    e5 = Path(os.environ.get("SWITCHBOARD_HOME", REPO / "var")) / "models" / "multilingual-e5-small"
+    if request.config.stash.get(_WHOLE_PACK, False) and (e5 / "modules.json").exists():
+        # the whole pack's vectors, on the core this process leaves idle, by the time the first test needs them
+        # (tests/router/routing_kit.py kb_template reads them as its embedding cache)
+        if ROUTER_KITS not in sys.path:
+            sys.path.insert(0, ROUTER_KITS)
+        from routing_kit import start_prebuild, stop_prebuilds
+
+        start_prebuild(uri, TEMPLATE, e5)
+        request.addfinalizer(stop_prebuilds)        # before the server stops
     return dsn
 
 

@@ -22,6 +22,7 @@ from rag.service import SAMPLE_KB, KnowledgeBase, RetrievalConfig
 from rag.types import Chunk, Hit
 
 ROUTER_KITS = str(Path(__file__).resolve().parents[1] / "router")   # routing_kit: the shared knowledge base template
+USES_WHOLE_PACK = True   # tests/conftest.py: the run computes the whole pack's vectors ahead
 TOPICS = ("refund-timelines", "password-reset", "order-tracking", "installments-huabei", "invoice-special-vat",
           "coupons")
 
@@ -76,7 +77,12 @@ def bundled_pool(pg_server, template_dsn, bundled_template):
 
 
 @pytest.fixture(scope="module")
-def e5_kb(module_pool, e5_encoder, tmp_path_factory):
+def e5_kb(module_pool, e5_encoder, tmp_path_factory, pg_server):
+    if ROUTER_KITS not in sys.path:
+        sys.path.insert(0, ROUTER_KITS)
+    from routing_kit import add_known_vectors
+
+    add_known_vectors(pg_server[1], module_pool.conninfo)     # the embedding cache: vectors the run computed before
     src = _subset(tmp_path_factory.mktemp("kb") / "kb")
     glossary = load_glossary(src)
     lexical = TantivyIndex(tmp_path_factory.mktemp("index"), tokenizer=get_tokenizer(glossary.words()))

@@ -10,10 +10,15 @@ that database with ``CREATE DATABASE ... TEMPLATE`` and nothing leaks between te
 from __future__ import annotations
 
 import atexit
-from contextlib import contextmanager
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import time
 import uuid
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +31,11 @@ KB_TOPICS = ("refund-timelines", "invoice-electronic", "order-tracking", "passwo
              "payment-methods", "shipping-times", "coupons")
 
 _templates: dict[tuple, tuple[str, Path, Path]] = {}
+# per server: the embedding cache rows (kb_embeddings, binary COPY) of every template built so far. The bundled
+# pack's slice and the whole pack share their articles, so a template starts from the vectors an earlier one
+# paid for, as a rebuild does on a database that indexed those texts before (the cache is by encoder and text).
+_vector_bank: dict[str, bytes] = {}
+_EMBEDDING_COLUMNS = "encoder, content_hash, embedding, created_at"
 _classifiers: dict[str, Any] = {}
 
 
@@ -52,6 +62,112 @@ def classifier_for(encoder, home: Path) -> Any:
         _classifiers[key] = IntentClassifier.from_config(load_intents(BUNDLED_INTENTS), encoder,
                                                          cache_dir=home / "cache" / "heads")
     return _classifiers[key]
+
+
+# per server: the process computing the whole pack's vectors on the other core (start_prebuild) and its database
+_prebuilds: dict[str, tuple[subprocess.Popen, str, Path]] = {}
+
+
+def _embeddings_of(dsn: str) -> bytes:
+    buf = bytearray()
+    with psycopg.connect(dsn) as conn:
+        with conn.cursor().copy(f"COPY kb_embeddings ({_EMBEDDING_COLUMNS}) TO STDOUT (FORMAT BINARY)") as cp:
+            for block in cp:
+                buf += block
+    return bytes(buf)
+
+
+def _add_embeddings(dsn: str, data: bytes) -> None:
+    with psycopg.connect(dsn) as conn:
+        conn.execute("CREATE TEMP TABLE kb_banked (LIKE kb_embeddings) ON COMMIT DROP")
+        with conn.cursor().copy(f"COPY kb_banked ({_EMBEDDING_COLUMNS}) FROM STDIN (FORMAT BINARY)") as cp:
+            cp.write(data)
+        conn.execute(f"INSERT INTO kb_embeddings ({_EMBEDDING_COLUMNS}) SELECT {_EMBEDDING_COLUMNS} FROM kb_banked "
+                     "ON CONFLICT (encoder, content_hash) DO NOTHING")
+
+
+def _bank_in(pg_uri: str, dsn: str) -> None:
+    prebuild = _prebuilds.get(pg_uri) if pg_uri not in _vector_bank else None
+    if prebuild is not None:        # its vectors join the bank (a failed one leaves the bank as it was)
+        proc, name, log = prebuild
+        ready = log.with_name("vectors-ready")
+        while not ready.exists() and proc.poll() is None:
+            time.sleep(0.2)
+        if ready.exists():
+            _add_embeddings(dsn, _embeddings_of(_with_db(pg_uri, name)))
+        else:
+            warnings.warn(f"the knowledge base vectors' prebuild failed: {log.read_text(errors='replace')[-2000:]}",
+                          stacklevel=2)
+    data = _vector_bank.get(pg_uri)
+    if data:
+        _add_embeddings(dsn, data)
+
+
+def add_known_vectors(pg_uri: str, dsn: str) -> None:
+    """Put the vectors of the templates built so far (and of the prebuild) into the embedding cache of ``dsn``, a
+    database of the run's server that no knowledge base was indexed in yet: indexing there reads them."""
+    _bank_in(pg_uri, dsn)
+
+
+def _bank_out(pg_uri: str, dsn: str) -> None:
+    _vector_bank[pg_uri] = _embeddings_of(dsn)
+
+
+def start_prebuild(pg_uri: str, template_db: str, encoder_path: Path) -> None:
+    """Compute the whole bundled pack's vectors (passages and answer lines, as kb_template does) in a process of
+    its own on a copy of ``template_db``, while the tests before the first kb_template run on the other core; that
+    call waits for it and starts from its vectors (the embedding cache), so the vectors of a run cost no test's
+    time. One thread: the run's own process keeps the other core."""
+    if pg_uri in _prebuilds:
+        return
+    name = f"kbv_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(_with_db(pg_uri, "postgres"), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    home = Path(tempfile.mkdtemp(prefix="sbkbv-"))
+    atexit.register(shutil.rmtree, home, True)
+    log = home / "prebuild.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, __file__, _with_db(pg_uri, name), str(home), str(encoder_path)],
+                                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                    p for p in (str(Path(__file__).resolve().parents[2]),
+                                                os.environ.get("PYTHONPATH")) if p)})
+    _prebuilds[pg_uri] = (proc, name, log)
+
+
+def stop_prebuilds() -> None:
+    """End the prebuilds still running (the run ends before a test needed their vectors)."""
+    for proc, _, _ in _prebuilds.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    _prebuilds.clear()
+
+
+def _prebuild(dsn: str, home: Path, encoder_path: str) -> None:
+    from rag.encoder import Encoder
+    from router.app.composition import make_knowledge_base
+    from router.db import open_pool
+
+    encoder = Encoder(encoder_path, threads=1)
+    kb_dir = home / "kb"
+    kb_dir.mkdir()
+    for path in SAMPLE_KB.glob("*.md"):
+        shutil.copy(path, kb_dir)
+    if (SAMPLE_KB / "glossary.yaml").exists():
+        shutil.copy(SAMPLE_KB / "glossary.yaml", kb_dir)
+    pool = open_pool(dsn, min_size=1, max_size=2)
+    try:
+        kb = make_knowledge_base(_settings(home, dsn, encoder, kb_dir), pool, encoder)
+        kb.rebuild(kb_dir)
+        kb.warm()
+    finally:
+        pool.close()
+    (home / "vectors-ready").touch()
+    # then the retrieval metrics' compiled code (numba's cache next to ranx, once per environment: a minute of CPU)
+    # before `switchboard rag eval`'s tests need it
+    from rag.eval import score_runs
+
+    score_runs({"q": {"d": 1}}, {"q": {"d": 2.0, "e": 1.0}})
 
 
 def kb_template(pg_uri: str, template_db: str, encoder, topics: tuple[str, ...] | None = KB_TOPICS
@@ -86,6 +202,7 @@ def kb_template(pg_uri: str, template_db: str, encoder, topics: tuple[str, ...] 
     with psycopg.connect(_with_db(pg_uri, "postgres"), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
     dsn = _with_db(pg_uri, name)
+    _bank_in(pg_uri, dsn)
     pool = open_pool(dsn, min_size=1, max_size=2)
     try:
         kb = make_knowledge_base(_settings(home, dsn, encoder, kb_dir), pool, encoder)
@@ -95,6 +212,7 @@ def kb_template(pg_uri: str, template_db: str, encoder, topics: tuple[str, ...] 
         kb.warm()
     finally:
         pool.close()
+    _bank_out(pg_uri, dsn)
     _templates[key] = (name, home, kb_dir)
     return _templates[key]
 
@@ -187,3 +305,7 @@ def api_client(svc):
     with TestClient(create_app(services=svc)) as client:
         authorize(client, svc.pool)
         yield client
+
+
+if __name__ == "__main__":      # start_prebuild's process: dsn, home, encoder directory
+    _prebuild(sys.argv[1], Path(sys.argv[2]), sys.argv[3])

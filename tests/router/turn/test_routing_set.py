@@ -24,6 +24,7 @@ import yaml
 from routing_kit import api_client, flow_services
 
 pytestmark = pytest.mark.slow
+USES_WHOLE_PACK = True   # tests/conftest.py: the run computes the whole pack's vectors ahead
 
 SET = Path(__file__).resolve().parents[2] / "fixtures" / "routing_set.jsonl"
 HAN = re.compile(r"[\u4e00-\u9fff]")
