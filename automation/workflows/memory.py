@@ -298,14 +298,12 @@ def _tools_part(spec: MemorySpec, tools: Any, caller: Any, lang: str, outside: O
     return data
 
 
-def forget(conn: Any, tools: Any, caller: Any, *, rows: bool = True) -> None:
+def forget(tools: Any, caller: Any) -> None:
     """A write of the customer's succeeded (a cancellation, a refund, a new address): the orders and profile
     remembered of them are stale, here and in every conversation of theirs, so the next flow asks the shop
-    again instead of offering a cancelled order as still paid."""
+    again instead of offering a cancelled order as still paid. This drops the process's copy; their
+    ``flow_memory`` rows go in the statement that saves the flow (``store.save(forget=...)``)."""
     CUSTOMERS.forget(tools, caller.channel, caller.customer_id)
-    if rows:     # False: this turn dropped them already
-        conn.execute("DELETE FROM flow_memory WHERE customer_channel = %s AND customer_id = %s",
-                     (caller.channel, caller.customer_id))
 
 
 def load(conn: Any, spec: MemorySpec, tools: Any, caller: Any, lang: str, *,

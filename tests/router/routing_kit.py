@@ -86,7 +86,9 @@ def _add_embeddings(dsn: str, data: bytes) -> None:
                      "ON CONFLICT (encoder, content_hash) DO NOTHING")
 
 
-def _bank_in(pg_uri: str, dsn: str) -> None:
+def add_known_vectors(pg_uri: str, dsn: str) -> None:
+    """Put the vectors of the templates built so far (and of the prebuild) into the embedding cache of ``dsn``, a
+    database of the run's server that no knowledge base was indexed in yet: indexing there reads them."""
     prebuild = _prebuilds.get(pg_uri) if pg_uri not in _vector_bank else None
     if prebuild is not None:        # its vectors join the bank (a failed one leaves the bank as it was)
         proc, name, log = prebuild
@@ -101,12 +103,6 @@ def _bank_in(pg_uri: str, dsn: str) -> None:
     data = _vector_bank.get(pg_uri)
     if data:
         _add_embeddings(dsn, data)
-
-
-def add_known_vectors(pg_uri: str, dsn: str) -> None:
-    """Put the vectors of the templates built so far (and of the prebuild) into the embedding cache of ``dsn``, a
-    database of the run's server that no knowledge base was indexed in yet: indexing there reads them."""
-    _bank_in(pg_uri, dsn)
 
 
 def _bank_out(pg_uri: str, dsn: str) -> None:
@@ -143,16 +139,24 @@ def stop_prebuilds() -> None:
     _prebuilds.clear()
 
 
-def _prebuild(dsn: str, home: Path, encoder_path: str) -> None:
-    from rag.encoder import Encoder
+def _index_pack(home: Path, dsn: str, encoder, topics: tuple[str, ...] | None) -> Path:
+    """The bundled pack (``topics``, each in English and Chinese; None: all of it with its own calibration) copied
+    to ``home``/kb, indexed and warmed on ``dsn``: the answer lines' vectors go into its embedding cache, so every
+    copy's warm-up (wire_rag warms in the background) reads them instead of encoding the pack again."""
     from router.app.composition import make_knowledge_base
     from router.db import open_pool
 
-    encoder = Encoder(encoder_path, threads=1)
     kb_dir = home / "kb"
     kb_dir.mkdir()
-    for path in SAMPLE_KB.glob("*.md"):
-        shutil.copy(path, kb_dir)
+    if topics is None:
+        for path in SAMPLE_KB.glob("*.md"):
+            shutil.copy(path, kb_dir)
+        if (SAMPLE_KB / "calibration.yaml").exists():
+            shutil.copy(SAMPLE_KB / "calibration.yaml", kb_dir)   # the whole pack's own fit (a slice is another pack)
+    else:
+        for topic in topics:
+            for lang in ("en", "zh"):
+                shutil.copy(SAMPLE_KB / f"{topic}-{lang}.md", kb_dir)
     if (SAMPLE_KB / "glossary.yaml").exists():
         shutil.copy(SAMPLE_KB / "glossary.yaml", kb_dir)
     pool = open_pool(dsn, min_size=1, max_size=2)
@@ -162,6 +166,13 @@ def _prebuild(dsn: str, home: Path, encoder_path: str) -> None:
         kb.warm()
     finally:
         pool.close()
+    return kb_dir
+
+
+def _prebuild(dsn: str, home: Path, encoder_path: str) -> None:
+    from rag.encoder import Encoder
+
+    _index_pack(home, dsn, Encoder(encoder_path, threads=1), None)
     (home / "vectors-ready").touch()
     # then the retrieval metrics' compiled code (numba's cache next to ranx, once per environment: a minute of CPU)
     # before `switchboard rag eval`'s tests need it
@@ -177,41 +188,17 @@ def kb_template(pg_uri: str, template_db: str, encoder, topics: tuple[str, ...] 
 
     The home holds the tantivy index of that generation; tests only read it.
     """
-    from router.app.composition import make_knowledge_base
-    from router.db import open_pool
-
     key = (pg_uri, str(encoder.path), topics)
     if key in _templates:
         return _templates[key]
     home = Path(tempfile.mkdtemp(prefix="sbkb-"))
     atexit.register(shutil.rmtree, home, True)
-    kb_dir = home / "kb"
-    kb_dir.mkdir()
-    if topics is None:
-        for path in SAMPLE_KB.glob("*.md"):
-            shutil.copy(path, kb_dir)
-    else:
-        for topic in topics:
-            for lang in ("en", "zh"):
-                shutil.copy(SAMPLE_KB / f"{topic}-{lang}.md", kb_dir)
-    if (SAMPLE_KB / "glossary.yaml").exists():
-        shutil.copy(SAMPLE_KB / "glossary.yaml", kb_dir)
-    if topics is None and (SAMPLE_KB / "calibration.yaml").exists():
-        shutil.copy(SAMPLE_KB / "calibration.yaml", kb_dir)      # the whole pack's own fit (a slice is another pack)
     name = f"kbt_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(_with_db(pg_uri, "postgres"), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
     dsn = _with_db(pg_uri, name)
-    _bank_in(pg_uri, dsn)
-    pool = open_pool(dsn, min_size=1, max_size=2)
-    try:
-        kb = make_knowledge_base(_settings(home, dsn, encoder, kb_dir), pool, encoder)
-        kb.rebuild(kb_dir)
-        # the answer lines' vectors go into the template's embedding cache: every copy's warm-up (wire_rag warms
-        # in the background) reads them instead of encoding the whole pack again
-        kb.warm()
-    finally:
-        pool.close()
+    add_known_vectors(pg_uri, dsn)
+    kb_dir = _index_pack(home, dsn, encoder, topics)
     _bank_out(pg_uri, dsn)
     _templates[key] = (name, home, kb_dir)
     return _templates[key]
