@@ -116,11 +116,15 @@ def _call_args(source: str, start: int) -> tuple[list[str] | None, int]:
     return None, len(source)
 
 
+#: CEL's type denotations: ``type(x) == int`` compares with a type, it reads no variable called ``int``
+_TYPE_NAMES = frozenset({"int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type"})
+
+
 def roots(source: str) -> tuple[set[str], set[str]]:
     """(top-level names the expression reads, slot names it reads as ``slots.X``)."""
     program = compile_expr(source)
     local = set(_COMPREHENSION.findall(source))
-    names = set(program.variables()) - local
+    names = set(program.variables()) - local - _TYPE_NAMES
     bare = _STRING_LIT.sub('""', source)
     return names, set(_SLOT_REF.findall(bare))
 

@@ -58,6 +58,18 @@ def test_errors_are_cel_errors():
         evaluate("missing_name.x", Scope(DATA))
 
 
+@pytest.mark.parametrize("source, data, expected", [
+    ("type(slots.n) == int", {"slots": {"n": 2}}, True),
+    ("type(slots.n) == string || type(slots.refs) == list", {"slots": {"n": 2, "refs": []}}, True),
+    ("type(x) == double", {"x": 2}, False),
+])
+def test_a_type_name_is_a_type_not_an_undefined_variable(source, data, expected):
+    from automation.workflows.expr import roots
+
+    assert not roots(source)[0] & {"int", "string", "list", "double"}
+    assert evaluate(source, data) is expected and plain_cel(source, data) is expected
+
+
 def test_an_environment_is_reused_while_its_values_are_the_same():
     envs = Envs()
     a = envs.context("product.product_id", {"product": PRODUCT})
