@@ -56,6 +56,7 @@ class Slot:
     validate: dict[str, Any] = Field(default_factory=dict)   # entity | regex | enum | schema
     quick_replies: list[Any] = Field(default_factory=list)
     recall: Any = None                 # CEL over memory: the value "the same as last time" names
+    whole: Any = None                  # CEL over the flow's scope: the value "all of it" / "全部" names
     line: int | None = None
 
     def check(self, value: Any) -> bool:

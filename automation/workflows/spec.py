@@ -232,8 +232,8 @@ def _slots(value: Any, path: P, chk: Checker) -> dict[str, Slot]:
             chk.err(p, "expected a mapping (prompt, validate, quick_replies)")
             continue
         for k in body:
-            if k not in ("prompt", "validate", "quick_replies", "recall"):
-                chk.err(p + (k,), f"unknown key {k!r} (prompt, validate, quick_replies, recall)")
+            if k not in ("prompt", "validate", "quick_replies", "recall", "whole"):
+                chk.err(p + (k,), f"unknown key {k!r} (prompt, validate, quick_replies, recall, whole)")
         validate = body.get("validate") or {}
         if not isinstance(validate, dict):
             chk.err(p + ("validate",), "expected a mapping (entity, regex, enum, schema)")
@@ -261,7 +261,7 @@ def _slots(value: Any, path: P, chk: Checker) -> dict[str, Slot]:
         qr = body.get("quick_replies", [])
         out[name] = Slot(name=name, prompt=chk.texts(body.get("prompt"), p + ("prompt",), required=False),
                          validate=validate, quick_replies=qr if isinstance(qr, list) else [],
-                         recall=body.get("recall"), line=chk.line(p))
+                         recall=body.get("recall"), whole=body.get("whole"), line=chk.line(p))
     return out
 
 
@@ -342,6 +342,8 @@ def _cross_check(wf: Workflow, chk: Checker) -> None:
     for name, sl in wf.slots.items():
         if sl.recall is not None:
             ck.expr(sl.recall, ("workflows", wf.name, "slots", name, "recall"))
+        if sl.whole is not None:
+            ck.expr(sl.whole, ("workflows", wf.name, "slots", name, "whole"))
     for s in wf.steps.values():
         p = s.raw["_path"]
         if "when" in s.raw:

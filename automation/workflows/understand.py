@@ -126,6 +126,23 @@ def drop_negated(text: str) -> str:
     return _NEGATED.sub(" ", text or "")
 
 
+# "all of it", "the full amount please", "refund everything", "全部", "全额退款", "都退了吧": the whole of what is
+# asked for (a slot's ``whole`` says what that is: the amount left to refund, every item of the order)
+_WHOLE = re.compile(
+    r"^(?:(?:yes|ok(?:ay)?|just|please|i\s+want|i'?d\s+like|i\s+would\s+like|give\s+me|refund(?:\s+me)?|return)\s+)*"
+    r"(?:the\s+)?(?:all(?:\s+of\s+(?:it|them|the\s+money)|\s+the\s+money)?|everything|the\s+lot|(?:the\s+)?(?:full|whole|entire|total)"
+    r"(?:\s+(?:amount|sum|price|refund|thing|order|money))?|in\s+full|100\s*%)"
+    r"(?:\s+(?:of\s+it|back|refunded|returned|please|thanks|thank\s+you))*$"
+    r"|^(?:请|麻烦|帮我|给我|我要|要|就)*退?(?:全部|全额|全款|全都|全|都|所有的?|整单|整个订单)(?:金额|的钱|款项)?(?:退款?|退掉|退了|退回)?"
+    r"(?:金额|的钱)?(?:吧|就行|就好|谢谢|了)*$", re.I)
+
+
+def is_whole(text: str) -> bool:
+    """Little more than "all of it": the answer a slot's ``whole`` value stands for."""
+    t = norm(text)
+    return bool(t) and bool(_WHOLE.match(t.replace(" ", "") if re.search(r"[\u4e00-\u9fff]", t) else t))
+
+
 def is_correction(text: str) -> bool:
     return bool(CORRECTION.search(text or ""))
 
@@ -354,8 +371,8 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
         return Choice(exact[0], [], "exact")
     if len(exact) == 1:
         return Choice(None, [], "none")   # a field named among words that describe something else ("Laptop (silver)")
-    if is_question(text) and not exact:
-        return Choice(None, [], "none")   # "can you look it up?": no answer
+    if is_question(text) and not exact and not relevant:
+        return Choice(None, [], "none")   # "can you look it up?": no answer (a request said before is often a question)
     pool = exact or list(range(n))
     matched = len(exact) > 1
     # fuzzy: the share of the customer's content words found in the option (each word fuzzily)

@@ -69,7 +69,12 @@ class ShopConversations:
     # --- the shop's state ---------------------------------------------------------------------------------
 
     def reset(self) -> None:
+        """Each case starts from the shop's sample data: what the process kept of its customers is dropped too
+        (the shop was reloaded under it, which a real shop never does)."""
+        from automation.workflows.memory import CUSTOMERS
+
         self.shop.load(reload="always")
+        CUSTOMERS.clear()
         with self.db() as conn:
             conn.execute("DELETE FROM flow_instances")
             conn.execute("DELETE FROM flow_memory")

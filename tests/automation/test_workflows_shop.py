@@ -82,6 +82,28 @@ def test_refund_above_what_is_left_is_refused_and_asked_again(shop_engine, turn)
     assert t.status == "waiting" and t.awaiting == "amount" and "At most 638.00 CNY" in t.reply
 
 
+@pytest.mark.parametrize("lang, start, whole, says", [
+    ("zh", "订单100230要退款", "全部退了吧", "最多可退 256.00 CNY"),
+    ("en", "I want a refund for order 100230", "the full amount please", "Up to 256.00 CNY"),
+])
+def test_all_of_it_is_the_amount_left_to_refund(shop_engine, turn, dsn, lang, start, whole, says):
+    """"How much?" - "all of it": the slot's ``whole`` (what is left of the order) is the amount, never a guess
+    from the words; after a partial refund it is what remains."""
+    first, partial, later = (Caller("web", "c1", f"shop-c1-{i}") for i in range(3))
+    t = turn(shop_engine.start, "refund", first, start, {}, lang)
+    assert t.awaiting == "amount" and says in t.reply, t.reply
+    t = turn(shop_engine.advance, t.instance_id, first, whole, {}, lang)
+    assert t.awaiting == "confirmation" and t.pending_action["arguments"]["amount"] == 256.0, t.reply
+    t = turn(shop_engine.start, "refund", partial, "refund 6 for order 100230", {}, "en")
+    t = turn(shop_engine.advance, t.instance_id, partial, "yes", {}, "en")
+    assert _refunds(dsn, "100230") == [6.0], t.reply
+    t = turn(shop_engine.start, "refund", later, start, {}, lang)
+    t = turn(shop_engine.advance, t.instance_id, later, whole, {}, lang)
+    assert t.pending_action["arguments"]["amount"] == 250.0, t.reply
+    t = turn(shop_engine.advance, t.instance_id, later, "一半" if lang == "zh" else "half", {}, lang)
+    assert _refunds(dsn, "100230") == [6.0]           # a confirmation not given writes nothing
+
+
 def test_change_address_only_before_shipping_and_with_confirmation(shop_engine, turn, dsn):
     t = turn(shop_engine.start, "change_address", C1, "change the address of 100234", {}, "en")
     assert t.status == "completed" and "already shipped" in t.reply

@@ -8,6 +8,7 @@ from typing import Any
 from automation.workflows import memory as M
 from automation.workflows import understand as U
 from automation.workflows.checks import WorkflowChecks
+from automation.workflows.expr import ExpressionError, evaluate
 from automation.workflows.model import Step, StepSpec, Workflow
 from automation.workflows.runtime import FlowRun, t
 from automation.workflows.steps import answers as A
@@ -54,6 +55,15 @@ class Ask(StepKind):
                 run.say(t("no_recall", run.lang))
                 return run.retry(step, f"no remembered {name}", quiet=True)
             inst["history"].append({"step": step.id, "event": "recalled", "slot": name, "at": time.time()})
+        elif slot.whole is not None and U.is_whole(text):
+            # "all of it": the value the slot's ``whole`` names now (the amount left to refund)
+            try:
+                value = evaluate(slot.whole, run.scope())
+            except ExpressionError:
+                value = None
+            if value is None or not slot.check(value):
+                return run.retry(step, f"no whole {name}")
+            inst["history"].append({"step": step.id, "event": "whole", "slot": name, "at": time.time()})
         else:
             value = A.parse_slot(wf, name, text, ctx.entities)
         if value is None:
@@ -72,6 +82,8 @@ class Ask(StepKind):
         slot = run.wf.slots[step.arg]
         if slot.recall and M.is_recall(text):
             return "weak" if slot.free_text else "strong"
+        if slot.whole is not None and U.is_whole(text):
+            return "strong"
         if slot.free_text and (U.is_bare_cancel(text) or U.is_question(text)):
             return None   # "never mind" or an FAQ question is not an address or a title
         if A.parse_slot(run.wf, step.arg, text, entities) is None:
