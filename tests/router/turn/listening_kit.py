@@ -64,7 +64,7 @@ WRITE_TOOL = {"refund": "request_refund", "change_address": "change_address", "i
 
 # what a reply says only after the shop confirmed the write (the workflows' `done` replies)
 SUCCESS = {"request_refund": ("Refunded ", "已为订单"), "change_address": ("will now go to", "的地址已改为"),
-           "issue_invoice": (" issued to ", "已开具"), "cancel_order": (" is cancelled", "已取消，将退款")}
+           "issue_invoice": (" issued to ", "已开具"), "cancel_order": (" is cancelled;", "已取消，将退款")}
 
 # -- phrasing pools ----------------------------------------------------------------------------------------
 P: dict[str, dict[str, list[str]]] = {
