@@ -29,7 +29,7 @@ from automation.workflows.listening import CLAIMED, READINGS, Listening, offered
 from automation.workflows.model import Workflow, WorkflowSet
 from automation.workflows.outside import Outside, inline
 from automation.workflows.runtime import (ApprovalPort, ApprovalRequest, FlowRun, FlowTurn, HandoffRequest,  # noqa: F401
-                                          Services, StepTrace, t)
+                                          Restart, Services, StepTrace, t)
 from automation.workflows.steps import REGISTRY, WAITING_KINDS, StepContext
 from automation.workflows.steps import answers as A
 from automation.workflows.steps.confirm import action_slots
@@ -111,16 +111,24 @@ class FlowEngine:
         return store.active(conn, conversation_id)
 
     def start(self, conn: Any, workflow: str, caller: Caller, text: str = "", entities: dict[str, Any] | None = None,
-              lang: str = "en") -> FlowTurn:
+              lang: str = "en", *, restart: Restart | None = None) -> FlowTurn:
+        """Start ``workflow`` from the customer's message; ``restart``: what a message that started a finished flow
+        again settled for it (the option it referred to, or the options to ask among; see ``correcting``)."""
         wf = self.workflows[workflow]
         conversation_id = caller.conversation_id or f"{caller.channel}:{caller.customer_id}"
         slots = A.prefill(wf, text, entities or {})
+        if restart is not None and restart.workflow == wf.name:
+            slots.update(restart.slots)
         remembered = self.memory(conn, caller, lang)
         inst = store.create(conn, conversation_id=conversation_id, workflow=wf.name, version=wf.version,
                             step=wf.first, lang=lang, caller=_caller_dict(caller), slots=slots,
                             id=_instance_id(conn, conversation_id, wf.name, caller.turn_id))
         inst["bindings"]["memory"] = remembered
         inst["history"].append({"event": "started", "at": time.time(), "prefilled": sorted(slots)})
+        if restart is not None and restart.workflow == wf.name:
+            inst["history"].extend(restart.history)
+            if restart.among:
+                inst["pending"]["choose_among"] = {k: list(v) for k, v in restart.among.items()}
         inst["pending"]["message"] = text or ""
         self._observe(wf.name, "started")
         run = self._flow_run(conn, inst, wf, caller, lang)
@@ -170,10 +178,11 @@ class FlowEngine:
 
     def on_message(self, conn: Any, caller: Caller, text: str, entities: dict[str, Any] | None = None, *,
                    lang: str = "en", listening: Listening | None = None, workflow: str | None = None,
-                   intent: str | None = None, intent_confidence: float | None = None) -> FlowTurn | None:
+                   intent: str | None = None, intent_confidence: float | None = None,
+                   restart: Restart | None = None) -> FlowTurn | None:
         """The turn's one entry: the flow that listened moves on with the reading it made (never read twice);
         without one (or when it is no longer active) ``workflow``, else the workflow serving ``intent``,
-        starts. None: no flow takes the message."""
+        starts (with what ``restart`` settled, when it restarts that workflow). None: no flow takes the message."""
         if listening is not None:
             turn = self.advance(conn, listening.instance, caller, text, entities, lang=lang, intent=intent,
                                 intent_confidence=intent_confidence, reading=listening.reading, only_active=True)
@@ -183,7 +192,7 @@ class FlowEngine:
               self.workflows.for_intent(intent) if intent else None)
         if wf is None:
             return None
-        return self.start(conn, wf.name, caller, text, entities, lang=lang)
+        return self.start(conn, wf.name, caller, text, entities, lang=lang, restart=restart)
 
     def read(self, instance: Instance, text: str, entities: dict[str, Any] | None = None, *,
              intent: str | None = None, intent_confidence: float | None = None) -> str:
@@ -300,14 +309,16 @@ class FlowEngine:
         return run.to_turn()
 
     def correcting(self, conn: Any, conversation_id: str, text: str, entities: dict[str, Any] | None = None,
-                   window_seconds: float = 1800) -> str | None:
-        """The workflow a message restarts with a corrected value, or None (changes nothing).
+                   window_seconds: float = 1800, *, intent: str | None = None) -> Restart | None:
+        """The finished workflow a message starts again, and what it settled for it; None (changes nothing).
 
         "where is my order 100999?" -> "I couldn't find order 100999." -> "sorry, I meant 100241": the flow ended
         refused a moment ago, and the message gives another value for a slot it had (a correction cue, or little
         more than the value). The same workflow then starts again from that message. So does a follow-up after a
         workflow that only reads: "where is my order 100241?" -> "...shipped" -> "and 100242?" / "那100242呢" (the
-        same question about another value); one that writes is never started again by a bare value."""
+        same question about another value), or "the other one" / "what about the first one" / "那个待付款的呢"
+        (another of the options its choice offered, ``StepKind.other_option``), unless the classifier heard
+        another workflow's task (``intent``). One that writes is never started again by such a message."""
         last = store.last(conn, conversation_id)
         if last is None or last["status"] != "completed":
             return None
@@ -319,9 +330,30 @@ class FlowEngine:
         if last["outcome"] == "refused":
             if not (U.is_correction(text) or not U.is_free_value(U.strip_correction(text))):
                 return None
-        elif wf.risk != "read" or not U.is_follow_up(text):
+            return Restart(wf.name) if A.correction(last, wf, text, entities or {}) is not None else None
+        if wf.risk != "read":
             return None
-        return wf.name if A.correction(last, wf, text, entities or {}) is not None else None
+        if U.is_follow_up(text) and A.correction(last, wf, text, entities or {}) is not None:
+            return Restart(wf.name)
+        heard = self.workflows.for_intent(intent) if intent else None
+        if heard is not None and heard.name != wf.name:
+            return None   # "I want to return the keyboard": another task, whatever it shares with the options
+        return self._other_option(conn, last, text)
+
+    def _other_option(self, conn: Any, last: Instance, text: str) -> Restart | None:
+        """The finished flow's latest pick among options it offered, taken again with the option ``text`` refers to."""
+        wf, gone = self._pinned(Instance(**{**last, "history": list(last.get("history") or [])}))
+        if gone:
+            return None
+        picked = next((h for h in reversed(last.get("history") or []) if h.get("event") == "chose"), None)
+        step = wf.steps.get(picked.get("step")) if picked is not None else None
+        if picked is None or step is None or step.kind not in WAITING_KINDS:
+            return None
+        run = self._flow_run(conn, last, wf, None, last.get("lang") or "en")
+        try:
+            return REGISTRY[step.kind].other_option(run, step, text, picked)
+        except ExpressionError:
+            return None   # its options cannot be read now: nothing to refer to
 
     def memory(self, conn: Any, caller: Caller, lang: str = "en") -> dict[str, Any]:
         """The session's memory (profile, recent orders, earlier outcomes): loaded once, cached per conversation."""

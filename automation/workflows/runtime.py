@@ -145,6 +145,19 @@ class FlowTurn:
                 "status": self.status, "awaiting": self.awaiting, "pending_action": self.pending_action}
 
 
+@dataclass
+class Restart:
+    """A finished flow that the customer's next message starts again: "sorry, I meant 100241" (a corrected value),
+    "and 100242?" (the same question about another value), "the other one" / "那个待付款的呢" (another of the
+    options its choice offered). ``slots`` are what the message settled (the option it refers to), ``among`` the
+    options a choose step asks among when it named several, ``history`` how they were settled."""
+
+    workflow: str
+    slots: dict[str, Any] = field(default_factory=dict)
+    among: dict[str, list[int]] = field(default_factory=dict)      # choose step -> option indexes still in question
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
 class Prompter(Protocol):
     """What a turn needs of a waiting step kind to ask its question (steps.base.StepKind has it)."""
 

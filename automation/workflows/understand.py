@@ -230,7 +230,7 @@ _FUNCTION = _STOP | {
     "at", "by", "as", "about", "what", "where", "when", "how", "why", "who", "yes", "ok", "okay", "thanks",
     "thank", "im", "its", "there", "here", "them", "they", "it's", "i'm", "we", "our", "us", "mine", "ones",
     "those", "these", "bought", "ordered", "purchased", "item", "items", "thing", "things", "help", "let",
-    "tell", "see", "idea", "remember", "which", "wanted", "cancel", "return", "exchange", "change", "pending",
+    "tell", "see", "idea", "remember", "which", "wanted", "cancel", "return", "exchange", "change",
     "钱", "款", "到", "里", "orders", "last", "time", "again", "also", "too", "really", "actually", "hmm", "um", "well", "oh",
     "week", "month", "year", "day", "days", "ago", "yesterday", "today", "recently", "before", "earlier",
     "refund", "send", "back", "swap", "replace", "replacement", "new", "old", "same", "other", "another",
@@ -311,6 +311,29 @@ def evidence(text: str, texts: list[list[str]], index: int, *, head: bool = Fals
 
 
 EVIDENCE_FLOOR = 0.6
+
+
+# "the other one", "the other order", "另一个", "另外那个": an option of those offered other than the one taken
+_OTHER = re.compile(r"(?<![a-z])other(?![a-z])|另一(?:个|台|件|副|双|条|款|单|只)|另外(?:那|一)(?:个|台|件|副|双|只)", re.I)
+
+
+def refers_to_other(text: str) -> bool:
+    """The message speaks of "the other" one of what was in question ("actually, the other one", "另外那个呢")."""
+    return bool(_OTHER.search(text or ""))
+
+
+def without_other(text: str) -> str:
+    """The message without its "the other" words ("the other order" -> "the  order")."""
+    return _OTHER.sub(" ", text or "")
+
+
+def only_describes(text: str, texts: list[list[str]]) -> bool:
+    """Every word of the text that could describe something describes one of the options (an ordinal aside):
+    "the second", "the pending one", "那个待付款的" do; "the other payment options" or "I have a question about
+    my invoice" name something the options are not."""
+    fields, field_words = _option_fields(tuple(tuple(fs) for fs in texts))
+    words = content_words(_ORDINAL_RE.sub(" ", norm(text)))
+    return all(any(_word_hit(w, fields[i], field_words[i]) for i in range(len(texts))) for w in words)
 
 
 def _names_label(t: str, fields: list[str]) -> bool:

@@ -131,7 +131,8 @@ def choose(f: Facts, fr: Frame, v: Verdict, *, task: str | None) -> Route:
     """The routing order, first match wins:
 
     1. small talk (also "are you a real person?", a question the classifier heard as a request for a person),
-       unless a flow waits, a rule escalates (bar a rule-matched identity question) or the customer is unhappy;
+       unless a flow waits, a finished task restarts ("actually, the other one", which the embeddings may hear as
+       a goodbye), a rule escalates (bar a rule-matched identity question) or the customer is unhappy;
        likewise a change of mind with nothing waiting ("never mind", "算了，不退了"): the ``never_mind`` reply;
     2. a corrected task restarts (``restart``), before anything below;
     3. out of scope, first of a run: clarify;
@@ -144,7 +145,8 @@ def choose(f: Facts, fr: Frame, v: Verdict, *, task: str | None) -> Route:
     asks_who = v.rule == "human_request" and f.decided_by == "rules"
     if (not f.in_flow and not v.escalate and v.identity_question and not smalltalk and f.identity_reply):
         served, smalltalk = ("reply", IDENTITY_TEMPLATE), True
-    if smalltalk and served is not None and not f.in_flow and (not v.escalate or asks_who) and not v.dissatisfied:
+    if smalltalk and served is not None and not f.in_flow and f.restart is None and (not v.escalate or asks_who) \
+            and not v.dissatisfied:
         return Route(Act.SMALL_TALK, tier=fr.tier, template=served[1], served=served, save_verdict=False)
     if f.drops_task and not f.in_flow and not v.escalate:
         # nothing waits to be stopped: no task is started on the words it names ("不退了"), nothing is unclear

@@ -11,6 +11,7 @@ A case:
     {"id", "workflow", "lang", "customer", "channel"?,
      "before": [{"workflow", "turns"}]?            earlier sessions of the same customer (memory's outcomes)
      "turns": ["text" | {"text", "intent", "confidence"} | {"approve": true|false, "reason"?}],
+                                                   a text after the flow ended may start it again (correcting)
      "faults": [{"turn": N, "break": "get_order" | "memory"} | {"turn": N, "fail_write": TOOL}]?,
      "expect": {"status", "outcome"?, "slots": {...}, "writes": [[TOOL, {field: value}]], "tier"?,
                 "reply_has"?: [..], "reply_lacks"?: [..]}}
@@ -131,6 +132,16 @@ class ShopConversations:
                                    item.get("approver", "sup-1"), item.get("reason"))
                 elif t is None:
                     t = self._turn(self.engine.start, workflow, caller, item["text"], {}, lang)
+                elif t.status not in store.ACTIVE:
+                    # the flow ended: a message that starts it again (a follow-up, "the other one"), as the
+                    # router asks before its classifier; anything else is not the flow's (no reply from it)
+                    restart = self._turn(self.engine.correcting, caller.conversation_id, item["text"], {},
+                                         intent=item.get("intent"))
+                    if restart is None:
+                        replies.append("")
+                        continue
+                    t = self._turn(self.engine.start, restart.workflow, caller, item["text"], {}, lang,
+                                   restart=restart)
                 else:
                     t = self._turn(self.engine.advance, t.instance_id, caller, item["text"], {}, lang,
                                    intent=item.get("intent"), intent_confidence=item.get("confidence"))

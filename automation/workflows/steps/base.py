@@ -23,7 +23,7 @@ from automation.workflows.model import COMMON_KEYS, Step, StepSpec, Workflow
 if TYPE_CHECKING:
     from automation.workflows.store import Instance
     from automation.workflows.checks import WorkflowChecks
-    from automation.workflows.runtime import FlowRun
+    from automation.workflows.runtime import FlowRun, Restart
 
 Outcome = str | None
 S = TypeVar("S", bound=StepSpec)
@@ -98,6 +98,12 @@ class StepKind:
         """A correction of an earlier pick of this kind while the flow waits at ``at`` ("no, the other one",
         "actually the blue one", "不对，是另一台"): the step to go back to after re-picking, or None. ``dry``:
         only say whether it would, changing nothing."""
+        return None
+
+    def other_option(self, run: FlowRun, step: Step, text: str, picked: dict[str, Any]) -> Restart | None:
+        """After the flow ended: a message that refers to another of the options this step offered than the one
+        ``picked`` (its history event) took ("the other one", "the second?", "那个待付款的呢"): the flow started
+        again with it (or asking among those it names), or None."""
         return None
 
     def free_text(self, wf: Workflow, step: Step) -> bool:

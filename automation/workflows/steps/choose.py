@@ -11,7 +11,7 @@ from automation.workflows.checks import WorkflowChecks
 from automation.workflows.expr import (ExpressionError, evaluate, evaluate_columns, evaluate_each, format_value,
                                        render_each, same_value)
 from automation.workflows.model import Step, StepSpec
-from automation.workflows.runtime import MAX_ATTEMPTS, FlowRun, t
+from automation.workflows.runtime import MAX_ATTEMPTS, FlowRun, Restart, t
 from automation.workflows.steps import answers as A
 from automation.workflows.steps.base import Outcome, StepContext, StepKind
 
@@ -255,6 +255,35 @@ class Choose(StepKind):
         inst["attempts"].pop(step.id, None)
         inst["history"].append({"step": step.id, "event": "chose", "index": ch.index, "how": ch.how, "at": time.time()})
         return "next"
+
+    def other_option(self, run: FlowRun, step: Step, text: str, picked: dict[str, Any]) -> Restart | None:
+        """"the other one" (of two; of more, the rest are asked among), "what about the first one", "the pending
+        one", "另外那个呢", "那个待付款的呢" after the flow ended: another of the options the customer was shown,
+        read as an answer to the same question (numbers as they were shown, the options' words). The message
+        must say nothing but that: a word that describes no option (a new question, a goodbye) reads as none."""
+        if str(picked.get("how") or "").startswith("said:"):
+            return None   # resolved from the customer's own words: no list was offered
+        opts = options(run, step)
+        chosen = picked.get("index")
+        if not isinstance(chosen, int) or not 0 <= chosen < len(opts) or len(opts) < 2:
+            return None
+        ids, texts = option_texts(run, step, opts)
+        other = U.refers_to_other(text)
+        said = U.strip_follow_up(U.strip_correction(U.without_other(text)))
+        if not (said or other) or U.is_question(said) or not U.only_describes(said, texts):
+            return None
+        pool: list[int] = []
+        if said:
+            ch = U.choose(said, ids, texts)   # never by meaning alone: no question is waiting for an answer
+            pool = [i for i in ([ch.index] if ch.index is not None else ch.candidates) if i != chosen]
+        if not pool and other:
+            pool = [i for i in range(len(opts)) if i != chosen]
+        if not pool:
+            return None
+        if len(pool) > 1:
+            return Restart(run.wf.name, among={step.id: pool})
+        history = [{"step": step.id, "event": "chose", "index": pool[0], "how": "follow_up", "at": time.time()}]
+        return Restart(run.wf.name, slots={step.arg: value_of(run, step, opts[pool[0]])}, history=history)
 
     def _from_text(self, run: FlowRun, step: Step, opts: list[Any], said: str) -> str | None:
         """Resolve a choice from words the customer already said (a request's item, the first message)

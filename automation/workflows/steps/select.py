@@ -10,7 +10,6 @@ name nothing there, are asked among as a numbered list ("1 and 3", "both", "the 
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
@@ -24,8 +23,6 @@ from automation.workflows.runtime import FlowRun
 from automation.workflows.steps import answers as A
 from automation.workflows.steps.base import Outcome, StepContext, StepKind, spec_of
 
-# "the other one", "另一台": the one of two in question that was not taken
-_OTHER = re.compile(r"(?<![a-z])other(?![a-z])|另一(?:个|台|件|副|双|条|款|单|只)|另外(?:那|一)(?:个|台|件|副|双|只)", re.I)
 ABSENT = {"zh": "没有找到您说的那一项。", "en": "I could not find that one."}
 PICK_FROM = {"zh": "请回复编号（可以多个，如“1和3”），或“全部”。", "en": "Reply with the numbers (several are fine, e.g. \"1 and 3\") or \"all\"."}
 
@@ -255,11 +252,11 @@ class Select(StepKind):
         planned again (``answers.apply_correction``); None when the words re-pick nothing there."""
         inst = run.inst
         seen = inst["pending"].get("select_seen") or {}
-        if not seen or inst["loops"] or not (U.is_correction(text) or U.yes_no(text) is False or _OTHER.search(text)):
+        if not seen or inst["loops"] or not (U.is_correction(text) or U.yes_no(text) is False or U.refers_to_other(text)):
             return None
         order = list(dict.fromkeys(h["step"] for h in reversed(inst["history"])
                                    if h.get("event") in ("selected", "correction") and h.get("step") in seen))
-        other = bool(_OTHER.search(text))
+        other = U.refers_to_other(text)
         words = U.strip_correction(U.drop_negated(text))
         for sid in order:   # the latest pick the words can mean: "the other one" of exactly two in question
             step = run.wf.steps.get(sid)

@@ -15,6 +15,7 @@ from typing import Any, Protocol, cast
 from prometheus_client import Counter
 
 from automation.workflows.listening import Listening
+from automation.workflows.runtime import Restart
 from automation.workflows.store import Instance
 from rag.types import Answer, Hit
 from router.classify.base import Classification
@@ -84,6 +85,7 @@ class TurnBase:
         self.rag_error: str | None = None
         self.flow: dict[str, Any] | None = None     # the workflow's part of the response
         self.listening: Listening | None = None      # the waiting flow and its reading of the message (engine.listen)
+        self.restarting: Restart | None = None       # a finished flow this message starts again (engine.correcting)
         self._active_flow: Instance | None | object = _UNREAD
         self._notes: list[str] | None = None
         self.outcome: str | None = None

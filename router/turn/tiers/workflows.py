@@ -38,15 +38,19 @@ class Workflows(Answers):
         return self.listening.reading
 
     def correcting(self, c: Classification) -> str | None:
-        """The workflow this message restarts with a corrected value (see FlowEngine.correcting), or None."""
+        """The finished workflow this message starts again (a corrected value, the same question about another
+        value or another option it offered: see FlowEngine.correcting), or None. What the message settled for
+        it is kept for ``run_flow``."""
         engine = self.r.flows
         if engine is None or (c.intent is not None and c.decided_by == "rules"
                               and engine.workflows.for_intent(c.intent) is None):
             return None
-        workflow = engine.correcting(self.conn, str(self.conv["id"]), self.text, c.entities or {})
-        if workflow is not None:
-            self.trace["reading"] = "correction"
-        return workflow
+        self.restarting = engine.correcting(self.conn, str(self.conv["id"]), self.text, c.entities or {},
+                                            intent=c.intent)
+        if self.restarting is None:
+            return None
+        self.trace["reading"] = "follow_up" if self.restarting.slots or self.restarting.among else "correction"
+        return self.restarting.workflow
 
     def settle_offer(self, c: Classification) -> None:
         """An open offer ("Shall I start it?") that this message does not answer with a yes or a no lapses now,
@@ -91,9 +95,11 @@ class Workflows(Answers):
         lang = self.lang if self.lang in ("zh", "en") else (detect_lang(self.text) or "en")
         with self.stage("workflow"):
             # the flow that listened moves on with its reading; else `workflow` (or the intent's) starts
+            restart = self.restarting if self.restarting is not None and self.restarting.workflow == workflow else None
             t = engine.on_message(self.conn, caller, self.text, c.entities or {}, lang=lang, listening=self.listening,
-                                  workflow=workflow, intent=c.intent, intent_confidence=float(c.confidence))
-            self.listening = None
+                                  workflow=workflow, intent=c.intent, intent_confidence=float(c.confidence),
+                                  restart=restart)
+            self.listening = self.restarting = None
             self.flow_moved()
         if t is None:
             return None

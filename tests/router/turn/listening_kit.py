@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,7 +64,7 @@ WRITE_TOOL = {"refund": "request_refund", "change_address": "change_address", "i
 
 # what a reply says only after the shop confirmed the write (the workflows' `done` replies)
 SUCCESS = {"request_refund": ("Refunded ", "已为订单"), "change_address": ("will now go to", "的地址已改为"),
-           "issue_invoice": (" issued to ", "已开具"), "cancel_order": (" is cancelled", "已取消，将退款")}
+           "issue_invoice": (" issued to ", "已开具"), "cancel_order": (" is cancelled;", "已取消，将退款")}
 
 # -- phrasing pools ----------------------------------------------------------------------------------------
 P: dict[str, dict[str, list[str]]] = {
@@ -135,10 +136,27 @@ P: dict[str, dict[str, list[str]]] = {
                       "zh": ["不对，抬头是{title2}", "抬头应该是{title2}"]},
     "right_order": {"en": ["sorry, I meant {order}", "oops, it's {order}", "my mistake, the order is {order}"],
                     "zh": ["不好意思，是{order}", "打错了，应该是{order}", "说错了，是{order}"]},
+    # after a finished lookup, another of the orders it offered: "the other" (of two; of more the bot asks which),
+    # its place in the list as shown, or its status as shown
+    "other_option": {"en": ["actually, the other one", "the other order", "what about the other one?",
+                            "and the other one?", "the other one please"],
+                     "zh": ["另一个呢", "另外那个呢", "另一个订单呢", "那另一个呢", "还有另一个呢"]},
+    "nth_option": {"en": ["what about the {nth} one", "and the {nth}?", "the {nth} one please", "and the {nth} one?"],
+                   "zh": ["第{n}个呢", "那第{n}个呢", "第{n}个订单呢", "还有第{n}个呢"]},
+    "status_option": {"en": ["the {status} one", "what about the {status} one?", "and the {status} one?"],
+                      "zh": ["那个{status}的呢", "{status}的那个呢", "那{status}的那个呢"]},
 }
+NTH = {1: "first", 2: "second", 3: "third", 4: "fourth", 5: "fifth"}
+# a status as the customer words it, from the list's label (the workflow's labels.status)
+STATUS_WORD = {"en": {"awaiting payment": "pending", "paid": "paid", "shipped": "shipped", "delivered": "delivered",
+                      "cancelled": "cancelled", "refunded": "refunded"},
+               "zh": {"待付款": "待付款", "已付款": "已付款", "已发货": "已发货", "已签收": "已签收", "已取消": "已取消",
+                      "已退款": "已退款"}}
 
 PATTERNS = ("happy", "inline", "correction", "change_of_mind", "digression", "wrong_then_right", "lookalike",
-            "two_requests")
+            "two_requests", "other_option")
+# the customers with several recent orders (a list is offered): "the other one" has something to refer to
+SEVERAL = {"c1", "c2", "c4"}
 
 
 @dataclass
@@ -169,6 +187,9 @@ def cases(per_workflow: int | None = None) -> list[Case]:
                 for pattern in PATTERNS:
                     if pattern == "correction" and wf in ("order_status", "cancel_order"):
                         continue   # nothing to correct at a confirmation they do not have / a single value
+                    if pattern == "other_option" and (wf not in ("order_status", "cancel_order")
+                                                      or task["customer"] not in SEVERAL):
+                        continue   # a lookup, and a write that must not run again on "the other one"
                     out.append(Case(f"{wf}-{task['customer']}-{lang}-{pattern}", wf, lang, pattern, task))
     return out
 
@@ -185,6 +206,7 @@ class Simulator:
         self.transcript: list[tuple[str, str]] = []
         self.why: list[str] = []
         self.replies: list[dict] = []
+        self.listed: list[tuple[str, str]] = []   # the orders a list offered, as shown: (order, status label)
 
     def _values(self) -> dict[str, Any]:
         t, lang, pick = self.case.task, self.case.lang, self.rng.choice
@@ -212,6 +234,14 @@ class Simulator:
 
     def answer(self, awaiting: str | None) -> str | None:
         c = self.case
+        if awaiting == "order_id" and c.pattern == "other_option" and not self.moved and c.workflow == "order_status":
+            # first another order of the list (by its number as shown), then the customer's own by reference
+            shown = self._shown(self.transcript[-1][1])
+            decoys = [n for n, (o, _) in enumerate(shown, 1) if o != c.task["order"]]
+            if decoys and any(o == c.task["order"] for o, _ in shown):
+                self.listed = shown
+                return self.rng.choice([str(self.rng.choice(decoys)), f"the {NTH[decoys[0]]} one"
+                                        if self.lang == "en" else f"第{decoys[0]}个"])
         if awaiting == "order_id":
             return self.say("order_id")
         if awaiting == "amount":
@@ -245,6 +275,9 @@ class Simulator:
             if self.why:
                 break
             flow = out.get("flow") or {}
+            if flow.get("status") == "completed" and c.pattern == "other_option" and not self.moved:
+                out = self.after_finish()
+                continue
             if flow.get("status") not in ("waiting",):
                 break
             awaiting = flow.get("awaiting")
@@ -258,6 +291,38 @@ class Simulator:
                 break
             out = self.post(text)
         return Outcome(c, self.seed, False, self.why, self.transcript, len(self.transcript))
+
+    @staticmethod
+    def _shown(reply: str) -> list[tuple[str, str]]:
+        """The numbered list of a reply: (order, status label) per line "1. 100261 (awaiting payment): ..."."""
+        return [(m.group(1), m.group(2)) for m in re.finditer(r"^\d+\. (\d+) \((.+?)\): ", reply, re.M)]
+
+    def refer(self) -> str:
+        """Another order of the list the finished lookup offered, by reference: "the other one", its place, its
+        status as shown."""
+        order = self.case.task["order"]
+        n = next(k for k, (o, _) in enumerate(self.listed, 1) if o == order)
+        label = dict(self.listed)[order]
+        word = next((w for k, w in STATUS_WORD[self.lang].items() if label.startswith(k)), None)
+        kinds = ["nth_option"] + (["other_option"] if len(self.listed) == 2 else []) + \
+            (["status_option"] if word is not None else [])
+        kind = self.rng.choice(kinds)
+        return self.say(kind, nth=NTH[n], n=n, status=word)
+
+    def after_finish(self) -> dict:
+        """The finished task, then "the other one": a lookup looks the order up the words refer to (asking which
+        when they leave several); a write is never run again by it (the shop's records judge)."""
+        self.moved = True
+        if self.case.workflow != "order_status":
+            return self.post(self.say("other_option"))
+        if not self.listed:
+            self.why.append("no list of orders was offered to refer back to")
+            return {}
+        out = self.post(self.refer())
+        flow = out.get("flow") or {}
+        if flow.get("workflow") != "order_status":
+            self.why.append(f"a reference to another order was not looked up: {flow}")
+        return out
 
     def move(self, awaiting: str | None) -> dict | None:
         """The pattern's one move, at the first point it applies; the response that follows it."""
@@ -327,6 +392,10 @@ def judge(sim: Simulator, writes: list[dict], tickets: int) -> Outcome:
         why.append(f"{tickets} ticket(s)")
     if case.workflow == "order_status" and case.pattern != "change_of_mind":
         text = " ".join(t for _, t in sim.transcript)
+        if case.pattern == "other_option":   # the last reply states the order referred to, never a list
+            text = sim.transcript[-1][1] if sim.transcript else ""
+            if re.search(r"^\d+\. ", text, re.M) or not re.search(rf"(?:Order|订单) {case.task['order']}\b", text):
+                why.append(f"the order referred to was not looked up: {text!r}")
         if case.task["order"] not in text or not all(e in text for e in case.task["expect"]):
             why.append("the order's status was not given")
     wrong_lang = [r.get("reply", {}).get("lang") for r in sim.replies

@@ -272,3 +272,77 @@ def test_unclear_answers_are_asked_again_with_a_hint_then_a_person_is_offered(ap
     assert out[3]["ticket_id"] is None
     assert out[4]["ticket_id"] is not None          # the third miss: a colleague takes it, with the flow's state
     assert writes_of(svc, "request_refund") == []
+
+
+@pytest.mark.parametrize("lang, texts", [
+    ("en", ("where is my order?", "the one that is shipped", "actually, the other one", "the other order")),
+    ("zh", ("我的订单到哪了", "已发货的那个", "另外那个呢", "另一个订单呢"))])
+def test_the_other_order_after_a_finished_lookup_is_looked_up(api, svc, lang, texts):
+    """The lookup offered two orders and the customer took one; "the other one" a moment later asks the same about
+    the order not taken (the classifier alone hears a goodbye in it), in the customer's language, and asked again
+    it goes back to the first."""
+    out = talk(api, "c4", f"l-other-{lang}", *texts)
+    assert "100261" in out[0]["reply"]["text"] and "100260" in out[0]["reply"]["text"], out[0]["reply"]
+    assert "RM123456785GB" in out[1]["reply"]["text"]
+    pending, shipped = out[2]["reply"]["text"], out[3]["reply"]["text"]
+    assert ("Order 100261 is awaiting payment" if lang == "en" else "订单 100261 当前状态：待付款") in pending, pending
+    assert "100260" in shipped and "RM123456785GB" in shipped, shipped
+    for o in out[2:]:
+        assert o["flow"]["workflow"] == "order_status" and o["flow"]["status"] == "completed", o
+        assert o["reply"]["lang"] == lang and o["ticket_id"] is None
+    assert writes_of(svc, "cancel_order") == [] and tickets_of(svc, f"l-other-{lang}") == 0
+
+
+@pytest.mark.parametrize("follow_up, order", [
+    ("the pending one", "100261"), ("what about the first one", "100261"), ("and the first?", "100261"),
+    ("那个待付款的呢", "100261"), ("第一个呢", "100261")])
+def test_an_order_of_the_list_named_after_the_lookup_is_looked_up(api, svc, follow_up, order):
+    """After the lookup: the order's place in the list as it was shown, or its status, names it."""
+    conversation = f"l-named-{abs(hash(follow_up))}"
+    opening = ("我的订单到哪了", "第二个") if re.search(r"[\u4e00-\u9fff]", follow_up) else \
+        ("where is my order?", "the second one")
+    out = talk(api, "c4", conversation, *opening, follow_up)
+    assert "RM123456785GB" in out[1]["reply"]["text"], out[1]["reply"]
+    assert out[2]["flow"] and out[2]["flow"]["workflow"] == "order_status", out[2]
+    assert order in out[2]["reply"]["text"] and "RM123456785GB" not in out[2]["reply"]["text"], out[2]["reply"]
+
+
+def test_the_other_one_of_several_is_asked_among_the_rest(api, svc):
+    """Of four orders, "the other one" does not guess: the orders not taken are offered again, numbered as shown
+    now, and the answer looks that one up."""
+    out = talk(api, "c1", "l-other-many", "where is my order?", "the first one", "what about the other one?",
+               "the second")
+    assert "Order 100236 is awaiting payment" in out[1]["reply"]["text"], out[1]["reply"]
+    asked = out[2]["reply"]["text"]
+    assert out[2]["flow"]["status"] == "waiting" and out[2]["flow"]["awaiting"] == "order_id", out[2]
+    assert "100236" not in asked and all(o in asked for o in ("100235", "100234", "100230")), asked
+    assert asked.index("100235") < asked.index("100234") < asked.index("100230")
+    assert "Order 100234 is shipped" in out[3]["reply"]["text"], out[3]["reply"]   # the second of the three
+    zh = talk(api, "c1", "l-other-many-zh", "我的订单到哪了", "第一个", "另一个呢")
+    assert zh[2]["flow"]["awaiting"] == "order_id" and "您想查询哪个订单" in zh[2]["reply"]["text"], zh[2]
+    assert "100236" not in zh[2]["reply"]["text"]
+
+
+@pytest.mark.parametrize("lang, texts", [
+    ("en", ("where is my order?", "the one that is shipped", "thanks, bye")),
+    ("en", ("where is my order?", "the one that is shipped", "what payment methods do you accept?")),
+    ("zh", ("我的订单到哪了", "已发货的那个", "好的，谢谢")),
+    ("zh", ("我的订单到哪了", "已发货的那个", "支持哪些支付方式？"))])
+def test_a_goodbye_or_a_new_question_after_a_lookup_is_not_a_follow_up(api, svc, lang, texts):
+    conversation = f"l-not-{abs(hash(texts))}"
+    out = talk(api, "c4", conversation, *texts)
+    assert "RM123456785GB" in out[1]["reply"]["text"]
+    last = out[2]
+    assert not last.get("flow"), last
+    assert "100261" not in (last["reply"] or {}).get("text", ""), last["reply"]
+
+
+@pytest.mark.parametrize("texts", [("I want to cancel my order", "100235", "yes", "the other one"),
+                                   ("我要取消订单", "100235", "是的", "另一个呢")])
+def test_the_other_one_after_a_cancellation_cancels_nothing_more(api, svc, texts):
+    """A write is never started again by a reference to the other order: the cancelled order stays the only one."""
+    out = talk(api, "c1", f"l-other-write-{texts[-1]}", *texts)
+    assert "100236" in out[0]["reply"]["text"] and out[2]["flow"]["status"] == "completed", out
+    assert [w["order_id"] for w in writes_of(svc, "cancel_order")] == ["100235"]
+    assert (out[3].get("flow") or {}).get("workflow") != "cancel_order", out[3]
+    assert out[3]["ticket_id"] is None
