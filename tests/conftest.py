@@ -84,13 +84,28 @@ def template_dsn(pg_server, request):
     if request.config.stash.get(_WHOLE_PACK, False) and (e5 / "modules.json").exists():
         # the whole pack's vectors, on the core this process leaves idle, by the time the first test needs them
         # (tests/router/routing_kit.py kb_template reads them as its embedding cache)
-        if ROUTER_KITS not in sys.path:
-            sys.path.insert(0, ROUTER_KITS)
-        from routing_kit import start_prebuild, stop_prebuilds
-
-        start_prebuild(uri, TEMPLATE, e5)
-        request.addfinalizer(stop_prebuilds)        # before the server stops
+        kit = _routing_kit()
+        kit.start_prebuild(uri, TEMPLATE, e5)
+        request.addfinalizer(kit.stop_prebuilds)        # before the server stops
     return dsn
+
+
+def _routing_kit():
+    if ROUTER_KITS not in sys.path:
+        sys.path.insert(0, ROUTER_KITS)
+    import routing_kit
+
+    return routing_kit
+
+
+@pytest.fixture
+def add_pack_vectors(pg_server, template_dsn, minilm_encoder):
+    """``add_pack_vectors(dsn)``: the whole bundled pack's vectors under the small encoder in ``dsn``'s embedding
+    cache (computed once per run, on the idle core when the run prebuilds), so a gateway that indexes the pack
+    at its first start on ``dsn`` builds the generation without encoding it again."""
+    _, uri = pg_server
+    template = psycopg.conninfo.conninfo_to_dict(template_dsn)["dbname"]
+    return lambda dsn: _routing_kit().add_pack_vectors(uri, template, dsn, minilm_encoder)
 
 
 @pytest.fixture

@@ -39,8 +39,9 @@ def _env(dsn: str, home: Path, minilm_path: Path, port: int) -> dict[str, str]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="POSIX signals")
-def test_make_run_starts_without_a_traceback_and_reloads_on_sighup(dsn, tmp_path, minilm_path):
+def test_make_run_starts_without_a_traceback_and_reloads_on_sighup(dsn, tmp_path, minilm_path, add_pack_vectors):
     port = _free_port()
+    add_pack_vectors(dsn)   # the pack's vectors as a restart finds them: the first start indexes without encoding
     err = tmp_path / "stderr.txt"
     # `make run`'s own recipe with this interpreter's environment; installing and preparing models are done
     make = subprocess.Popen(["make", "-s", "-C", str(REPO), "-o", "install", "-o", "models", "run",
