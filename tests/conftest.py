@@ -108,6 +108,13 @@ def add_pack_vectors(pg_server, template_dsn, minilm_encoder):
     return lambda dsn: _routing_kit().add_pack_vectors(uri, template, dsn, minilm_encoder)
 
 
+@pytest.fixture(scope="session")
+def compiled_metrics(pg_server, template_dsn):
+    """The retrieval metrics' compiled code in numba's cache when the run's prebuild compiles it: a test that
+    scores runs waits for it rather than compiling the same code beside it."""
+    _routing_kit().wait_for_compiled_metrics(pg_server[1])
+
+
 @pytest.fixture
 def fresh_db(pg_server):
     """Factory for empty databases (no schema), dropped at teardown."""

