@@ -169,17 +169,20 @@ def minilm_encoder(minilm_path):
 
 
 @pytest.fixture(scope="session")
-def minilm_classifier_cache(tmp_path_factory, minilm_encoder) -> Path:
+def minilm_classifier_cache(tmp_path_factory, pg_server, request) -> Path:
     """The caches a gateway on the small encoder writes at its first start (the bundled intents' example
     vectors, their threshold fit and the trained heads: router.app.composition.classifier_from), computed once
-    per run. Copied into a subprocess gateway's home (``seed_home``), its start reads them instead of encoding
-    and fitting again, as a restart does; ``router classify`` in tests/router/cli/test_cli_fast.py tests the
-    first start's writing them."""
+    per run (by the prebuild on the idle core when the run has one). Copied into a subprocess gateway's home
+    (``seed_home``), its start reads them instead of encoding and fitting again, as a restart does; ``router
+    classify`` in tests/router/cli/test_cli_fast.py tests the first start's writing them."""
     from router.app.composition import classifier_from
     from router.classify.intents import BUNDLED_INTENTS, load_intents
 
+    prebuilt = _routing_kit().prebuilt_classifier_cache(pg_server[1])
+    if prebuilt is not None:
+        return prebuilt
     home = tmp_path_factory.mktemp("minilm-home")
-    classifier_from(load_intents(BUNDLED_INTENTS), minilm_encoder, home)
+    classifier_from(load_intents(BUNDLED_INTENTS), request.getfixturevalue("minilm_encoder"), home)
     return home / "cache"
 
 

