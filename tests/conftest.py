@@ -84,13 +84,35 @@ def template_dsn(pg_server, request):
     if request.config.stash.get(_WHOLE_PACK, False) and (e5 / "modules.json").exists():
         # the whole pack's vectors, on the core this process leaves idle, by the time the first test needs them
         # (tests/router/routing_kit.py kb_template reads them as its embedding cache)
-        if ROUTER_KITS not in sys.path:
-            sys.path.insert(0, ROUTER_KITS)
-        from routing_kit import start_prebuild, stop_prebuilds
-
-        start_prebuild(uri, TEMPLATE, e5)
-        request.addfinalizer(stop_prebuilds)        # before the server stops
+        kit = _routing_kit()
+        kit.start_prebuild(uri, TEMPLATE, e5)
+        request.addfinalizer(kit.stop_prebuilds)        # before the server stops
     return dsn
+
+
+def _routing_kit():
+    if ROUTER_KITS not in sys.path:
+        sys.path.insert(0, ROUTER_KITS)
+    import routing_kit
+
+    return routing_kit
+
+
+@pytest.fixture
+def add_pack_vectors(pg_server, template_dsn, minilm_encoder):
+    """``add_pack_vectors(dsn)``: the whole bundled pack's vectors under the small encoder in ``dsn``'s embedding
+    cache (computed once per run, on the idle core when the run prebuilds), so a gateway that indexes the pack
+    at its first start on ``dsn`` builds the generation without encoding it again."""
+    _, uri = pg_server
+    template = psycopg.conninfo.conninfo_to_dict(template_dsn)["dbname"]
+    return lambda dsn: _routing_kit().add_pack_vectors(uri, template, dsn, minilm_encoder)
+
+
+@pytest.fixture(scope="session")
+def compiled_metrics(pg_server, template_dsn):
+    """The retrieval metrics' compiled code in numba's cache when the run's prebuild compiles it: a test that
+    scores runs waits for it rather than compiling the same code beside it."""
+    _routing_kit().wait_for_compiled_metrics(pg_server[1])
 
 
 @pytest.fixture
@@ -147,17 +169,20 @@ def minilm_encoder(minilm_path):
 
 
 @pytest.fixture(scope="session")
-def minilm_classifier_cache(tmp_path_factory, minilm_encoder) -> Path:
+def minilm_classifier_cache(tmp_path_factory, pg_server, request) -> Path:
     """The caches a gateway on the small encoder writes at its first start (the bundled intents' example
     vectors, their threshold fit and the trained heads: router.app.composition.classifier_from), computed once
-    per run. Copied into a subprocess gateway's home (``seed_home``), its start reads them instead of encoding
-    and fitting again, as a restart does; ``router classify`` in tests/router/cli/test_cli_fast.py tests the
-    first start's writing them."""
+    per run (by the prebuild on the idle core when the run has one). Copied into a subprocess gateway's home
+    (``seed_home``), its start reads them instead of encoding and fitting again, as a restart does; ``router
+    classify`` in tests/router/cli/test_cli_fast.py tests the first start's writing them."""
     from router.app.composition import classifier_from
     from router.classify.intents import BUNDLED_INTENTS, load_intents
 
+    prebuilt = _routing_kit().prebuilt_classifier_cache(pg_server[1])
+    if prebuilt is not None:
+        return prebuilt
     home = tmp_path_factory.mktemp("minilm-home")
-    classifier_from(load_intents(BUNDLED_INTENTS), minilm_encoder, home)
+    classifier_from(load_intents(BUNDLED_INTENTS), request.getfixturevalue("minilm_encoder"), home)
     return home / "cache"
 
 

