@@ -39,17 +39,13 @@ def _env(dsn: str, home: Path, minilm_path: Path, port: int) -> dict[str, str]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="POSIX signals")
-def test_make_run_starts_without_a_traceback_and_reloads_on_sighup(dsn, tmp_path, minilm_path, add_pack_vectors,
-                                                                  seed_home):
+def test_make_run_starts_without_a_traceback_and_reloads_on_sighup(dsn, tmp_path, minilm_path, add_pack_vectors):
     port = _free_port()
-    # the pack's vectors and the classifier's caches as a restart finds them: the start encodes and fits nothing
-    # (a first start writing the caches: tests/router/cli/test_cli_fast.py)
-    add_pack_vectors(dsn)
-    home = seed_home(tmp_path / "home")
+    add_pack_vectors(dsn)   # the pack's vectors as a restart finds them: the first start indexes without encoding
     err = tmp_path / "stderr.txt"
     # `make run`'s own recipe with this interpreter's environment; installing and preparing models are done
     make = subprocess.Popen(["make", "-s", "-C", str(REPO), "-o", "install", "-o", "models", "run",
-                             f"VENV={sys.prefix}"], env=_env(dsn, home, minilm_path, port),
+                             f"VENV={sys.prefix}"], env=_env(dsn, tmp_path / "home", minilm_path, port),
                             stdout=subprocess.DEVNULL, stderr=err.open("w"), start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
