@@ -60,6 +60,7 @@ PART_FLOOR = 0.80          # a question part's best line below this adds nothing
 ANSWER_TYPE_LEAD = 0.03    # added to a line's score when it states the quantity asked for (rag/answer_type.py)
 WORDS_LEAD = 0.03          # weight of the question's specific words a line holds, against its cosine (see _in_words)
 NARROWER = 0.03           # taken from an FAQ entry about one case the article lists when the question names none of them
+TITLE_LEAD = 0.03          # a question this much closer to an article's title than to any of its passages asks for its opening
 CASES = 3                  # a list names cases when at least this many of its items (or one item's terms) name one
 STOPWORDS = frozenset(EN_STOPWORDS) | frozenset(ZH_STOPWORDS)
 COMMON_SHARE = 2 / 3       # a word held by more than this share of an article's lines does not single out a line
@@ -499,7 +500,9 @@ class Composer:
         if rival is not None and strength(rival) >= first + SWITCH:
             anchor = rival
             pools = [rival] + [pl for pl in pools if pl is not rival]
-        main = self._entry(anchor, per_doc, score_of, 0, query, head_sim=head_sim)
+        whole = self._whole_article(anchor, pools, per_doc, chunks[doc_ids[anchor[0].doc]], qvecs, score_of,
+                                    head_sim, strength)
+        main = self._entry(whole or anchor, per_doc, score_of, 0, query, head_sim=head_sim)
         if keywords and self.words is not None and not parts:
             # (a question of several parts: its words belong to different entries, each part finds its own)
             main = self._in_words(main, per_doc, score_of, qvecs, keywords, key, query, head_sim)
@@ -594,6 +597,32 @@ class Composer:
         if score([best]) <= score(own):
             return main
         return self._entry(doc, per_doc, score_of, 0, query, only=best, head_sim=head_sim)
+
+    def _whole_article(self, anchor: list[Line], pools: list[list[Line]], per_doc: list[list[Line]],
+                       chunks: Sequence[Chunk], qvecs: np.ndarray, score_of: dict, head_sim: dict[str, float],
+                       strength: Callable[[list[Line]], float]) -> list[Line] | None:
+        """The article's first section when the question says the article's title in other words, clearly closer
+        to it (TITLE_LEAD) than to any of its passages' own lines and headings ("what payment methods do you
+        accept?" for "Accepted payment methods"): it asks what the article is about, which its opening says,
+        rather than what its best-matching section ("Saved payment methods") is about. Else None, and always for
+        an article that opens with a paragraph (an introduction, a definition: the best passage answers)."""
+        title = (chunks[0].title if chunks else "").strip()
+        doc = per_doc[anchor[0].doc]
+        if not title or doc[0].kind not in ("intro", "item", "label"):
+            return None         # only an article that opens with its list says what it is about in one place
+        own = max(strength(pl) for pl in pools if pl[0].doc == anchor[0].doc)
+        if float(self.cache.vectors([title])[0] @ qvecs[0]) < own + TITLE_LEAD:
+            return None
+        first = [x for x in doc if x.section == doc[0].section]
+        missing = [x for x in first if (x.doc, x.idx) not in score_of]
+        if missing:
+            for x, row in zip(missing, self.cache.vectors([unit_text(x, doc) for x in missing]) @ qvecs.T,
+                              strict=True):
+                score_of[(x.doc, x.idx)] = row
+        heading = doc[0].section.split(" > ")[-1]
+        if heading and heading not in head_sim:
+            head_sim[heading] = float(self.cache.vectors([heading])[0] @ qvecs[0])
+        return first
 
     def _entry(self, pool: list[Line], per_doc: list[list[Line]], score_of: dict, col: int, question: str,
                only: Line | None = None, head_sim: dict[str, float] | None = None) -> list[Line]:

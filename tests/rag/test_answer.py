@@ -152,6 +152,20 @@ def test_an_entry_about_one_listed_case_gives_way_to_the_general_rule(bundled_kb
     assert all(s in answer.text for s in says) and "袜子" not in answer.text, answer.text
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("query, doc, says, not_says", [
+    # "Accepted payment methods" in other words: the article's opening list, not its "Saved payment methods"
+    ("what payment methods do you accept?", "payment-methods-en", ["Alipay", "WeChat Pay", "UnionPay", "PayPal"],
+     "save cards"),
+    # an article that opens with a paragraph is answered by its best passage, as before
+    ("How do I return an item?", "return-process-en", ["Apply for after-sales"], "no need to call us"),
+])
+def test_a_question_that_says_an_articles_title_gets_its_opening_list(bundled_kb, query, doc, says, not_says):
+    answer = bundled_kb.answer(query)
+    assert answer.answered and answer.citations[0]["doc_id"] == doc, (answer.reason, answer.citations[:1])
+    assert all(s in answer.text for s in says) and not_says not in answer.text, answer.text
+
+
 def test_the_cases_an_article_lists_are_the_terms_its_items_name():
     from rag.compose import case_terms
 
