@@ -14,6 +14,10 @@ and the best one is taken with what it needs to be read alone:
 When the chosen entry names none of the specific words the question asks about and another line of the same
 article does, that line's entry answers instead (``Composer._in_words``).
 
+An FAQ entry about one of the cases its article lists ("a refund to Alipay", "买的袜子") answers less than a
+question that names none of them ("how long does a refund take?", "衣服不合适能退吗"): it gives way to the article's
+general rule (``Composer.narrower``).
+
 A question of several parts ("PayPal or Apple Pay?", "when does it ship, and how many days to arrive?")
 gets one entry per part, each citing its article. Everything is taken from articles in one language: the
 customer's when the knowledge base has it, else the reply says which language the article is in. The text
@@ -33,6 +37,7 @@ import numpy as np
 
 from rag.answer_type import asked, holds
 from rag.chunk import _CJK, content_hash, join_units, sentence_units
+from rag.rewrite import EN_STOPWORDS, ZH_STOPWORDS
 from rag.types import Chunk, Hit
 
 _FAQ_Q = re.compile(r"^(?:q|问)\s*[:：]\s*", re.I)
@@ -54,6 +59,10 @@ SWITCH = 0.02             # a passage of the anchor's article whose lines match 
 PART_FLOOR = 0.80          # a question part's best line below this adds nothing
 ANSWER_TYPE_LEAD = 0.03    # added to a line's score when it states the quantity asked for (rag/answer_type.py)
 WORDS_LEAD = 0.03          # weight of the question's specific words a line holds, against its cosine (see _in_words)
+NARROWER = 0.03           # taken from an FAQ entry about one case the article lists when the question names none of them
+TITLE_LEAD = 0.03          # a question this much closer to an article's title than to any of its passages asks for its opening
+CASES = 3                  # a list names cases when at least this many of its items (or one item's terms) name one
+STOPWORDS = frozenset(EN_STOPWORDS) | frozenset(ZH_STOPWORDS)
 COMMON_SHARE = 2 / 3       # a word held by more than this share of an article's lines does not single out a line
 
 
@@ -189,6 +198,32 @@ def _structure(lines: list[Line]) -> None:
         i += 1
 
 
+_CASE_SEP = re.compile(r"\s+[–—-]\s+|[:：|]")
+_ASIDE = re.compile(r"\s*[(（][^)）]*[)）]")
+_CASE_LIST = re.compile(r"[,，、;；]|\s+(?:and|or)\s+")
+
+
+def case_terms(text: str) -> list[str]:
+    """What a list item or table row is about: first the term before its first separator ("**Alipay** – ...",
+    "贴身衣物：...", a row's first cell; "" when that is long or a quantity, "签收1–7天"), then the short terms it
+    enumerates after it ("underwear, swimwear, socks", "内衣、内裤、袜子等")."""
+    text = strip_framing(text).replace("**", "").strip()
+    m = _CASE_SEP.search(text)
+    if m is None:
+        return [text] if _short_term(text) else []
+    head = _ASIDE.sub("", text[: m.start()]).strip()       # "UnionPay cards (debit and credit)" names UnionPay cards
+    terms = [head if _short_term(head) else ""]
+    terms += [t.strip() for t in _CASE_LIST.split(text[m.end():]) if t and _short_term(t.strip())]
+    return terms
+
+
+def _short_term(text: str) -> bool:
+    """A name rather than a sentence or a quantity."""
+    if any(c.isdigit() for c in text):
+        return False
+    return 0 < len(text) <= 6 if _is_cjk(text) else 0 < len(text.split()) <= 3
+
+
 def unit_text(ln: Line, lines: Sequence[Line]) -> str:
     """What a line is scored as: the line with what gives it meaning (its list's label or introduction,
     its section heading), and for an FAQ answer its question."""
@@ -288,6 +323,7 @@ class Composer:
         # answer is chosen by the encoder alone
         self.words: Callable[[str], frozenset[str]] | None = None
         self._words: OrderedDict[str, frozenset[str]] = OrderedDict()
+        self._cases: OrderedDict[tuple[tuple[str, str], ...], frozenset[str]] = OrderedDict()   # per article
         self._df: dict[str, tuple[int, dict[str, int]]] = {}    # per generation: lines, lines holding each word
 
     def words_in(self, text: str) -> frozenset[str]:
@@ -302,6 +338,49 @@ class Composer:
                 while len(self._words) > 20000:
                     self._words.popitem(last=False)
         return found
+
+    def cases(self, doc: Sequence[Line]) -> frozenset[str]:
+        """The words that name one case among several an article lists: in the terms of a list or table that
+        names at least CASES of them (:func:`case_terms`: "Alipay", "socks"), in one or two of its items, in
+        none of its headings, not stop words."""
+        ident = tuple((x.text, x.kind) for x in doc)
+        with self._lock:
+            known = self._cases.get(ident)
+        if known is not None:
+            return known
+        heads = frozenset().union(*(self.words_in(h) for h in {x.section.split(" > ")[-1] for x in doc if x.section}))
+        counts: dict[str, int] = {}
+        lists: dict[int, list[Line]] = {}
+        for x in doc:
+            if x.kind == "item":
+                lists.setdefault(x.group, []).append(x)
+        for items in lists.values():
+            named = [case_terms(x.text) for x in items]
+            terms = [t[0] for t in named if t and t[0]] if sum(1 for t in named if t and t[0]) >= CASES else []
+            for t in named:        # an item that enumerates cases itself ("underwear, swimwear, socks")
+                terms += t[1:] if len(t) > CASES else []
+            for w in frozenset().union(*(self.words_in(t) for t in terms)):
+                counts[w] = counts.get(w, 0) + 1
+        found = frozenset(w for w, n in counts.items() if n <= 2 and w not in heads and w not in STOPWORDS
+                          and not (_is_cjk(w) and len(w) < 2) and not w.isdigit())
+        with self._lock:
+            self._cases[ident] = found
+            while len(self._cases) > 512:
+                self._cases.popitem(last=False)
+        return found
+
+    def narrower(self, ln: Line, doc: Sequence[Line], asked_words: frozenset[str]) -> bool:
+        """Whether ``ln`` belongs to an FAQ entry that asks about one of the cases its article lists ("a refund
+        to Alipay", "买的袜子") while the question names none of them: the entry answers less than was asked,
+        and the article's general rule answers it (NARROWER)."""
+        if ln.kind not in ("faq_q", "faq_a") or self.words is None:
+            return False
+        q = next((x for x in doc if x.group == ln.group and x.kind == "faq_q"), None)
+        if q is None:
+            return False
+        cases = self.cases(doc)
+        named = self.words_in(strip_framing(q.text)) & cases
+        return bool(named) and not (asked_words & cases)
 
     def _count_words(self, key: str, lines: Sequence[Sequence[Line]]) -> tuple[int, dict[str, int]]:
         df: dict[str, int] = {}
@@ -380,6 +459,15 @@ class Composer:
         pools = [p for p in pools if p]
         if not pools:
             return None
+        asked_words = self.words_in(query)
+        # a passage whose FAQ entries all ask about one case its article lists, which the question does not name
+        # ("买的袜子尺码不合适能退吗" for "衣服不合适能退吗"), gives way to its article's passages that answer
+        # more generally
+        narrow = [bool(fq) and all(self.narrower(ln, per_doc[ln.doc], asked_words) for ln in fq)
+                  for fq in ([ln for ln in p if ln.kind == "faq_q"] for p in pools)]
+        general = [p for p, n in zip(pools, narrow, strict=True) if not n and p[0].doc == pools[0][0].doc]
+        if narrow[0] and general:
+            pools = general + [p for p in pools if not any(p is g for g in general)]
         pool = list({(ln.doc, ln.idx): ln for p in pools for ln in p}.values())
         parts = question_parts(query)
         if self.queries is not None:      # a part was retrieved alone already: its vector is remembered
@@ -393,6 +481,9 @@ class Composer:
             kind = asked(asked_text)       # a line stating the kind of quantity asked for leads its neighbours
             if kind is not None:
                 sims[:, col] += np.array([ANSWER_TYPE_LEAD if holds(ln.text, kind) else 0.0 for ln in pool])
+        for i, ln in enumerate(pool):
+            if self.narrower(ln, per_doc[ln.doc], asked_words):
+                sims[i, 0] -= NARROWER
         score_of = {(ln.doc, ln.idx): sims[i] for i, ln in enumerate(pool)}
         head_sim = dict(zip(heads, (vecs[len(pool):] @ qvecs[0]).tolist(), strict=True))
 
@@ -409,7 +500,9 @@ class Composer:
         if rival is not None and strength(rival) >= first + SWITCH:
             anchor = rival
             pools = [rival] + [pl for pl in pools if pl is not rival]
-        main = self._entry(anchor, per_doc, score_of, 0, query, head_sim=head_sim)
+        whole = self._whole_article(anchor, pools, per_doc, chunks[doc_ids[anchor[0].doc]], qvecs, score_of,
+                                    head_sim, strength)
+        main = self._entry(whole or anchor, per_doc, score_of, 0, query, head_sim=head_sim)
         if keywords and self.words is not None and not parts:
             # (a question of several parts: its words belong to different entries, each part finds its own)
             main = self._in_words(main, per_doc, score_of, qvecs, keywords, key, query, head_sim)
@@ -462,6 +555,7 @@ class Composer:
         other words is left to the encoder).
         """
         doc = per_doc[main[0].doc]
+        asked_words = self.words_in(query)
         n, df = self._df.get(key) or self._count_words(key, per_doc)
         # a single Chinese character is mostly a function word ("到", "要", "能"): it names nothing
         idf = {w: float(np.log((n + 1) / (df.get(w, 0) + 0.5))) for w in set(keywords)
@@ -480,9 +574,11 @@ class Composer:
             sims = self.cache.vectors([unit_text(doc[i], doc) for i in missing]) @ qvecs.T
             kind = asked(query)
             for row, i in zip(sims, missing, strict=True):
+                row = row.copy()
                 if kind is not None and holds(doc[i].text, kind):
-                    row = row.copy()
                     row[0] += ANSWER_TYPE_LEAD
+                if self.narrower(doc[i], doc, asked_words):
+                    row[0] -= NARROWER
                 score_of[(doc[i].doc, doc[i].idx)] = row
 
         def score(lines: Sequence[Line]) -> float:
@@ -494,13 +590,39 @@ class Composer:
         said = set().union(*(held[x.idx] for x in own))
         # an entry that names something the customer asked about stands; when it names nothing asked, a
         # line that does can take its place
-        naming = [ln for ln in doc if held[ln.idx]]
+        naming = [ln for ln in doc if held[ln.idx] and not self.narrower(ln, doc, asked_words)]
         if said or not naming:
             return main
         best = max(naming, key=lambda ln: score([ln]))
         if score([best]) <= score(own):
             return main
         return self._entry(doc, per_doc, score_of, 0, query, only=best, head_sim=head_sim)
+
+    def _whole_article(self, anchor: list[Line], pools: list[list[Line]], per_doc: list[list[Line]],
+                       chunks: Sequence[Chunk], qvecs: np.ndarray, score_of: dict, head_sim: dict[str, float],
+                       strength: Callable[[list[Line]], float]) -> list[Line] | None:
+        """The article's first section when the question says the article's title in other words, clearly closer
+        to it (TITLE_LEAD) than to any of its passages' own lines and headings ("what payment methods do you
+        accept?" for "Accepted payment methods"): it asks what the article is about, which its opening says,
+        rather than what its best-matching section ("Saved payment methods") is about. Else None, and always for
+        an article that opens with a paragraph (an introduction, a definition: the best passage answers)."""
+        title = (chunks[0].title if chunks else "").strip()
+        doc = per_doc[anchor[0].doc]
+        if not title or doc[0].kind not in ("intro", "item", "label"):
+            return None         # only an article that opens with its list says what it is about in one place
+        own = max(strength(pl) for pl in pools if pl[0].doc == anchor[0].doc)
+        if float(self.cache.vectors([title])[0] @ qvecs[0]) < own + TITLE_LEAD:
+            return None
+        first = [x for x in doc if x.section == doc[0].section]
+        missing = [x for x in first if (x.doc, x.idx) not in score_of]
+        if missing:
+            for x, row in zip(missing, self.cache.vectors([unit_text(x, doc) for x in missing]) @ qvecs.T,
+                              strict=True):
+                score_of[(x.doc, x.idx)] = row
+        heading = doc[0].section.split(" > ")[-1]
+        if heading and heading not in head_sim:
+            head_sim[heading] = float(self.cache.vectors([heading])[0] @ qvecs[0])
+        return first
 
     def _entry(self, pool: list[Line], per_doc: list[list[Line]], score_of: dict, col: int, question: str,
                only: Line | None = None, head_sim: dict[str, float] | None = None) -> list[Line]:
