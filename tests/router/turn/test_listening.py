@@ -62,8 +62,10 @@ def test_refund_amount_answered_in_its_own_message_zh(api, svc):
 
 
 def test_invoice_title_answered_in_its_own_message(api, svc):
-    out = talk(api, "c2", "l-en-invoice", "I would like an invoice for my desk lamp order", "100240",
-               "Acme Trading Ltd.", "none", "yes")
+    # the lamp names order 100240 in the request: the title is the first thing asked
+    out = talk(api, "c2", "l-en-invoice", "I would like an invoice for my desk lamp order", "Acme Trading Ltd.",
+               "none", "yes")
+    assert "title" in out[0]["reply"]["text"], out[0]["reply"]["text"]
     assert all(o["ticket_id"] is None for o in out), [o["reply"] for o in out]
     assert out[-1]["flow"]["status"] == "completed", [o["reply"]["text"] for o in out]
     invoices = [w for w in writes_of(svc, "issue_invoice") if w["order_id"] == "100240"]
