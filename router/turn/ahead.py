@@ -63,6 +63,9 @@ def memory_ahead(d: Wiring, msg: InboundMessage, connect: Connect) -> bool:
                            " WHERE channel = %s AND external_id = %s",
                            (msg.channel, msg.conversation_external_id)).fetchone()
         counters: dict[str, Any] = {}
+        if conn.execute("SELECT 1 FROM messages WHERE channel = %s AND external_id = %s",
+                        (msg.channel, msg.message_external_id)).fetchone() is not None:
+            return False         # a delivery seen before: its turn is stored or being routed
         if row is None:
             conversation_id, known = new_conversation_id(msg.channel, msg.conversation_external_id), None
         else:
