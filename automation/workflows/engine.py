@@ -363,6 +363,12 @@ class FlowEngine:
         return M.session(conn, self.workflows.memory, self.tools, caller, lang, tickets=self.tickets,
                          outside=self.outside)
 
+    def memory_ahead(self, conn: Any, caller: Caller, lang: str = "en") -> bool:
+        """Ask the outside port now for the memory calls a flow started in ``caller``'s conversation would make
+        (the router does so before the turn that will start it, so the turn finds their results at hand and
+        needs no pass of its own to discover them). True when calls were asked; nothing is written."""
+        return M.ahead(conn, self.workflows.memory, self.tools, caller, lang, self.outside)
+
     # ------------------------------------------------------------------ staff: approvals and cancels
 
     def resolve_approval(self, conn: Any, instance_id: str, approved: bool, approver: str,

@@ -279,10 +279,37 @@ class _CustomerCache:
 CUSTOMERS = _CustomerCache()
 
 
+def _key(spec: MemorySpec, caller: Any, lang: str) -> tuple[Any, ...]:
+    return (caller.channel, caller.customer_id, lang if spec.by_language else None, id(spec))
+
+
+def kept(spec: MemorySpec, tools: Any, caller: Any, lang: str) -> bool:
+    """Whether the customer's tools part would be served from this process (fresh, or stale once)."""
+    cached = CUSTOMERS.get(tools, _key(spec, caller, lang))
+    return cached is not None and time.monotonic() - cached[0] <= 2 * spec.ttl_seconds
+
+
+def ahead(conn: Any, spec: MemorySpec | None, tools: Any, caller: Any, lang: str, outside: Outside) -> bool:
+    """Ask the port for the calls :func:`session` would make for this conversation (nothing is kept here: the
+    turn's own load finds their results at hand). False when the memory would come from the process or the
+    conversation's fresh ``flow_memory`` row, or no call is declared: nothing is asked then."""
+    if spec is None or not spec.calls or kept(spec, tools, caller, lang):
+        return False
+    row = conn.execute("SELECT extract(epoch FROM now() - loaded_at) AS age FROM flow_memory"
+                       " WHERE conversation_id = %s", (caller.conversation_id,)).fetchone()
+    if row is not None and float(row["age"] if isinstance(row, dict) else row[0]) <= spec.ttl_seconds:
+        return False
+    try:
+        _from_tools(spec, tools, caller, lang, outside)
+    except CallPending:
+        return True
+    return False
+
+
 def _tools_part(spec: MemorySpec, tools: Any, caller: Any, lang: str, outside: Outside) -> dict[str, Any]:
     """The tools' part of the memory: the customer's cached one while fresh (a stale one once, refreshed in
     the background), else asked of the shop through the port."""
-    key = (caller.channel, caller.customer_id, lang if spec.by_language else None, id(spec))
+    key = _key(spec, caller, lang)
     cached = CUSTOMERS.get(tools, key)
     if cached is not None:
         at, data = cached

@@ -422,7 +422,7 @@ def wire_router(services: Services) -> None:
     services.pipeline = Pipeline(services.pool, services.metrics, decider, owner=conversation_owner(services.settings),
                                  admission=Admission(services.pool, policy.harness.quota, services.metrics),
                                  prepare=decider.prepare, heavy_slots=max(1, services.settings.db_pool_max // 2),
-                                 deadline=services.settings.turn_deadline_seconds)
+                                 deadline=services.settings.turn_deadline_seconds, ahead=decider.ahead)
 
 
 def conversation_owner(settings):

@@ -40,12 +40,14 @@ from router.problems import Problem
 from router.schemas import Decision, Escalation, InboundMessage
 from router.telemetry.metrics import Metrics
 from router.turn import plan
+from router.turn.ahead import memory_ahead
 from router.turn import state as sm
-from router.turn.escalation import EscalationPolicy, EscalationVerdict, Policy
+from router.turn.escalation import EscalationPolicy, Policy
 from router.turn.guards import Harness, Verdict
-from router.turn.pipeline import TurnContext, TurnResult
+from router.turn.pipeline import Connect, TurnContext, TurnResult
 from router.turn.plan import Act
 from router.turn.ports import ClassifierPort, EncoderPort, FlowsPort, HandoffPort, KnowledgePort
+from router.turn.tiers.base import verdict_facts
 from router.turn.tiers.workflows import Workflows
 from text import LONG_MESSAGE_CHARS
 from text.form import read_form
@@ -116,6 +118,12 @@ class Decider:
                 warm(text)
         except Exception:  # noqa: BLE001 - an optimisation only; the turn encodes what it needs itself
             log.debug("preparing a message failed", exc_info=True)
+
+
+    def ahead(self, msg: InboundMessage, connect: Connect) -> None:
+        """Before the turn's first pass: the session memory a flow this message starts will load, asked of the
+        shop now (router.turn.ahead), so no pass is rolled back only to discover it."""
+        memory_ahead(self, msg, connect)
 
 
 class _Turn(Workflows):
@@ -289,11 +297,3 @@ class _Turn(Workflows):
             drops_task=(reading is None and restart is None and plan.NEVER_MIND_TEMPLATE in self.r.policy.replies.names()
                         and drops_task(self.text)),
             clarify_unknown=self.r.policy.unknown == "clarify_then_escalate")
-
-
-def verdict_facts(v: EscalationVerdict) -> plan.Verdict:
-    """The parts of the escalation rules' verdict the routing order reads."""
-    return plan.Verdict(escalate=v.escalate, rule=v.rule,
-                        identity_question=bool(v.checks["human_request"].get("identity_question")),
-                        dissatisfied=bool(v.checks["dissatisfied"]["signal"]),
-                        low_confidence_streak=int(v.counters["low_confidence_streak"]))

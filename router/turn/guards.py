@@ -269,3 +269,17 @@ class Harness:
             return Verdict("sensitive", "sensitive", {"action": action},
                            reply=local(self.config.sensitive_script, lang) if action == "script" else None, flags=flags)
         return Verdict("pass", flags=flags)
+
+    def would_pass(self, conn: psycopg.Connection[DictRow], *, channel: str, customer_id: str, text: str) -> bool:
+        """Whether :meth:`screen` would let a message not stored yet through, read with no lock and no write:
+        work done ahead of a turn (a shop call) is asked only for a message no check would stop. Exact at
+        the time of the read; a flag set meanwhile is still honoured by the turn's own screen."""
+        if not self.passes_text(text):
+            return False
+        flags, retry = self._reads(conn, channel, customer_id, -1)
+        return not (flags["do_not_contact"] or flags["sensitive"] or retry is not None)
+
+    def passes_text(self, text: str) -> bool:
+        """The checks that read the message alone (a STOP or START word, crisis words) let it through."""
+        command = squash(text)
+        return not (command in self._stop or command in self._start or self._crisis.find(text))

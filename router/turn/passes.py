@@ -35,6 +35,8 @@ class Work:
         self.outside_runs = 0                               # passes that ran outside work
         self.outside_seconds = 0.0                          # the turn's time waiting for it (nothing held)
         self.slot_back_seconds = 0.0                        # and for a slot of its caller's TurnSlots after it
+        self.looked_ahead = False                           # the work asked for before the first pass is done
+        self.ahead_seconds: float | None = None             # the wait for it (None: nothing was asked ahead)
 
 
 class Pass:

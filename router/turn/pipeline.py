@@ -71,6 +71,10 @@ CHANNEL_METADATA_KEYS = frozenset({"kind", "to", "account", "encryption", "chat_
 #: how a job left for after the commit takes a pooled connection (``with connect() as conn``)
 Connect = Callable[[], AbstractContextManager[psycopg.Connection]]
 
+#: what a decider reads ahead of a turn's first pass (router.turn.decider.Decider.ahead): it may take a pooled
+#: connection for short reads (no lock) and ask for outside work, which then runs before the first pass
+Ahead = Callable[[InboundMessage, Connect], None]
+
 
 @dataclass
 class TurnContext:
@@ -97,6 +101,11 @@ _TURN_NAMESPACE = uuid.UUID("5b0c7e3e-3f7a-4c55-9d8e-7a1f2f0c9b31")
 def _conversation_id(channel: str, external_id: str, attempt: int = 0) -> str:
     extra = f"\x00{attempt}" if attempt else ""
     return str(uuid.uuid5(_TURN_NAMESPACE, f"conversation\x00{channel}\x00{external_id}{extra}"))
+
+
+def new_conversation_id(channel: str, external_id: str) -> str:
+    """The id a conversation made by this message's turn gets (known before the turn: work asked ahead names it)."""
+    return _conversation_id(channel, external_id)
 
 
 def turn_id_of(msg: InboundMessage) -> str:
@@ -162,8 +171,11 @@ class Pipeline:
 
     def __init__(self, pool, metrics, decider: Decider = record_only, *, owner: Owner = refuse_others,
                  admission=None, prepare: Callable[[InboundMessage], None] | None = None,
-                 heavy_slots: int | None = None, deadline: float | None = None):
+                 heavy_slots: int | None = None, deadline: float | None = None, ahead: Ahead | None = None):
         self.pool = pool
+        # outside work a decider can tell from the message and a short read that the turn will want (a new
+        # flow's session memory): asked before the first pass, so no pass is rolled back only to discover it
+        self.ahead = ahead
         # the longest a turn's transaction may wait between two statements (slow work under the lock): the
         # server then ends the session, which frees the conversation's lock and the connection; the turn is
         # repeated on a fresh connection like any lost one, and answers 503 when that fails too
@@ -250,6 +262,9 @@ class Pipeline:
                 on_conversation=None) -> tuple[dict[str, Any], bool]:
         t0 = time.perf_counter()
         work = Work() if work is None else work
+        if self.ahead is not None and not work.looked_ahead:
+            work.looked_ahead = True        # once per message: a repeat after a lost connection has it at hand
+            self._look_ahead(msg, acquire, work)
         passes = 1
         scope = Pass(work, may_defer=passes < self.MAX_PASSES)
         while True:
@@ -274,6 +289,31 @@ class Pipeline:
             self._run_outside(scope)
             passes += 1
             scope = Pass(work, may_defer=passes < self.MAX_PASSES)
+
+    def _look_ahead(self, msg: InboundMessage, acquire: float | None, work: Work) -> None:
+        """The decider's look ahead, in a pass of its own that holds nothing; the work it asks for runs now,
+        with the caller's slot given back, and the first pass finds the results at hand. An optimisation
+        only: a failure is logged and the turn runs as it would without it (a lost database is the turn's)."""
+        scope = Pass(work, may_defer=True)
+        token = CURRENT_PASS.set(scope)
+        try:
+            assert self.ahead is not None
+            self.ahead(msg, lambda: self.pool.connection(acquire))
+        except DatabaseUnavailable:
+            raise
+        except Exception:  # noqa: BLE001 - the turn decides without it
+            if not scope.wanted:
+                log.warning("looking ahead of a turn failed", exc_info=True)
+        finally:
+            CURRENT_PASS.reset(token)
+        if not scope.wanted:
+            return
+        t = time.perf_counter()
+        with TurnSlots.released():
+            run_wanted(scope)
+            waited = time.perf_counter() - t
+        work.ahead_seconds = waited
+        self.metrics.stage_seconds.labels("ahead").observe(waited)
 
     def _run_outside(self, scope: Pass) -> None:
         """The pass's wanted work, in parallel, each item until its deadline (a late one: OutsideDeadline)."""
@@ -423,6 +463,8 @@ class Pipeline:
         if ctx.outside_runs:
             ctx.timings["outside"] = work.outside_seconds
             ctx.timings["slot_back"] = work.slot_back_seconds
+        if work.ahead_seconds is not None:   # outside work asked before the first pass (trace `ahead`)
+            ctx.timings["ahead"] = work.ahead_seconds
         t_decide = time.perf_counter()
         moved = self._moved(conn, conversation, message, work)
         result = self.decider(ctx) if moved is None else self._superseded(conversation, moved, work)

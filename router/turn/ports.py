@@ -112,6 +112,8 @@ class FlowsPort(Protocol):
 
     def memory(self, conn: Any, caller: Caller, lang: str = "en") -> dict[str, Any]: ...
 
+    def memory_ahead(self, conn: Any, caller: Caller, lang: str = "en") -> bool: ...
+
 
 class EncoderPort(Protocol):
     """The serving encoder: query vectors, cached per text (a long message is encoded before its turn)."""

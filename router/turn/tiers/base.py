@@ -23,7 +23,7 @@ from router.classify.intents import Intent
 from router.outbox.store import enqueue_outbound
 from router.schemas import Decision, Escalation
 from router.telemetry.metrics import Metrics
-from router.turn import language
+from router.turn import language, plan
 from router.turn import state as sm
 from router.turn.escalation import EscalationPolicy, EscalationVerdict, Policy
 from router.turn.guards import Harness
@@ -66,6 +66,24 @@ def hit_dict(hit: Hit) -> dict[str, Any]:
 def citations_of(citations: list[dict[str, Any]]) -> list[dict[str, Any]]:
     keys = ("doc_id", "chunk_id", "title", "section", "source", "score")
     return [{k: c.get(k) for k in keys if c.get(k) is not None} for c in citations if c.get("doc_id")]
+
+
+def served_by(intent: Intent | None, c: Classification) -> tuple[str, str] | None:
+    """What serves the classified intent: its ``serve:``, or its ``with_order`` workflow for one of the
+    customer's own orders."""
+    if intent is None:
+        return None
+    if intent.with_order and (c.entities or {}).get("order_numbers"):
+        return "workflow", intent.with_order.split(" ", 1)[1]   # about one of the customer's own orders
+    return intent.served_by
+
+
+def verdict_facts(v: EscalationVerdict) -> plan.Verdict:
+    """The parts of the escalation rules' verdict the routing order reads."""
+    return plan.Verdict(escalate=v.escalate, rule=v.rule,
+                        identity_question=bool(v.checks["human_request"].get("identity_question")),
+                        dissatisfied=bool(v.checks["dissatisfied"]["signal"]),
+                        low_confidence_streak=int(v.counters["low_confidence_streak"]))
 
 
 class TurnBase:
@@ -204,12 +222,7 @@ class TurnBase:
         return self.r.classifier.config.intent(c.intent) if c.intent else None
 
     def served_by(self, c: Classification) -> tuple[str, str] | None:
-        intent = self.intent_config(c)
-        if intent is None:
-            return None
-        if intent.with_order and (c.entities or {}).get("order_numbers"):
-            return "workflow", intent.with_order.split(" ", 1)[1]   # about one of the customer's own orders
-        return intent.served_by
+        return served_by(self.intent_config(c), c)
 
     def retrieve(self) -> Answer | None:
         if self.r.rag is None:

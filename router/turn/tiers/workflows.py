@@ -15,9 +15,31 @@ from typing import Any
 
 from automation.workflows.runtime import FlowTurn
 from router.classify.base import Classification
+from router.classify.intents import Intent
 from router.turn.pipeline import TurnResult
 from router.turn.plan import Route
+from router.turn.ports import FlowsPort
 from router.turn.tiers.answers import Answers
+
+
+def task_workflow(engine: FlowsPort | None, intent: Intent | None, c: Classification,
+                  served: tuple[str, str] | None) -> str | None:
+    """The workflow a message of intent ``c`` starts when no flow is active (see Workflows.task_workflow)."""
+    if engine is None or c.intent is None:
+        return None
+    if served is not None and served[0] == "workflow" and served[1] in engine.workflows.workflows:
+        return served[1]
+    if intent is not None and intent.task and intent.task in engine.workflows.workflows:
+        return intent.task
+    wf = engine.workflows.for_intent(c.intent)
+    return wf.name if wf is not None else None
+
+
+def flow_language(lang: str, text: str) -> str:
+    """The language a flow started by ``text`` speaks (its texts are English and Chinese)."""
+    from rag.chunk import detect_lang
+
+    return lang if lang in ("zh", "en") else (detect_lang(text) or "en")
 
 
 class Workflows(Answers):
@@ -71,28 +93,18 @@ class Workflows(Answers):
     def task_workflow(self, c: Classification, served: tuple[str, str] | None) -> str | None:
         """The workflow this message starts when no flow is active: the one serving the intent, or the one
         ``serve: workflow`` / ``with_order`` names; None when the engine has neither."""
-        engine = self.r.flows
-        if engine is None or c.intent is None:
-            return None
-        if served is not None and served[0] == "workflow" and served[1] in engine.workflows.workflows:
-            return served[1]
-        intent = self.intent_config(c)
-        if intent is not None and intent.task and intent.task in engine.workflows.workflows:
-            return intent.task
-        wf = engine.workflows.for_intent(c.intent)
-        return wf.name if wf is not None else None
+        return task_workflow(self.r.flows, self.intent_config(c), c, served)
 
     def run_flow(self, c: Classification, workflow: str | None = None) -> FlowTurn | None:
         """Advance the conversation's active workflow, or start ``workflow`` or the one serving the intent;
         None: no flow."""
-        from rag.chunk import detect_lang
         from router.turn.flows import caller_of
 
         engine = self.r.flows
         caller = caller_of(self.conv, turn_id=self.ctx.turn_id)
         if engine is None or caller is None:
             return None
-        lang = self.lang if self.lang in ("zh", "en") else (detect_lang(self.text) or "en")
+        lang = flow_language(self.lang, self.text)
         with self.stage("workflow"):
             # the flow that listened moves on with its reading; else `workflow` (or the intent's) starts
             restart = self.restarting if self.restarting is not None and self.restarting.workflow == workflow else None

@@ -54,8 +54,8 @@ def refunds_of(svc, order_id: str) -> list[dict]:
     return [w for w in order["writes"] if w["tool"] == "request_refund"]
 
 
-def waiting_for_approval(api, svc, conversation: str, order: str = "100234") -> dict:
-    assert say(api, f"I want a refund of 300 for order {order}", conversation)["flow"]["step"] == "confirm_refund"
+def waiting_for_approval(api, svc, conversation: str, order: str = "100234", amount: int = 300) -> dict:
+    assert say(api, f"I want a refund of {amount} for order {order}", conversation)["flow"]["step"] == "confirm_refund"
     assert say(api, "yes", conversation)["flow"]["status"] == "waiting_approval"
     conv = rows(svc.pool, "SELECT id FROM conversations WHERE external_id = %s", conversation)[0]["id"]
     return rows(svc.pool, "SELECT * FROM tickets WHERE kind = 'approval' AND conversation_id = %s", str(conv))[0]
@@ -186,7 +186,8 @@ def test_cancel_and_approval_at_the_same_moment_apply_exactly_once(api, svc):
     for n in range(3):
         order = "100234"
         conversation = f"race-{n}"
-        ticket = waiting_for_approval(api, svc, conversation, order)
+        # 200 a round (a supervisor's approval): three approved rounds stay within the order's total of 638
+        ticket = waiting_for_approval(api, svc, conversation, order, amount=200)
         before = len(refunds_of(svc, order))
         assert api.post(f"/v1/handoff/tickets/{ticket['id']}/claim", headers=h).status_code == 200
         barrier = threading.Barrier(2)

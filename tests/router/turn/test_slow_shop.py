@@ -314,3 +314,63 @@ def test_a_handoff_with_a_hanging_shop_answers_once_with_a_ticket_whose_memory_i
     # the ticket is still there, queued, with everything else of its package
     (after,) = rows(hanging.pool, "SELECT status, context FROM tickets WHERE id = %s", out["ticket_id"])
     assert after["status"] == "queued" and after["context"]["transcript"] and after["context"]["decisions"]
+
+
+def _memory_calls(svc, customer: str) -> list[dict]:
+    svc.tools.flush_audit(5.0)
+    return rows(svc.pool, "SELECT tool, status, conversation_id, turn_id FROM tool_calls WHERE caller_customer = %s"
+                          " AND tool IN ('get_customer', 'list_recent_orders') ORDER BY tool, created_at", customer)
+
+
+def _trace(svc, turn_id: str) -> dict:
+    (turn,) = rows(svc.pool, "SELECT trace FROM turns WHERE id = %s", turn_id)
+    return turn["trace"]
+
+
+def test_a_new_customers_order_question_asks_its_memory_before_the_first_pass(slow):
+    """The message names a workflow and the customer's memory is not kept: its calls run before the turn's first
+    pass, audited for the conversation and the turn, and the turn is decided in one pass. The same decider in a
+    pipeline that does not look ahead needs a rolled-back pass to discover them."""
+    from router.turn.pipeline import Pipeline
+
+    _warm(slow)
+    out, _ = slow.pipeline.handle(_msg("where is my order", conv="ahead-1", customer="c1"))
+    assert out["flow"]["workflow"] == "order_status" and out["reply"] is not None, out
+    trace = _trace(slow, out["turn_id"])
+    assert "outside_runs" not in trace and trace["timings_ms"]["ahead"] >= float(LATENCY_MS) * 0.9, trace
+    calls = _memory_calls(slow, "c1")
+    assert [(c["tool"], c["status"]) for c in calls] == [("get_customer", "ok"), ("list_recent_orders", "ok")]
+    assert {(c["conversation_id"], c["turn_id"]) for c in calls} == {(out["conversation_id"], out["turn_id"])}
+    # the customer's next conversation finds the memory kept: nothing is asked ahead, nothing called again
+    again, _ = slow.pipeline.handle(_msg("where is my order", conv="ahead-2", customer="c1"))
+    assert again["flow"]["workflow"] == "order_status", again
+    assert "ahead" not in _trace(slow, again["turn_id"])["timings_ms"] and len(_memory_calls(slow, "c1")) == 2
+    # without the look ahead, a new customer's same question rolls a first pass back for its memory
+    plain = Pipeline(slow.pool, slow.metrics, slow.pipeline.decider)
+    other, _ = plain.handle(_msg("where is my order", conv="ahead-3", customer="c3"))
+    assert other["flow"]["workflow"] == "order_status", other
+    assert _trace(slow, other["turn_id"])["outside_runs"] == 1
+    assert [c["turn_id"] for c in _memory_calls(slow, "c3")] == [other["turn_id"]] * 2
+
+
+def test_a_message_the_harness_stops_asks_the_shop_nothing(slow):
+    """Do-not-contact, a sensitive customer, crisis words: the hard checks decide before any tool, and nothing is
+    asked ahead of such a turn either."""
+    from router.turn.guards import set_do_not_contact, set_sensitive
+
+    _warm(slow)
+    with slow.pool.connection() as conn:
+        set_do_not_contact(conn, "web", "dnc-1", True)
+        set_sensitive(conn, "web", "sens-1", True)
+    stopped, _ = slow.pipeline.handle(_msg("where is my order", conv="stop-1", customer="dnc-1"))
+    assert stopped["decision"]["channel"] == "harness" and stopped["reply"] is None, stopped
+    sensitive, _ = slow.pipeline.handle(_msg("where is my order", conv="stop-2", customer="sens-1"))
+    assert sensitive["decision"]["channel"] == "harness" and sensitive["decision"]["tier"] == "L3", sensitive
+    crisis, _ = slow.pipeline.handle(_msg("where is my order, I want to die", conv="stop-3", customer="cr-1"))
+    assert crisis["decision"]["explanation"]["rule"] == "crisis", crisis
+    slow.tools.flush_audit(5.0)
+    assert rows(slow.pool, "SELECT count(*) AS n FROM tool_calls WHERE caller_customer = ANY(%s)",
+                ["dnc-1", "sens-1", "cr-1"])[0]["n"] == 0
+    # the same question from a customer no check stops is asked ahead (the test above would catch nothing else)
+    fine, _ = slow.pipeline.handle(_msg("where is my order", conv="stop-4", customer="ok-1"))
+    assert "ahead" in _trace(slow, fine["turn_id"])["timings_ms"] and len(_memory_calls(slow, "ok-1")) == 2
