@@ -261,20 +261,23 @@ class Choose(StepKind):
         one", "另外那个呢", "那个待付款的呢" after the flow ended: another of the options the customer was shown,
         read as an answer to the same question (numbers as they were shown, the options' words). The message
         must say nothing but that: a word that describes no option (a new question, a goodbye) reads as none."""
-        if str(picked.get("how") or "").startswith("said:"):
-            return None   # resolved from the customer's own words: no list was offered
+        # picked from the request's own words ("where are the boots I ordered?"): no list was shown, so only
+        # another option's words name one ("what about the lamp?"); "the other one", "the first" name nothing
+        listed = not str(picked.get("how") or "").startswith("said:")
         opts = options(run, step)
         chosen = picked.get("index")
         if not isinstance(chosen, int) or not 0 <= chosen < len(opts) or len(opts) < 2:
             return None
         ids, texts = option_texts(run, step, opts)
-        other = U.refers_to_other(text)
+        other = U.refers_to_other(text) and listed
         said = U.strip_follow_up(U.strip_correction(U.without_other(text)))
         if not (said or other) or U.is_question(said) or not U.only_describes(said, texts):
             return None
         pool: list[int] = []
         if said:
             ch = U.choose(said, ids, texts)   # never by meaning alone: no question is waiting for an answer
+            if not listed and ch.how == "number":
+                return None   # a place in a list the customer never saw
             pool = [i for i in ([ch.index] if ch.index is not None else ch.candidates) if i != chosen]
         if not pool and other:
             pool = [i for i in range(len(opts)) if i != chosen]
@@ -282,7 +285,8 @@ class Choose(StepKind):
             return None
         if len(pool) > 1:
             return Restart(run.wf.name, among={step.id: pool})
-        history = [{"step": step.id, "event": "chose", "index": pool[0], "how": "follow_up", "at": time.time()}]
+        history = [{"step": step.id, "event": "chose", "index": pool[0], "how": "follow_up" if listed else "said:follow_up",
+                    "at": time.time()}]
         return Restart(run.wf.name, slots={step.arg: value_of(run, step, opts[pool[0]])}, history=history)
 
     def _from_text(self, run: FlowRun, step: Step, opts: list[Any], said: str) -> str | None:

@@ -309,6 +309,19 @@ def test_an_order_of_the_list_named_after_the_lookup_is_looked_up(api, svc, foll
     assert order in out[2]["reply"]["text"] and "RM123456785GB" not in out[2]["reply"]["text"], out[2]["reply"]
 
 
+@pytest.mark.parametrize("customer, texts, shown, says", [
+    ("c2", ("where are the boots I ordered?", "what about the lamp?", "and the first one?"), "794644790138",
+     "Order 100240 is delivered"),
+    ("c1", ("我买的耳机到哪了", "那马克杯呢", "第一个呢"), "SF1402837465299", "订单 100235 当前状态：已付款")])
+def test_another_item_after_a_lookup_picked_from_the_request_is_looked_up(api, svc, customer, texts, shown, says):
+    """The request named its item, so no list was shown: another item's words still name another of the
+    customer's orders; "the first" names nothing the customer saw."""
+    out = talk(api, customer, f"l-item-{abs(hash(texts))}", *texts)
+    assert shown in out[0]["reply"]["text"] and out[0]["flow"]["status"] == "completed", out[0]["reply"]
+    assert says in out[1]["reply"]["text"] and out[1]["flow"]["workflow"] == "order_status", out[1]["reply"]
+    assert not out[2].get("flow") or out[2]["flow"]["status"] != "completed", out[2]   # no order picked for them
+
+
 def test_the_other_one_of_several_is_asked_among_the_rest(api, svc):
     """Of four orders, "the other one" does not guess: the orders not taken are offered again, numbered as shown
     now, and the answer looks that one up."""
