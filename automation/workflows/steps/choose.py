@@ -261,15 +261,16 @@ class Choose(StepKind):
         one", "另外那个呢", "那个待付款的呢" after the flow ended: another of the options the customer was shown,
         read as an answer to the same question (numbers as they were shown, the options' words). The message
         must say nothing but that: a word that describes no option (a new question, a goodbye) reads as none."""
-        # picked from the request's own words ("where are the boots I ordered?"): no list was shown, so only
-        # another option's words name one ("what about the lamp?"); "the other one", "the first" name nothing
+        # picked from the request's own words ("where are the boots I ordered?"): no list was shown, so a place
+        # in it ("the first") names nothing; another option's words ("what about the lamp?") or "the other one"
+        # (the customer knows their own orders: of several, they are offered) still do
         listed = not str(picked.get("how") or "").startswith("said:")
         opts = options(run, step)
         chosen = picked.get("index")
         if not isinstance(chosen, int) or not 0 <= chosen < len(opts) or len(opts) < 2:
             return None
         ids, texts = option_texts(run, step, opts)
-        other = U.refers_to_other(text) and listed
+        other = U.refers_to_other(text)
         said = U.strip_follow_up(U.strip_correction(U.without_other(text)))
         if not (said or other) or U.is_question(said) or not U.only_describes(said, texts):
             return None

@@ -315,11 +315,16 @@ def test_an_order_of_the_list_named_after_the_lookup_is_looked_up(api, svc, foll
     ("c1", ("我买的耳机到哪了", "那马克杯呢", "第一个呢"), "SF1402837465299", "订单 100235 当前状态：已付款")])
 def test_another_item_after_a_lookup_picked_from_the_request_is_looked_up(api, svc, customer, texts, shown, says):
     """The request named its item, so no list was shown: another item's words still name another of the
-    customer's orders; "the first" names nothing the customer saw."""
+    customer's orders, "the other one" offers the rest of them; "the first" names nothing the customer saw."""
     out = talk(api, customer, f"l-item-{abs(hash(texts))}", *texts)
     assert shown in out[0]["reply"]["text"] and out[0]["flow"]["status"] == "completed", out[0]["reply"]
     assert says in out[1]["reply"]["text"] and out[1]["flow"]["workflow"] == "order_status", out[1]["reply"]
     assert not out[2].get("flow") or out[2]["flow"]["status"] != "completed", out[2]   # no order picked for them
+    other = talk(api, customer, f"l-item-other-{abs(hash(texts))}", texts[0],
+                 "and the other one?" if customer == "c2" else "另一个呢")
+    asked = other[1]["reply"]["text"]       # of the customer's other orders, none is guessed: they are offered
+    assert other[1]["flow"]["status"] == "waiting" and other[1]["flow"]["awaiting"] == "order_id", other[1]
+    assert ("100241" if customer == "c2" else "100234") not in asked and asked.count("\n") >= 2, asked
 
 
 def test_the_other_one_of_several_is_asked_among_the_rest(api, svc):
