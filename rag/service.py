@@ -205,7 +205,7 @@ class KnowledgeBase:
             timings["bm25"] = time.perf_counter() - t
         if mode in ("dense", "hybrid", "rerank"):
             t = time.perf_counter()
-            vec = self.queries.vectors([rw.dense])[0]
+            vec = self.query_vector(rw.dense)
             timings["encode"] = time.perf_counter() - t
             t = time.perf_counter()
             rankings["dense"] = self.dense.search(generation, vec, n, lang=lang, ef_search=cfg.ef_search)
@@ -236,7 +236,11 @@ class KnowledgeBase:
 
     def warm_query(self, query: str) -> None:
         """Encode the query as retrieval will (its rewritten form), so a caching encoder has it ready."""
-        self.queries.vectors([self.rewriter.rewrite(query).dense])
+        self.query_vector(self.rewriter.rewrite(query).dense)
+
+    def query_vector(self, text: str) -> np.ndarray:
+        """The question's vector, encoded once (the query cache) for retrieval, the entry score and composition."""
+        return self.queries.vectors([text])[0]
 
     # ------------------------------------------------------------------ answers
 
@@ -304,7 +308,7 @@ class KnowledgeBase:
         if not units or not rw.dense.strip():
             return None
         # the units are the articles' own words: their vectors are the composer's (warmed at start, see warm())
-        return float(max(self.composer.cache.vectors(units) @ self.queries.vectors([rw.dense])[0]))
+        return float(max(self.composer.cache.vectors(units) @ self.query_vector(rw.dense)))
 
     def signals(self, rw: RewrittenQuery, hits: Sequence[Hit], generation: str | None = None) -> dict[str, Any]:
         """What the confidence is computed from, for the best passage: its dense cosine, the query's
@@ -373,7 +377,7 @@ class KnowledgeBase:
         flat = [u for us in units for u in us]
         if not flat:
             return hits
-        query = self.queries.vectors([rw.dense])[0]
+        query = self.query_vector(rw.dense)
         sims = self.composer.cache.vectors(flat) @ query
         kind = asked(rw.original)
         if kind is not None:       # what states the quantity asked for leads (rag/answer_type.py)
