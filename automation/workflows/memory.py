@@ -270,6 +270,14 @@ class _CustomerCache:
             for key in [k for k in entries if k[:2] == (channel, customer_id)]:
                 del entries[key]
 
+    def forget_everywhere(self, channel: Any, customer_id: Any) -> None:
+        """Another gateway process saw the customer change something in the shop: drop what this one kept."""
+        with self._lock:
+            self._changed[(channel, customer_id)] = time.monotonic()
+            for entries in list(self._by_tools.values()):
+                for key in [k for k in entries if k[:2] == (channel, customer_id)]:
+                    del entries[key]
+
     def clear(self) -> None:
         with self._lock:
             self._by_tools = weakref.WeakKeyDictionary()
@@ -329,8 +337,22 @@ def forget(tools: Any, caller: Any) -> None:
     """A write of the customer's succeeded (a cancellation, a refund, a new address): the orders and profile
     remembered of them are stale, here and in every conversation of theirs, so the next flow asks the shop
     again instead of offering a cancelled order as still paid. This drops the process's copy; their
-    ``flow_memory`` rows go in the statement that saves the flow (``store.save(forget=...)``)."""
+    ``flow_memory`` rows go in the statement that saves the flow (``store.save(forget=...)``), which also tells
+    the other gateway processes (``store.MEMORY_STALE``, heard by :func:`stale_elsewhere`)."""
     CUSTOMERS.forget(tools, caller.channel, caller.customer_id)
+
+
+def stale_elsewhere(payload: str) -> bool:
+    """A ``store.MEMORY_STALE`` notice (``["web", "c4"]``): drop this process's copy of that customer's memory.
+    False for a notice that does not parse (nothing dropped)."""
+    import json
+
+    try:
+        channel, customer_id = json.loads(payload)
+    except (ValueError, TypeError):
+        return False
+    CUSTOMERS.forget_everywhere(channel, customer_id)
+    return True
 
 
 def load(conn: Any, spec: MemorySpec, tools: Any, caller: Any, lang: str, *,

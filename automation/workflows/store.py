@@ -110,6 +110,22 @@ def save(conn: Connection[Any], inst: Instance, *, forget: Iterable[tuple[str, s
     conn.execute("WITH forgotten AS (DELETE FROM flow_memory WHERE (customer_channel, customer_id) IN "
                  "(SELECT * FROM unnest(%s::text[], %s::text[]))) " + update,
                  ([w[0] for w in whom], [w[1] for w in whom], *values, str(inst["id"])))
+    tell_stale(conn, whom)
+
+
+#: the channel on which a write's commit tells every gateway process which customers' kept memory is stale
+MEMORY_STALE = "switchboard_memory_stale"
+
+
+def tell_stale(conn: Connection[Any], whom: Iterable[tuple[str, str]]) -> None:
+    """Tell every gateway process (LISTEN ``MEMORY_STALE``) that these customers' kept shop data is stale.
+
+    Delivered when the caller's transaction commits (never for a rolled-back pass); only writes that succeeded
+    notify, so the notify lock that serialises notifying commits is taken by few turns."""
+    whom = sorted(set(whom))
+    if whom:
+        conn.execute("SELECT pg_notify(%s, json_build_array(c, i)::text) FROM unnest(%s::text[], %s::text[]) AS w(c, i)",
+                     (MEMORY_STALE, [w[0] for w in whom], [w[1] for w in whom]))
 
 
 def outcomes(conn: Connection[Any], conversation_id: str | None = None, *, limit: int = 20) -> list[Row]:

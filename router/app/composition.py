@@ -153,6 +153,11 @@ def wire_flows(services: Services) -> None:
 
     services.flows = FlowEngine(workflows, gateway, HandoffApprovals(lambda: services.handoff),
                                 tickets=customer_tickets)   # earlier tickets in the session memory
+    if workflows.memory is not None and workflows.memory.calls:
+        from router.app.stale_memory import StaleMemoryListener
+
+        # another worker's write makes this process's kept copy of that customer stale
+        services.closers.append(StaleMemoryListener(services.dsn).start().stop)
     if services.handoff is not None and hasattr(services.handoff.port, "flows"):
         services.handoff.port.flows = services.flows   # an approver's decision resumes the flow
     if services.handoff is not None:   # a ticket's session memory: loaded when an agent reads or claims it
