@@ -257,22 +257,12 @@ class _CustomerCache:
 
         threading.Thread(target=run, name="memory-refresh", daemon=True).start()
 
-    def forget(self, tools: Any, channel: Any, customer_id: Any) -> None:
-        """The customer changed something in the shop (a write succeeded): what was kept of them is stale."""
+    def forget(self, channel: Any, customer_id: Any) -> None:
+        """The customer changed something in the shop (a write succeeded, here or in another gateway process):
+        what any gateway of this process kept of them is stale."""
         with self._lock:
             if len(self._changed) > 20_000:
                 self._changed.clear()
-            self._changed[(channel, customer_id)] = time.monotonic()
-            try:
-                entries = self._by_tools.get(tools) or {}
-            except TypeError:
-                return
-            for key in [k for k in entries if k[:2] == (channel, customer_id)]:
-                del entries[key]
-
-    def forget_everywhere(self, channel: Any, customer_id: Any) -> None:
-        """Another gateway process saw the customer change something in the shop: drop what this one kept."""
-        with self._lock:
             self._changed[(channel, customer_id)] = time.monotonic()
             for entries in list(self._by_tools.values()):
                 for key in [k for k in entries if k[:2] == (channel, customer_id)]:
@@ -333,13 +323,13 @@ def _tools_part(spec: MemorySpec, tools: Any, caller: Any, lang: str, outside: O
     return data
 
 
-def forget(tools: Any, caller: Any) -> None:
+def forget(caller: Any) -> None:
     """A write of the customer's succeeded (a cancellation, a refund, a new address): the orders and profile
     remembered of them are stale, here and in every conversation of theirs, so the next flow asks the shop
     again instead of offering a cancelled order as still paid. This drops the process's copy; their
     ``flow_memory`` rows go in the statement that saves the flow (``store.save(forget=...)``), which also tells
     the other gateway processes (``store.MEMORY_STALE``, heard by :func:`stale_elsewhere`)."""
-    CUSTOMERS.forget(tools, caller.channel, caller.customer_id)
+    CUSTOMERS.forget(caller.channel, caller.customer_id)
 
 
 def stale_elsewhere(payload: str) -> bool:
@@ -351,7 +341,7 @@ def stale_elsewhere(payload: str) -> bool:
         channel, customer_id = json.loads(payload)
     except (ValueError, TypeError):
         return False
-    CUSTOMERS.forget_everywhere(channel, customer_id)
+    CUSTOMERS.forget(channel, customer_id)
     return True
 
 

@@ -361,7 +361,7 @@ class FlowRun:
     def wrote(self, who: Caller) -> None:
         """A write of the customer's succeeded: the shop data remembered of them is stale (memory.forget)."""
         if self.conn is not None:   # the rows go with the run's save (a loop of ten writes drops them once)
-            M.forget(self.services.tools, who)
+            M.forget(who)
             self.forgotten.add((who.channel, who.customer_id))
 
     # -- what a person or a write sees

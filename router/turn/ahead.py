@@ -20,7 +20,6 @@ from typing import Any, cast
 
 from automation.tools import Caller
 from automation.workflows import memory as M
-from automation.workflows.understand import drops_task
 from router.schemas import InboundMessage
 from router.turn import language, plan
 from router.turn import state as sm
@@ -28,7 +27,7 @@ from router.turn.passes import per_turn
 from router.turn.pipeline import Connect, new_conversation_id, turn_id_of
 from router.turn.plan import Act
 from router.turn.ports import Conn
-from router.turn.tiers.base import Wiring, served_by, verdict_facts
+from router.turn.tiers.base import Wiring, plan_facts, verdict_facts
 from router.turn.tiers.workflows import flow_language, task_workflow
 from text.form import read_form
 
@@ -42,14 +41,7 @@ def memory_ahead(d: Wiring, msg: InboundMessage, connect: Connect) -> bool:
         return False
     c = per_turn(("classify", text), lambda: d.classifier.classify(text))
     intent = d.classifier.config.intent(c.intent) if c.intent else None
-    facts = plan.Facts(
-        intent=c.intent, tier=c.tier, decided_by=c.decided_by, served=served_by(intent, c), form=read_form(text),
-        topics=bool(intent is not None and intent.topics),
-        own_order=bool(intent is not None and intent.with_order and (c.entities or {}).get("order_numbers")),
-        security=c.intent in d.escalation.config.security_intents, knowledge_base=d.rag is not None, flows=True,
-        identity_reply=plan.IDENTITY_TEMPLATE in d.policy.replies.names(),
-        drops_task=plan.NEVER_MIND_TEMPLATE in d.policy.replies.names() and drops_task(text),
-        clarify_unknown=d.policy.unknown == "clarify_then_escalate")
+    facts = plan_facts(d, c, intent, text, form=read_form(text))
     framed = plan.frame(facts)
     task = task_workflow(engine, intent, c, framed.served) if not framed.asking else None
     if task is None:

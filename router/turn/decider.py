@@ -33,9 +33,7 @@ import logging
 from collections.abc import Container
 from typing import Any
 
-from automation.workflows.understand import drops_task
 from router.classify.base import Classification
-from router.classify.intents import Intent
 from router.problems import Problem
 from router.schemas import Decision, Escalation, InboundMessage
 from router.telemetry.metrics import Metrics
@@ -47,7 +45,7 @@ from router.turn.guards import Harness, Verdict
 from router.turn.pipeline import Connect, TurnContext, TurnResult
 from router.turn.plan import Act
 from router.turn.ports import ClassifierPort, EncoderPort, FlowsPort, HandoffPort, KnowledgePort
-from router.turn.tiers.base import verdict_facts
+from router.turn.tiers.base import plan_facts, verdict_facts
 from router.turn.tiers.workflows import Workflows
 from text import LONG_MESSAGE_CHARS
 from text.form import read_form
@@ -247,7 +245,7 @@ class _Turn(Workflows):
         intent = self.intent_config(c)
         form = read_form(self.text)
         self.trace["form"] = form
-        facts = self.facts(c, intent, form=form, reading=reading, restart=restart)
+        facts = plan_facts(self.r, c, intent, self.text, form=form, reading=reading, restart=restart)
         framed = plan.frame(facts)
         task = self.task_workflow(c, framed.served) if not framed.asking else None
         verdict = self.r.escalation.evaluate(text=self.text, classification=c, counters=counters,
@@ -283,17 +281,3 @@ class _Turn(Workflows):
         result = (self.small_talk(c, route.template, verdict.checks) if route.template is not None
                   else self.route_tier(c, route.tier))
         return self.with_question_again(result, flow)
-
-    def facts(self, c: Classification, intent: Intent | None, *, form: str | None, reading: str | None,
-              restart: str | None) -> plan.Facts:
-        """What the plan reads of this message: the classification, the intent's declarations, the flow."""
-        return plan.Facts(
-            intent=c.intent, tier=c.tier, decided_by=c.decided_by, served=self.served_by(c), form=form,
-            topics=bool(intent is not None and intent.topics),
-            own_order=bool(intent is not None and intent.with_order and (c.entities or {}).get("order_numbers")),
-            security=c.intent in self.r.escalation.config.security_intents,
-            reading=reading, restart=restart, knowledge_base=self.r.rag is not None, flows=self.r.flows is not None,
-            identity_reply=plan.IDENTITY_TEMPLATE in self.r.policy.replies.names(),
-            drops_task=(reading is None and restart is None and plan.NEVER_MIND_TEMPLATE in self.r.policy.replies.names()
-                        and drops_task(self.text)),
-            clarify_unknown=self.r.policy.unknown == "clarify_then_escalate")

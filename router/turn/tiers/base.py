@@ -15,6 +15,7 @@ from typing import Any, Protocol, cast
 from prometheus_client import Counter
 
 from automation.workflows.listening import Listening
+from automation.workflows.understand import drops_task
 from automation.workflows.runtime import Restart
 from automation.workflows.store import Instance
 from rag.types import Answer, Hit
@@ -76,6 +77,22 @@ def served_by(intent: Intent | None, c: Classification) -> tuple[str, str] | Non
     if intent.with_order and (c.entities or {}).get("order_numbers"):
         return "workflow", intent.with_order.split(" ", 1)[1]   # about one of the customer's own orders
     return intent.served_by
+
+
+def plan_facts(r: Wiring, c: Classification, intent: Intent | None, text: str, *, form: str | None,
+               reading: str | None = None, restart: str | None = None) -> plan.Facts:
+    """What the routing plan reads of a message: the classification, the intent's declarations, the flow's
+    reading and restart (the turn, and the look ahead of router.turn.ahead, read it the same way)."""
+    return plan.Facts(
+        intent=c.intent, tier=c.tier, decided_by=c.decided_by, served=served_by(intent, c), form=form,
+        topics=bool(intent is not None and intent.topics),
+        own_order=bool(intent is not None and intent.with_order and (c.entities or {}).get("order_numbers")),
+        security=c.intent in r.escalation.config.security_intents,
+        reading=reading, restart=restart, knowledge_base=r.rag is not None, flows=r.flows is not None,
+        identity_reply=plan.IDENTITY_TEMPLATE in r.policy.replies.names(),
+        drops_task=(reading is None and restart is None and plan.NEVER_MIND_TEMPLATE in r.policy.replies.names()
+                    and drops_task(text)),
+        clarify_unknown=r.policy.unknown == "clarify_then_escalate")
 
 
 def verdict_facts(v: EscalationVerdict) -> plan.Verdict:
