@@ -503,7 +503,18 @@ class FlowEngine:
                     run.trace.append(StepTrace(step.id, step.kind, _ms(started, self._clock()), note="skipped"))
                     inst["step"] = run.after(step, transitions=False)
                     continue
-                outcome = REGISTRY[step.kind].run(StepContext(run, step, given, entities))
+                beside: dict[str, Any] = {}
+                read = given
+                if given is not None:
+                    beside, read = A.beside(run, step, given)
+                outcome = REGISTRY[step.kind].run(StepContext(run, step, read, entities))
+                if beside and outcome not in ("wait", "stop"):
+                    # the answer was taken: what it also said for later steps is kept ("the boots, 5 dollars")
+                    fresh = {n: v for n, v in beside.items() if n not in inst["slots"]}
+                    inst["slots"].update(fresh)
+                    if fresh:
+                        inst["history"].append({"step": step.id, "event": "beside", "slots": sorted(fresh),
+                                                "at": time.time()})
                 given = None   # the customer's message answers only the step that was waiting
                 entities = {}
                 run.trace.append(StepTrace(step.id, step.kind, _ms(started, self._clock()), tool_status=run.tool_status))

@@ -188,7 +188,7 @@ def _from_tools(spec: MemorySpec, tools: Any, caller: Any, lang: str, outside: O
         out[c.name] = _default(c)
         try:
             args = evaluate_value(c.args, scope)
-            got.append((c, call_outside(outside, tools, c.tool, args, who, None)))
+            got.append((c, call_outside(outside, tools, c.tool, args, who, None, shared=True)))
         except Exception as exc:  # noqa: BLE001 - memory is a courtesy: a broken tool never blocks the flow
             out["failed"].append({"name": c.name, "tool": c.tool, "status": type(exc).__name__})
     if any(result is PENDING for _, result in got):

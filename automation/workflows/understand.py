@@ -152,6 +152,31 @@ def order_ids(text: str) -> list[str]:
     return [f.lstrip("#") for f in _ORDER_ID.findall(text or "")]
 
 
+def stated_beside(entity: str, text: str) -> tuple[Any, tuple[int, int]] | None:
+    """A value of ``entity`` that the text states unmistakably, whatever else it answers, and where: an amount or
+    sum of money with its currency ("5 dollars", "¥50", "50元"), an order number, an email address. A bare number
+    is not one (it may be a place in a list or the answer itself). The last mention wins."""
+    text = text or ""
+    if entity in ("amount", "money"):
+        found = None
+        for m in _AMOUNT.finditer(text):
+            cur = (m.group("cur") or m.group("cur2") or "").lower()
+            if cur and not _ORDER_ID.fullmatch(m.group("num")):
+                value: Any = float(m.group("num"))
+                found = (value if entity == "amount" else {"value": value, "currency": _CURRENCY.get(cur)},
+                         m.span())
+        return found
+    pattern = {"order_id": _ORDER_ID, "email": _EMAIL}.get(entity)
+    if pattern is None:
+        return None
+    last = None
+    for m in pattern.finditer(text):
+        last = m
+    if last is None:
+        return None
+    return (last.group(0).lstrip("#") if entity == "order_id" else last.group(0)), last.span()
+
+
 def extract(entity: str, text: str, entities: dict[str, Any] | None = None) -> Any:
     """The value of an entity type in the message; the last mention wins (a correction names the new one last)."""
     entities = entities or {}
@@ -494,8 +519,16 @@ def is_follow_up(text: str) -> bool:
     return bool(rest) and not is_free_value(rest)
 
 
-_FILLER = re.compile(r"(?<![A-Za-z0-9])(?:#?[A-Z]{0,4}[-#]?\d{3,12}|order|number|no\.?|not|the|one|that|this|it|is|i|mean|meant|订单|号|单)"
-                     r"(?![A-Za-z0-9])|[\s,，.。:：;；!！?？#]", re.I)
+_FILLER = re.compile(r"(?<![A-Za-z0-9])(?:#?[A-Z]{0,4}[-#]?\d{3,12}|order|number|no\.?|not|the|one|that|this|it|is|i|mean|meant)"
+                     r"(?![A-Za-z0-9])|订单|号|单|[\s,，.。:：;；!！?？#]", re.I)   # "订单100234": Han words end anywhere
+
+
+_ORDER_WORD = re.compile(r"(?<![a-z])order(?:\s+(?:number|no\.?|#))?(?![a-z])|订单", re.I)
+
+
+def calls_it_an_order(text: str) -> bool:
+    """The message says it speaks of an order ("order 100235", "订单100235"), not just a number."""
+    return bool(_ORDER_WORD.search(text or ""))
 
 
 def is_free_value(text: str) -> bool:

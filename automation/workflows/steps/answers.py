@@ -110,7 +110,7 @@ def apply_correction(inst: Instance, wf: Workflow, step: Step, slot: str, value:
     inst["slots"][slot] = value
     inst["generation"] += 1
     inst["pending"].pop("action", None)
-    prefilled = set(next((h.get("prefilled", []) for h in inst["history"] if h.get("event") == "started"), []))
+    prefilled = said_first(inst)
     order = list(wf.steps)
     ask = ask_step_of(wf, slot)
     start = order.index(ask.id) if ask is not None else len(order)
@@ -147,6 +147,49 @@ def repick(run: FlowRun, at: Step, text: str, *, dry: bool = False) -> str | Non
         if target is not None:
             return target
     return None
+
+
+def beside(run: FlowRun, step: Step, text: str) -> tuple[dict[str, Any], str]:
+    """Values for slots the flow has not filled yet that an answer to ``step`` also states ("the boots, 5 dollars
+    please" to "which order?", "100240, refund ¥20"), and the answer without them.
+
+    Only what cannot be mistaken is taken (:func:`understand.stated_beside`: an amount with its currency, an
+    order number, an email), never the slot the step asks for, and never words that also name one of the
+    step's options (``StepKind.names``: "the $50 one" picks an option). They are kept only when the step takes
+    its answer (the engine), like the values of a first message, so a step reached later does not ask again."""
+    wf, inst = run.wf, run.inst
+    own = REGISTRY[step.kind].asks_for(step)
+    values: dict[str, Any] = {}
+    spans: list[tuple[int, int]] = []
+    for name, slot in wf.slots.items():
+        ent = slot.validate.get("entity")
+        if name == own or name in inst["slots"] or not isinstance(ent, str):
+            continue
+        found = U.stated_beside(ent, text)
+        if found is None:
+            continue
+        value, span = found
+        if any(a < span[1] and span[0] < b for a, b in spans) or not slot.check(value) \
+                or REGISTRY[step.kind].names(run, step, text[span[0]:span[1]]):
+            continue
+        values[name] = value
+        spans.append(span)
+    rest = text
+    for a, b in sorted(spans, reverse=True):
+        rest = rest[:a] + " " + rest[b:]
+    return values, rest
+
+
+def said_first(inst: Instance) -> set[str]:
+    """The slots the customer's own words gave before they were asked (the first message, or beside an answer
+    to something else): a correction of an earlier answer keeps them."""
+    kept: set[str] = set()
+    for h in inst["history"]:
+        if h.get("event") == "started":
+            kept |= set(h.get("prefilled", []))
+        elif h.get("event") == "beside":
+            kept |= set(h.get("slots", []))
+    return kept
 
 
 def prefill(wf: Workflow, text: str, entities: dict[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from automation.workflows.expr import ExpressionError, evaluate
 from automation.workflows.model import Step, StepSpec, Workflow
 from automation.workflows.runtime import FlowRun, t
 from automation.workflows.steps import answers as A
-from automation.workflows.steps.base import Outcome, StepContext, StepKind
+from automation.workflows.steps.base import Outcome, StepContext, StepKind, ask_step_of
 
 
 class AskSpec(StepSpec):
@@ -48,6 +48,17 @@ class Ask(StepKind):
         if fix:
             return fix
         slot = wf.slots[name]
+        if slot.free_text and not U.is_free_value(text):
+            # only an order number at a free-text question (a title, an address) is no title: another order called
+            # so ("order 100235", "订单100235") names that order, the one in hand said again is asked again
+            # (without "sorry, I didn't catch that"); a bare other number may be the value (a tax id)
+            changed = A.correction(inst, wf, text, ctx.entities, skip=name) if U.calls_it_an_order(text) else None
+            if changed is not None:
+                A.apply_correction(inst, wf, step, *changed)
+                back = ask_step_of(wf, changed[0])
+                return back.id if back is not None else step.id
+            if A.restated(inst, wf, text, ctx.entities) is not None:
+                return run.retry(step, f"a value in hand restated, not a {name}", quiet=True)
         if slot.recall and M.is_recall(text):
             # "the same address as last time": the value from memory, or say there is none and ask again
             value = M.recall(slot.recall, run.scope()["memory"], inst["slots"])

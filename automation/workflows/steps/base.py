@@ -106,6 +106,11 @@ class StepKind:
         again with it (or asking among those it names), or None."""
         return None
 
+    def names(self, run: FlowRun, step: Step, words: str) -> bool:
+        """Whether ``words`` of an answer name something the step offers (a price in an option's label): then
+        they are the answer, not a value for another slot said beside it."""
+        return False
+
     def free_text(self, wf: Workflow, step: Step) -> bool:
         """Any words answer it (an address, a title): a change of mind must then be the whole message."""
         return False

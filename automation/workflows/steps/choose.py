@@ -256,6 +256,56 @@ class Choose(StepKind):
         inst["history"].append({"step": step.id, "event": "chose", "index": ch.index, "how": ch.how, "at": time.time()})
         return "next"
 
+    def repick(self, run: FlowRun, at: Step, text: str, *, dry: bool = False) -> str | None:
+        """The latest choice of the flow made again while a later step waits: "actually the lamp", "no, the other
+        one" (of two shown), "不对，是耳机那个". The words must describe another of its options and nothing else
+        (a new amount or question is not a re-pick); its slot takes the new value and what came after it is
+        planned again (``answers.apply_correction``: values the customer said themselves stay)."""
+        inst = run.inst
+        other = U.refers_to_other(text)
+        if not (U.is_correction(text) or U.yes_no(text) is False or other):
+            return None
+        picked = next((h for h in reversed(inst["history"]) if h.get("event") == "chose"), None)
+        step = run.wf.steps.get(str(picked.get("step"))) if picked else None
+        if picked is None or step is None or step.kind != self.name or step.id == at.id or step.get("ask_again") \
+                or step.arg not in inst["slots"]:
+            return None
+        try:
+            opts = options(run, step)
+        except ExpressionError:
+            return None
+        ids, texts = option_texts(run, step, opts)
+        current = inst["slots"][step.arg]
+        rest = [i for i in range(len(opts)) if not same_value(value_of(run, step, opts[i]), current)]
+        words = U.strip_follow_up(U.strip_correction(U.drop_negated(U.without_other(text))))
+        new: int | None = None
+        if words.strip():
+            if U.is_question(words) or not U.only_describes(words, texts):
+                return None
+            ch = U.choose(words, [ids[i] for i in rest], [texts[i] for i in rest])
+            new = rest[ch.index] if ch.index is not None and ch.how != "number" else None
+        elif other and len(rest) == 1 and not str(picked.get("how") or "").startswith("said:"):
+            new = rest[0]     # "the other one" of two the customer was shown
+        if new is None:
+            return None
+        if not dry:
+            A.apply_correction(inst, run.wf, at, step.arg, value_of(run, step, opts[new]))
+            inst["history"][-1]["step"] = step.id
+            inst["history"].append({"step": step.id, "event": "chose", "index": new, "how": "correction",
+                                    "at": time.time()})
+            inst["attempts"].pop(at.id, None)
+        return step.id
+
+    def names(self, run: FlowRun, step: Step, words: str) -> bool:
+        said = U.norm(words)
+        if not said:
+            return False
+        try:
+            _, texts = option_texts(run, step, options(run, step))
+        except ExpressionError:
+            return False
+        return any(said in U.norm(f) for fields in texts for f in fields)
+
     def other_option(self, run: FlowRun, step: Step, text: str, picked: dict[str, Any]) -> Restart | None:
         """"the other one" (of two; of more, the rest are asked among), "what about the first one", "the pending
         one", "另外那个呢", "那个待付款的呢" after the flow ended: another of the options the customer was shown,

@@ -353,6 +353,26 @@ def test_a_new_customers_order_question_asks_its_memory_before_the_first_pass(sl
     assert [c["turn_id"] for c in _memory_calls(slow, "c3")] == [other["turn_id"]] * 2
 
 
+def test_two_first_messages_of_one_customer_at_once_ask_the_shop_once(slow):
+    """Two conversations of a new customer start at the same moment (two tabs): each turn needs the customer's
+    memory, asked once of the shop (one call per read, audited under one of the turns), and both are answered
+    from it."""
+    from automation.workflows.outside import READS
+
+    _warm(slow)
+    before = READS.shared
+    first = _in_thread(slow.pipeline.handle, _msg("where is my order", conv="twin-1", customer="c1"))
+    second = _in_thread(slow.pipeline.handle, _msg("where is my order", conv="twin-2", customer="c1"))
+    for t, _ in (first, second):
+        t.join(60)
+    outs = [out["value"][0] for _, out in (first, second)]
+    assert all(o["flow"]["workflow"] == "order_status" and "100234" in (o["reply"] or {}).get("text", "") for o in outs), outs
+    calls = _memory_calls(slow, "c1")
+    assert [(c["tool"], c["status"]) for c in calls] == [("get_customer", "ok"), ("list_recent_orders", "ok")], calls
+    assert {c["turn_id"] for c in calls} <= {o["turn_id"] for o in outs}
+    assert READS.shared - before == 2
+
+
 def test_a_message_the_harness_stops_asks_the_shop_nothing(slow):
     """Do-not-contact, a sensitive customer, crisis words: the hard checks decide before any tool, and nothing is
     asked ahead of such a turn either."""
