@@ -43,9 +43,21 @@ def asked(question: str) -> str | None:
     return None
 
 
+# the words that say how often or how sure, never what about ("how much is shipping normally?", "一般几天到")
+_HEDGES_EN = frozenset({"normally", "usually", "generally", "typically", "actually", "really", "currently",
+                        "exactly", "approximately", "roughly", "basically", "just", "still", "ever", "even",
+                        "please", "kindly", "possibly", "maybe", "perhaps", "anyway", "again", "also"})
+_HEDGES_ZH = frozenset({"一般", "一般来说", "通常", "平时", "平常", "大概", "大约", "大致", "请问", "到底", "究竟",
+                        "具体", "一下"})
+
+
 def asking_word(word: str) -> bool:
-    """Whether ``word`` (a keyword of a question) only asks: "几次", "多长时间", "how", "when", "long" ..."""
-    return word.lower() in _ASKING_EN if word.isascii() else bool(_ASKING_ZH.search(word))
+    """Whether ``word`` (a keyword of a question) only asks or hedges: "几次", "多长时间", "how", "when", "long",
+    "normally", "一般" ... (a whole hedge word: "一般纳税人" names something)."""
+    w = word.lower()
+    if word.isascii():
+        return w in _ASKING_EN or w in _HEDGES_EN
+    return w in _HEDGES_ZH or bool(_ASKING_ZH.search(word))
 
 
 def holds(text: str, kind: str | None) -> bool:

@@ -61,6 +61,7 @@ ANSWER_TYPE_LEAD = 0.03    # added to a line's score when it states the quantity
 WORDS_LEAD = 0.03          # weight of the question's specific words a line holds, against its cosine (see _in_words)
 NARROWER = 0.03           # taken from an FAQ entry about one case the article lists when the question names none of them
 TITLE_LEAD = 0.03          # a question this much closer to an article's title than to any of its passages asks for its opening
+OPENING_LEAD = 0.0         # the same for an article that opens with a paragraph, which leads the entry instead of replacing it
 CASES = 3                  # a list names cases when at least this many of its items (or one item's terms) name one
 STOPWORDS = frozenset(EN_STOPWORDS) | frozenset(ZH_STOPWORDS)
 COMMON_SHARE = 2 / 3       # a word held by more than this share of an article's lines does not single out a line
@@ -502,6 +503,10 @@ class Composer:
             pools = [rival] + [pl for pl in pools if pl is not rival]
         whole = self._whole_article(anchor, pools, per_doc, chunks[doc_ids[anchor[0].doc]], qvecs, score_of,
                                     head_sim, strength)
+        # an opening paragraph says what the article is about; the entry the question finds follows it
+        opening = whole if whole and whole[0].kind == "para" else None
+        if opening:
+            whole = None
         main = self._entry(whole or anchor, per_doc, score_of, 0, query, head_sim=head_sim)
         if keywords and self.words is not None and not parts:
             # (a question of several parts: its words belong to different entries, each part finds its own)
@@ -513,6 +518,8 @@ class Composer:
                 if pl[0].doc == main[0].doc and not any((x.doc, x.idx) in {(m.doc, m.idx) for m in main} for x in pl):
                     main = main + self._entry(pl, per_doc, score_of, 0, query)
                     break
+        if opening:
+            main = opening + [x for x in main if (x.doc, x.idx) not in {(o.doc, o.idx) for o in opening}]
         chosen: list[tuple[float, list[Line]]] = [(1.0, main)]
         taken = {(ln.doc, ln.idx) for ln in main}
         for p in range(len(parts)):
@@ -601,17 +608,22 @@ class Composer:
     def _whole_article(self, anchor: list[Line], pools: list[list[Line]], per_doc: list[list[Line]],
                        chunks: Sequence[Chunk], qvecs: np.ndarray, score_of: dict, head_sim: dict[str, float],
                        strength: Callable[[list[Line]], float]) -> list[Line] | None:
-        """The article's first section when the question says the article's title in other words, clearly closer
-        to it (TITLE_LEAD) than to any of its passages' own lines and headings ("what payment methods do you
-        accept?" for "Accepted payment methods"): it asks what the article is about, which its opening says,
-        rather than what its best-matching section ("Saved payment methods") is about. Else None, and always for
-        an article that opens with a paragraph (an introduction, a definition: the best passage answers)."""
+        """The article's first section when the question says the article's title in other words, closer to it
+        than to any of its passages' own lines and headings ("what payment methods do you accept?" for "Accepted
+        payment methods", "how do I use a coupon code?" for "Using coupons"): it asks what the article is about,
+        which its opening says, rather than what its best-matching section or FAQ entry is about. An article that
+        opens with its list must be clearly closer (TITLE_LEAD): the list replaces the entry. One that opens with
+        a paragraph (an introduction) needs only be closer (OPENING_LEAD): the paragraph leads the entry, which
+        still follows it (see compose). Else None."""
         title = (chunks[0].title if chunks else "").strip()
         doc = per_doc[anchor[0].doc]
-        if not title or doc[0].kind not in ("intro", "item", "label"):
-            return None         # only an article that opens with its list says what it is about in one place
+        if not title or not doc:
+            return None
+        lead = OPENING_LEAD if doc[0].kind == "para" else TITLE_LEAD
+        if doc[0].kind not in ("intro", "item", "label", "para"):
+            return None
         own = max(strength(pl) for pl in pools if pl[0].doc == anchor[0].doc)
-        if float(self.cache.vectors([title])[0] @ qvecs[0]) < own + TITLE_LEAD:
+        if float(self.cache.vectors([title])[0] @ qvecs[0]) < own + lead:
             return None
         first = [x for x in doc if x.section == doc[0].section]
         missing = [x for x in first if (x.doc, x.idx) not in score_of]

@@ -157,8 +157,12 @@ def test_an_entry_about_one_listed_case_gives_way_to_the_general_rule(bundled_kb
     # "Accepted payment methods" in other words: the article's opening list, not its "Saved payment methods"
     ("what payment methods do you accept?", "payment-methods-en", ["Alipay", "WeChat Pay", "UnionPay", "PayPal"],
      "save cards"),
-    # an article that opens with a paragraph is answered by its best passage, as before
-    ("How do I return an item?", "return-process-en", ["Apply for after-sales"], "no need to call us"),
+    # an article that opens with a paragraph: the paragraph leads, the passage the question finds follows it
+    ("How do I return an item?", "return-process-en", ["start from the order itself", "Apply for after-sales"],
+     "parcels sent elsewhere"),
+    ("how do I use a coupon code?", "coupons-en", ["Account > Coupons", "selected automatically"],
+     "cannot be combined"),
+    ("优惠券怎么用", "coupons-zh", ["结算时系统会自动选择"], "不能叠加"),
 ])
 def test_a_question_that_says_an_articles_title_gets_its_opening_list(bundled_kb, query, doc, says, not_says):
     answer = bundled_kb.answer(query)
