@@ -119,12 +119,15 @@ class FlowEngine:
         slots = A.prefill(wf, text, entities or {})
         if restart is not None and restart.workflow == wf.name:
             slots.update(restart.slots)
+        focus = self._in_focus(conn, conversation_id, wf, text, slots) if restart is None else {}
+        slots.update(focus)
         remembered = self.memory(conn, caller, lang)
         inst = store.create(conn, conversation_id=conversation_id, workflow=wf.name, version=wf.version,
                             step=wf.first, lang=lang, caller=_caller_dict(caller), slots=slots,
                             id=_instance_id(conn, conversation_id, wf.name, caller.turn_id))
         inst["bindings"]["memory"] = remembered
-        inst["history"].append({"event": "started", "at": time.time(), "prefilled": sorted(slots)})
+        inst["history"].append({"event": "started", "at": time.time(), "prefilled": sorted(slots),
+                                **({"in_focus": sorted(focus)} if focus else {})})
         if restart is not None and restart.workflow == wf.name:
             inst["history"].extend(restart.history)
             if restart.among:
@@ -133,6 +136,34 @@ class FlowEngine:
         self._observe(wf.name, "started")
         run = self._flow_run(conn, inst, wf, caller, lang)
         return self._run(run, text=None, entities=entities or {})
+
+    def _in_focus(self, conn: Any, conversation_id: str, wf: Workflow, text: str, given: dict[str, Any],
+                  window_seconds: float = 1800.0) -> dict[str, Any]:
+        """What a new task takes from the one just finished when the message refers back to it: "where is my order
+        100241?" -> "...shipped" -> "I want a refund for it" / "那帮我取消吧" is about order 100241. Only slots the
+        message does not fill, read by the same entity (an order number) under the same name, from the
+        conversation's last flow that ended well within ``window_seconds``; the new task's own checks judge them."""
+        if not U.refers_back(text):
+            return {}
+        last = store.last(conn, conversation_id)
+        if last is None or last["status"] != "completed" or last["outcome"] not in ("completed", None):
+            return {}
+        if time.time() - last["updated_at"].timestamp() > window_seconds:
+            return {}
+        done = self.workflows.workflows.get(last["workflow"])
+        if done is None:
+            return {}
+        taken: dict[str, Any] = {}
+        for name, slot in wf.slots.items():
+            ent = slot.validate.get("entity")
+            before = done.slots.get(name)
+            if name in given or not isinstance(ent, str) or ent in ("text", "number", "yes_no") or before is None \
+                    or before.validate.get("entity") != ent:
+                continue
+            value = (last.get("slots") or {}).get(name)
+            if value is not None and slot.check(value):
+                taken[name] = value
+        return taken
 
     def offer(self, conn: Any, workflow: str, caller: Caller, text: str = "", entities: dict[str, Any] | None = None,
               lang: str = "en") -> FlowTurn:

@@ -16,6 +16,7 @@ from automation.workflows.runtime import FlowRun
 from automation.workflows.steps import REGISTRY, WAITING_KINDS
 from automation.workflows.steps import answers as A
 from automation.workflows.store import Instance
+from text.form import read_form
 
 # What a waiting flow reads a customer's message as, before any classifier or escalation rule judges it:
 #   answer      a value for the step (a slot, a choice, yes/no)
@@ -68,14 +69,19 @@ def reading(run: FlowRun, gone: str | None, text: str, entities: dict[str, Any],
     except ExpressionError:
         return "unclear"
     free = kind.free_text(wf, step)
+    other = (intent is not None and intent_confidence is not None and intent_confidence >= drift_threshold
+             and intent not in wf.intents)
+    # dropping the task, then asking something else ("哦不用了，我还是想查一下物流" at the address question, "never mind,
+    # where is my order 100241?" at "which order?"); a decline alone ("not needed", "不用了") may be the answer
+    rest = U.after_change_of_mind(text) if U.opens_with_change_of_mind(text) else ""
+    if rest and (other or read_form(rest) is not None):
+        return "cancel"
     mind = U.changes_mind(text, whole=free)
     if mind and step.kind == "confirm" and U.yes_no(text, entities) is not True \
             and not (U.is_correction(text) and A.correction(instance, wf, text, entities) is not None):
         return "cancel"   # "no thanks, leave it as it is" at a confirmation drops the task, not just this value
     if strength != "strong" and mind:
         return "cancel"
-    other = (intent is not None and intent_confidence is not None and intent_confidence >= drift_threshold
-             and intent not in wf.intents)
     if other and free and not U.is_question(text) and len(U.norm(text).split()) < 4 \
             and len(re.findall(r"[\u4e00-\u9fff]", text)) < 6:
         other = False   # a word or two at a free-text question ("ok" for an address): asked again, not another topic

@@ -111,6 +111,41 @@ def _whole_change_of_mind(t: str) -> bool:
     return len(_MIND_FILLER.sub("", _DECLINE.sub("", _CHANGE_OF_MIND.sub("", t)))) <= 2
 
 
+def after_change_of_mind(text: str) -> str:
+    """What the message asks after dropping the task ("哦不用了，我还是想查一下物流" -> "我还是想查一下物流", "never mind,
+    where is my parcel?" -> "where is my parcel?"): the words after its last change-of-mind or cancel phrase, or
+    "" when nothing of substance follows ("算了，不退了", "cancel it please")."""
+    t = normalise(text, case="keep", simplify="never", spaces="keep").strip()
+    if not t or len(t) > 200:
+        return ""
+    low = t.lower()
+    ends = [m.end() for rx in (_CHANGE_OF_MIND, _DECLINE) for m in rx.finditer(t)]
+    ends += [i + len(c) for c in CANCEL for i in [low.find(c)] if i >= 0]
+    if not ends:
+        return ""
+    rest = t[max(ends):].lstrip(" ,，.。!！;；:：~…、-")
+    return rest if len(_MIND_FILLER.sub("", rest)) > 2 else ""
+
+
+_MIND_OPENING = re.compile(r"^(?:\s|[,，.。!！~…]|wait|hmm+|um+|oh|ah|ok(?:ay)?|actually|sorry|等等|等一下|嗯+|哦|啊|其实)*$",
+                           re.I)
+
+
+_COMMAND_WORDS = ("stop", "quit", "cancel")
+_COMMAND_ALONE = re.compile(r"\b(?:stop|quit|cancel)\b\s*(?:[,，.。!！;；]|$)", re.I)
+
+
+def opens_with_change_of_mind(text: str) -> bool:
+    """The message opens by dropping the task ("哦不用了，我还是想查一下物流", "never mind, where is my order?"): a
+    change-of-mind or decline phrase before anything else (an address or a title never starts so)."""
+    t = normalise(text, case="keep", simplify="never", spaces="keep").strip()
+    low = t.lower()
+    starts = [m.start() for rx in (_CHANGE_OF_MIND, _DECLINE, _COMMAND_ALONE) for m in rx.finditer(t)]
+    # a bare command word opens a name as well ("Stop & Shop Ltd"): only followed by a pause (_COMMAND_ALONE)
+    starts += [i for c in CANCEL if c not in _COMMAND_WORDS for i in [low.find(c)] if i >= 0]
+    return bool(starts) and bool(_MIND_OPENING.match(t[:min(starts)]))
+
+
 def drops_task(text: str) -> bool:
     """A change of mind that is (nearly) the whole message ("never mind", "算了，不退了", "forget it"), not a
     command that names a task ("cancel order 100235", "取消订单"): with nothing waiting, there is nothing to do."""
@@ -340,6 +375,18 @@ EVIDENCE_FLOOR = 0.6
 
 # "the other one", "the other order", "另一个", "另外那个": an option of those offered other than the one taken
 _OTHER = re.compile(r"(?<![a-z])other(?![a-z])|另一(?:个|台|件|副|双|条|款|单|只)|另外(?:那|一)(?:个|台|件|副|双|只)", re.I)
+
+
+# "cancel it", "a refund for that order", "这个订单", "帮我把它取消", "那帮我取消吧" (a Chinese clause opening with 那/那就
+# goes on about what was just said, its object left unsaid)
+_BACK = re.compile(r"(?<![a-z'])(?:it|that|this)(?:\s+(?:one|order))?(?![a-z'])|the\s+same\s+order"
+                   r"|它|这个|那个|这单|那单|这笔|那笔|该订单|^\s*(?:好的?|嗯|哦|ok)?[,，\s]*那(?:就|你|帮|麻烦|请|我)", re.I)
+
+
+def refers_back(text: str) -> bool:
+    """The message speaks of what the conversation was just about ("ok then cancel it", "那帮我取消吧"), naming no
+    other thing of its own; "the other one" is not it."""
+    return bool(_BACK.search(text or "")) and not refers_to_other(text)
 
 
 def refers_to_other(text: str) -> bool:

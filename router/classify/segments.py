@@ -14,8 +14,8 @@ MIN_PART_CHARS = 4
 
 _JOINS = re.compile(
     r"[?？!！。;；]+\s*"
-    r"|\s*[,，]?\s*\b(?:and\s+also|and\s+then|and\s+tell\s+me|and\s+can\s+you|and\s+could\s+you|and\s+please|and\s+what"
-    r"|and\s+how|and\s+when|and\s+where|and\s+why|also|plus|another\s+thing|by\s+the\s+way|btw)\b[,，]?\s*"
+    r"|\s*[,，]?\s*\b(?:and\s+also|and\s+then|and\s+tell\s+me|and\s+can\s+you|and\s+could\s+you|and\s+please|and\s+(?=(?:what|how|when|where|why)\b)"
+    r"|also|plus|another\s+thing|by\s+the\s+way|btw)\b[,，]?\s*"
     r"|\s*[,，]?\s*(?:另外|还有|顺便问一下|顺便问下|顺便|再问一下|再问下|还想问一下|还想问|以及|同时)[,，]?\s*", re.I)
 
 

@@ -33,6 +33,8 @@ import logging
 from collections.abc import Container
 from typing import Any
 
+from automation.workflows.runtime import FlowTurn
+from automation.workflows.understand import after_change_of_mind
 from router.classify.base import Classification
 from router.problems import Problem
 from router.schemas import Decision, Escalation, InboundMessage
@@ -233,6 +235,31 @@ class _Turn(Workflows):
             result.reply = {**base, "text": text, "citations": citations + list(base.get("citations") or [])}
         return result
 
+    def served_instead(self, c: Classification, dropped: FlowTurn) -> TurnResult | None:
+        """"哦不用了，我还是想查一下物流", "never mind, how long do refunds take?": the task is dropped (its reply goes out)
+        and what the customer asks instead is routed as its own message in the same turn; None when the change of
+        mind says nothing more, or nothing the bot can place (the drop's reply then stands alone)."""
+        rest = after_change_of_mind(self.text)
+        if not rest or read_form(rest) is None:
+            return None
+        with self.stage("classify"):
+            then = self.r.classifier.classify(rest)
+        engine = self.r.flows
+        task = engine.workflows.for_intent(then.intent) if engine is not None and then.intent is not None else None
+        if then.intent is None or (task is not None and task.name == dropped.workflow):
+            return None    # "never mind, cancel it" names the dropped task itself: the drop is the answer
+        first = self.flow_outcome(c, dropped)
+        self.trace["instead"] = {"text": rest, "intent": then.intent, "dropped": dropped.workflow}
+        self.text = rest
+        self.note_classification(then)
+        result = self.route_one(then)
+        said = [r["text"] for r in (first.reply, result.reply) if r and r.get("text")]
+        if result.reply is not None and len(said) == 2:
+            result.reply = {**result.reply, "text": "\n\n".join(said)}
+        elif result.reply is None:
+            result.reply = first.reply
+        return result
+
     def route_one(self, c: Classification) -> TurnResult:
         """Gather the facts, ask the plan (router.turn.plan) for the route, run it."""
         counters = sm.load_counters(self.conn, self.conv)
@@ -276,6 +303,10 @@ class _Turn(Workflows):
             return self.result(decision, reply=self.send(self.say("ack_l3"), kind="ack"),
                                ticket_id=ticket_id)
         flow = self.run_flow(c, workflow=route.workflow) if route.run_flow else None
+        if flow is not None and reading == "cancel" and flow.outcome == "cancelled":
+            instead = self.served_instead(c, flow)
+            if instead is not None:
+                return instead
         if flow is not None and not flow.drift:
             return self.flow_outcome(c, flow)
         result = (self.small_talk(c, route.template, verdict.checks) if route.template is not None

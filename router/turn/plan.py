@@ -109,13 +109,14 @@ class Route:
 def frame(f: Facts) -> Frame:
     """The message's tier before the escalation rules: a question of an intent with knowledge-base topics is
     answered (L1), never started as its task, unless it is about the customer's own order (``with_order``),
-    the waiting flow claims it, a correction restarts a task, or it is small talk."""
+    the waiting flow claims it, a correction restarts a task, or it is small talk. Asked mid-task (a
+    digression: "wait, how much is shipping normally?") it is answered the same way, then the flow asks again."""
     served = f.served
     tier = _TIERS.get(f.tier, "L2")
     smalltalk = served is not None and served[0] == "reply"
     claimed = f.reading in CLAIMED or f.restart is not None or f.drops_task
-    asking = (f.form == "question" and f.topics and f.knowledge_base and not f.own_order and f.reading is None
-              and f.restart is None and not smalltalk)
+    asking = (f.form == "question" and f.topics and f.knowledge_base and not f.own_order
+              and f.reading in (None, "digression") and f.restart is None and not smalltalk)
     if asking:
         served, tier = None, "L1"
     return Frame(served=served, tier=tier, smalltalk=smalltalk, claimed=claimed, asking=asking)

@@ -160,9 +160,11 @@ class Answers(Tickets):
 
     def serve_other_requests(self) -> tuple[list[dict[str, Any]], Classification] | None:
         """Several requests in one message (router.classify.segments): each question the knowledge base answers
-        is answered now, in order, and the turn goes on with the remaining request (``self.text`` becomes it).
-        Returns (the answers sent, the remaining request's classification); None when the message is one request
-        (or its parts are not all requests the bot can place)."""
+        is answered now and each other task that only reads is done now (:meth:`serve_beside`), in the message's
+        order, and the turn goes on with the main request (``self.text`` becomes it: its own words only, so
+        "退款订单100234，另外查一下订单100235的物流" refunds 100234). Returns (the replies sent, the main request's
+        classification); None when the message is one request (or its parts are not all requests the bot can
+        place)."""
         from router.classify.segments import split_requests
 
         engine, kb = self.r.flows, self.r.rag
@@ -184,10 +186,13 @@ class Answers(Tickets):
                          "question" if x.tier == "L1" and served is None else "request")
         questions = [i for i, k in enumerate(kinds) if k == "question"]
         requests = [i for i, k in enumerate(kinds) if k == "request"]
-        if not questions or len(requests) > 1:
+        if not questions and len(requests) < 2:
             return None
-        main = requests[0] if requests else questions[0]
-        answers = []
+        main = self.main_request(placed, requests) if requests else questions[0]
+        others = [i for i in requests if i != main]
+        if others and not self.can_serve_beside([placed[i][1] for i in others], placed[main][1]):
+            return None
+        answered: dict[int, Answer] = {}
         for i in questions:
             if i == main:
                 continue
@@ -199,13 +204,33 @@ class Answers(Tickets):
                     return None
             if not (answer.answered and answer.text):
                 return None   # not confidently answerable: the whole message goes the usual way (a person may look)
-            sent = self.send(answer.text, kind="reply", citations=citations_of(answer.citations))
+            answered[i] = answer
+        answers = []
+        for i in range(len(parts)):
+            if i in answered:
+                sent = self.send(answered[i].text or "", kind="reply", citations=citations_of(answered[i].citations))
+            elif i in others:
+                sent = self.serve_beside(parts[i], placed[i][1], placed[main][1])
+            else:
+                continue
             if sent is not None:
                 answers.append(sent)
         self.trace["requests"] = [{"text": p, "intent": x.intent, "kind": k, "main": i == main}
                                   for i, ((p, x), k) in enumerate(zip(placed, kinds))]
         self.text = parts[main]
         return answers, placed[main][1]
+
+    def main_request(self, placed: list[tuple[str, Classification]], requests: list[int]) -> int:
+        """Which of several requests the turn goes on with (the others are served beside it): the first."""
+        return requests[0]
+
+    def can_serve_beside(self, others: list[Classification], main: Classification) -> bool:
+        """Whether requests other than the main one can all be served in this turn (none here: only questions)."""
+        return False
+
+    def serve_beside(self, text: str, c: Classification, main: Classification) -> dict[str, Any] | None:
+        """Serve one request besides the main one; the reply sent, or None."""
+        return None
 
     # -- served without the knowledge base --
 

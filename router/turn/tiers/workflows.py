@@ -74,6 +74,50 @@ class Workflows(Answers):
         self.trace["reading"] = "follow_up" if self.restarting.slots or self.restarting.among else "correction"
         return self.restarting.workflow
 
+    def _workflow_of(self, c: Classification) -> Any:
+        engine = self.r.flows
+        name = self.task_workflow(c, self.served_by(c)) if engine is not None else None
+        return engine.workflows.workflows.get(name) if engine is not None and name else None
+
+    def main_request(self, placed: list[tuple[str, Classification]], requests: list[int]) -> int:
+        """The first task that changes something (it may wait for a confirmation); the lookups are done beside it."""
+        for i in requests:
+            wf = self._workflow_of(placed[i][1])
+            if wf is not None and wf.risk != "read":
+                return i
+        return requests[0]
+
+    def can_serve_beside(self, others: list[Classification], main: Classification) -> bool:
+        """Every other request is a lookup (a workflow that only reads): "cancel order 100242 and where is order
+        100241?". Two tasks that change things wait for each other's questions: the message goes as one."""
+        wfs = [self._workflow_of(c) for c in others]
+        return all(wf is not None and wf.risk == "read" for wf in wfs)
+
+    def serve_beside(self, text: str, c: Classification, main: Classification) -> dict[str, Any] | None:
+        """A lookup asked beside the main task, run on its own words now: its answer goes first; one that needs
+        the customer's choice waits until the main task ends, then asks (suspended, as a digression's task)."""
+        engine = self.r.flows
+        wf = self._workflow_of(c)
+        if engine is None or wf is None:
+            return None
+        whole, self.text = self.text, text
+        try:
+            flow = self.run_flow(c, workflow=wf.name)
+        finally:
+            self.text = whole
+        if flow is None:
+            return None
+        if flow.status == "waiting" and flow.instance_id is not None:
+            waiting = engine.active(self.conn, str(self.conv["id"]))
+            main_wf = self._workflow_of(main)
+            if waiting is not None:
+                engine.suspend(self.conn, waiting, because=main_wf.name if main_wf is not None else "task")
+                self.flow_moved()
+            self.flow = None
+            return None
+        self.flow = None
+        return self.send(flow.reply, kind="reply", suggestions=flow.quick_replies) if flow.reply else None
+
     def settle_offer(self, c: Classification) -> None:
         """An open offer ("Shall I start it?") that this message does not answer with a yes or a no lapses now,
         so the message is routed as a new one (a question, another task), never read as the offer's answer."""
@@ -172,7 +216,7 @@ class Workflows(Answers):
         """Another topic while a flow waits: served as its own request, then the flow asks its question again.
         Another task of the customer's (a workflow) interrupts the waiting flow, which resumes when it ends."""
         engine = self.r.flows
-        task = self.task_workflow(c, route.served) if not route.smalltalk else None
+        task = self.task_workflow(c, route.served) if not (route.smalltalk or route.asking) else None
         if task is not None and engine is not None:
             waiting = engine.active(self.conn, str(self.conv["id"]))
             if waiting is not None and waiting["workflow"] != task:

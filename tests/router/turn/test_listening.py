@@ -105,6 +105,27 @@ def test_a_change_of_mind_ends_the_task_politely_and_writes_nothing(api, svc):
     assert again["ticket_id"] is None and tickets_of(svc, "l-mind-en") == 0
 
 
+@pytest.mark.parametrize("customer, texts, then_workflow, says", [
+    ("c3", ("我想改一下收货地址", "哦不用了，我还是想查一下物流"), "order_status", "您想查询哪个订单"),
+    ("c2", ("I want a refund", "never mind, where is my order 100241?"), "order_status", "tracking number 794644790138"),
+    ("c6", ("I want to change my delivery address", "forget it, how long do card refunds take?"), None, "3–7"),
+])
+def test_a_change_of_mind_with_another_request_drops_the_task_and_serves_the_new_one(api, svc, customer, texts,
+                                                                                     then_workflow, says):
+    """The dropped task's acknowledgement, then what the customer asks instead, in the same reply: a workflow
+    (started) or a question (answered from the knowledge base); nobody is handed over, nothing is written."""
+    out = talk(api, customer, f"l-instead-{customer}", *texts)
+    last = out[-1]
+    assert last["ticket_id"] is None and tickets_of(svc, f"l-instead-{customer}") == 0, last
+    text = last["reply"]["text"]
+    assert ("不会再做后续操作" in text or "nothing further will be done" in text) and says in text, text
+    if then_workflow is None:
+        assert last["reply"]["citations"], last["reply"]
+    else:
+        assert last["flow"]["workflow"] == then_workflow, last["flow"]
+    assert writes_of(svc, "request_refund") == [] and writes_of(svc, "change_address") == []
+
+
 def test_never_mind_with_nothing_waiting_starts_nothing_and_hands_nobody_over(api, svc):
     """"never mind", "算了", "算了，不退了" when no task waits: an acknowledgement, no refund started on the word 退,
     and none of them counts as an unclear turn (two in a row once handed the customer to a person)."""
@@ -175,6 +196,44 @@ def test_a_task_and_a_question_in_one_message_are_both_served(api, svc):
     zh = say(api, "查订单100251的物流，另外支持哪些支付方式？", customer="c3", conversation="l-two-zh")
     assert zh["reply"]["citations"] and zh["flow"]["workflow"] == "order_status" and zh["ticket_id"] is None
     assert "订单 100251" in zh["reply"]["text"]
+
+
+@pytest.mark.parametrize("customer, text, lookup, task_question, task", [
+    ("c2", "cancel order 100242 and where is order 100241?", "tracking number 794644790138", "Cancel order 100242",
+     "cancel_order"),
+    # each request on its own words: the refund is for 100234, the lookup for 100235 (the last number no longer wins)
+    ("c1", "退款订单100234，另外帮我查一下订单100235的物流", "订单 100235 当前状态", "订单 100234 要退款多少", "refund"),
+])
+def test_a_task_and_a_lookup_in_one_message_are_both_served(api, svc, customer, text, lookup, task_question, task):
+    out = say(api, text, customer=customer, conversation=f"l-two-tasks-{customer}")
+    said = out["reply"]["text"]
+    assert lookup in said and task_question in said and said.index(lookup) < said.index(task_question), said
+    assert out["flow"]["workflow"] == task and out["flow"]["status"] == "waiting" and out["ticket_id"] is None
+
+
+def test_a_lookup_that_needs_a_choice_waits_for_the_task_beside_it(api, svc):
+    out = talk(api, "c1", "l-two-tasks-wait", "cancel order 100236 and where is my order?", "no")
+    assert out[0]["reply"]["text"].startswith("Cancel order 100236") and out[0]["flow"]["workflow"] == "cancel_order"
+    assert out[1]["flow"]["workflow"] == "order_status" and out[1]["flow"]["awaiting"] == "order_id", out[1]
+    assert "nothing further will be done" in out[1]["reply"]["text"] and "100235" in out[1]["reply"]["text"]
+    assert writes_of(svc, "cancel_order") == []
+
+
+@pytest.mark.parametrize("customer, texts, asked", [
+    ("c2", ("where is order 100241", "I want a refund for it, 10 dollars", "yes"), "Refund 10.00 USD for order 100241?"),
+    ("c1", ("我的订单100235到哪了", "那帮我取消吧", "是的"), "确认取消订单 100235"),
+])
+def test_a_task_about_the_order_just_looked_up_needs_no_order_number(api, svc, customer, texts, asked):
+    """"it" / an unsaid object after a lookup is the order just discussed: the new task starts on it (its own checks
+    judge it) and the shop records the write on that order."""
+    out = talk(api, customer, f"l-focus-{customer}", *texts)
+    assert asked in out[1]["reply"]["text"] and out[-1]["flow"]["status"] == "completed", [o["reply"] for o in out]
+    order = "100241" if customer == "c2" else "100235"
+    tool = "request_refund" if customer == "c2" else "cancel_order"
+    assert [w["order_id"] for w in writes_of(svc, tool)] == [order]
+    # without a word referring back, the customer is asked which order
+    again = talk(api, customer, f"l-focus-ask-{customer}", texts[0], "I want a refund" if customer == "c2" else "我要退款")
+    assert again[1]["flow"]["awaiting"] == "order_id", again[1]
 
 
 @pytest.mark.parametrize("text,customer,needle", [

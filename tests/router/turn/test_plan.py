@@ -91,6 +91,11 @@ ESCALATE = Verdict(escalate=True, rule="dissatisfied")
     ("small talk as a digression", facts(intent="greeting", served=GREETING, reading="digression"), None, None,
      Act.DIGRESSION, {"template": "greeting"}),
     ("a digression with a rule fired", facts(reading="digression"), ESCALATE, None, Act.ESCALATE, {}),
+    ("a question mid-task of an intent with topics and a task: answered, not started as its task",
+     facts(intent="shipping", form="question", topics=True, reading="digression"), None, "order_status",
+     Act.DIGRESSION, {"asking": True, "tier": "L1"}),
+    ("the same about the customer's own order: the lookup", facts(intent="shipping", form="question", topics=True,
+     own_order=True, reading="digression"), None, "order_status", Act.DIGRESSION, {"asking": False}),
     # 6./7. an escalation, else the flow engine, then the tier
     ("an L3 intent", facts(intent="complaint", tier="L3"), None, None, Act.TIER, {"tier": "L3", "run_flow": True}),
     ("a tier the order does not know", facts(tier="L9"), None, None, Act.TIER, {"tier": "L2"}),
