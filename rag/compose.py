@@ -673,12 +673,16 @@ class Composer:
 
 
 _LEAD = re.compile(r"^[^,，.。!！?？;；:：]*")
+_YES_NO = re.compile(r"^(?:yes|no|yeah|nope)\b|^(?:是的|是|可以|不可以|能|不能|不行|会|不会|需要|不需要|对|不是)[，,。.！!]",
+                     re.I)
 
 
 def bare_lead(answer: str) -> bool:
     """Whether an FAQ answer opens without its subject ("No.", "Yes, if ...", "不需要。", "7 days, counted ...").
 
     Such an answer is only read right after its question, so the question is kept with it."""
+    if _YES_NO.match(answer.strip()):
+        return True        # "Yes for orders of ¥99 or more ...": a yes or a no says nothing without its question
     lead = _LEAD.match(answer.strip())
     words = lead.group(0).strip() if lead else ""
     return len(words) <= 5 if _is_cjk(words) else len(words.split()) <= 3

@@ -421,6 +421,19 @@ def test_the_issues_conversations_are_answered_right(answer_set_report):
     assert not wrong, wrong
 
 
+@pytest.mark.parametrize("answer, bare", [
+    ("No.", True), ("Yes, if the order has not shipped.", True), ("不需要。质量问题的退货都是免运费的。", True),
+    ("Yes for orders of ¥99 or more, and always for Gold and Platinum members.", True),   # a yes needs its question
+    ("可以，七天内都可以申请。", True),
+    ("A pickup costs ¥12, deducted from the refund.", False), ("会员等级每月1日更新。", False),
+    ("Card refunds take 3–7 business days after they are issued.", False),
+])
+def test_an_faq_answer_that_cannot_be_read_without_its_question(answer, bare):
+    from rag.compose import bare_lead
+
+    assert bare_lead(answer) is bare
+
+
 def _faq_article(doc_id: str, lang: str, text: str) -> tuple[Hit, list[Chunk]]:
     chunk = Chunk(chunk_id=f"{doc_id}#0", doc_id=doc_id, title=doc_id, section="FAQ", text=text, lang=lang,
                   content_hash=doc_id)
