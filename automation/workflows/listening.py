@@ -74,8 +74,12 @@ def reading(run: FlowRun, gone: str | None, text: str, entities: dict[str, Any],
     # dropping the task, then asking something else ("哦不用了，我还是想查一下物流" at the address question, "never mind,
     # where is my order 100241?" at "which order?"); a decline alone ("not needed", "不用了") may be the answer
     rest = U.after_change_of_mind(text) if U.opens_with_change_of_mind(text) else ""
-    if rest and (other or read_form(rest) is not None):
-        return "cancel"
+    if rest and not free and not other and kind.strength(run, step, rest, entities) == "strong":
+        return "answer"   # "forget it, just refund the full amount", "算了，全额退吧": what follows answers the step
+    if rest and not U.is_correction(rest) and (
+            other or U.is_question(rest)
+            or (read_form(rest) is not None and (free or kind.strength(run, step, rest, entities) is None))):
+        return "cancel"   # unless what follows answers the step ("forget it, refund the full amount")
     mind = U.changes_mind(text, whole=free)
     if mind and step.kind == "confirm" and U.yes_no(text, entities) is not True \
             and not (U.is_correction(text) and A.correction(instance, wf, text, entities) is not None):

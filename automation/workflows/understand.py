@@ -146,6 +146,13 @@ def opens_with_change_of_mind(text: str) -> bool:
     return bool(starts) and bool(_MIND_OPENING.match(t[:min(starts)]))
 
 
+def answer_after_change_of_mind(text: str) -> str:
+    """The answer a message gives after a change-of-mind opening ("forget it, just refund the full amount",
+    "算了，全额退吧" -> what follows), else the message as it is."""
+    rest = after_change_of_mind(text) if opens_with_change_of_mind(text) else ""
+    return rest or text
+
+
 def drops_task(text: str) -> bool:
     """A change of mind that is (nearly) the whole message ("never mind", "算了，不退了", "forget it"), not a
     command that names a task ("cancel order 100235", "取消订单"): with nothing waiting, there is nothing to do."""
