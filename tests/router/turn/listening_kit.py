@@ -145,7 +145,14 @@ P: dict[str, dict[str, list[str]]] = {
                    "zh": ["第{n}个呢", "那第{n}个呢", "第{n}个订单呢", "还有第{n}个呢"]},
     "status_option": {"en": ["the {status} one", "what about the {status} one?", "and the {status} one?"],
                       "zh": ["那个{status}的呢", "{status}的那个呢", "那{status}的那个呢"]},
+    # which order, and the amount in the same breath (with its currency, as customers write money)
+    "beside": {"en": ["{which}, {money} please", "{which} and refund {money}", "{which} - {money}"],
+               "zh": ["{which}，退{money}", "{which}，{money}", "{which}，帮我退{money}"]},
 }
+# how a customer writes an amount of their order's currency
+MONEY = {"en": {"USD": "${amount}", "EUR": "€{amount}", "CNY": "¥{amount}"},
+         "zh": {"USD": "${amount}", "EUR": "€{amount}", "CNY": "{amount}元"}}
+CURRENCY = {"c2": "USD", "c6": "EUR"}   # the others' orders are in CNY
 NTH = {1: "first", 2: "second", 3: "third", 4: "fourth", 5: "fifth"}
 # a status as the customer words it, from the list's label (the workflow's labels.status)
 STATUS_WORD = {"en": {"awaiting payment": "pending", "paid": "paid", "shipped": "shipped", "delivered": "delivered",
@@ -154,7 +161,7 @@ STATUS_WORD = {"en": {"awaiting payment": "pending", "paid": "paid", "shipped": 
                       "已退款": "已退款"}}
 
 PATTERNS = ("happy", "inline", "correction", "change_of_mind", "digression", "wrong_then_right", "lookalike",
-            "two_requests", "other_option")
+            "two_requests", "other_option", "beside")
 # the customers with several recent orders (a list is offered): "the other one" has something to refer to
 SEVERAL = {"c1", "c2", "c4"}
 
@@ -187,6 +194,8 @@ def cases(per_workflow: int | None = None) -> list[Case]:
                 for pattern in PATTERNS:
                     if pattern == "correction" and wf in ("order_status", "cancel_order"):
                         continue   # nothing to correct at a confirmation they do not have / a single value
+                    if pattern == "beside" and wf != "refund":
+                        continue   # the amount said with the order: only the refund asks both
                     if pattern == "other_option" and (wf not in ("order_status", "cancel_order")
                                                       or task["customer"] not in SEVERAL):
                         continue   # a lookup, and a write that must not run again on "the other one"
@@ -341,6 +350,14 @@ class Simulator:
             flow = out.get("flow") or {}
             if flow.get("status") != "waiting" or flow.get("awaiting") != awaiting:
                 self.why.append(f"the flow did not resume after a digression: {flow}")
+            return out
+        if c.pattern == "beside" and awaiting == "order_id":
+            # "the order number is 100240, $20 please": the amount is not asked again
+            self.moved = True
+            money = MONEY[self.lang][CURRENCY.get(c.task["customer"], "CNY")].format(amount=self.values["amount"])
+            out = self.post(self.say("beside", which=self.say("order_id"), money=money))
+            if (out.get("flow") or {}).get("awaiting") == "amount":
+                self.why.append("the amount said beside the order was asked again")
             return out
         if c.pattern == "correction" and awaiting == "confirmation":
             self.moved = True
