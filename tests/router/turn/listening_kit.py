@@ -145,6 +145,9 @@ P: dict[str, dict[str, list[str]]] = {
                    "zh": ["第{n}个呢", "那第{n}个呢", "第{n}个订单呢", "还有第{n}个呢"]},
     "status_option": {"en": ["the {status} one", "what about the {status} one?", "and the {status} one?"],
                       "zh": ["那个{status}的呢", "{status}的那个呢", "那{status}的那个呢"]},
+    # dropping the task and asking something else in the same message
+    "instead": {"en": ["never mind, {question}", "forget it, {question}", "I changed my mind. {question}"],
+                "zh": ["算了，{question}", "不用了，{question}", "算了不弄了，{question}"]},
     # which order, and the amount in the same breath (with its currency, as customers write money)
     "beside": {"en": ["{which}, {money} please", "{which} and refund {money}", "{which} - {money}"],
                "zh": ["{which}，退{money}", "{which}，{money}", "{which}，帮我退{money}"]},
@@ -161,7 +164,7 @@ STATUS_WORD = {"en": {"awaiting payment": "pending", "paid": "paid", "shipped": 
                       "已退款": "已退款"}}
 
 PATTERNS = ("happy", "inline", "correction", "change_of_mind", "digression", "wrong_then_right", "lookalike",
-            "two_requests", "other_option", "beside")
+            "two_requests", "other_option", "beside", "instead")
 # the customers with several recent orders (a list is offered): "the other one" has something to refer to
 SEVERAL = {"c1", "c2", "c4"}
 
@@ -194,6 +197,8 @@ def cases(per_workflow: int | None = None) -> list[Case]:
                 for pattern in PATTERNS:
                     if pattern == "correction" and wf in ("order_status", "cancel_order"):
                         continue   # nothing to correct at a confirmation they do not have / a single value
+                    if pattern == "instead" and wf == "order_status":
+                        continue   # a lookup has nothing to drop
                     if pattern == "beside" and wf != "refund":
                         continue   # the amount said with the order: only the refund asks both
                     if pattern == "other_option" and (wf not in ("order_status", "cancel_order")
@@ -351,6 +356,15 @@ class Simulator:
             if flow.get("status") != "waiting" or flow.get("awaiting") != awaiting:
                 self.why.append(f"the flow did not resume after a digression: {flow}")
             return out
+        if c.pattern == "instead" and awaiting is not None:
+            # "never mind, what payment methods do you accept?": the task ends, the question is answered
+            self.moved = True
+            out = self.post(self.say("instead", question=self.say("question")))
+            if (out.get("flow") or {}).get("status") != "cancelled":
+                self.why.append(f"a change of mind with a question did not end the flow: {out.get('flow')}")
+            if not (out.get("reply") or {}).get("citations"):
+                self.why.append("the question after a change of mind was not answered from the knowledge base")
+            return out
         if c.pattern == "beside" and awaiting == "order_id":
             # "the order number is 100240, $20 please": the amount is not asked again
             self.moved = True
@@ -372,7 +386,7 @@ class Simulator:
 
 def expected_write(case: Case, values: dict[str, Any]) -> dict[str, Any] | None:
     tool = WRITE_TOOL[case.workflow]
-    if tool is None or case.pattern == "change_of_mind":
+    if tool is None or case.pattern in ("change_of_mind", "instead"):
         return None
     args: dict[str, Any] = {"order_id": case.task["order"]}
     if case.workflow == "refund":
