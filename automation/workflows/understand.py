@@ -74,7 +74,7 @@ _CHANGE_OF_MIND = re.compile(
     r"|don'?t\s+(?:bother|do\s+(?:it|that)|cancel(?:\s+it)?|change\s+(?:it|anything)|refund(?:\s+it)?"
     r"|want\s+(?:it|that|to)\s+any\s*more)|do\s+not\s+(?:bother|do\s+(?:it|that)|cancel)"
     r"|leave\s+it(?:\s+as\s+(?:it\s+)?is)?|keep\s+(?:it|the\s+order|my\s+order|them)|i'?ll\s+keep|scratch\s+that"
-    r"|cancel\s+(?:that|this|the\s+request|my\s+request)|stop\s+(?:it|that|this|please)|^stop$|^cancel$|^quit$"
+    r"|cancel\s+(?:(?:that|this)(?!\s+(?:order|purchase|one)\b)|the\s+request|my\s+request)|stop\s+(?:it|that|this|please)|^stop$|^cancel$|^quit$"
     r"|let\s+me\s+think(?:\s+about\s+it)?|doesn'?t\s+matter)"
     r"|算了|不办了|不弄了|没事了|先不|暂时不|不取消了|不用取消|别取消|不退了|不用退|别退了|不改了|不用改|别改了"
     r"|不开了|再想想|考虑一下|再考虑|不想(?:退|改|取消|开|办)了|取消吧|停止", re.I)

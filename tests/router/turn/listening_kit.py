@@ -145,6 +145,16 @@ P: dict[str, dict[str, list[str]]] = {
                    "zh": ["第{n}个呢", "那第{n}个呢", "第{n}个订单呢", "还有第{n}个呢"]},
     "status_option": {"en": ["the {status} one", "what about the {status} one?", "and the {status} one?"],
                       "zh": ["那个{status}的呢", "{status}的那个呢", "那{status}的那个呢"]},
+    # after looking an order up, a task about it that does not repeat its number
+    "focus:refund": {"en": ["I want a refund for it", "I'd like my money back for that order", "refund it please"],
+                     "zh": ["那帮我退款", "这个订单我要退款", "那我要退款"]},
+    "focus:cancel_order": {"en": ["cancel it please", "ok then cancel that order", "please cancel this order"],
+                           "zh": ["那帮我取消吧", "这个订单帮我取消", "那就帮我取消订单吧"]},
+    "focus:invoice": {"en": ["I need an invoice for it", "please issue an invoice for that order"],
+                      "zh": ["那帮我开个发票", "这个订单帮我开发票"]},
+    "focus:change_address": {"en": ["I need to change the delivery address of that order",
+                                    "please update the delivery address for this order"],
+                             "zh": ["那帮我改一下收货地址", "这个订单的收货地址要改一下"]},
     # dropping the task and asking something else in the same message
     "instead": {"en": ["never mind, {question}", "forget it, {question}", "I changed my mind. {question}"],
                 "zh": ["算了，{question}", "不用了，{question}", "算了不弄了，{question}"]},
@@ -164,7 +174,7 @@ STATUS_WORD = {"en": {"awaiting payment": "pending", "paid": "paid", "shipped": 
                       "已退款": "已退款"}}
 
 PATTERNS = ("happy", "inline", "correction", "change_of_mind", "digression", "wrong_then_right", "lookalike",
-            "two_requests", "other_option", "beside", "instead")
+            "two_requests", "other_option", "beside", "instead", "in_focus")
 # the customers with several recent orders (a list is offered): "the other one" has something to refer to
 SEVERAL = {"c1", "c2", "c4"}
 
@@ -197,6 +207,8 @@ def cases(per_workflow: int | None = None) -> list[Case]:
                 for pattern in PATTERNS:
                     if pattern == "correction" and wf in ("order_status", "cancel_order"):
                         continue   # nothing to correct at a confirmation they do not have / a single value
+                    if pattern == "in_focus" and wf == "order_status":
+                        continue   # a task after a lookup, about the order looked up
                     if pattern == "instead" and wf == "order_status":
                         continue   # a lookup has nothing to drop
                     if pattern == "beside" and wf != "refund":
@@ -278,6 +290,15 @@ class Simulator:
                 self.why.append("the question of a two-request message was not answered from the knowledge base")
             if not out.get("flow"):
                 self.why.append("the task of a two-request message did not start")
+            self.moved = True
+        elif c.pattern == "in_focus":   # the order looked up first, then the task "for it": no number asked
+            out = self.post(self.rng.choice(P["open+order:order_status"][self.lang]).format(**self.values))
+            if (out.get("flow") or {}).get("status") != "completed":
+                self.why.append(f"the lookup before the task did not complete: {out.get('flow')}")
+            out = self.post(self.say(f"focus:{c.workflow}"))
+            flow = out.get("flow") or {}
+            if flow.get("workflow") != c.workflow or flow.get("awaiting") == "order_id":
+                self.why.append(f"the task about the order just looked up asked which order: {flow}")
             self.moved = True
         elif c.pattern == "wrong_then_right":
             out = self.post(self.rng.choice(P[f"open+order:{c.workflow}"][self.lang]).format(order=WRONG_ORDER))
