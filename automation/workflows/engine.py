@@ -282,7 +282,7 @@ class FlowEngine:
             turn = run.to_turn()
             turn.drift = True
             return turn
-        return self._run(run, text=U.answer_after_change_of_mind(text), entities=entities)
+        return self._run(run, text=U.said_after_dropping(text) or text, entities=entities)
 
     def _answer_offer(self, run: FlowRun, offer: dict[str, Any], reading: str) -> FlowTurn:
         """The customer's answer to an offer: "yes" starts the task from its first step, with what the question

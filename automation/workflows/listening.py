@@ -73,7 +73,7 @@ def reading(run: FlowRun, gone: str | None, text: str, entities: dict[str, Any],
              and intent not in wf.intents)
     # dropping the task, then asking something else ("哦不用了，我还是想查一下物流" at the address question, "never mind,
     # where is my order 100241?" at "which order?"); a decline alone ("not needed", "不用了") may be the answer
-    rest = U.after_change_of_mind(text) if U.opens_with_change_of_mind(text) else ""
+    rest = U.said_after_dropping(text)
     if rest and not free and not other and kind.strength(run, step, rest, entities) == "strong":
         return "answer"   # "forget it, just refund the full amount", "算了，全额退吧": what follows answers the step
     if rest and not U.is_correction(rest) and (

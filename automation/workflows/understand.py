@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from difflib import SequenceMatcher
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from text.normalise import normalise
 
@@ -146,11 +146,10 @@ def opens_with_change_of_mind(text: str) -> bool:
     return bool(starts) and bool(_MIND_OPENING.match(t[:min(starts)]))
 
 
-def answer_after_change_of_mind(text: str) -> str:
-    """The answer a message gives after a change-of-mind opening ("forget it, just refund the full amount",
-    "算了，全额退吧" -> what follows), else the message as it is."""
-    rest = after_change_of_mind(text) if opens_with_change_of_mind(text) else ""
-    return rest or text
+def said_after_dropping(text: str) -> str:
+    """What a message that opens by dropping the task says next ("forget it, just refund the full amount", "哦不用
+    了，我还是想查一下物流" -> what follows); "" when it does not open so or nothing of substance follows."""
+    return after_change_of_mind(text) if opens_with_change_of_mind(text) else ""
 
 
 def drops_task(text: str) -> bool:
@@ -194,6 +193,16 @@ def order_ids(text: str) -> list[str]:
     return [f.lstrip("#") for f in _ORDER_ID.findall(text or "")]
 
 
+def _sums(text: str) -> Iterator[tuple[dict[str, Any], bool, tuple[int, int]]]:
+    """Each number of the text that may be a sum of money, in order: ({value, currency}, whether a currency marks
+    it, where). An order number is not one."""
+    for m in _AMOUNT.finditer(text):
+        if _ORDER_ID.fullmatch(m.group("num")):
+            continue
+        cur = (m.group("cur") or m.group("cur2") or "").lower()
+        yield {"value": float(m.group("num")), "currency": _CURRENCY.get(cur)}, bool(cur), m.span()
+
+
 def stated_beside(entity: str, text: str) -> tuple[Any, tuple[int, int]] | None:
     """A value of ``entity`` that the text states unmistakably, whatever else it answers, and where: an amount or
     sum of money with its currency ("5 dollars", "¥50", "50元"), an order number, an email address. A bare number
@@ -201,12 +210,9 @@ def stated_beside(entity: str, text: str) -> tuple[Any, tuple[int, int]] | None:
     text = text or ""
     if entity in ("amount", "money"):
         found = None
-        for m in _AMOUNT.finditer(text):
-            cur = (m.group("cur") or m.group("cur2") or "").lower()
-            if cur and not _ORDER_ID.fullmatch(m.group("num")):
-                value: Any = float(m.group("num"))
-                found = (value if entity == "amount" else {"value": value, "currency": _CURRENCY.get(cur)},
-                         m.span())
+        for money, marked, span in _sums(text):
+            if marked:
+                found = (money["value"] if entity == "amount" else money, span)
         return found
     pattern = {"order_id": _ORDER_ID, "email": _EMAIL}.get(entity)
     if pattern is None:
@@ -230,11 +236,8 @@ def extract(entity: str, text: str, entities: dict[str, Any] | None = None) -> A
         return found[-1].lstrip("#") if found else None
     if entity in ("amount", "money"):
         best = None
-        for m in _AMOUNT.finditer(text):
-            if _ORDER_ID.fullmatch(m.group("num")):
-                continue   # an order number is not an amount
-            cur = (m.group("cur") or m.group("cur2") or "").lower()
-            best = {"value": float(m.group("num")), "currency": _CURRENCY.get(cur)}
+        for money, _, _ in _sums(text):
+            best = money
         if best and entity == "amount":
             return best["value"]
         return best
