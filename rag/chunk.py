@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from rag.types import Chunk
@@ -53,6 +53,7 @@ class Document:
     source: str = ""
     updated_at: str | None = None
     path: str = ""                                   # file it came from (for error messages)
+    keywords: tuple[str, ...] = ()                   # what customers call the article, in their words
 
     @property
     def text(self) -> str:
@@ -171,15 +172,22 @@ def faq_entries(units: list[tuple[str, bool]]) -> list[list[tuple[str, bool]]]:
     return [g for g in groups if g]
 
 
-def heading_line(title: str, section: str) -> str:
-    """The context line put in front of a chunk's text for embedding and BM25 ("Title > Section")."""
-    parts = [p for p in (title.strip(), section.strip()) if p]
+def heading_line(title: str, section: str, keywords: Sequence[str] = ()) -> str:
+    """The context line put in front of a chunk's text for embedding and BM25 ("Title (keywords) > Section").
+
+    The article's keywords go beside its title: a help centre's titles use the shop's words ("7-day no-reason
+    returns"), and the keywords the words customers search with ("return policy"), for every chunk alike."""
+    named = title.strip()
+    said = "; ".join(k.strip() for k in keywords if k.strip())
+    if said:
+        named = f"{named} ({said})" if named else said
+    parts = [p for p in (named, section.strip()) if p]
     return " > ".join(parts)
 
 
 def embed_text(chunk: Chunk) -> str:
     """Exactly what is embedded (and hashed) for a chunk: its heading line, then its text."""
-    head = heading_line(chunk.title, chunk.section)
+    head = heading_line(chunk.title, chunk.section, chunk.keywords)
     return f"{head}\n{chunk.text}" if head else chunk.text
 
 
@@ -216,6 +224,7 @@ def chunk_document(
                 category=doc.category,
                 source=doc.source,
                 updated_at=doc.updated_at,
+                keywords=tuple(doc.keywords),
             )
             c.content_hash = content_hash(embed_text(c))
             chunks.append(c)

@@ -608,9 +608,10 @@ class Composer:
     def _whole_article(self, anchor: list[Line], pools: list[list[Line]], per_doc: list[list[Line]],
                        chunks: Sequence[Chunk], qvecs: np.ndarray, score_of: dict, head_sim: dict[str, float],
                        strength: Callable[[list[Line]], float]) -> list[Line] | None:
-        """The article's first section when the question says the article's title in other words, closer to it
-        than to any of its passages' own lines and headings ("what payment methods do you accept?" for "Accepted
-        payment methods", "how do I use a coupon code?" for "Using coupons"): it asks what the article is about,
+        """The article's first section when the question says the article's title or one of its keywords in other
+        words, closer to it than to any of its passages' own lines and headings ("what payment methods do you
+        accept?" for "Accepted payment methods", "how do I use a coupon code?" for "Using coupons", "what is your
+        return policy?" for the keyword "return policy"): it asks what the article is about,
         which its opening says, rather than what its best-matching section or FAQ entry is about. An article that
         opens with its list must be clearly closer (TITLE_LEAD): the list replaces the entry. One that opens with
         a paragraph (an introduction) needs only be closer (OPENING_LEAD): the paragraph leads the entry, which
@@ -619,11 +620,12 @@ class Composer:
         doc = per_doc[anchor[0].doc]
         if not title or not doc:
             return None
+        names = [title, *(k for k in chunks[0].keywords if k.strip())]    # what customers call it names it too
         lead = OPENING_LEAD if doc[0].kind == "para" else TITLE_LEAD
         if doc[0].kind not in ("intro", "item", "label", "para"):
             return None
         own = max(strength(pl) for pl in pools if pl[0].doc == anchor[0].doc)
-        if float(self.cache.vectors([title])[0] @ qvecs[0]) < own + lead:
+        if float(max(self.cache.vectors(names) @ qvecs[0])) < own + lead:
             return None
         first = [x for x in doc if x.section == doc[0].section]
         missing = [x for x in first if (x.doc, x.idx) not in score_of]

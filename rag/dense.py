@@ -25,8 +25,8 @@ from rag.types import Chunk, Hit
 
 _GENERATION_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
 CHUNK_COLUMNS = ("chunk_id", "doc_id", "ord", "title", "section", "lang", "category", "source", "updated_at",
-                 "content_hash", "text")
-_PG_TYPES = ("text", "text", "int4", "text", "text", "text", "text", "text", "text", "text", "text")
+                 "content_hash", "text", "keywords")
+_PG_TYPES = ("text", "text", "int4", "text", "text", "text", "text", "text", "text", "text", "text", "text")
 
 
 def partition_name(generation: str) -> str:
@@ -42,13 +42,15 @@ def _ord(chunk: Chunk) -> int:
 
 def chunk_row(chunk: Chunk) -> tuple:
     return (chunk.chunk_id, chunk.doc_id, _ord(chunk), chunk.title or "", chunk.section or "", chunk.lang or "",
-            chunk.category or "", chunk.source or "", chunk.updated_at, chunk.content_hash, chunk.text)
+            chunk.category or "", chunk.source or "", chunk.updated_at, chunk.content_hash, chunk.text,
+            "\n".join(chunk.keywords))
 
 
 def row_chunk(row: dict[str, Any]) -> Chunk:
     return Chunk(chunk_id=row["chunk_id"], doc_id=row["doc_id"], text=row["text"], title=row["title"],
                  section=row["section"], lang=row["lang"], category=row["category"], source=row["source"],
-                 updated_at=row["updated_at"], content_hash=row["content_hash"])
+                 updated_at=row["updated_at"], content_hash=row["content_hash"],
+                 keywords=tuple(k for k in (row.get("keywords") or "").split("\n") if k))
 
 
 class DenseStore:

@@ -182,7 +182,19 @@ def parse_markdown(raw: str, *, doc_id: str, path: str = "", default_source: str
         source=str(meta.get("source") or default_source),
         updated_at=_iso(meta.get("updated_at") or meta.get("updated") or meta.get("date")),
         path=path,
+        keywords=keywords_of(meta.get("keywords")),
     )
+
+
+_KEYWORD_SEP = re.compile(r"[,，、;；\n]")
+
+
+def keywords_of(value: Any) -> tuple[str, ...]:
+    """An article's keywords: a YAML list, or one string separated by commas (either width), 、 or semicolons."""
+    if value is None:
+        return ()
+    items = value if isinstance(value, (list, tuple)) else _KEYWORD_SEP.split(str(value))
+    return tuple(dict.fromkeys(_WS.sub(" ", str(k)).strip() for k in items if k is not None and str(k).strip()))
 
 
 # --------------------------------------------------------------------------- HTML
@@ -255,6 +267,7 @@ def parse_html(raw: str, *, doc_id: str, path: str = "", default_source: str = "
         source=metas.get("source") or default_source,
         updated_at=metas.get("updated_at") or metas.get("article:modified_time") or None,
         path=path,
+        keywords=keywords_of(metas.get("keywords")),
     )
 
 
@@ -286,6 +299,7 @@ def faq_document(row: dict[str, Any], *, default_id: str, path: str = "", defaul
         source=_pick(row, ("source", "url")) or default_source,
         updated_at=_pick(row, ("updated_at", "updated")) or None,
         path=path,
+        keywords=keywords_of(next((v for k, v in row.items() if str(k).strip().lower() == "keywords"), None)),
     )
 
 

@@ -50,15 +50,17 @@ PART_HITS = 3              # hits retrieved for each part of a question of sever
 SHORT_PASSAGE = 160         # a passage this short (a one-line FAQ entry) is itself a question unit
 
 
-def question_units(chunk: Any) -> list[str]:
-    """What a passage says it answers: its title and section, its FAQ questions (a ``Q:`` line whole, else
-    the sentences ending in a question mark), or the whole text when short.
+def question_units(chunk: Any, *, named: bool = True) -> list[str]:
+    """What a passage says it answers: its title, its article's keywords (what customers call it) and its
+    section, its FAQ questions (a ``Q:`` line whole, else the sentences ending in a question mark), or the whole
+    text when short. ``named=False`` leaves the keywords out: they name every passage of the article alike, so
+    they cannot tell its passages apart.
 
     An FAQ answer is found by what is asked, so the query is compared with these (both encoded as
     queries: question against question) rather than with the passage's answer text.
     """
     units: list[str] = []
-    for head in (chunk.title, chunk.section):
+    for head in (chunk.title, *(getattr(chunk, "keywords", ()) if named else ()), chunk.section):
         head = (head or "").strip()
         if head and head not in units:
             units.append(head)
@@ -245,11 +247,13 @@ class KnowledgeBase:
     # ------------------------------------------------------------------ answers
 
     def coverage(self, keywords: Sequence[str], hit: Hit) -> float:
-        """Share of the query's content words that the passage (title, section, text) contains."""
+        """Share of the query's content words that the passage (title, its article's keywords, section, text)
+        contains."""
         if not keywords or hit.chunk is None:
             return 0.0
         c = hit.chunk
-        words = {_stem(w) for w in self.tokenizer.words_of(f"{c.title}\n{c.section}\n{c.text}")}
+        said = f"{c.title}\n{' '.join(c.keywords)}\n{c.section}\n{c.text}"
+        words = {_stem(w) for w in self.tokenizer.words_of(said)}
         wanted = {_stem(w) for w in keywords}
         return len(wanted & words) / len(wanted)
 
@@ -266,7 +270,7 @@ class KnowledgeBase:
         texts: dict[str, list[str]] = {}
         for chunks in articles.values():
             for c in chunks:
-                texts.setdefault(c.lang or "", []).append(f"{c.title}\n{c.section}\n{c.text}".lower())
+                texts.setdefault(c.lang or "", []).append(f"{c.title}\n{' '.join(c.keywords)}\n{c.section}\n{c.text}".lower())
         # the glossary's terms and variants are the shop's own words too ("package" for "parcel")
         declared = sorted(w.lower() for w in self.glossary.words())
         known = {lang: ({_stem(w) for t in [*parts, *declared] for w in self.tokenizer.words_of(t)},
@@ -363,7 +367,7 @@ class KnowledgeBase:
         if len(head) < 2 or not rw.dense.strip() or not generation:
             return hits
         first = head[0].chunk.doc_id if head[0].chunk else ""
-        top = self.articles(generation, [first])[first]
+        top = self.articles(generation, [first], fresh=head)[first]
         if not top or not structured(self.composer.lines_of(generation, 0, top)):
             return hits
         docs = list(dict.fromkeys(h.chunk.doc_id for h in head if h.chunk is not None))
@@ -373,7 +377,7 @@ class KnowledgeBase:
         for h in head:
             doc_lines = lines.get(h.chunk.doc_id if h.chunk else "", [])
             own = [unit_text(ln, doc_lines) for ln in doc_lines if h.chunk_id in ln.chunks]
-            units.append(list(dict.fromkeys(own + question_units(h.chunk))))
+            units.append(list(dict.fromkeys(own + question_units(h.chunk, named=False))))
         flat = [u for us in units for u in us]
         if not flat:
             return hits
@@ -392,8 +396,15 @@ class KnowledgeBase:
         ranked = [head[j] for j in order]
         return ranked + [h for h in hits if h not in ranked]
 
-    def articles(self, generation: str, doc_ids: Sequence[str]) -> dict[str, list[Any]]:
-        """Whole articles (their chunks in order), remembered per generation: a generation never changes."""
+    def articles(self, generation: str, doc_ids: Sequence[str], fresh: Sequence[Hit] = ()) -> dict[str, list[Any]]:
+        """Whole articles (their chunks in order), remembered per generation. A sync changes a generation in
+        place (from another process, the nightly job): an article one of the ``fresh`` hits (just retrieved)
+        says differently from the one remembered is read again."""
+        said = {(h.chunk.doc_id, h.chunk_id, h.chunk.content_hash) for h in fresh if h.chunk is not None}
+        for doc, cid, content in said:
+            kept = self._articles.get((generation, doc))
+            if kept is not None and (cid, content) not in {(c.chunk_id, c.content_hash) for c in kept}:
+                del self._articles[(generation, doc)]
         found = {d: self._articles[(generation, d)] for d in doc_ids if (generation, d) in self._articles}
         missing = [d for d in doc_ids if d not in found]
         if missing:
@@ -437,8 +448,8 @@ class KnowledgeBase:
                 continue
             candidates += [h for h in found if h.chunk_id not in {c.chunk_id for c in candidates}][:1]
         keywords = sorted({_stem(w) for w in rw.keywords if not asking_word(w)})
-        comp = self.composer.compose(query, candidates, lambda ids: self.articles(gen, ids), lang=rw.lang, key=gen,
-                                     keywords=keywords)
+        comp = self.composer.compose(query, candidates, lambda ids: self.articles(gen, ids, fresh=candidates),
+                                     lang=rw.lang, key=gen, keywords=keywords)
         referred = self.referred(query, rw, comp.text if comp is not None else "", gen)
         if referred:
             # the entry only points to another article: the answer is composed from that article

@@ -20,6 +20,7 @@ class Chunk:
     source: str = ""
     updated_at: str | None = None
     content_hash: str = ""
+    keywords: tuple[str, ...] = ()   # what customers call the whole article (its front matter's "keywords")
 
 
 @dataclass

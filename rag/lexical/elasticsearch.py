@@ -48,7 +48,7 @@ _PLUGINS = {"smartcn": "analysis-smartcn", "ik": "analysis-ik"}
 _GENERATION_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
 _ALIAS_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
 _CHUNK_FIELDS = tuple(f.name for f in fields(Chunk))
-SEARCH_FIELDS = ("title^2", "section", "text")
+SEARCH_FIELDS = ("title^2", "keywords^2", "section", "text")
 
 
 class ElasticsearchError(RuntimeError):
@@ -125,6 +125,7 @@ class ElasticsearchIndex:
                     "text": text,
                     "title": dict(text),
                     "section": dict(text),
+                    "keywords": dict(text),
                     "lang": {"type": "keyword"},
                     "category": {"type": "keyword"},
                     "source": {"type": "keyword", "index": False},
@@ -240,6 +241,8 @@ class ElasticsearchIndex:
         for rank, h in enumerate(resp["hits"]["hits"], start=1):
             src = h.get("_source") or {}
             chunk = Chunk(**{k_: src[k_] for k_ in _CHUNK_FIELDS if k_ in src}) if "text" in src else None
+            if chunk is not None:
+                chunk.keywords = tuple(chunk.keywords or ())    # a JSON list in _source
             score = float(h["_score"] or 0.0)
             hits.append(Hit(chunk_id=h["_id"], score=score, rank=rank, chunk=chunk, scores={"bm25": score}))
         return hits

@@ -162,7 +162,7 @@ class TantivyIndex:
 
     def body(self, chunk: Chunk) -> str:
         """What is indexed for a chunk: jieba tokens of its heading line and text, space-joined."""
-        return " ".join(self.tokenizer.tokenize(heading_line(chunk.title, chunk.section) + "\n" + chunk.text))
+        return " ".join(self.tokenizer.tokenize(heading_line(chunk.title, chunk.section, chunk.keywords) + "\n" + chunk.text))
 
     def add(self, generation: str, chunks: Iterable[Chunk]) -> int:
         idx = self._open(generation, create=True)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from rag.chunk import chunk_documents
+from rag.chunk import chunk_documents, embed_text
 from rag.ingest import IngestError, load_documents, load_file
 from rag.service import SAMPLE_KB
 
@@ -110,3 +111,29 @@ def test_hidden_files_and_glossary_are_not_documents(tmp_path: Path):
     (tmp_path / "glossary.yaml").write_text("退款: [退钱]\n", encoding="utf-8")
     (tmp_path / "a.md").write_text("# A\n\nText.", encoding="utf-8")
     assert [d.doc_id for d in load_documents(tmp_path)] == ["a"]
+
+
+def test_an_article_says_what_customers_call_it(tmp_path: Path):
+    """Keywords: the front matter's list or string, an HTML page's meta keywords, an FAQ table's column; every
+    chunk of the article carries them, and they are part of what is embedded and hashed (a sync sees a change)."""
+    (tmp_path / "returns.md").write_text(
+        "---\nid: returns\ntitle: 7-day no-reason returns\nkeywords: [return policy, \"returns policy\", return policy]\n"
+        "---\n# 7-day no-reason returns\n\nMost items can be returned within 7 days.\n\n## Conditions\n\nUnused.\n",
+        encoding="utf-8")
+    (tmp_path / "ship.md").write_text("---\nid: ship\nkeywords: 配送时间，到货时间、shipping time\n---\n# 配送\n\n一般1–2天。\n",
+                                      encoding="utf-8")
+    (tmp_path / "page.html").write_text('<html><head><title>Coupons</title><meta name="keywords" content="promo code,'
+                                        ' voucher"></head><body><p>Coupons apply at checkout.</p></body></html>',
+                                        encoding="utf-8")
+    (tmp_path / "faq.csv").write_text("id,question,answer,Keywords\nf1,Can I pay later?,Yes.,buy now pay later; BNPL\n",
+                                      encoding="utf-8")
+    docs = {d.doc_id: d for d in load_documents(tmp_path)}
+    assert docs["returns"].keywords == ("return policy", "returns policy")
+    assert docs["ship"].keywords == ("配送时间", "到货时间", "shipping time")
+    assert docs["page"].keywords == ("promo code", "voucher")
+    assert docs["f1"].keywords == ("buy now pay later", "BNPL")
+    chunks = list(chunk_documents([docs["returns"]]))
+    assert len(chunks) == 2 and all(c.keywords == ("return policy", "returns policy") for c in chunks)
+    assert embed_text(chunks[0]).startswith("7-day no-reason returns (return policy; returns policy)")
+    unnamed = replace(docs["returns"], keywords=())
+    assert [c.content_hash for c in chunk_documents([unnamed])] != [c.content_hash for c in chunks]
