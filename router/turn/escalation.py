@@ -107,7 +107,7 @@ class Replies(BaseModel):
                                          "order confirmation.)",
                                    "zh": "好的，我来帮您查询。请提供您的订单号（见订单确认信息）。"}
 
-    offer_task: LocalText = {"en": "Shall I start it for one of your orders ({task})? Just reply \"yes\".",
+    offer_task: LocalText = {"en": "Would you like me to help with one of your orders ({task})? Just reply \"yes\".",
                              "zh": "需要我为您的订单办理“{task}”吗？回复“是”即可。"}
 
     def model_post_init(self, __context) -> None:

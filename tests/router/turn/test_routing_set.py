@@ -153,7 +153,7 @@ def test_an_answer_offers_the_task_and_a_yes_starts_it(api):
     out = _post(api, "how do I get an e-invoice", "offer-en")
     assert out["decision"]["tier"] == "L1" and out["reply"]["citations"][0]["doc_id"].startswith("invoice-")
     assert out["flow"]["workflow"] == "invoice" and out["flow"]["awaiting"] == "offer"
-    assert "Shall I start it for one of your orders (issue an invoice)?" in out["reply"]["text"]
+    assert "Would you like me to help with one of your orders (issue an invoice)?" in out["reply"]["text"]
     no = _post(api, "no thanks", "offer-en")
     assert no["flow"]["workflow"] == "invoice" and no["flow"]["status"] == "cancelled", no["flow"]
     assert no["ticket_id"] is None and "won't start it" in no["reply"]["text"]
