@@ -338,10 +338,11 @@ class FlowEngine:
         inst["history"].append({"event": "suspended", "for": because, "step": inst["step"], "at": time.time()})
         store.save(conn, inst)
 
-    def resume(self, conn: Any, conversation_id: str, lang: str, caller: Caller | None = None) -> FlowTurn | None:
+    def resume(self, conn: Any, conversation_id: str, lang: str | None, caller: Caller | None = None) -> FlowTurn | None:
         """The most recently interrupted flow takes its place again and repeats its question; None when there is
         none or another flow is active. A flow whose definition is gone ends cancelled, quietly. A queued task
-        (``queue``) starts now, for ``caller`` (the turn's, else the one it was queued for)."""
+        (``queue``) starts now, for ``caller`` (the turn's, else the one it was queued for). ``lang``: the
+        turn's language (None outside a turn: the flow's own)."""
         if store.active(conn, conversation_id) is not None:
             return None
         inst = store.suspended(conn, conversation_id, lock=True)
@@ -349,6 +350,7 @@ class FlowEngine:
             return None
         wf, gone = self._pinned(inst)
         step = wf.steps.get(inst["step"]) if inst["step"] else None
+        lang = lang or inst["lang"]
         if inst["pending"].pop("queued", None) and not gone:
             who = caller or _caller_from(inst)
             run = self._flow_run(conn, inst, wf, who, lang)

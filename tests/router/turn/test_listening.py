@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from routing_kit import api_client, flow_services, rows
+from routing_kit import api_client, flow_services, make_agent, rows
 
 pytestmark = pytest.mark.slow
 
@@ -504,3 +504,24 @@ def test_declining_the_tax_id_with_a_question_keeps_the_invoice(api, svc, custom
     invoices = writes_of(svc, "issue_invoice")
     assert len(invoices) == 1 and invoices[0]["arguments"]["tax_id"] is None
     assert tickets_of(svc, conv) == 0
+
+
+def test_a_task_kept_for_after_a_reviewed_one_starts_when_the_review_decides(api, svc):
+    """The first of two tasks waits for a supervisor: the second is still kept, and starts with the decision (its
+    question goes out with the refund's result), then runs on the customer's answers."""
+    conv = "l-queue-review"
+    out = talk(api, "c2", conv, "refund 100241 and an invoice for 100240", "all", "yes")
+    assert out[-1]["flow"]["status"] == "waiting_approval", out[-1]
+    assert writes_of(svc, "issue_invoice") == [] and writes_of(svc, "request_refund") == []
+    ticket = rows(svc.pool, "SELECT id FROM tickets WHERE kind = 'approval'")[0]
+    _, token = make_agent(svc.pool, "sue", role="supervisor", approval_level="supervisor")
+    h = {"Authorization": f"Bearer {token}"}
+    assert api.post(f"/v1/handoff/tickets/{ticket['id']}/claim", headers=h).status_code == 200
+    assert api.post(f"/v1/handoff/tickets/{ticket['id']}/approve", headers=h).status_code == 200
+    told = rows(svc.pool, "SELECT payload FROM outbox WHERE kind = 'reply' ORDER BY id DESC LIMIT 1")[0]["payload"]
+    assert "Refunded 129" in told["text"] and "What title should the invoice carry?" in told["text"], told["text"]
+    assert [w["order_id"] for w in writes_of(svc, "request_refund")] == ["100241"]
+    done = talk(api, "c2", conv, "Acme Ltd", "none", "yes")
+    assert done[-1]["flow"]["workflow"] == "invoice" and done[-1]["flow"]["status"] == "completed", \
+        [o["reply"]["text"] for o in done]
+    assert [w["order_id"] for w in writes_of(svc, "issue_invoice")] == ["100240"]
