@@ -25,7 +25,8 @@ from automation.workflows import requests as R
 from automation.workflows import store
 from automation.workflows import understand as U
 from automation.workflows.expr import ExpressionError, evaluate_bool
-from automation.workflows.listening import CLAIMED, READINGS, Listening, offered, reading as read_message  # noqa: F401
+from automation.workflows.listening import (CLAIMED, READINGS, Listening, declined_beside, offered,  # noqa: F401
+                                            reading as read_message)
 from automation.workflows.model import Workflow, WorkflowSet
 from automation.workflows.outside import Outside, inline
 from automation.workflows.runtime import (ApprovalPort, ApprovalRequest, FlowRun, FlowTurn, HandoffRequest,  # noqa: F401
@@ -111,9 +112,10 @@ class FlowEngine:
         return store.active(conn, conversation_id)
 
     def start(self, conn: Any, workflow: str, caller: Caller, text: str = "", entities: dict[str, Any] | None = None,
-              lang: str = "en", *, restart: Restart | None = None) -> FlowTurn:
+              lang: str = "en", *, restart: Restart | None = None, queued: bool = False) -> FlowTurn:
         """Start ``workflow`` from the customer's message; ``restart``: what a message that started a finished flow
-        again settled for it (the option it referred to, or the options to ask among; see ``correcting``)."""
+        again settled for it (the option it referred to, or the options to ask among; see ``correcting``).
+        ``queued``: see :meth:`queue`."""
         wf = self.workflows[workflow]
         conversation_id = caller.conversation_id or f"{caller.channel}:{caller.customer_id}"
         slots = A.prefill(wf, text, entities or {})
@@ -133,9 +135,22 @@ class FlowEngine:
             if restart.among:
                 inst["pending"]["choose_among"] = {k: list(v) for k, v in restart.among.items()}
         inst["pending"]["message"] = text or ""
-        self._observe(wf.name, "started")
         run = self._flow_run(conn, inst, wf, caller, lang)
+        if queued:
+            inst["status"], inst["pending"]["queued"] = "suspended", True
+            inst["history"][-1]["event"] = "queued"
+            run.say(t("queued", lang, task=_task_words(wf, lang, inst)))
+            store.save(conn, inst)
+            return run.to_turn()
+        self._observe(wf.name, "started")
         return self._run(run, text=None, entities=entities or {})
+
+    def queue(self, conn: Any, workflow: str, caller: Caller, text: str = "", entities: dict[str, Any] | None = None,
+              lang: str = "en") -> FlowTurn:
+        """A second task asked in the same message as the one being served ("refund 100241 and an invoice for
+        100240"): kept with its own words (what they fill, as at a start) but not run, so nothing of it happens
+        before the first task ends; it starts then (``resume``). The reply says it comes next."""
+        return self.start(conn, workflow, caller, text, entities, lang, queued=True)
 
     def _in_focus(self, conn: Any, conversation_id: str, wf: Workflow, text: str, given: dict[str, Any],
                   window_seconds: float = 1800.0) -> dict[str, Any]:
@@ -204,8 +219,14 @@ class FlowEngine:
         no flow is active."""
         if instance is None:
             return None
-        return Listening(instance, self.read(instance, text, entities, intent=intent,
-                                             intent_confidence=intent_confidence))
+        heard = Listening(instance, self.read(instance, text, entities, intent=intent,
+                                              intent_confidence=intent_confidence))
+        if heard.reading == "answer":
+            wf, _ = self._pinned(Instance(**{**instance, "history": list(instance.get("history") or [])}))
+            split = declined_beside(self._flow_run(None, instance, wf, None, instance.get("lang") or "en"), text)
+            if split is not None:
+                heard.answer, heard.asked = split
+        return heard
 
     def on_message(self, conn: Any, caller: Caller, text: str, entities: dict[str, Any] | None = None, *,
                    lang: str = "en", listening: Listening | None = None, workflow: str | None = None,
@@ -215,7 +236,8 @@ class FlowEngine:
         without one (or when it is no longer active) ``workflow``, else the workflow serving ``intent``,
         starts (with what ``restart`` settled, when it restarts that workflow). None: no flow takes the message."""
         if listening is not None:
-            turn = self.advance(conn, listening.instance, caller, text, entities, lang=lang, intent=intent,
+            said = listening.answer if listening.answer is not None else text   # a question beside it is the router's
+            turn = self.advance(conn, listening.instance, caller, said, entities, lang=lang, intent=intent,
                                 intent_confidence=intent_confidence, reading=listening.reading, only_active=True)
             if turn is not None:
                 return turn
@@ -316,9 +338,11 @@ class FlowEngine:
         inst["history"].append({"event": "suspended", "for": because, "step": inst["step"], "at": time.time()})
         store.save(conn, inst)
 
-    def resume(self, conn: Any, conversation_id: str, lang: str) -> FlowTurn | None:
+    def resume(self, conn: Any, conversation_id: str, lang: str | None, caller: Caller | None = None) -> FlowTurn | None:
         """The most recently interrupted flow takes its place again and repeats its question; None when there is
-        none or another flow is active. A flow whose definition is gone ends cancelled, quietly."""
+        none or another flow is active. A flow whose definition is gone ends cancelled, quietly. A queued task
+        (``queue``) starts now, for ``caller`` (the turn's, else the one it was queued for). ``lang``: the
+        turn's language (None outside a turn: the flow's own)."""
         if store.active(conn, conversation_id) is not None:
             return None
         inst = store.suspended(conn, conversation_id, lock=True)
@@ -326,6 +350,17 @@ class FlowEngine:
             return None
         wf, gone = self._pinned(inst)
         step = wf.steps.get(inst["step"]) if inst["step"] else None
+        lang = lang or inst["lang"]
+        if inst["pending"].pop("queued", None) and not gone:
+            who = caller or _caller_from(inst)
+            run = self._flow_run(conn, inst, wf, who, lang)
+            inst["lang"] = lang
+            inst["bindings"]["memory"] = self.memory(conn, who, lang)   # the first task may have changed it
+            inst["history"].append({"event": "started", "queued": True, "at": time.time(),
+                                    "prefilled": sorted(inst["slots"])})
+            self._observe(wf.name, "started")
+            run.say(t("next_task", lang, task=_task_words(wf, lang, inst)))
+            return self._run(run, text=None, entities={})
         run = self._flow_run(conn, inst, wf, None, lang)
         if gone or step is None or step.kind not in WAITING_KINDS:
             run.finish("cancelled", "cancelled")
@@ -333,8 +368,7 @@ class FlowEngine:
             return None
         inst["status"], inst["lang"] = "waiting", lang
         inst["history"].append({"event": "resumed", "step": step.id, "at": time.time()})
-        task = wf.description.get(lang) or wf.description.get("en") or wf.name
-        run.say(t("resume", lang, task=task))
+        run.say(t("resume", lang, task=_task_words(wf, lang)))
         run.prompt(step, again=False)
         store.save(conn, inst)
         return run.to_turn()
@@ -597,6 +631,15 @@ class FlowEngine:
         if ticket and withdraw is not None:
             withdraw(run.conn, str(ticket), reason)
         return run.to_turn()
+
+
+def _task_words(wf: Workflow, lang: str, inst: Instance | None = None) -> str:
+    """The task in the customer's words ("退款", "issue an invoice"), with the order it is about when ``inst``
+    has one ("issue an invoice, order 100240")."""
+    task = wf.description.get(lang) or wf.description.get("en") or wf.name
+    order = next((inst["slots"][n] for n, s in wf.slots.items()
+                  if s.validate.get("entity") == "order_id" and inst["slots"].get(n)), None) if inst else None
+    return task if order is None else t("task_of_order", lang, task=task, order=order)
 
 
 def _ms(a: float, b: float) -> float:

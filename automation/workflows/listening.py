@@ -37,11 +37,31 @@ class Listening:
 
     instance: Instance
     reading: str
+    answer: str | None = None     # the part of the message that answers the step, when it is not all of it
+    asked: str | None = None      # a question asked beside that answer, for the router to answer
 
 
 def offered(instance: Instance | None) -> bool:
     """Is ``instance`` an offer the customer has not taken up yet?"""
     return bool(instance and instance["status"] == "waiting" and (instance.get("pending") or {}).get("offer"))
+
+
+def declined_beside(run: FlowRun, text: str) -> tuple[str, str] | None:
+    """"不用了，谢谢你，我还想问下退货运费" at a question the customer may decline (a slot's ``optional``, a tax id):
+    the decline answers it and the task goes on; what follows is a question asked beside it. (the decline, the
+    question), or None."""
+    instance, wf = run.inst, run.wf
+    step = wf.steps.get(instance["step"]) if instance["step"] else None
+    if step is None or step.kind not in WAITING_KINDS or instance["status"] != "waiting" or offered(instance):
+        return None
+    name = REGISTRY[step.kind].asks_for(step)
+    slot = wf.slots.get(name) if name else None
+    if slot is None or not slot.optional:
+        return None
+    split = U.declined_then(text)
+    if split is None or not (U.is_question(split[1]) or read_form(split[1]) == "question"):
+        return None
+    return split if U.is_decline(split[0]) and slot.check(split[0]) else None
 
 
 def reading(run: FlowRun, gone: str | None, text: str, entities: dict[str, Any], intent: str | None,
@@ -74,8 +94,12 @@ def reading(run: FlowRun, gone: str | None, text: str, entities: dict[str, Any],
     # dropping the task, then asking something else ("哦不用了，我还是想查一下物流" at the address question, "never mind,
     # where is my order 100241?" at "which order?"); a decline alone ("not needed", "不用了") may be the answer
     rest = U.said_after_dropping(text)
+    if rest and declined_beside(run, text) is not None:
+        return "answer"   # "不用了，谢谢你，我还想问下退货运费" at the tax id: declined, and a question beside it
     if rest and not free and not other and kind.strength(run, step, rest, entities) == "strong":
         return "answer"   # "forget it, just refund the full amount", "算了，全额退吧": what follows answers the step
+    if rest and kind.strength(run, step, rest, entities) is None and A.repick(run, step, rest, dry=True, bare=True):
+        return "correction"   # "算了，换成另一个订单吧": the earlier choice again, not the task dropped
     if rest and not U.is_correction(rest) and (
             other or U.is_question(rest)
             or (read_form(rest) is not None and (free or kind.strength(run, step, rest, entities) is None))):
@@ -95,6 +119,8 @@ def reading(run: FlowRun, gone: str | None, text: str, entities: dict[str, Any],
             step.kind == "confirm" and A.free_correction(instance, wf, step, text) is not None)
             or A.repick(run, step, text, dry=True) is not None):
         return "correction"
+    if strength is None and not U.is_question(text) and A.repick(run, step, text, dry=True, bare=True) is not None:
+        return "correction"   # "不粘锅那个" at the amount question: another of the orders offered, named alone
     if other:
         return "digression"
     return "unclear"

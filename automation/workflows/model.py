@@ -57,6 +57,7 @@ class Slot:
     quick_replies: list[Any] = Field(default_factory=list)
     recall: Any = None                 # CEL over memory: the value "the same as last time" names
     whole: Any = None                  # CEL over the flow's scope: the value "all of it" / "全部" names
+    optional: bool = False             # the customer may decline it ("不用了", "no need"): a decline answers it
     line: int | None = None
 
     def check(self, value: Any) -> bool:

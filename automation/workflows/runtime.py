@@ -67,6 +67,10 @@ TEXT = {
                       "from here. Please hold on."},
     "broken": {"zh": "抱歉，这个流程出了问题，我把您转给同事。", "en": "Sorry, something went wrong in this process; a colleague will take over."},
     "resume": {"zh": "回到您刚才的{task}：", "en": "Back to your earlier request ({task}):"},
+    "queued": {"zh": "您的另一项请求（{task}）我会在这一项办完后接着办理。",
+               "en": "One thing at a time: your other request ({task}) comes next, once this one is done."},
+    "task_of_order": {"zh": "{task}，订单 {order}", "en": "{task}, order {order}"},
+    "next_task": {"zh": "接下来办理您的另一项请求（{task}）：", "en": "Now your other request ({task}):"},
     "offer_declined": {"zh": "好的，先不办理。还有什么可以帮您的吗？", "en": "All right, I won't start it. Anything else I can help with?"},
     "cancelled_by_staff": {"zh": "抱歉，我们的同事审核后取消了您的这项请求，不会做任何操作。如有疑问请回复我们。",
                            "en": "Sorry, a colleague reviewed your request and cancelled it; nothing was done. "

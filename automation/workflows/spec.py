@@ -232,8 +232,10 @@ def _slots(value: Any, path: P, chk: Checker) -> dict[str, Slot]:
             chk.err(p, "expected a mapping (prompt, validate, quick_replies)")
             continue
         for k in body:
-            if k not in ("prompt", "validate", "quick_replies", "recall", "whole"):
-                chk.err(p + (k,), f"unknown key {k!r} (prompt, validate, quick_replies, recall, whole)")
+            if k not in ("prompt", "validate", "quick_replies", "recall", "whole", "optional"):
+                chk.err(p + (k,), f"unknown key {k!r} (prompt, validate, quick_replies, recall, whole, optional)")
+        if not isinstance(body.get("optional", False), bool):
+            chk.err(p + ("optional",), "expected true or false")
         validate = body.get("validate") or {}
         if not isinstance(validate, dict):
             chk.err(p + ("validate",), "expected a mapping (entity, regex, enum, schema)")
@@ -261,7 +263,8 @@ def _slots(value: Any, path: P, chk: Checker) -> dict[str, Slot]:
         qr = body.get("quick_replies", [])
         out[name] = Slot(name=name, prompt=chk.texts(body.get("prompt"), p + ("prompt",), required=False),
                          validate=validate, quick_replies=qr if isinstance(qr, list) else [],
-                         recall=body.get("recall"), whole=body.get("whole"), line=chk.line(p))
+                         recall=body.get("recall"), whole=body.get("whole"),
+                         optional=body.get("optional") is True, line=chk.line(p))
     return out
 
 

@@ -152,6 +152,39 @@ def said_after_dropping(text: str) -> str:
     return after_change_of_mind(text) if opens_with_change_of_mind(text) else ""
 
 
+def is_decline(text: str) -> bool:
+    """The message declines and says (nearly) nothing else ("不用了，谢谢你", "no need, thanks"): not a change of mind."""
+    t = normalise(text, case="keep", simplify="never", spaces="keep").strip()
+    if not t or len(t) > 200 or not _DECLINE.search(t) or _CHANGE_OF_MIND.search(t):
+        return False
+    return len(_MIND_FILLER.sub("", _DECLINE.sub("", t))) <= 2
+
+
+_THANKS_LEAD = re.compile(r"^(?:谢谢(?:你|您|啦)?|多谢|thanks?(?:\s+you)?|thx)[\s,，.。!！~…]*", re.I)
+
+
+def declined_then(text: str) -> tuple[str, str] | None:
+    """A message that opens by declining and goes on ("不用了，谢谢你，我还想问下退货运费", "no need, thanks. how much is
+    return shipping?"): (the decline, what follows). None when it opens by dropping the task ("算了", "never mind")
+    or says nothing after the decline."""
+    rest = said_after_dropping(text)
+    t = normalise(text, case="keep", simplify="never", spaces="keep").strip()
+    at = t.rfind(rest) if rest else -1
+    if at <= 0:
+        return None
+    thanks = _THANKS_LEAD.match(rest)
+    if thanks:   # "不用了，谢谢你，我还想问下…": the thanks go with the decline
+        at, rest = at + thanks.end(), rest[thanks.end():]
+    if not rest:
+        return None
+    head = t[:at].strip(" ,，.。!！;；:：~…、-")
+    low = head.lower()
+    if not _DECLINE.search(head) or _CHANGE_OF_MIND.search(head) \
+            or any(c in low for c in CANCEL if not _DECLINE.search(c)):
+        return None
+    return head, rest
+
+
 def drops_task(text: str) -> bool:
     """A change of mind that is (nearly) the whole message ("never mind", "算了，不退了", "forget it"), not a
     command that names a task ("cancel order 100235", "取消订单"): with nothing waiting, there is nothing to do."""
@@ -301,7 +334,7 @@ _FUNCTION = _STOP | {
     "thank", "im", "its", "there", "here", "them", "they", "it's", "i'm", "we", "our", "us", "mine", "ones",
     "those", "these", "bought", "ordered", "purchased", "item", "items", "thing", "things", "help", "let",
     "tell", "see", "idea", "remember", "which", "wanted", "cancel", "return", "exchange", "change",
-    "钱", "款", "到", "里", "orders", "last", "time", "again", "also", "too", "really", "actually", "hmm", "um", "well", "oh",
+    "钱", "款", "到", "里", "orders", "last", "time", "again", "also", "too", "really", "actually", "hmm", "um", "well", "oh", "wait",
     "week", "month", "year", "day", "days", "ago", "yesterday", "today", "recently", "before", "earlier",
     "refund", "send", "back", "swap", "replace", "replacement", "new", "old", "same", "other", "another",
     "退", "退掉", "退货", "换", "换成", "换货", "改", "改成", "取消", "退款", "上次", "之前", "最近", "那个", "这个",
@@ -384,7 +417,8 @@ EVIDENCE_FLOOR = 0.6
 
 
 # "the other one", "the other order", "另一个", "另外那个": an option of those offered other than the one taken
-_OTHER = re.compile(r"(?<![a-z])other(?![a-z])|另一(?:个|台|件|副|双|条|款|单|只)|另外(?:那|一)(?:个|台|件|副|双|只)", re.I)
+_OTHER = re.compile(r"(?<![a-z])(?:other|another|different)(?![a-z])|另一(?:个|台|件|副|双|条|款|单|只)"
+                    r"|另外(?:那|一)(?:个|台|件|副|双|只)|别的|其他|其它", re.I)
 
 
 # "cancel it", "a refund for that order", "这个订单", "帮我把它取消", "那帮我取消吧" (a Chinese clause opening with 那/那就
@@ -517,7 +551,7 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
     return Choice(None, [], "none")
 
 
-_QUESTION = re.compile(r"[?？]\s*$|[吗呢嘛]\s*[?？]?\s*$|什么|怎么|多久|多少|哪些|哪里|为什么|能不能|可不可以|是否"
+_QUESTION = re.compile(r"[?？]\s*$|[吗呢嘛]\s*[?？]?\s*$|什么|怎么|多久|多少|哪些|哪里|为什么|能不能|可不可以|是否|请问|想问|问一下|问下"
                        r"|^\s*(what|how|when|where|why|which|who|can|could|do|does|is|are|will|should)\b", re.I)
 
 

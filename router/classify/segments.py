@@ -3,6 +3,10 @@
 The message is cut where customers join requests (sentence ends, "and also", "by the way", "另外", "还有",
 "顺便"), and each part is classified on its own; the turn serves them all, in order, in one reply. A part
 that is not a request of its own ("it's 100234") makes no plan: the whole message is routed as one.
+
+Two requests that each name their own order are cut where they join ("refund 100241 and an invoice for 100240",
+"帮我取消订单100236，再给订单100230开个发票"): an "and" / "，再" / "然后" with an order number on each side and words of
+a request after it ("cancel 100235 and 100236" is one request about two orders).
 """
 
 from __future__ import annotations
@@ -19,12 +23,37 @@ _JOINS = re.compile(
     r"|\s*[,，]?\s*(?:另外|还有|顺便问一下|顺便问下|顺便|再问一下|再问下|还想问一下|还想问|以及|同时)[,，]?\s*", re.I)
 
 
+# where two requests about two orders join: "and", "，再" / "，然后" / "并且", or "再" / "然后" right after a number
+_ORDER_JOINS = re.compile(r"\s*[,，]?\s*\band\b\s*|\s*[,，;；]\s*(?:再|然后|并且|并|还要)\s*|(?<=\d)\s*(?:再|然后)\s*", re.I)
+_ORDER_NUMBER = re.compile(r"(?<![A-Za-z0-9])\d{5,12}(?![A-Za-z0-9])")
+# what is left of a part once its order numbers and the words around them go: a request's own words, or nothing
+_ORDER_FILLER = re.compile(r"\b(?:orders?|numbers?|no|the|a|an|for|of|my|and|too|also|with)\b|订单|单号|号|的|和|跟"
+                           r"|[\s,，.。:：;；!！?？#]", re.I)
+
+
+def _has_own_words(part: str) -> bool:
+    rest = _ORDER_FILLER.sub("", _ORDER_NUMBER.sub(" ", part))
+    return len(re.findall(r"[A-Za-z]", rest)) >= 3 or len(re.findall(r"[\u4e00-\u9fff]", rest)) >= 2
+
+
+def _by_order(part: str) -> list[str]:
+    """``part`` cut where a request about one order joins a request about another (see the module's note)."""
+    if len(set(_ORDER_NUMBER.findall(part))) < 2:
+        return [part]
+    for m in _ORDER_JOINS.finditer(part):
+        left, right = part[:m.start()].strip(" ,，"), part[m.end():].strip(" ,，")
+        mine, theirs = set(_ORDER_NUMBER.findall(left)), set(_ORDER_NUMBER.findall(right))
+        if mine and theirs and not mine & theirs and _has_own_words(left) and _has_own_words(right):
+            return [left, *_by_order(right)]
+    return [part]
+
+
 def split_requests(text: str) -> list[str]:
     """The parts of ``text`` that may each be a request (one part when nothing joins two)."""
     text = (text or "").strip()
     if len(text) > 500:
         return [text]
-    parts = [p.strip(" ,，") for p in _JOINS.split(text)]
+    parts = [q for p in _JOINS.split(text) for q in _by_order(p.strip(" ,，"))]
     parts = [p for p in parts if len(p) >= MIN_PART_CHARS or re.search(r"[\u4e00-\u9fff]{2,}", p)]
     if len(parts) < 2 or len(parts) > MAX_PARTS:
         return [text]

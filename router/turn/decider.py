@@ -302,13 +302,16 @@ class _Turn(Workflows):
             ticket_id = self.open_l3(decision, reason=esc.reason, priority=esc.priority, classification=c)
             return self.result(decision, reply=self.send(self.say("ack_l3"), kind="ack"),
                                ticket_id=ticket_id)
+        # "不用了，谢谢你，我还想问下退货运费" at the tax id: the decline is the flow's answer, the question is answered first
+        asked = self.listening.asked if self.listening is not None and route.run_flow else None
+        beside = self.answer_beside(asked) if asked else None
         flow = self.run_flow(c, workflow=route.workflow) if route.run_flow else None
         if flow is not None and reading == "cancel" and flow.outcome == "cancelled":
             instead = self.served_instead(c, flow)
             if instead is not None:
                 return instead
         if flow is not None and not flow.drift:
-            return self.flow_outcome(c, flow)
+            return self.with_answer_first(beside, self.flow_outcome(c, flow))
         result = (self.small_talk(c, route.template, verdict.checks) if route.template is not None
                   else self.route_tier(c, route.tier))
         return self.with_question_again(result, flow)

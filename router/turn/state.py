@@ -336,6 +336,12 @@ class ConversationStatePort:
         if self.flows is None or not instance_id:
             raise DeliveryUnavailable("no workflow engine is wired: the approval cannot be applied")
         turn = self.flows.resolve_approval(conn, str(instance_id), approved, approver, reason)
+        if turn.outcome != "already_resolved" and turn.status not in ("waiting", "waiting_approval"):
+            # the task ended with the decision: the one it interrupted or kept for after it ("... and an invoice
+            # for 100240") takes the floor, in the same reply
+            following = self.flows.resume(conn, str(ticket["conversation_id"]), None)
+            if following is not None:
+                turn.reply = "\n\n".join(x for x in (turn.reply, following.reply) if x)
         self._tell_customer(conn, ticket, turn)
         return {"workflow": turn.as_response(), "outcome": turn.outcome}
 

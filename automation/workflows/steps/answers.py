@@ -124,6 +124,14 @@ def apply_correction(inst: Instance, wf: Workflow, step: Step, slot: str, value:
     inst["history"].append({"step": step.id, "event": "correction", "slot": slot, "at": time.time()})
 
 
+def reopen(inst: Instance, wf: Workflow, step: Step, slot: str) -> None:
+    """Forget ``slot`` and what was collected or computed after it, so the step that asks for it asks again ("a
+    different order" at a later question): like a correction without its new value."""
+    apply_correction(inst, wf, step, slot, None)
+    inst["slots"].pop(slot, None)
+    inst["history"][-1]["event"] = "reopened"
+
+
 def fix(inst: Instance, wf: Workflow, step: Step, text: str, entities: dict[str, Any],
         run: FlowRun | None = None) -> str | None:
     """A correction of an earlier answer while asked something else: re-plan from that answer's step (with
@@ -139,11 +147,12 @@ def fix(inst: Instance, wf: Workflow, step: Step, text: str, entities: dict[str,
     return ask.id if ask is not None else None
 
 
-def repick(run: FlowRun, at: Step, text: str, *, dry: bool = False) -> str | None:
+def repick(run: FlowRun, at: Step, text: str, *, dry: bool = False, bare: bool = False) -> str | None:
     """A correction of an earlier pick ("no, the other one", "actually the space grey one"), offered to every
-    kind that picks (``StepKind.repick``): the step to go back to, or None."""
+    kind that picks (``StepKind.repick``): the step to go back to, or None. ``bare``: the message answers nothing
+    ``at`` asks, so another option named alone ("不粘锅那个") re-picks too, without a correction's words."""
     for kind in REGISTRY.values():
-        target = kind.repick(run, at, text, dry=dry)
+        target = kind.repick(run, at, text, dry=dry, bare=bare)
         if target is not None:
             return target
     return None

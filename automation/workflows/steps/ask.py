@@ -78,6 +78,9 @@ class Ask(StepKind):
         else:
             value = A.parse_slot(wf, name, text, ctx.entities)
         if value is None:
+            picked = A.repick(run, step, text, bare=True)   # "不粘锅那个" at the amount question: that order instead
+            if picked is not None:
+                return picked
             return run.retry(step, f"no valid {name} in the answer")
         inst["slots"][name] = value
         inst["attempts"].pop(step.id, None)
@@ -95,6 +98,8 @@ class Ask(StepKind):
             return "weak" if slot.free_text else "strong"
         if slot.whole is not None and U.is_whole(text):
             return "strong"
+        if slot.optional and U.is_decline(text):
+            return "strong"   # "不用了" to a question one may decline (a tax id): its answer, not a change of mind
         if slot.free_text and (U.is_bare_cancel(text) or U.is_question(text)):
             return None   # "never mind" or an FAQ question is not an address or a title
         if A.parse_slot(run.wf, step.arg, text, entities) is None:

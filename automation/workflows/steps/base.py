@@ -94,10 +94,11 @@ class StepKind:
         else) or None (no answer)."""
         return None
 
-    def repick(self, run: FlowRun, at: Step, text: str, *, dry: bool = False) -> str | None:
+    def repick(self, run: FlowRun, at: Step, text: str, *, dry: bool = False, bare: bool = False) -> str | None:
         """A correction of an earlier pick of this kind while the flow waits at ``at`` ("no, the other one",
         "actually the blue one", "不对，是另一台"): the step to go back to after re-picking, or None. ``dry``:
-        only say whether it would, changing nothing."""
+        only say whether it would, changing nothing; ``bare``: the message answers nothing ``at`` asks, so an
+        option named without a correction's words re-picks too."""
         return None
 
     def other_option(self, run: FlowRun, step: Step, text: str, picked: dict[str, Any]) -> Restart | None:

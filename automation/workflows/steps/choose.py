@@ -191,7 +191,7 @@ class Choose(StepKind):
             if len(opts) == 1 and step.get("auto_single", False) and not _just_refused(inst, step):
                 inst["slots"][name] = value_of(run, step, opts[0])
                 return "next"
-            if "text" in step.raw:
+            if "text" in step.raw and step.id not in inst["pending"].get("choose_among", {}):
                 said = evaluate(step.raw["text"], run.scope())
                 resolved = self._from_text(run, step, opts, str(said or ""))
                 if resolved:
@@ -256,19 +256,20 @@ class Choose(StepKind):
         inst["history"].append({"step": step.id, "event": "chose", "index": ch.index, "how": ch.how, "at": time.time()})
         return "next"
 
-    def repick(self, run: FlowRun, at: Step, text: str, *, dry: bool = False) -> str | None:
+    def repick(self, run: FlowRun, at: Step, text: str, *, dry: bool = False, bare: bool = False) -> str | None:
         """The latest choice of the flow made again while a later step waits: "actually the lamp", "no, the other
-        one" (of two shown), "不对，是耳机那个". The words must describe another of its options and nothing else
-        (a new amount or question is not a re-pick); its slot takes the new value and what came after it is
-        planned again (``answers.apply_correction``: values the customer said themselves stay)."""
+        one" (of two shown), "不对，是耳机那个"; with ``bare`` (the message answers nothing the step asks) another
+        option named alone too ("不粘锅那个"). The words must describe another of its options and nothing else (a
+        new amount or question is not a re-pick); its slot takes the new value and what came after it is planned
+        again (``answers.apply_correction``: values the customer said themselves stay). "a different order",
+        "换成另一个订单" with more than one other option (or none shown) opens the choice again among the others.
+        A choice the request's own words made (its slot given before anything was asked) counts as one."""
         inst = run.inst
         other = U.refers_to_other(text)
-        if not (U.is_correction(text) or U.yes_no(text) is False or other):
+        if not (bare or U.is_correction(text) or U.yes_no(text) is False or other):
             return None
-        picked = next((h for h in reversed(inst["history"]) if h.get("event") == "chose"), None)
-        step = run.wf.steps.get(str(picked.get("step"))) if picked else None
-        if picked is None or step is None or step.kind != self.name or step.id == at.id or step.get("ask_again") \
-                or step.arg not in inst["slots"]:
+        picked, step = self._latest_pick(run, at)
+        if picked is None or step is None:
             return None
         try:
             opts = options(run, step)
@@ -278,14 +279,24 @@ class Choose(StepKind):
         current = inst["slots"][step.arg]
         rest = [i for i in range(len(opts)) if not same_value(value_of(run, step, opts[i]), current)]
         words = U.strip_follow_up(U.strip_correction(U.drop_negated(U.without_other(text))))
+        words = U.CORRECTION.sub(" ", words)   # "搞错了，换一个别的订单": the cue is no description of an option
+        shown = not str(picked.get("how") or "").startswith("said:")
         new: int | None = None
-        if words.strip():
+        if words.strip() and U.content_words(words):
             if U.is_question(words) or not U.only_describes(words, texts):
                 return None
             ch = U.choose(words, [ids[i] for i in rest], [texts[i] for i in rest])
             new = rest[ch.index] if ch.index is not None and ch.how != "number" else None
-        elif other and len(rest) == 1 and not str(picked.get("how") or "").startswith("said:"):
-            new = rest[0]     # "the other one" of two the customer was shown
+        elif other and rest and not U.is_question(text):
+            if len(rest) == 1 and shown:
+                new = rest[0]     # "the other one" of two the customer was shown
+            else:                 # "a different order": which one, among the others
+                if not dry:
+                    A.reopen(inst, run.wf, at, step.arg)
+                    inst["history"][-1]["step"] = step.id
+                    inst["pending"].setdefault("choose_among", {})[step.id] = rest
+                    inst["attempts"].pop(at.id, None)
+                return step.id
         if new is None:
             return None
         if not dry:
@@ -295,6 +306,23 @@ class Choose(StepKind):
                                     "at": time.time()})
             inst["attempts"].pop(at.id, None)
         return step.id
+
+    def _latest_pick(self, run: FlowRun, at: Step) -> tuple[dict[str, Any] | None, Step | None]:
+        """The flow's latest choice of this kind before ``at`` (its history event and step): one the customer made
+        from the list, or one the request's own words made (the slot given before it was asked: "refund 100241")."""
+        inst, wf = run.inst, run.wf
+        picked = next((h for h in reversed(inst["history"]) if h.get("event") == "chose"), None)
+        step = wf.steps.get(str(picked.get("step"))) if picked else None
+        if picked is None:
+            order = list(wf.steps)
+            given = A.said_first(inst)
+            step = next((wf.steps[sid] for sid in reversed(order[:order.index(at.id)] if at.id in order else [])
+                         if wf.steps[sid].kind == self.name and wf.steps[sid].arg in given), None)
+            picked = {"step": step.id, "how": "said:request"} if step is not None else None
+        if picked is None or step is None or step.kind != self.name or step.id == at.id or step.get("ask_again") \
+                or step.arg not in inst["slots"]:
+            return None, None
+        return picked, step
 
     def names(self, run: FlowRun, step: Step, words: str) -> bool:
         said = U.norm(words)

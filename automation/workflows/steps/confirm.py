@@ -85,7 +85,8 @@ class Confirm(StepKind):
                 A.apply_correction(inst, wf, step, slot, value)
                 ask = ask_step_of(wf, slot)
                 return ask.id if ask is not None else step.id
-            back = A.repick(run, step, text)   # "no, the other one": the earlier pick, taken again
+            # "no, the other one": the earlier pick, taken again (neither yes nor no: the other option named alone)
+            back = A.repick(run, step, text, bare=answer is None)
             if back is not None:
                 inst["pending"].pop("action", None)
                 return back

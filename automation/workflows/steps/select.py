@@ -246,7 +246,7 @@ class Select(StepKind):
 
     # -- a correction of the pick, later
 
-    def repick(self, run: FlowRun, at: Step, text: str, *, dry: bool = False) -> str | None:
+    def repick(self, run: FlowRun, at: Step, text: str, *, dry: bool = False, bare: bool = False) -> str | None:
         """The last select of the flow picked again from what was in question: "no, the other one" (of two),
         "actually the space grey one", "不对，是另一台". Its slot takes the new record and everything after it is
         planned again (``answers.apply_correction``); None when the words re-pick nothing there."""

@@ -5,7 +5,10 @@
   the topic; when an intent's ``task`` covers the cited article the answer offers it (the waiting flow reads a
   "yes" to the offer like any answer to the bot's own question).
 - L2: an assist ticket with a draft built from the best evidence; a human approves it.
-- Several requests in one message: the questions are answered first, in order, then the remaining request.
+- Several requests in one message: the questions are answered first, in order, then the remaining request
+  (the workflow side does lookups beside it and keeps a second task for when it ends).
+- A question asked beside an answer to the waiting flow ("不用了，谢谢你，我还想问下退货运费" at the optional tax id) is
+  answered from the knowledge base before the flow's next question.
 - Small talk (``serve: reply <template>``) from the policy's templates; out of scope: clarify once.
 """
 
@@ -183,7 +186,8 @@ class Answers(Tickets):
         for p, x in placed:
             served = self.served_by(x)
             kinds.append("talk" if served is not None and served[0] == "reply" else
-                         "question" if x.tier == "L1" and served is None else "request")
+                         "question" if x.tier == "L1" and served is None and not self.asks_for_task(p, x)
+                         else "request")
         questions = [i for i, k in enumerate(kinds) if k == "question"]
         requests = [i for i, k in enumerate(kinds) if k == "request"]
         if not questions and len(requests) < 2:
@@ -219,6 +223,40 @@ class Answers(Tickets):
                                   for i, ((p, x), k) in enumerate(zip(placed, kinds))]
         self.text = parts[main]
         return answers, placed[main][1]
+
+    def asks_for_task(self, text: str, c: Classification) -> bool:
+        """Whether one request of several asks for a task to be done rather than a question answered (none
+        here: only questions are answered beside the main request)."""
+        return False
+
+    def answer_beside(self, question: str) -> dict[str, Any] | None:
+        """A question asked beside an answer to the waiting flow: the knowledge base's answer, sent, when it is
+        confident; else None (the flow's reply goes alone: nobody is handed over for a question said in passing)."""
+        kb = self.r.rag
+        if kb is None:
+            return None
+        with self.stage("retrieval"):
+            try:
+                answer = kb.answer(question)
+            except Exception:  # noqa: BLE001 - the flow's answer is still served
+                log.exception("knowledge base failed on a question beside an answer")
+                return None
+        if not (answer.answered and answer.text):
+            self.trace["asked_beside"] = {"text": question, "answered": False}
+            return None
+        self.trace["asked_beside"] = {"text": question, "answered": True}
+        return self.send(answer.text, kind="reply", citations=citations_of(answer.citations))
+
+    def with_answer_first(self, beside: dict[str, Any] | None, result: TurnResult) -> TurnResult:
+        """The turn's reply with the answer sent before it (``answer_beside``) in front."""
+        if beside is None:
+            return result
+        if result.reply is None:
+            result.reply = beside
+            return result
+        result.reply = {**result.reply, "text": f"{beside['text']}\n\n{result.reply['text']}",
+                        "citations": list(beside.get("citations") or []) + list(result.reply.get("citations") or [])}
+        return result
 
     def main_request(self, placed: list[tuple[str, Classification]], requests: list[int]) -> int:
         """Which of several requests the turn goes on with (the others are served beside it): the first."""

@@ -20,6 +20,7 @@ from router.turn.pipeline import TurnResult
 from router.turn.plan import Route
 from router.turn.ports import FlowsPort
 from router.turn.tiers.answers import Answers
+from text.form import read_form
 
 
 def task_workflow(engine: FlowsPort | None, intent: Intent | None, c: Classification,
@@ -79,6 +80,11 @@ class Workflows(Answers):
         name = self.task_workflow(c, self.served_by(c)) if engine is not None else None
         return engine.workflows.workflows.get(name) if engine is not None and name else None
 
+    def asks_for_task(self, text: str, c: Classification) -> bool:
+        """A request of an intent that has a task ("an invoice for 100240", "给订单100230开个发票"), not asked as a
+        question ("how do I get an invoice?" is answered): the task, as the same words alone would start it."""
+        return read_form(text) != "question" and self._workflow_of(c) is not None
+
     def main_request(self, placed: list[tuple[str, Classification]], requests: list[int]) -> int:
         """The first task that changes something (it may wait for a confirmation); the lookups are done beside it."""
         for i in requests:
@@ -88,18 +94,33 @@ class Workflows(Answers):
         return requests[0]
 
     def can_serve_beside(self, others: list[Classification], main: Classification) -> bool:
-        """Every other request is a lookup (a workflow that only reads): "cancel order 100242 and where is order
-        100241?". Two tasks that change things wait for each other's questions: the message goes as one."""
+        """Every other request is a task of the engine's: lookups (workflows that only read: "cancel order 100242
+        and where is order 100241?"), and at most one other task that changes something ("refund 100241 and an
+        invoice for 100240"), which waits for the main one to end (two would each wait for the other's questions)."""
         wfs = [self._workflow_of(c) for c in others]
-        return all(wf is not None and wf.risk == "read" for wf in wfs)
+        return all(wf is not None for wf in wfs) and sum(wf.risk != "read" for wf in wfs if wf is not None) <= 1
 
     def serve_beside(self, text: str, c: Classification, main: Classification) -> dict[str, Any] | None:
         """A lookup asked beside the main task, run on its own words now: its answer goes first; one that needs
-        the customer's choice waits until the main task ends, then asks (suspended, as a digression's task)."""
+        the customer's choice waits until the main task ends, then asks (suspended, as a digression's task).
+        Another task that changes something is queued on its own words: nothing of it runs before the main task
+        ends (confirmed, declined or cancelled), then it starts; the reply says it comes next."""
         engine = self.r.flows
         wf = self._workflow_of(c)
         if engine is None or wf is None:
             return None
+        if wf.risk != "read":
+            from router.turn.flows import caller_of
+
+            caller = caller_of(self.conv, turn_id=self.ctx.turn_id)
+            if caller is None:
+                return None
+            with self.stage("workflow"):
+                queued = engine.queue(self.conn, wf.name, caller, text, c.entities or {},
+                                      lang=flow_language(self.lang, text))
+            self.flow_moved()
+            self.trace["queued"] = {"workflow": wf.name, "instance_id": queued.instance_id}
+            return self.send(queued.reply, kind="reply") if queued.reply else None
         whole, self.text = self.text, text
         try:
             flow = self.run_flow(c, workflow=wf.name)
@@ -198,7 +219,10 @@ class Workflows(Answers):
         engine = self.r.flows
         if engine is None or t.status in ("waiting", "waiting_approval"):
             return None
-        resumed = engine.resume(self.conn, str(self.conv["id"]), self.flow_lang)
+        from router.turn.flows import caller_of
+
+        resumed = engine.resume(self.conn, str(self.conv["id"]), self.flow_lang,
+                                caller=caller_of(self.conv, turn_id=self.ctx.turn_id))
         if resumed is not None:
             self.flow = resumed.as_response()
             self.trace.setdefault("workflow", {})["resumed"] = {"workflow": resumed.workflow,

@@ -3,7 +3,7 @@
 Each case is a customer with a goal (a workflow of the bundled example shop, an order, the values to
 give) and a pattern (how they talk: one answer per message, a correction, a change of mind, a
 digression, a wrong-then-right number, answers that look like other intents, two requests in one
-message). A small user simulator answers whatever the bot asks (``flow.awaiting``) with a phrasing drawn
+message, two tasks that change something in one message, another order at the amount question). A small user simulator answers whatever the bot asks (``flow.awaiting``) with a phrasing drawn
 from a pool, so the same case can be run k times with different words (pass^k). Every turn goes through
 the whole gateway (HTTP, guards, classifier, escalation rules, workflows, the MCP shop) and the shop's
 own records judge the outcome: the right write exactly once (or none), no ticket, no success claimed
@@ -158,6 +158,15 @@ P: dict[str, dict[str, list[str]]] = {
     # dropping the task and asking something else in the same message
     "instead": {"en": ["never mind, {question}", "forget it, {question}", "I changed my mind. {question}"],
                 "zh": ["算了，{question}", "不用了，{question}", "算了不弄了，{question}"]},
+    # two tasks that change something in one message: the second (an invoice for another order) comes next
+    "join_task": {"en": ["{task} and an invoice for order {order2}", "{task}, and then I need an invoice for order {order2}",
+                         "{task} and please issue an invoice for {order2}"],
+                  "zh": ["{task}，再给订单{order2}开个发票", "{task}，然后订单{order2}帮我开一下发票",
+                         "{task}，并且帮我给订单{order2}开发票"]},
+    # at the amount question, another order than the one just picked: the choice again, never the task dropped
+    "repick": {"en": ["actually, a different order", "sorry, wrong order, it's another one", "no wait, another order",
+                      "actually I meant a different order"],
+               "zh": ["算了，换成另一个订单吧", "不对，是另一个订单", "搞错了，换一个别的订单", "不是这个，是另外一个订单"]},
     # which order, and the amount in the same breath (with its currency, as customers write money)
     "beside": {"en": ["{which}, {money} please", "{which} and refund {money}", "{which} - {money}"],
                "zh": ["{which}，退{money}", "{which}，{money}", "{which}，帮我退{money}"]},
@@ -174,7 +183,11 @@ STATUS_WORD = {"en": {"awaiting payment": "pending", "paid": "paid", "shipped": 
                       "已退款": "已退款"}}
 
 PATTERNS = ("happy", "inline", "correction", "change_of_mind", "digression", "wrong_then_right", "lookalike",
-            "two_requests", "other_option", "beside", "instead", "in_focus")
+            "two_requests", "other_option", "beside", "instead", "in_focus", "two_tasks", "repick")
+# orders each customer may get an invoice for (paid, shipped or delivered, none issued): the second task of
+# "two_tasks" takes the first that is not the case's own order
+INVOICEABLE = {"c1": ["100234", "100230"], "c2": ["100241", "100240"], "c3": ["100252", "100251"], "c4": ["100260"],
+               "c5": ["100271", "100270"], "c6": ["100280"]}
 # the customers with several recent orders (a list is offered): "the other one" has something to refer to
 SEVERAL = {"c1", "c2", "c4"}
 
@@ -199,7 +212,8 @@ class Outcome:
 
 
 def cases(per_workflow: int | None = None) -> list[Case]:
-    """Every (workflow, customer, language, pattern) that applies: 5 workflows x 5 customers x 2 languages x 7-8."""
+    """Every (workflow, customer, language, pattern) that applies: 5 workflows x 5 customers x 2 languages x the
+    patterns that fit the workflow."""
     out = []
     for wf, tasks in TASKS.items():
         for n, task in enumerate(tasks[:per_workflow]):
@@ -211,8 +225,10 @@ def cases(per_workflow: int | None = None) -> list[Case]:
                         continue   # a task after a lookup, about the order looked up
                     if pattern == "instead" and wf == "order_status":
                         continue   # a lookup has nothing to drop
-                    if pattern == "beside" and wf != "refund":
-                        continue   # the amount said with the order: only the refund asks both
+                    if pattern in ("beside", "repick") and wf != "refund":
+                        continue   # the amount said with the order / another order at the amount: only the refund
+                    if pattern == "two_tasks" and wf not in ("refund", "cancel_order", "change_address"):
+                        continue   # a write, then an invoice for another order
                     if pattern == "other_option" and (wf not in ("order_status", "cancel_order")
                                                       or task["customer"] not in SEVERAL):
                         continue   # a lookup, and a write that must not run again on "the other one"
@@ -233,12 +249,14 @@ class Simulator:
         self.why: list[str] = []
         self.replies: list[dict] = []
         self.listed: list[tuple[str, str]] = []   # the orders a list offered, as shown: (order, status label)
+        self.decoy: str | None = None              # repick: the order picked first, before "a different order"
 
     def _values(self) -> dict[str, Any]:
         t, lang, pick = self.case.task, self.case.lang, self.rng.choice
         amount = t.get("amount")
         fmt = (lambda a: f"{a:g}") if amount is not None else str
-        v = {"order": t["order"], "amount": fmt(amount) if amount is not None else None,
+        v = {"order": t["order"], "order2": next((o for o in INVOICEABLE[t["customer"]] if o != t["order"]), None),
+             "amount": fmt(amount) if amount is not None else None,
              "amount2": fmt(t["amount2"]) if t.get("amount2") is not None else None,
              "address": pick(P["address"][lang]), "address2": pick(P["address2"][lang]),
              "title": pick(P["title"][lang]), "title2": pick(P["title2"][lang]), "tax_id": pick(P["tax_id"][lang])}
@@ -268,6 +286,12 @@ class Simulator:
                 self.listed = shown
                 return self.rng.choice([str(self.rng.choice(decoys)), f"the {NTH[decoys[0]]} one"
                                         if self.lang == "en" else f"第{decoys[0]}个"])
+        if awaiting == "order_id" and c.pattern == "repick" and not self.moved and self.decoy is None:
+            # first another order of the list, then (at the amount question) "a different order"
+            decoys = [o for o, _ in self._shown(self.transcript[-1][1]) if o != c.task["order"]]
+            if decoys:
+                self.decoy = self.rng.choice(decoys)
+                return self.say("order_id", order=self.decoy)
         if awaiting == "order_id":
             return self.say("order_id")
         if awaiting == "amount":
@@ -299,6 +323,15 @@ class Simulator:
             flow = out.get("flow") or {}
             if flow.get("workflow") != c.workflow or flow.get("awaiting") == "order_id":
                 self.why.append(f"the task about the order just looked up asked which order: {flow}")
+            self.moved = True
+        elif c.pattern == "two_tasks":   # two writes in one message: the first runs, the invoice comes next
+            task = self.rng.choice(P[f"open+order:{c.workflow}"][self.lang]).format(**self.values)
+            out = self.post(self.say("join_task", task=task.rstrip("?？")))
+            flow, said = out.get("flow") or {}, (out.get("reply") or {}).get("text") or ""
+            if flow.get("workflow") != c.workflow:
+                self.why.append(f"the first task of two did not start: {flow}")
+            if self.values["order2"] not in said:
+                self.why.append("the reply did not say the second task comes next")
             self.moved = True
         elif c.pattern == "wrong_then_right":
             out = self.post(self.rng.choice(P[f"open+order:{c.workflow}"][self.lang]).format(order=WRONG_ORDER))
@@ -386,6 +419,14 @@ class Simulator:
             if not (out.get("reply") or {}).get("citations"):
                 self.why.append("the question after a change of mind was not answered from the knowledge base")
             return out
+        if c.pattern == "repick" and awaiting == "amount" and self.decoy is not None:
+            self.moved = True
+            out = self.post(self.say("repick"))
+            flow, said = out.get("flow") or {}, (out.get("reply") or {}).get("text") or ""
+            if flow.get("status") != "waiting" or flow.get("awaiting") not in ("order_id", "amount") \
+                    or (flow.get("awaiting") == "amount" and c.task["order"] not in said):
+                self.why.append(f"another order at the amount question did not open the choice again: {flow}")
+            return out
         if c.pattern == "beside" and awaiting == "order_id":
             # "the order number is 100240, $20 please": the amount is not asked again
             self.moved = True
@@ -403,6 +444,15 @@ class Simulator:
             self.values[slot] = self.values[fixed]
             return out
         return None
+
+
+def expected_writes(case: Case, values: dict[str, Any]) -> list[dict[str, Any]]:
+    """The shop's writes a case must end with, in order: its task's (if any), then for "two_tasks" the invoice."""
+    want = expected_write(case, values)
+    out = [want] if want is not None else []
+    if case.pattern == "two_tasks":
+        out.append({"tool": "issue_invoice", "arguments": {"order_id": values["order2"], "title": values["title"]}})
+    return out
 
 
 def expected_write(case: Case, values: dict[str, Any]) -> dict[str, Any] | None:
@@ -423,17 +473,16 @@ def judge(sim: Simulator, writes: list[dict], tickets: int) -> Outcome:
     """The shop's records decide: the expected write once with the right arguments (or none), no ticket,
     no success reply without a success result, every reply in the customer's language."""
     case, why = sim.case, list(sim.why)
-    want = expected_write(case, sim.values)
+    wants = expected_writes(case, sim.values)
     made = [{**w, "arguments": {**w["arguments"], "order_id": w["order_id"]}} for w in writes]
-    if want is None:
+    if not wants:
         if made:
             why.append(f"writes without a confirmed request: {[w['tool'] for w in made]}")
+    elif [w["tool"] for w in made] != [w["tool"] for w in wants]:
+        why.append(f"expected {[w['tool'] for w in wants]} once each, the shop has {[w['tool'] for w in made]}")
     else:
-        mine = [w for w in made if w["tool"] == want["tool"]]
-        if len(mine) != 1 or len(made) != 1:
-            why.append(f"expected one {want['tool']}, the shop has {[w['tool'] for w in made]}")
-        else:
-            got = mine[0]["arguments"]
+        for want, done in zip(wants, made):
+            got = done["arguments"]
             for k, v in want["arguments"].items():
                 if (float(got.get(k)) if isinstance(v, float) else got.get(k)) != v:
                     why.append(f"{want['tool']} {k}={got.get(k)!r}, expected {v!r}")

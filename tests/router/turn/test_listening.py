@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from routing_kit import api_client, flow_services, rows
+from routing_kit import api_client, flow_services, make_agent, rows
 
 pytestmark = pytest.mark.slow
 
@@ -425,3 +425,103 @@ def test_the_other_one_after_a_cancellation_cancels_nothing_more(api, svc, texts
     assert [w["order_id"] for w in writes_of(svc, "cancel_order")] == ["100235"]
     assert (out[3].get("flow") or {}).get("workflow") != "cancel_order", out[3]
     assert out[3]["ticket_id"] is None
+
+
+@pytest.mark.parametrize("customer, first, then, says_next, task_order, task_tool, task_done", [
+    ("c2", "refund 100241 and an invoice for 100240", ("20", "yes"), "comes next", "100241", "request_refund",
+     "Refunded 20.00 USD"),
+    ("c1", "帮我取消订单100236，再给订单100230开个发票", ("是的",), "接着办理", "100236", "cancel_order", "已取消"),
+    ("c1", "帮我取消订单100236，再给订单100230开个发票", ("算了，不取消了",), "接着办理", None, "cancel_order",
+     "不会再做后续操作"),
+])
+def test_two_tasks_in_one_message_are_done_one_after_the_other(api, svc, customer, first, then, says_next,
+                                                                task_order, task_tool, task_done):
+    """Two tasks that change something, asked in one message: the first runs (its question), the second is kept
+    on its own words (its own order) and starts when the first ends, confirmed or dropped; the reply says it
+    comes next, and nothing of it happens before (the shop's records judge)."""
+    conv = f"l-queue-{customer}-{len(then[0])}"
+    out = talk(api, customer, conv, first)
+    other = "100240" if customer == "c2" else "100230"
+    said = out[0]["reply"]["text"]
+    assert says_next in said and other in said and out[0]["flow"]["workflow"] != "invoice", said
+    assert said.index(says_next) < said.index("100241" if customer == "c2" else "100236"), said
+    assert writes_of(svc, "issue_invoice") == [] and writes_of(svc, task_tool) == []
+    rest = talk(api, customer, conv, *then)
+    last = rest[-1]
+    assert task_done in last["reply"]["text"], last["reply"]
+    assert [w["order_id"] for w in writes_of(svc, task_tool)] == ([task_order] if task_order else [])
+    assert last["flow"]["workflow"] == "invoice" and last["flow"]["awaiting"] == "title", last["flow"]
+    assert writes_of(svc, "issue_invoice") == []    # started, not done: it asks its own question first
+    title = "Acme Ltd" if customer == "c2" else "某某公司"
+    done = talk(api, customer, conv, title, "none" if customer == "c2" else "无", "yes" if customer == "c2" else "是的")
+    assert done[-1]["flow"]["status"] == "completed", [o["reply"]["text"] for o in done]
+    assert [w["order_id"] for w in writes_of(svc, "issue_invoice")] == [other]
+    assert tickets_of(svc, conv) == 0
+
+
+@pytest.mark.parametrize("customer, texts, asks, not_shown", [
+    ("c5", ("我要退款", "100271", "算了，换成另一个订单吧"), "订单 100270 要退款多少", None),
+    ("c5", ("我要退款", "100271", "不粘锅那个"), "订单 100270 要退款多少", None),
+    ("c2", ("I want a refund", "100241", "actually, a different order"), "Which order should be refunded?", "100241"),
+    ("c2", ("refund 100241", "actually, a different order"), "Which order should be refunded?", "100241"),
+])
+def test_another_order_at_the_amount_question_picks_the_order_again(api, svc, customer, texts, asks, not_shown):
+    """At the amount question, "a different order" / "换成另一个订单" opens the order choice again (the other order
+    when only one is left) and another order's item named alone ("不粘锅那个") picks it: the task goes on with that
+    order, never dropped; the refund is written for the order picked last."""
+    conv = f"l-repick-{customer}-{len(texts)}-{len(texts[-1])}"
+    out = talk(api, customer, conv, *texts)
+    last = out[-1]
+    assert asks in last["reply"]["text"] and last["flow"]["status"] == "waiting", last["reply"]
+    if not_shown:
+        assert not_shown not in last["reply"]["text"] and last["flow"]["awaiting"] == "order_id"
+        more = talk(api, customer, conv, "the lamp", "20", "yes")
+        order = "100240"
+    else:
+        more = talk(api, customer, conv, "50", "是的")
+        order = "100270"
+    assert more[-1]["flow"]["status"] == "completed", [o["reply"]["text"] for o in more]
+    assert [w["order_id"] for w in writes_of(svc, "request_refund")] == [order]
+    assert tickets_of(svc, conv) == 0
+
+
+@pytest.mark.parametrize("customer, texts, answer", [
+    ("c1", ("我要开发票，订单100230", "某某公司", "不用了，谢谢你，我还想问下退货运费", "是的"), None),
+    ("c2", ("I need an invoice for order 100240", "Acme Ltd", "no need, thanks. how long do card refunds take?", "yes"),
+     "3–7"),
+])
+def test_declining_the_tax_id_with_a_question_keeps_the_invoice(api, svc, customer, texts, answer):
+    """"不用了" at the optional tax-id question declines that question, not the invoice: with a question after it the
+    invoice goes on to its confirmation (the question answered first when the knowledge base can) and is issued."""
+    conv = f"l-decline-{customer}"
+    out = talk(api, customer, conv, *texts)
+    asked = out[2]
+    assert asked["flow"]["workflow"] == "invoice" and asked["flow"]["awaiting"] == "confirmation", asked["reply"]
+    if answer is not None:
+        said = asked["reply"]["text"]
+        assert answer in said and asked["reply"]["citations"] and said.rstrip().endswith("?"), said
+    assert out[-1]["flow"]["status"] == "completed", [o["reply"]["text"] for o in out]
+    invoices = writes_of(svc, "issue_invoice")
+    assert len(invoices) == 1 and invoices[0]["arguments"]["tax_id"] is None
+    assert tickets_of(svc, conv) == 0
+
+
+def test_a_task_kept_for_after_a_reviewed_one_starts_when_the_review_decides(api, svc):
+    """The first of two tasks waits for a supervisor: the second is still kept, and starts with the decision (its
+    question goes out with the refund's result), then runs on the customer's answers."""
+    conv = "l-queue-review"
+    out = talk(api, "c2", conv, "refund 100241 and an invoice for 100240", "all", "yes")
+    assert out[-1]["flow"]["status"] == "waiting_approval", out[-1]
+    assert writes_of(svc, "issue_invoice") == [] and writes_of(svc, "request_refund") == []
+    ticket = rows(svc.pool, "SELECT id FROM tickets WHERE kind = 'approval'")[0]
+    _, token = make_agent(svc.pool, "sue", role="supervisor", approval_level="supervisor")
+    h = {"Authorization": f"Bearer {token}"}
+    assert api.post(f"/v1/handoff/tickets/{ticket['id']}/claim", headers=h).status_code == 200
+    assert api.post(f"/v1/handoff/tickets/{ticket['id']}/approve", headers=h).status_code == 200
+    told = rows(svc.pool, "SELECT payload FROM outbox WHERE kind = 'reply' ORDER BY id DESC LIMIT 1")[0]["payload"]
+    assert "Refunded 129" in told["text"] and "What title should the invoice carry?" in told["text"], told["text"]
+    assert [w["order_id"] for w in writes_of(svc, "request_refund")] == ["100241"]
+    done = talk(api, "c2", conv, "Acme Ltd", "none", "yes")
+    assert done[-1]["flow"]["workflow"] == "invoice" and done[-1]["flow"]["status"] == "completed", \
+        [o["reply"]["text"] for o in done]
+    assert [w["order_id"] for w in writes_of(svc, "issue_invoice")] == ["100240"]

@@ -1,0 +1,30 @@
+"""Where a message is cut into requests (router.classify.segments): two requests that each name their own order
+are cut where they join; one request about two orders, or the same order twice, stays whole."""
+
+from __future__ import annotations
+
+import pytest
+
+from router.classify.segments import split_requests
+
+
+@pytest.mark.parametrize("text, parts", [
+    ("refund 100241 and an invoice for 100240", ["refund 100241", "an invoice for 100240"]),
+    ("帮我取消订单100236，再给订单100230开个发票", ["帮我取消订单100236", "给订单100230开个发票"]),
+    ("取消订单100236然后给100230开发票", ["取消订单100236", "给100230开发票"]),
+    ("I want to cancel 100235 and refund 100241 too", ["I want to cancel 100235", "refund 100241 too"]),
+    ("退款订单100234，另外帮我查一下订单100235的物流", ["退款订单100234", "帮我查一下订单100235的物流"]),
+])
+def test_two_requests_about_two_orders_are_cut_where_they_join(text, parts):
+    assert split_requests(text) == parts
+
+
+@pytest.mark.parametrize("text", [
+    "cancel order 100235 and 100236",              # one request about two orders
+    "cancel order 100235 and order 100236",
+    "取消订单100236和订单100230",
+    "refund 100241 and give me an invoice for 100241",   # the same order on both sides
+    "I want a refund and an explanation",          # no order on either side
+])
+def test_one_request_about_orders_stays_whole(text):
+    assert split_requests(text) == [text]
