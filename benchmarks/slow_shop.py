@@ -220,8 +220,8 @@ def split_cpu(server_pid: int, pg_pid: int | None) -> dict[str, float]:
 
 
 def outside_runs(dsn: str) -> dict:
-    """How many times each turn's outside work ran (the trace's ``outside_runs``), per count: an order question
-    whose customer's memory is cached needs one run (its one read)."""
+    """How many times each turn's outside work ran between its passes (the trace's ``outside_runs``), per count:
+    an order question whose order is read ahead of its first pass needs none."""
     import psycopg
 
     with psycopg.connect(dsn) as conn:
@@ -231,16 +231,19 @@ def outside_runs(dsn: str) -> dict:
 
 
 def shop_wait(dsn: str, run: str) -> dict:
-    """The measured order turns' time waiting for their outside work (the trace's ``timings_ms.outside``: no lock,
-    no connection held), p50/p95 in ms: against the shop's latency it shows what the gateway adds to a call
-    (bulkhead, threads, the MCP session), apart from the queue for a core every turn of the run shares."""
+    """The measured order turns' time waiting for their outside work (the trace's ``timings_ms.outside`` between
+    passes and ``timings_ms.ahead`` before the first: no lock, no connection held), p50/p95 in ms: against the
+    shop's latency it shows what the gateway adds to a call (bulkhead, threads, the MCP session), apart from the
+    queue for a core every turn of the run shares."""
     import psycopg
 
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(
-            "SELECT (t.trace->'timings_ms'->>'outside')::float, coalesce((t.trace->'timings_ms'->>'slot_back')::float,"
-            " 0) FROM turns t JOIN conversations c"
-            " ON c.id = t.conversation_id WHERE c.external_id LIKE %s AND t.trace->'timings_ms' ? 'outside'",
+            "SELECT coalesce((t.trace->'timings_ms'->>'outside')::float, 0)"
+            " + coalesce((t.trace->'timings_ms'->>'ahead')::float, 0),"
+            " coalesce((t.trace->'timings_ms'->>'slot_back')::float, 0) FROM turns t JOIN conversations c"
+            " ON c.id = t.conversation_id WHERE c.external_id LIKE %s"
+            " AND (t.trace->'timings_ms' ? 'outside' OR t.trace->'timings_ms' ? 'ahead')",
             (f"{run}-c%",)).fetchall()
     if not rows:
         return {"n": 0}

@@ -27,8 +27,8 @@ from automation.workflows import understand as U
 from automation.workflows.expr import ExpressionError, evaluate_bool
 from automation.workflows.listening import (CLAIMED, READINGS, Listening, declined_beside, offered,  # noqa: F401
                                             reading as read_message)
-from automation.workflows.model import Workflow, WorkflowSet
-from automation.workflows.outside import Outside, inline
+from automation.workflows.model import RISK_ORDER, Workflow, WorkflowSet
+from automation.workflows.outside import PENDING, CallPending, Outside, inline
 from automation.workflows.runtime import (ApprovalPort, ApprovalRequest, FlowRun, FlowTurn, HandoffRequest,  # noqa: F401
                                           Restart, Services, StepTrace, t)
 from automation.workflows.steps import REGISTRY, WAITING_KINDS, StepContext
@@ -428,11 +428,52 @@ class FlowEngine:
         return M.session(conn, self.workflows.memory, self.tools, caller, lang, tickets=self.tickets,
                          outside=self.outside)
 
-    def memory_ahead(self, conn: Any, caller: Caller, lang: str = "en") -> bool:
-        """Ask the outside port now for the memory calls a flow started in ``caller``'s conversation would make
-        (the router does so before the turn that will start it, so the turn finds their results at hand and
-        needs no pass of its own to discover them). True when calls were asked; nothing is written."""
-        return M.ahead(conn, self.workflows.memory, self.tools, caller, lang, self.outside)
+    def ahead(self, conn: Any, workflow: str, caller: Caller, text: str = "", entities: dict[str, Any] | None = None,
+              lang: str = "en", *, new: bool = False) -> str | None:
+        """Ask the outside port now for the shop reads that starting ``workflow`` with this message would make
+        first. The router does so before the turn that will start the flow, so the turn finds their results at
+        hand and needs no pass of its own to discover them. Returns None when nothing was asked, "asked" when
+        something was, "again" when the session memory's calls were asked and the flow's first reads, which may
+        depend on their answers, are to be asked once they are at hand (a second look).
+
+        First the session memory (its calls, when it is not kept); with the memory at hand, the start is walked
+        as :meth:`start` walks it (the slots the message gives, the memory), in memory only, through the steps
+        that change nothing (``StepKind.pure``) up to the first read call whose result is not at hand, which is
+        asked. The walk ends at a step that waits for the customer, at a write (never made ahead) or at any
+        other kind. While the memory's calls run, the same walk over the memory's defaults tells whether a
+        second look is worth it (a new customer's "where is my order?" waits for the order number either way).
+        Nothing is stored or counted; the turn decides as always, on its own reading of the same rules: a guess
+        it proves wrong (another slot value, a concurrent change) costs the reads only. ``new``: the
+        conversation is not stored yet (it has no memory row and no earlier flow to read)."""
+        wf = self.workflows.workflows.get(workflow)
+        if wf is None or caller.conversation_id is None:
+            return None
+        spec = self.workflows.memory
+        try:
+            remembered = M.peek(conn, spec, self.tools, caller, lang, tickets=self.tickets, outside=self.outside,
+                                stored=not new)
+        except CallPending:    # the memory's calls are asked: would the flow read the shop without them?
+            run = self._draft(conn, wf, caller, text, entities, lang, M.empty(spec), new, outside=_never)
+            return "again" if _first_reads(run, entities or {}) else "asked"
+        run = self._draft(conn, wf, caller, text, entities, lang, remembered, new, outside=self.outside)
+        return "asked" if _first_reads(run, entities or {}) else None
+
+    def _draft(self, conn: Any, wf: Workflow, caller: Caller, text: str, entities: dict[str, Any] | None, lang: str,
+               remembered: dict[str, Any], new: bool, *, outside: Outside) -> FlowRun:
+        """A turn of ``wf`` as :meth:`start` would begin it, in memory only (never saved, nothing counted)."""
+        assert caller.conversation_id is not None
+        slots = A.prefill(wf, text, entities or {})
+        if not new:
+            slots.update(self._in_focus(conn, caller.conversation_id, wf, text, slots))
+        inst = store.draft(conversation_id=caller.conversation_id, workflow=wf.name, version=wf.version,
+                           step=wf.first, lang=lang, caller=_caller_dict(caller), slots=slots)
+        inst["bindings"]["memory"] = remembered
+        inst["pending"]["message"] = text or ""
+        R.VOCABULARY.set(wf.vocabulary)
+        R.ADDRESS.set(wf.address or R.DEFAULT_ADDRESS)
+        services = Services(self.workflows, self.tools, self.approvals, self.similarity, _unseen, REGISTRY,
+                            outside=outside)
+        return FlowRun(conn, inst, wf, caller, lang, services)
 
     # ------------------------------------------------------------------ staff: approvals and cancels
 
@@ -640,6 +681,44 @@ def _task_words(wf: Workflow, lang: str, inst: Instance | None = None) -> str:
     order = next((inst["slots"][n] for n, s in wf.slots.items()
                   if s.validate.get("entity") == "order_id" and inst["slots"].get(n)), None) if inst else None
     return task if order is None else t("task_of_order", lang, task=task, order=order)
+
+
+def _unseen(workflow: str, event: str) -> None:
+    """The observer of a look ahead's walk: what it runs is not counted (the turn counts its own)."""
+
+
+def _never(key: Any, compute: Callable[[], Any]) -> Any:
+    """The outside port of a walk that only looks: every call stays pending, none is asked."""
+    return PENDING
+
+
+def _first_reads(run: FlowRun, entities: dict[str, Any]) -> bool:
+    """Walk a drafted flow from its first step as :meth:`FlowEngine._run` would, through pure steps and read
+    calls, until a read call not at hand is asked (True) or a step waits, writes, ends or is of another kind."""
+    inst, wf, tools = run.inst, run.wf, run.services.tools
+    for _ in range(MAX_STEPS_PER_TURN):
+        sid = inst["step"]
+        if sid is None:
+            return False
+        step = wf.steps[sid]
+        kind = REGISTRY[step.kind]
+        try:
+            if "when" in step.raw and not evaluate_bool(step.raw["when"], run.scope()):
+                inst["step"] = run.after(step, transitions=False)
+                continue
+            if not kind.pure and not (step.kind == "call" and
+                                      RISK_ORDER.get(getattr(tools.spec(step.arg), "risk", "read"), 2) == 0):
+                return False
+            outcome = kind.run(StepContext(run, step, None, entities))
+        except CallPending:
+            return True
+        except (ExpressionError, LookupError):
+            return False
+        entities = {}
+        if outcome in ("wait", "stop"):
+            return False
+        inst["step"] = outcome if outcome != "next" else run.after(step)
+    return False
 
 
 def _ms(a: float, b: float) -> float:

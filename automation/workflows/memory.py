@@ -257,6 +257,11 @@ class _CustomerCache:
 
         threading.Thread(target=run, name="memory-refresh", daemon=True).start()
 
+    def changed_since(self, channel: Any, customer_id: Any, at: float) -> bool:
+        """Whether the customer's shop data changed after ``at`` (monotonic seconds)."""
+        with self._lock:
+            return self._changed.get((channel, customer_id), float("-inf")) >= at
+
     def forget(self, channel: Any, customer_id: Any) -> None:
         """The customer changed something in the shop (a write succeeded, here or in another gateway process):
         what any gateway of this process kept of them is stale."""
@@ -277,6 +282,40 @@ class _CustomerCache:
 CUSTOMERS = _CustomerCache()
 
 
+class _ForTurn:
+    """Memory a look ahead loaded for a turn (FlowEngine.ahead), taken once by that turn's own load: the
+    customer's earlier outcomes are not read twice. Bounded; dropped when the customer's shop data changed since
+    (a write here or in another gateway process: memory.forget)."""
+
+    def __init__(self, size: int = 512) -> None:
+        self._lock = threading.Lock()
+        self._size = size
+        self._kept: dict[tuple[Any, ...], tuple[float, dict[str, Any]]] = {}
+
+    def put(self, key: tuple[Any, ...], data: dict[str, Any], asked_at: float) -> None:
+        """``asked_at`` (monotonic): when ``data`` began to be gathered (a change of the customer's since voids it)."""
+        with self._lock:
+            if len(self._kept) >= self._size:
+                self._kept.pop(next(iter(self._kept)))   # the oldest
+            self._kept[key] = (asked_at, data)
+
+    def take(self, key: tuple[Any, ...], channel: Any, customer_id: Any) -> dict[str, Any] | None:
+        with self._lock:
+            got = self._kept.pop(key, None)
+        if got is None or CUSTOMERS.changed_since(channel, customer_id, got[0]):
+            return None
+        return got[1]
+
+
+FOR_TURN = _ForTurn()
+
+
+def _turn_key(spec: MemorySpec, caller: Any, lang: str) -> tuple[Any, ...] | None:
+    if not caller.turn_id:
+        return None
+    return (id(spec), caller.channel, caller.customer_id, caller.conversation_id, caller.turn_id, lang)
+
+
 def _key(spec: MemorySpec, caller: Any, lang: str) -> tuple[Any, ...]:
     return (caller.channel, caller.customer_id, lang if spec.by_language else None, id(spec))
 
@@ -287,21 +326,28 @@ def kept(spec: MemorySpec, tools: Any, caller: Any, lang: str) -> bool:
     return cached is not None and time.monotonic() - cached[0] <= 2 * spec.ttl_seconds
 
 
-def ahead(conn: Any, spec: MemorySpec | None, tools: Any, caller: Any, lang: str, outside: Outside) -> bool:
-    """Ask the port for the calls :func:`session` would make for this conversation (nothing is kept here: the
-    turn's own load finds their results at hand). False when the memory would come from the process or the
-    conversation's fresh ``flow_memory`` row, or no call is declared: nothing is asked then."""
-    if spec is None or not spec.calls or kept(spec, tools, caller, lang):
-        return False
-    row = conn.execute("SELECT extract(epoch FROM now() - loaded_at) AS age FROM flow_memory"
+def peek(conn: Any, spec: MemorySpec | None, tools: Any, caller: Any, lang: str, *,
+         tickets: TicketHistory | None = None, outside: Outside = inline, stored: bool = True) -> dict[str, Any]:
+    """The memory :func:`session` would give the conversation now, read only (nothing is stored): its fresh
+    ``flow_memory`` row, else what :func:`load` gathers. Asked before a turn (FlowEngine.ahead): a call not at
+    hand is asked of ``outside`` (CallPending), and the turn's own load finds its result; a memory loaded here
+    is the turn's (``caller.turn_id``): its :func:`session` takes it instead of loading again. ``stored``: False
+    for a conversation not stored yet (no ``flow_memory`` row to read)."""
+    if spec is None:
+        return empty(None)
+    row = None if not stored else conn.execute("SELECT data, extract(epoch FROM now() - loaded_at) AS age FROM flow_memory"
                        " WHERE conversation_id = %s", (caller.conversation_id,)).fetchone()
-    if row is not None and float(row["age"] if isinstance(row, dict) else row[0]) <= spec.ttl_seconds:
-        return False
-    try:
-        _from_tools(spec, tools, caller, lang, outside)
-    except CallPending:
-        return True
-    return False
+    if row is not None:
+        data, age = (row["data"], row["age"]) if isinstance(row, dict) else row
+        if float(age) <= spec.ttl_seconds:
+            fresh: dict[str, Any] = data
+            return fresh
+    asked_at = time.monotonic()
+    data = load(conn, spec, tools, caller, lang, tickets=tickets, outside=outside)
+    key = _turn_key(spec, caller, lang)
+    if key is not None:
+        FOR_TURN.put(key, _jsonable(data), asked_at)   # its own copy: the look ahead walks the flow over `data`
+    return data
 
 
 def _tools_part(spec: MemorySpec, tools: Any, caller: Any, lang: str, outside: Outside) -> dict[str, Any]:
@@ -385,7 +431,9 @@ def session(conn: Any, spec: MemorySpec | None, tools: Any, caller: Any, lang: s
         if float(age) <= spec.ttl_seconds:
             kept: dict[str, Any] = data
             return kept
-    data = load(conn, spec, tools, caller, lang, tickets=tickets, outside=outside)
+    key = _turn_key(spec, caller, lang)
+    ahead = FOR_TURN.take(key, caller.channel, caller.customer_id) if key is not None else None
+    data = ahead if ahead is not None else load(conn, spec, tools, caller, lang, tickets=tickets, outside=outside)
     data["loaded_at"] = time.time()
     conn.execute("""INSERT INTO flow_memory (conversation_id, customer_channel, customer_id, data)
                     VALUES (%s, %s, %s, %s)

@@ -8,7 +8,7 @@ arriving together are applied one after the other, never both from the same stat
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import datetime, timezone
 from collections.abc import Iterable
 from typing import Any, TypedDict, cast
 
@@ -61,6 +61,16 @@ def create(conn: Connection[Any], *, conversation_id: str, workflow: str, versio
     ).fetchone()
     assert row is not None, "INSERT ... RETURNING gives the row"
     return _instance(row)
+
+
+def draft(*, conversation_id: str, workflow: str, version: int, step: str, lang: str, caller: dict[str, Any],
+          slots: dict[str, Any]) -> Instance:
+    """An instance as :func:`create` would make it, in memory only (a look ahead at a flow's start: never saved)."""
+    now = datetime.now(timezone.utc)
+    return Instance(id=str(uuid.uuid4()), conversation_id=conversation_id, workflow=workflow, version=version,
+                    step=step, status="running", outcome=None, lang=lang, caller=caller, slots=slots, bindings={},
+                    attempts={}, loops={}, pending={}, generation=0, approval_ticket=None, history=[],
+                    created_at=now, updated_at=now)
 
 
 def active(conn: Connection[Any], conversation_id: str, *, lock: bool = False) -> Instance | None:

@@ -1,17 +1,20 @@
-"""A new flow's session memory, asked of the shop before the turn's first pass.
+"""A new flow's first shop reads, asked before the turn's first pass.
 
-A flow's start loads the customer's session memory (their profile and recent orders, read from the shop). A
-turn that starts one would run a first pass only to discover those calls, be rolled back, and run again once
-they return. When the message alone already tells that the turn will start a flow, the calls are asked
-before the first pass instead, with nothing held, and the first pass finds them at hand.
+A flow's start loads the customer's session memory (their profile and recent orders, read from the shop), and
+its first steps often read the shop again (the order the message names). A turn that starts one would run a
+pass only to discover each of those calls, be rolled back, and run again once they return. When the message
+alone already tells that the turn will start a flow, the calls are asked before the first pass instead, with
+nothing held (FlowEngine.ahead: the memory's calls, then, with the memory at hand, the read calls the flow's
+first steps make), and the first pass finds them at hand.
 
 The turn's own rules decide it, read ahead with no lock and no write: the classification (computed once per
 turn: the passes reuse it), the harness's checks (a message they stop never reaches a tool: STOP or START,
 crisis words, do-not-contact, the quota, a sensitive customer), the conversation (none yet, or one no person
 holds, with no flow active and its memory not loaded), the escalation rules and the routing plan. The calls
 name the conversation and the turn the pass will use (a new conversation's id derives from its message), so
-the tool audit attributes them as before. A guess proven wrong by the turn (a concurrent change) costs the
-shop calls only: the turn decides as it always does.
+the tool audit attributes them as before. Only reads are asked (a write is never made ahead). A guess proven
+wrong by the turn (a concurrent change, another reading of the message) costs the shop calls only: the turn
+takes a result only for the very same call, and decides as it always does.
 """
 
 from __future__ import annotations
@@ -19,12 +22,12 @@ from __future__ import annotations
 from typing import Any, cast
 
 from automation.tools import Caller
-from automation.workflows import memory as M
+from router.classify.base import Classification
 from router.schemas import InboundMessage
 from router.turn import language, plan
 from router.turn import state as sm
 from router.turn.passes import per_turn
-from router.turn.pipeline import Connect, new_conversation_id, turn_id_of
+from router.turn.pipeline import Connect, ahead_mark, new_conversation_id, turn_id_of
 from router.turn.plan import Act
 from router.turn.ports import Conn
 from router.turn.tiers.base import Wiring, plan_facts, verdict_facts
@@ -32,12 +35,12 @@ from router.turn.tiers.workflows import flow_language, task_workflow
 from text.form import read_form
 
 
-def memory_ahead(d: Wiring, msg: InboundMessage, connect: Connect) -> bool:
-    """Ask for the session memory's calls when this message's turn will start a flow; True when asked."""
+def flow_ahead(d: Wiring, msg: InboundMessage, connect: Connect) -> bool:
+    """Ask for the shop reads a flow this message's turn will start makes first; True when the flow's first reads
+    wait for the answers of the session memory's calls asked now (the pipeline then looks again)."""
     engine = d.flows
-    spec = engine.workflows.memory if engine is not None else None
     text = msg.text or ""
-    if engine is None or spec is None or not spec.calls or not msg.customer_id or not d.harness.passes_text(text):
+    if engine is None or not msg.customer_id or not d.harness.passes_text(text):
         return False
     c = per_turn(("classify", text), lambda: d.classifier.classify(text))
     intent = d.classifier.config.intent(c.intent) if c.intent else None
@@ -46,40 +49,54 @@ def memory_ahead(d: Wiring, msg: InboundMessage, connect: Connect) -> bool:
     task = task_workflow(engine, intent, c, framed.served) if not framed.asking else None
     if task is None:
         return False
-    if M.kept(spec, engine.tools, Caller(msg.channel, msg.customer_id),
-              flow_language(language.choose(text, None, d.policy.default_language), text)):
-        return False     # served from the process: the turn needs no call (a language read later may differ)
-    with connect() as raw, raw.transaction():
-        conn = cast(Conn, raw)     # the pool opens every connection with dict rows (router.db.pool)
-        row = conn.execute("SELECT id, customer_id, state, session_no, metadata FROM conversations"
-                           " WHERE channel = %s AND external_id = %s",
-                           (msg.channel, msg.conversation_external_id)).fetchone()
-        counters: dict[str, Any] = {}
-        if conn.execute("SELECT 1 FROM messages WHERE channel = %s AND external_id = %s",
-                        (msg.channel, msg.message_external_id)).fetchone() is not None:
-            return False         # a delivery seen before: its turn is stored or being routed
-        if row is None:
-            conversation_id, known = new_conversation_id(msg.channel, msg.conversation_external_id), None
-        else:
-            state = row["state"]
-            if (row["customer_id"] != msg.customer_id or state in sm.HUMAN_HOLDS or state == "l2_assisting"
-                    or (state in sm.RESOLVED and d.escalation.is_positive_feedback(text))):
-                return False
-            conversation_id, known = str(row["id"]), (row["metadata"] or {}).get("lang")
-            if engine.active(conn, conversation_id) is not None:
-                return False     # a waiting flow reads the message first
-            kept = conn.execute("SELECT * FROM conversation_counters WHERE conversation_id = %s",
-                                (row["id"],)).fetchone()
-            if kept is not None and kept["session_no"] == row["session_no"] and state != "closed":
-                counters = dict(kept)
-        if not d.harness.would_pass(conn, channel=msg.channel, customer_id=msg.customer_id, text=text):
+    with connect() as raw:
+        # each read commits on its own: a guess needs no snapshot, and nothing stays open in a transaction while
+        # the rules and the flow's first steps are worked out (the connection goes back as it came)
+        raw.autocommit = True
+        try:
+            return _ahead(d, msg, cast(Conn, raw), c, facts, framed, task, text)   # dict rows (router.db.pool)
+        finally:
+            if not raw.closed:
+                raw.autocommit = False
+
+
+def _ahead(d: Wiring, msg: InboundMessage, conn: Conn, c: Classification, facts: plan.Facts, framed: plan.Frame,
+           task: str, text: str) -> bool:
+    """The look ahead's reads and rules on ``conn`` (see flow_ahead)."""
+    engine = d.flows
+    assert engine is not None
+    row = conn.execute("SELECT id, customer_id, state, session_no, metadata FROM conversations"
+                       " WHERE channel = %s AND external_id = %s",
+                       (msg.channel, msg.conversation_external_id)).fetchone()
+    counters: dict[str, Any] = {}
+    if conn.execute("SELECT 1 FROM messages WHERE channel = %s AND external_id = %s",
+                    (msg.channel, msg.message_external_id)).fetchone() is not None:
+        return False         # a delivery seen before: its turn is stored or being routed
+    if row is None:
+        conversation_id, known = new_conversation_id(msg.channel, msg.conversation_external_id), None
+    else:
+        state = row["state"]
+        if (row["customer_id"] != msg.customer_id or state in sm.HUMAN_HOLDS or state == "l2_assisting"
+                or (state in sm.RESOLVED and d.escalation.is_positive_feedback(text))):
             return False
-        verdict = d.escalation.evaluate(text=text, classification=c, counters=counters,
-                                        target_state=plan.target_state(framed, task=task), claimed=framed.claimed)
-        route = plan.choose(facts, framed, verdict_facts(verdict), task=task)
-        if route.act is not Act.TIER or not route.run_flow or route.workflow != task:
-            return False
-        lang = flow_language(language.choose(text, known, d.policy.default_language), text)
-        caller = Caller(channel=msg.channel, customer_id=msg.customer_id, conversation_id=conversation_id,
-                        turn_id=turn_id_of(msg))
-        return engine.memory_ahead(conn, caller, lang)
+        conversation_id, known = str(row["id"]), (row["metadata"] or {}).get("lang")
+        if engine.active(conn, conversation_id) is not None:
+            return False     # a waiting flow reads the message first
+        kept = conn.execute("SELECT * FROM conversation_counters WHERE conversation_id = %s",
+                            (row["id"],)).fetchone()
+        if kept is not None and kept["session_no"] == row["session_no"] and state != "closed":
+            counters = dict(kept)
+    if not d.harness.would_pass(conn, channel=msg.channel, customer_id=msg.customer_id, text=text):
+        return False
+    verdict = d.escalation.evaluate(text=text, classification=c, counters=counters,
+                                    target_state=plan.target_state(framed, task=task), claimed=framed.claimed)
+    route = plan.choose(facts, framed, verdict_facts(verdict), task=task)
+    if route.act is not Act.TIER or not route.run_flow or route.workflow != task:
+        return False
+    lang = flow_language(language.choose(text, known, d.policy.default_language), text)
+    caller = Caller(channel=msg.channel, customer_id=msg.customer_id, conversation_id=conversation_id,
+                    turn_id=turn_id_of(msg))
+    asked = engine.ahead(conn, task, caller, text, c.entities or {}, lang, new=row is None)
+    if asked is not None:
+        ahead_mark(conn, row)     # the first pass checks that nothing moved on while the calls ran
+    return asked == "again"

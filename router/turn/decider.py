@@ -40,7 +40,7 @@ from router.problems import Problem
 from router.schemas import Decision, Escalation, InboundMessage
 from router.telemetry.metrics import Metrics
 from router.turn import plan
-from router.turn.ahead import memory_ahead
+from router.turn.ahead import flow_ahead
 from router.turn import state as sm
 from router.turn.escalation import EscalationPolicy, Policy
 from router.turn.guards import Harness, Verdict
@@ -120,10 +120,11 @@ class Decider:
             log.debug("preparing a message failed", exc_info=True)
 
 
-    def ahead(self, msg: InboundMessage, connect: Connect) -> None:
-        """Before the turn's first pass: the session memory a flow this message starts will load, asked of the
-        shop now (router.turn.ahead), so no pass is rolled back only to discover it."""
-        memory_ahead(self, msg, connect)
+    def ahead(self, msg: InboundMessage, connect: Connect) -> bool:
+        """Before the turn's first pass: the shop reads a flow this message starts will make first (its session
+        memory, the order it names), asked now (router.turn.ahead), so no pass is rolled back only to discover
+        them. True: look again once they return (the flow's first reads wait for its memory)."""
+        return flow_ahead(self, msg, connect)
 
 
 class _Turn(Workflows):

@@ -72,8 +72,9 @@ CHANNEL_METADATA_KEYS = frozenset({"kind", "to", "account", "encryption", "chat_
 Connect = Callable[[], AbstractContextManager[psycopg.Connection]]
 
 #: what a decider reads ahead of a turn's first pass (router.turn.decider.Decider.ahead): it may take a pooled
-#: connection for short reads (no lock) and ask for outside work, which then runs before the first pass
-Ahead = Callable[[InboundMessage, Connect], None]
+#: connection for short reads (no lock) and ask for outside work, which then runs before the first pass; True:
+#: what it would ask next depends on that work, so it looks again once the work is done (AHEAD_ROUNDS at most)
+Ahead = Callable[[InboundMessage, Connect], bool | None]
 
 
 @dataclass
@@ -106,6 +107,29 @@ def _conversation_id(channel: str, external_id: str, attempt: int = 0) -> str:
 def new_conversation_id(channel: str, external_id: str) -> str:
     """The id a conversation made by this message's turn gets (known before the turn: work asked ahead names it)."""
     return _conversation_id(channel, external_id)
+
+
+#: who holds the conversation's open tickets (part of a turn's mark: an agent's claim moves the conversation on)
+_TICKETS_HELD = ("SELECT coalesce(string_agg(id::text || ':' || status || ':' || coalesce(claimed_by::text, ''), ','"
+                 " ORDER BY id), '') AS tickets FROM tickets WHERE conversation_id = %s"
+                 " AND status IN ('queued', 'claimed')")
+
+
+def ahead_mark(conn: Any, conversation: dict[str, Any] | None) -> None:
+    """Work is asked ahead of a turn in ``conversation`` (its row as read then; None: not made yet): what the
+    conversation looks like now is the turn's mark, so its first pass, run once the work is done, is superseded
+    when the conversation moved on meanwhile (a newer message, an agent's claim), as a later pass is
+    (Pipeline._moved). The first such mark of a turn counts."""
+    scope = CURRENT_PASS.get()
+    if scope is None or scope.work.mark is not None:
+        return
+    if conversation is None:   # any message stored in it from now on is newer than this one
+        scope.work.mark = {"message": 0, "state": None, "session": None, "tickets": ""}
+        return
+    row = conn.execute("SELECT (SELECT coalesce(max(id), 0) FROM messages WHERE conversation_id = %s) AS message, ("
+                       + _TICKETS_HELD + ") AS tickets", (conversation["id"], str(conversation["id"]))).fetchone()
+    scope.work.mark = {"message": row["message"], "state": conversation["state"],
+                       "session": conversation["session_no"], "tickets": row["tickets"]}
 
 
 def turn_id_of(msg: InboundMessage) -> str:
@@ -168,6 +192,8 @@ class Pipeline:
     #: passes of one turn at most: the first decides and notes the outside work it wants, each later one
     #: applies the results (and may ask for work that depends on them); the last may not defer any more
     MAX_PASSES = 4
+    #: look-ahead rounds before the first pass (the memory, then the flow's first reads, which may depend on it)
+    AHEAD_ROUNDS = 2
 
     def __init__(self, pool, metrics, decider: Decider = record_only, *, owner: Owner = refuse_others,
                  admission=None, prepare: Callable[[InboundMessage], None] | None = None,
@@ -291,29 +317,37 @@ class Pipeline:
             scope = Pass(work, may_defer=passes < self.MAX_PASSES)
 
     def _look_ahead(self, msg: InboundMessage, acquire: float | None, work: Work) -> None:
-        """The decider's look ahead, in a pass of its own that holds nothing; the work it asks for runs now,
-        with the caller's slot given back, and the first pass finds the results at hand. An optimisation
-        only: a failure is logged and the turn runs as it would without it (a lost database is the turn's)."""
-        scope = Pass(work, may_defer=True)
-        token = CURRENT_PASS.set(scope)
-        try:
-            assert self.ahead is not None
-            self.ahead(msg, lambda: self.pool.connection(acquire))
-        except DatabaseUnavailable:
-            raise
-        except Exception:  # noqa: BLE001 - the turn decides without it
+        """The decider's look ahead, in passes of its own that hold nothing; the work each asks for runs at
+        once, with the caller's slot given back, and the next finds it at hand (what a flow reads first may
+        depend on the memory read before: the decider asks to look again, at most AHEAD_ROUNDS times). The
+        first pass finds the results at hand. An optimisation only: a failure is logged and the turn runs as it
+        would without it (a lost database is the turn's)."""
+        waited: float | None = None
+        for _ in range(self.AHEAD_ROUNDS):
+            scope = Pass(work, may_defer=True)
+            token = CURRENT_PASS.set(scope)
+            again = False
+            try:
+                assert self.ahead is not None
+                again = bool(self.ahead(msg, lambda: self.pool.connection(acquire)))
+            except DatabaseUnavailable:
+                raise
+            except Exception:  # noqa: BLE001 - the turn decides without it
+                if not scope.wanted:
+                    log.warning("looking ahead of a turn failed", exc_info=True)
+            finally:
+                CURRENT_PASS.reset(token)
             if not scope.wanted:
-                log.warning("looking ahead of a turn failed", exc_info=True)
-        finally:
-            CURRENT_PASS.reset(token)
-        if not scope.wanted:
-            return
-        t = time.perf_counter()
-        with TurnSlots.released():
-            run_wanted(scope)
-            waited = time.perf_counter() - t
-        work.ahead_seconds = waited
-        self.metrics.stage_seconds.labels("ahead").observe(waited)
+                break
+            t = time.perf_counter()
+            with TurnSlots.released():
+                run_wanted(scope)
+                waited = (waited or 0.0) + time.perf_counter() - t
+            if not again:
+                break
+        if waited is not None:
+            work.ahead_seconds = waited
+            self.metrics.stage_seconds.labels("ahead").observe(waited)
 
     def _run_outside(self, scope: Pass) -> None:
         """The pass's wanted work, in parallel, each item until its deadline (a late one: OutsideDeadline)."""
@@ -479,17 +513,15 @@ class Pipeline:
     def _mark(self, conn, conversation: dict[str, Any], message: dict[str, Any]) -> dict[str, Any]:
         """What must not change while a turn's outside work runs: the conversation's state and session, its
         messages after this one, and who holds its tickets."""
-        row = conn.execute(
-            "SELECT coalesce(string_agg(id::text || ':' || status || ':' || coalesce(claimed_by::text, ''), ','"
-            " ORDER BY id), '') AS tickets FROM tickets WHERE conversation_id = %s AND status IN ('queued', 'claimed')",
-            (str(conversation["id"]),)).fetchone()
+        row = conn.execute(_TICKETS_HELD, (str(conversation["id"]),)).fetchone()
         return {"message": message["id"], "state": conversation["state"], "session": conversation["session_no"],
                 "tickets": row["tickets"]}
 
     def _moved(self, conn, conversation: dict[str, Any], message: dict[str, Any], work: Work) -> str | None:
-        """Why the conversation moved on since the turn's first pass (None: it did not, or nothing ran outside)."""
+        """Why the conversation moved on since the turn's first pass, or since work was asked ahead of it
+        (ahead_mark); None: it did not, or nothing ran outside."""
         now = self._mark(conn, conversation, message)
-        if work.mark is None or work.outside_runs == 0:
+        if work.mark is None or (work.outside_runs == 0 and work.ahead_seconds is None):
             work.mark = now
             return None
         was = work.mark
@@ -497,7 +529,7 @@ class Pipeline:
                              " ORDER BY id LIMIT 1", (conversation["id"], was["message"], message["id"])).fetchone()
         if newer is not None:
             return f"a newer message ({newer['sender']}) was routed meanwhile"
-        if (now["state"], now["session"]) != (was["state"], was["session"]):
+        if was["state"] is not None and (now["state"], now["session"]) != (was["state"], was["session"]):
             return f"the conversation moved from {was['state']} to {now['state']} meanwhile"
         if now["tickets"] != was["tickets"]:
             return "its tickets changed meanwhile (an agent claimed or closed one)"

@@ -116,7 +116,8 @@ class FlowsPort(Protocol):
 
     def memory(self, conn: Any, caller: Caller, lang: str = "en") -> dict[str, Any]: ...
 
-    def memory_ahead(self, conn: Any, caller: Caller, lang: str = "en") -> bool: ...
+    def ahead(self, conn: Any, workflow: str, caller: Caller, text: str = "", entities: dict[str, Any] | None = None,
+              lang: str = "en", *, new: bool = False) -> str | None: ...
 
 
 class EncoderPort(Protocol):

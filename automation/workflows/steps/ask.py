@@ -23,6 +23,7 @@ class AskSpec(StepSpec):
 
 class Ask(StepKind):
     name = "ask"
+    pure = True
     spec = AskSpec
     waits = True
 

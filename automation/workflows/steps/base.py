@@ -63,6 +63,9 @@ class StepKind:
     spec: ClassVar[type[StepSpec]] = StepSpec
     keys: ClassVar[frozenset[str]] = frozenset()
     waits: ClassVar[bool] = False          # it asks the customer and reads the answer
+    # running it changes nothing beyond the flow's own instance in memory (no tool call, no ticket, no row): a
+    # look ahead at a flow's start (FlowEngine.ahead) may walk it to find the shop reads that follow
+    pure: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

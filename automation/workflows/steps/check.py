@@ -20,6 +20,7 @@ class CheckSpec(StepSpec):
 
 class Check(StepKind):
     name = "check"
+    pure = True
     spec = CheckSpec
 
     def check(self, step: Step, ck: WorkflowChecks) -> None:

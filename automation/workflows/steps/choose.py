@@ -134,6 +134,7 @@ class ChooseSpec(StepSpec):
 
 class Choose(StepKind):
     name = "choose"
+    pure = True
     spec = ChooseSpec
     waits = True
 

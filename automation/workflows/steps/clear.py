@@ -15,6 +15,7 @@ class ClearSpec(StepSpec):
 
 class Clear(StepKind):
     name = "clear"
+    pure = True
     spec = ClearSpec
 
     def check(self, step: Step, ck: WorkflowChecks) -> None:

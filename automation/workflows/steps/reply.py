@@ -16,6 +16,7 @@ class ReplySpec(StepSpec):
 
 class Reply(StepKind):
     name = "reply"
+    pure = True
     spec = ReplySpec
 
     def check(self, step: Step, ck: WorkflowChecks) -> None:

@@ -92,6 +92,7 @@ def _nouns(step: Step) -> list[str]:
 
 class Select(StepKind):
     name = "select"
+    pure = True
     spec = SelectSpec
     waits = True
 

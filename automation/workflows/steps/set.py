@@ -15,6 +15,7 @@ class SetSpec(StepSpec):
 
 class Set(StepKind):
     name = "set"
+    pure = True
     spec = SetSpec
 
     def check(self, step: Step, ck: WorkflowChecks) -> None:

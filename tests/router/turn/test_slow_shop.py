@@ -394,3 +394,69 @@ def test_a_message_the_harness_stops_asks_the_shop_nothing(slow):
     # the same question from a customer no check stops is asked ahead (the test above would catch nothing else)
     fine, _ = slow.pipeline.handle(_msg("where is my order", conv="stop-4", customer="ok-1"))
     assert "ahead" in _trace(slow, fine["turn_id"])["timings_ms"] and len(_memory_calls(slow, "ok-1")) == 2
+
+
+def _order_calls(svc, customer: str) -> list[dict]:
+    svc.tools.flush_audit(5.0)
+    return rows(svc.pool, "SELECT input->>'order_id' AS order_id, status, purpose, conversation_id, turn_id"
+                          " FROM tool_calls WHERE caller_customer = %s AND tool = 'get_order' ORDER BY created_at", customer)
+
+
+def test_an_order_question_reads_its_order_before_the_first_pass(slow):
+    """The message names the order: the flow's first read (get_order) is asked before the turn's first pass, after
+    the memory it may depend on, so the turn is decided in one pass; the audit names the conversation and the
+    turn. The customer's next conversation, whose memory is kept, reads only the order ahead."""
+    _warm(slow)
+    out, _ = slow.pipeline.handle(_msg("where is my order 100234", conv="read-1", customer="c1"))
+    assert out["flow"]["workflow"] == "order_status" and out["flow"]["status"] == "completed", out
+    assert "100234" in out["reply"]["text"], out
+    trace = _trace(slow, out["turn_id"])
+    # memory, then the order: two shop latencies ahead, and no pass rolled back
+    assert "outside_runs" not in trace and trace["timings_ms"]["ahead"] >= 2 * float(LATENCY_MS) * 0.9, trace
+    assert [s["step"] for s in trace["workflow"]["steps"] if s["tool_status"]] == ["load"], trace["workflow"]
+    calls = _order_calls(slow, "c1")
+    assert [(c["order_id"], c["status"], c["purpose"]) for c in calls] == [("100234", "ok", "order_status")], calls
+    assert (calls[0]["conversation_id"], calls[0]["turn_id"]) == (out["conversation_id"], out["turn_id"])
+    again, _ = slow.pipeline.handle(_msg("order 100235 status please", conv="read-2", customer="c1"))
+    assert again["flow"]["status"] == "completed" and "100235" in again["reply"]["text"], again
+    trace = _trace(slow, again["turn_id"])
+    assert "outside_runs" not in trace and float(LATENCY_MS) * 0.9 <= trace["timings_ms"]["ahead"] \
+        < 2 * float(LATENCY_MS), trace
+    assert len(_memory_calls(slow, "c1")) == 2
+    calls = _order_calls(slow, "c1")
+    assert [(c["order_id"], c["conversation_id"], c["turn_id"]) for c in calls[1:]] == [
+        ("100235", again["conversation_id"], again["turn_id"])], calls
+
+
+def test_a_wrong_guess_ahead_costs_a_shop_call_not_the_decision(slow):
+    """A look ahead that guessed another read (here: it read another message's order under the same turn) leaves
+    the turn to decide as a pipeline without any look ahead does: it reads its own order in a pass of its own; the
+    guessed read stays in the audit only."""
+    from router.turn.pipeline import Pipeline
+
+    _warm(slow)
+    decider = slow.pipeline.decider
+
+    def guess(msg, connect):
+        return decider.ahead(msg.model_copy(update={"text": "where is my order 100235"}), connect)
+
+    out, _ = Pipeline(slow.pool, slow.metrics, decider, ahead=guess).handle(
+        _msg("where is my order 100234", conv="guess-1", customer="c1"))
+    alone, _ = Pipeline(slow.pool, slow.metrics, decider).handle(
+        _msg("where is my order 100234", conv="guess-2", customer="c1"))
+    for key in ("decision", "state"):
+        assert _comparable(out[key]) == _comparable(alone[key]), (out[key], alone[key])
+    assert out["reply"]["text"] == alone["reply"]["text"] and "100234" in out["reply"]["text"], out
+    assert _trace(slow, out["turn_id"])["outside_runs"] == 1          # its own read needed a pass
+    mine = [(c["order_id"], c["status"]) for c in _order_calls(slow, "c1") if c["turn_id"] == out["turn_id"]]
+    assert sorted(mine) == [("100234", "ok"), ("100235", "ok")], mine
+
+
+def _comparable(value):
+    """A turn's decision or state without what differs between two conversations (ids, times)."""
+    if isinstance(value, dict):
+        return {k: _comparable(v) for k, v in value.items()
+                if k not in ("id", "instance_id", "conversation_id", "turn_id", "ticket_id", "at", "ms")}
+    if isinstance(value, list):
+        return [_comparable(v) for v in value]
+    return value
