@@ -510,7 +510,8 @@ class Composer:
         main = self._entry(whole or anchor, per_doc, score_of, 0, query, head_sim=head_sim)
         if keywords and self.words is not None and not parts:
             # (a question of several parts: its words belong to different entries, each part finds its own)
-            main = self._in_words(main, per_doc, score_of, qvecs, keywords, key, query, head_sim)
+            names = [n for c in chunks[doc_ids[main[0].doc]][:1] for n in (c.title, *c.keywords)]
+            main = self._in_words(main, per_doc, score_of, qvecs, keywords, key, query, head_sim, names)
         if sum(len(x.text) for x in main) < (60 if _is_cjk(query) else 110) and main[0].kind == "para":
             # a short lead ("who pays depends on why you return it") says little alone: the next
             # passage of the same article completes it
@@ -549,7 +550,8 @@ class Composer:
         return Composition(text=text, docs=used, lang=answer_lang, parts=len(chosen), scores={"line": round(top, 4)})
 
     def _in_words(self, main: list[Line], per_doc: list[list[Line]], score_of: dict, qvecs: np.ndarray,
-                  keywords: Sequence[str], key: str, query: str, head_sim: dict[str, float]) -> list[Line]:
+                  keywords: Sequence[str], key: str, query: str, head_sim: dict[str, float],
+                  names: Sequence[str] = ()) -> list[Line]:
         """The entry of the anchor's article that says what is asked in the question's own specific words.
 
         The encoder scores a line by its meaning as a whole, and an FAQ question of the same form ("can I
@@ -559,14 +561,17 @@ class Composer:
         are scored by their cosine plus WORDS_LEAD times the share of those words they hold, each word weighted
         by how rare it is among the knowledge base's lines; the best one's entry replaces the anchor's when it
         scores higher. An entry that names something asked always stands (a paraphrase of the question in
-        other words is left to the encoder).
+        other words is left to the encoder). A word of the article's ``names`` (its title and keywords: "快递" of
+        "快递几天能到") names the whole article, so it singles out none of its lines.
         """
         doc = per_doc[main[0].doc]
         asked_words = self.words_in(query)
         n, df = self._df.get(key) or self._count_words(key, per_doc)
         # a single Chinese character is mostly a function word ("到", "要", "能"): it names nothing
+        # a word of the article's title or keywords names the article, not one of its entries
+        naming_article = set().union(*(self.words_in(x) for x in names)) if names else set()
         idf = {w: float(np.log((n + 1) / (df.get(w, 0) + 0.5))) for w in set(keywords)
-               if not (_is_cjk(w) and len(w) < 2)}
+               if not (_is_cjk(w) and len(w) < 2) and w not in naming_article}
         if not idf:
             return main
         held = [self.words_in(unit_text(ln, doc)) & idf.keys() for ln in doc]

@@ -46,11 +46,12 @@ _POINTER = re.compile(r"^(?:(?:please\s+)?(?:see|refer\s+to)|请参考|请参阅
 QUESTION_UNITS = 4          # question sentences of a passage compared with the query, at most
 ENTRY_CANDIDATES = 8        # hits of an article with entries that the entry score may reorder
 ENTRY_BLEND = 0.15          # weight of the fused retrieval score beside the entry score (a cosine)
+NAME_BLEND = 0.3            # weight of the query's cosine to an article's names (title, keywords) in the entry score
 PART_HITS = 3              # hits retrieved for each part of a question of several parts
 SHORT_PASSAGE = 160         # a passage this short (a one-line FAQ entry) is itself a question unit
 
 
-def question_units(chunk: Any, *, named: bool = True) -> list[str]:
+def question_units(chunk: Chunk, *, named: bool = True) -> list[str]:
     """What a passage says it answers: its title, its article's keywords (what customers call it) and its
     section, its FAQ questions (a ``Q:`` line whole, else the sentences ending in a question mark), or the whole
     text when short. ``named=False`` leaves the keywords out: they name every passage of the article alike, so
@@ -60,7 +61,7 @@ def question_units(chunk: Any, *, named: bool = True) -> list[str]:
     queries: question against question) rather than with the passage's answer text.
     """
     units: list[str] = []
-    for head in (chunk.title, *(getattr(chunk, "keywords", ()) if named else ()), chunk.section):
+    for head in (chunk.title, *(chunk.keywords if named else ()), chunk.section):
         head = (head or "").strip()
         if head and head not in units:
             units.append(head)
@@ -252,8 +253,7 @@ class KnowledgeBase:
         if not keywords or hit.chunk is None:
             return 0.0
         c = hit.chunk
-        said = f"{c.title}\n{' '.join(c.keywords)}\n{c.section}\n{c.text}"
-        words = {_stem(w) for w in self.tokenizer.words_of(said)}
+        words = {_stem(w) for w in self.tokenizer.words_of(c.said())}
         wanted = {_stem(w) for w in keywords}
         return len(wanted & words) / len(wanted)
 
@@ -270,7 +270,7 @@ class KnowledgeBase:
         texts: dict[str, list[str]] = {}
         for chunks in articles.values():
             for c in chunks:
-                texts.setdefault(c.lang or "", []).append(f"{c.title}\n{' '.join(c.keywords)}\n{c.section}\n{c.text}".lower())
+                texts.setdefault(c.lang or "", []).append(c.said().lower())
         # the glossary's terms and variants are the shop's own words too ("package" for "parcel")
         declared = sorted(w.lower() for w in self.glossary.words())
         known = {lang: ({_stem(w) for t in [*parts, *declared] for w in self.tokenizer.words_of(t)},
@@ -386,12 +386,18 @@ class KnowledgeBase:
         kind = asked(rw.original)
         if kind is not None:       # what states the quantity asked for leads (rag/answer_type.py)
             sims = sims + np.array([ANSWER_TYPE_LEAD if holds(u, kind) else 0.0 for u in flat])
+        # what each article is called (its title and keywords): it cannot tell an article's passages apart, but
+        # it tells articles apart ("快递一般几天到" is closer to the delivery times' "快递几天能到" than to lost parcels)
+        names = {d: [n for n in (articles[d][0].title, *articles[d][0].keywords) if n.strip()]
+                 for d in docs if articles.get(d)}
+        named = {d: float(max(self.composer.cache.vectors(ns) @ query)) for d, ns in names.items() if ns}
         scores, i = [], 0
         for h, us in zip(head, units, strict=True):
             best = float(max(sims[i:i + len(us)])) if us else -1.0
             i += len(us)
             h.scores["entry"] = best
-            scores.append(best + ENTRY_BLEND * float(h.score))
+            scores.append(best + ENTRY_BLEND * float(h.score)
+                          + NAME_BLEND * named.get(h.chunk.doc_id if h.chunk else "", 0.0))
         order = sorted(range(len(head)), key=lambda j: -scores[j])
         ranked = [head[j] for j in order]
         return ranked + [h for h in hits if h not in ranked]

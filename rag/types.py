@@ -22,6 +22,11 @@ class Chunk:
     content_hash: str = ""
     keywords: tuple[str, ...] = ()   # what customers call the whole article (its front matter's "keywords")
 
+    def said(self) -> str:
+        """Everything the passage says, its headings and its article's keywords included: the words a question
+        can find in it."""
+        return f"{self.title}\n{' '.join(self.keywords)}\n{self.section}\n{self.text}"
+
 
 @dataclass
 class Hit:

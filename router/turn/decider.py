@@ -47,7 +47,7 @@ from router.turn.guards import Harness, Verdict
 from router.turn.pipeline import Connect, TurnContext, TurnResult
 from router.turn.plan import Act
 from router.turn.ports import ClassifierPort, EncoderPort, FlowsPort, HandoffPort, KnowledgePort
-from router.turn.tiers.base import plan_facts, verdict_facts
+from router.turn.tiers.base import close_question, plan_facts, verdict_facts
 from router.turn.tiers.workflows import Workflows
 from text import LONG_MESSAGE_CHARS
 from text.form import read_form
@@ -292,6 +292,11 @@ class _Turn(Workflows):
                 return self.flow_outcome(c, flow)
         if route.act is Act.CLARIFY:
             return self.clarify(c)
+        if route.answer_first:
+            question = close_question(self.r, c, intent, form)
+            first = self.answer_first(c, question, route.workflow) if question is not None else None
+            if first is not None:
+                return first
         if route.act is Act.SERVE_WORKFLOW and route.workflow is not None:
             return self.serve_workflow(c, route.workflow)
         if route.act is Act.DIGRESSION:

@@ -50,6 +50,7 @@ class Facts:
     identity_reply: bool = False          # the policy has the ``bot_identity`` reply template
     clarify_unknown: bool = True          # policy ``unknown: clarify_then_escalate``
     drops_task: bool = False              # "never mind" / "算了，不退了" with nothing waiting (and a reply for it)
+    close_question: bool = False          # a lookup the classifier barely preferred to a question with topics
 
     @property
     def in_flow(self) -> bool:
@@ -99,6 +100,7 @@ class Route:
     restart: str | None = None
     run_flow: bool = False                # TIER: the flow engine takes the message before the tier
     asking: bool = False                  # the answer comes from the intent's topics
+    answer_first: bool = False            # the knowledge base may answer first (its lookup offered after)
     save_verdict: bool = True             # small talk leaves the counters as they were
 
     @property
@@ -141,6 +143,9 @@ def choose(f: Facts, fr: Frame, v: Verdict, *, task: str | None) -> Route:
     5. a digression from a waiting flow;
     6. an escalation: L3;
     7. the flow engine (the waiting flow, or ``task``), then the tier's action or the small-talk reply.
+
+    A lookup barely preferred to a question with topics (``close_question``) is answered first when the knowledge
+    base answers it confidently (``answer_first``, 4 and 7), its lookup offered after; else it runs as planned.
     """
     served, smalltalk = fr.served, fr.smalltalk
     asks_who = v.rule == "human_request" and f.decided_by == "rules"
@@ -160,15 +165,17 @@ def choose(f: Facts, fr: Frame, v: Verdict, *, task: str | None) -> Route:
     restart = f.restart if not v.escalate else None
     if not v.escalate and not f.in_flow and f.intent is None and f.clarify_unknown and v.low_confidence_streak <= 1:
         return Route(Act.CLARIFY, tier=tier, served=served, restart=restart, asking=asking)
+    # "when will my refund show on my Visa?": as likely the refund-times question as the customer's own refund
+    answer_first = f.close_question and not asking and not f.in_flow and restart is None and not v.escalate
     if not v.escalate and not f.in_flow and task is None and served is not None and served[0] == "workflow":
         return Route(Act.SERVE_WORKFLOW, tier=tier, workflow=served[1], served=served, restart=restart,
-                     asking=asking)
+                     asking=asking, answer_first=answer_first)
     if f.reading == "digression" and not v.escalate:
         return Route(Act.DIGRESSION, tier=tier, template=template, served=served, restart=restart, asking=asking)
     if v.escalate:
         return Route(Act.ESCALATE, tier=tier, served=served, asking=asking)
     return Route(Act.TIER, tier=tier, template=template, workflow=task, served=served, restart=restart,
-                 run_flow=f.flows and not asking, asking=asking)
+                 run_flow=f.flows and not asking, asking=asking, answer_first=answer_first and task is not None)
 
 
 class Thanks(str, Enum):

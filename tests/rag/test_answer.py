@@ -442,7 +442,7 @@ def test_what_customers_call_an_article_finds_it_and_its_opening_answers(pool, e
 
 # the conversations of issue #33, each the first message of a new conversation: a set judged together
 ISSUE_CONVERSATIONS = ("what is your return policy?", "衣服不合适能退吗", "退货的运费谁来出", "how long does shipping take?",
-                       "can I pay with PayPal or Apple Pay?")
+                       "can I pay with PayPal or Apple Pay?", "快递一般几天到？")
 
 
 @pytest.mark.slow

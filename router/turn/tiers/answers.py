@@ -19,6 +19,7 @@ from typing import Any
 
 from rag.types import Answer
 from router.classify.base import Classification
+from router.classify.intents import Intent
 from router.schemas import Decision
 from router.turn.pipeline import TurnResult
 from router.turn.tiers.base import EVIDENCE_LIMIT, hit_dict, citations_of
@@ -62,21 +63,44 @@ class Answers(Tickets):
             text, citations = self.topic_answer(c, answer)
             agreed = text is not None
         if text and answer is not None:
-            offer = self.offer_task(c, citations)
-            if offer is not None:
-                text = f"{text}\n\n{self.say('offer_task').format(task=offer[0])}"
-            reply = self.send(text, kind="reply", citations=citations, suggestions=offer[1] if offer else None)
-            self.move("l1_resolved", "answered_from_kb")
-            if self.r.metrics is not None:
-                self.count(self.r.metrics.l1_resolved)
-            facts: dict[str, Any] = {"confidence": round(float(answer.confidence), 4)}
-            if agreed:
-                facts["topic_agreement"] = True
-            decision = self.decision_of(c, "L1", None, answer=facts)
-            return self.result(decision, reply=reply)
+            return self.answered(c, answer, text, citations, topic_agreement=agreed)
         why = (self.rag_error or "no knowledge base") if answer is None else (answer.reason or "no confident answer")
         decision = self.decision_of(c, "L2", None, l1_fallback={"from": "L1", "reason": why})
         return self.assist_l2(c, decision, via="l1_resolving", answer=answer, reason=f"L1 could not answer: {why}")
+
+    def answered(self, c: Classification, answer: Answer, text: str, citations: list[dict[str, Any]], *,
+                 topic_agreement: bool = False, task: str | None = None) -> TurnResult:
+        """Send the knowledge base's answer (the task offered after it, see offer_task) and resolve at L1."""
+        offer = self.offer_task(c, citations, task=task)
+        if offer is not None:
+            text = f"{text}\n\n{self.say('offer_task').format(task=offer[0])}"
+        reply = self.send(text, kind="reply", citations=citations, suggestions=offer[1] if offer else None)
+        self.move("l1_resolved", "answered_from_kb")
+        if self.r.metrics is not None:
+            self.count(self.r.metrics.l1_resolved)
+        facts: dict[str, Any] = {"confidence": round(float(answer.confidence), 4)}
+        if topic_agreement:
+            facts["topic_agreement"] = True
+        decision = self.decision_of(c, "L1", None, answer=facts)
+        return self.result(decision, reply=reply)
+
+    def answer_first(self, c: Classification, question: Intent, lookup: str | None) -> TurnResult | None:
+        """A lookup the classifier barely preferred to ``question`` (router.turn.tiers.base.close_question),
+        answered from the knowledge base when it answers confidently from one of that intent's articles, the
+        lookup offered after it ("Card refunds take 3–7 business days … Would you like me to help with one of your
+        orders (order status)?"); None: the lookup runs as planned."""
+        answer = self.retrieve()
+        if answer is None or not answer.answered or not answer.text:
+            return None
+        citations = citations_of(answer.citations)
+        if not citations or not question.covers(str(citations[0]["doc_id"])):
+            return None
+        self.trace["answer_first"] = {"lookup": c.intent, "question": question.name,
+                                      "margin": c.explanation.get("margin")}
+        self.asking = question
+        self.move("classifying", "message")
+        self.move("l1_resolving", f"intent {question.name}")
+        return self.answered(c, answer, answer.text, citations, task=lookup)
 
     def topic_answer(self, c: Classification, answer: Answer) -> tuple[str | None, list[dict[str, Any]]]:
         """A declined answer to a question whose intent declares topics: its best passage answers when it is from
@@ -109,9 +133,11 @@ class Answers(Tickets):
             log.exception("extractive answer failed")
             return None
 
-    def offer_task(self, c: Classification, citations: list[dict[str, Any]]) -> tuple[str, list[str]] | None:
-        """After an answer: the task of the intent whose topics hold the cited article (the classified intent's
-        first), offered as the waiting flow's question; (the task's words, quick replies) or None."""
+    def offer_task(self, c: Classification, citations: list[dict[str, Any]],
+                   task: str | None = None) -> tuple[str, list[str]] | None:
+        """After an answer: ``task``, else the task of the intent whose topics hold the cited article (the
+        classified intent's first), offered as the waiting flow's question; (the task's words, quick replies) or
+        None."""
         from router.turn.flows import caller_of
 
         engine = self.r.flows
@@ -121,8 +147,11 @@ class Answers(Tickets):
             return None
         mine = self.intent_config(c)
         owners = ([mine] if mine is not None else []) + [i for i in config.intents if i is not mine]
-        task = next((i.task for i in owners if i.task and i.covers(doc) and i.task in engine.workflows.workflows),
-                    None)
+        if task is not None and task not in engine.workflows.workflows:
+            return None
+        if task is None:
+            task = next((i.task for i in owners if i.task and i.covers(doc) and i.task in engine.workflows.workflows),
+                        None)
         caller = caller_of(self.conv, turn_id=self.ctx.turn_id)
         if task is None or caller is None:
             return None

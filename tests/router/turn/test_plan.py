@@ -85,6 +85,16 @@ ESCALATE = Verdict(escalate=True, rule="dissatisfied")
      Act.SERVE_WORKFLOW, {"workflow": "order_status"}),
     ("the customer's own data, the engine runs it", facts(served=("workflow", "order_status")), None,
      "order_status", Act.TIER, {"workflow": "order_status", "run_flow": True}),
+    # a lookup barely preferred to a question with topics: the knowledge base may answer first, the lookup after
+    ("a close question, the engine runs the lookup", facts(served=("workflow", "order_status"),
+     close_question=True), None, "order_status", Act.TIER,
+     {"answer_first": True, "run_flow": True, "workflow": "order_status"}),
+    ("a close question, no engine", facts(served=("workflow", "order_status"), flows=False, close_question=True),
+     None, None, Act.SERVE_WORKFLOW, {"answer_first": True}),
+    ("a close question with a rule fired", facts(served=("workflow", "order_status"), close_question=True),
+     ESCALATE, "order_status", Act.ESCALATE, {"answer_first": False}),
+    ("a lookup said plainly", facts(served=("workflow", "order_status")), None, "order_status", Act.TIER,
+     {"answer_first": False, "run_flow": True}),
     # 5. a digression from a waiting flow
     ("a digression", facts(intent="return_policy", reading="digression"), None, None, Act.DIGRESSION,
      {"template": None}),

@@ -174,3 +174,22 @@ def test_a_forgotten_password_is_answered_and_a_hacked_account_goes_to_a_person(
         out = _post(api, text, f"sec-{text}")
         assert out["decision"]["tier"] == "L3" and out["ticket_id"], (text, out["decision"])
         assert out["decision"]["escalation"]["rule"] == "account_security", out["decision"]
+
+
+def test_a_question_as_likely_about_the_policy_as_about_an_own_order_is_answered_then_the_lookup_offered(api):
+    """"when will my refund show on my Visa?" reads as the customer's refund status and, barely behind, as the
+    refund-times question: the knowledge base answers it (3–7 business days) and the lookup is offered after; a
+    "yes" starts it. A lookup said plainly ("has my refund been processed?") is looked up at once."""
+    out = _post(api, "when will my refund show on my Visa?", "close-en")
+    reply = out["reply"]
+    assert out["decision"]["tier"] == "L1" and out["ticket_id"] is None, out["decision"]
+    assert reply["citations"][0]["doc_id"] == "refund-timelines-en" and "3–7 business days" in reply["text"], reply
+    assert out["flow"]["workflow"] == "order_status" and out["flow"]["awaiting"] == "offer", out["flow"]
+    assert "Would you like me to help with one of your orders (order status)?" in reply["text"], reply["text"]
+    yes = _post(api, "yes please", "close-en")
+    assert yes["flow"]["workflow"] == "order_status" and yes["flow"]["awaiting"] != "offer", yes["flow"]
+    assert yes["ticket_id"] is None and "order" in yes["reply"]["text"].lower(), yes["reply"]
+
+    plain = _post(api, "has my refund been processed?", "close-plain")
+    assert plain["flow"]["workflow"] == "order_status" and plain["flow"]["awaiting"] != "offer", plain["flow"]
+    assert not plain["reply"].get("citations"), plain["reply"]
