@@ -14,9 +14,10 @@ shop does not repeat the write. The bot states an action only from the tool's re
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
-from dataclasses import asdict
+from dataclasses import fields
 from typing import Any, Callable
 
 from automation.tools.base import Caller, ToolGateway
@@ -111,22 +112,29 @@ class FlowEngine:
     def active(self, conn: Any, conversation_id: str) -> Instance | None:
         return store.active(conn, conversation_id)
 
+    def overview(self, conn: Any, conversation_id: str) -> store.Flows:
+        """The conversation's active flow, its most recent one and how many it has had, in one read."""
+        return store.overview(conn, conversation_id)
+
     def start(self, conn: Any, workflow: str, caller: Caller, text: str = "", entities: dict[str, Any] | None = None,
-              lang: str = "en", *, restart: Restart | None = None, queued: bool = False) -> FlowTurn:
+              lang: str = "en", *, restart: Restart | None = None, queued: bool = False,
+              flows: store.Flows | None = None) -> FlowTurn:
         """Start ``workflow`` from the customer's message; ``restart``: what a message that started a finished flow
         again settled for it (the option it referred to, or the options to ask among; see ``correcting``).
-        ``queued``: see :meth:`queue`."""
+        ``queued``: see :meth:`queue`. ``flows``: the conversation's flows as the caller read them in this
+        transaction, unchanged since (:meth:`overview`): not read again."""
         wf = self.workflows[workflow]
         conversation_id = caller.conversation_id or f"{caller.channel}:{caller.customer_id}"
         slots = A.prefill(wf, text, entities or {})
         if restart is not None and restart.workflow == wf.name:
             slots.update(restart.slots)
-        focus = self._in_focus(conn, conversation_id, wf, text, slots) if restart is None else {}
+        focus = self._in_focus(conn, conversation_id, wf, text, slots, flows) if restart is None else {}
         slots.update(focus)
-        remembered = self.memory(conn, caller, lang)
+        remembered = self.memory(conn, caller, lang, stored=flows is None or not flows.new)
         inst = store.create(conn, conversation_id=conversation_id, workflow=wf.name, version=wf.version,
                             step=wf.first, lang=lang, caller=_caller_dict(caller), slots=slots,
-                            id=_instance_id(conn, conversation_id, wf.name, caller.turn_id))
+                            id=_instance_id(conn, conversation_id, wf.name, caller.turn_id,
+                                            flows_so_far=None if flows is None else flows.count))
         inst["bindings"]["memory"] = remembered
         inst["history"].append({"event": "started", "at": time.time(), "prefilled": sorted(slots),
                                 **({"in_focus": sorted(focus)} if focus else {})})
@@ -153,14 +161,14 @@ class FlowEngine:
         return self.start(conn, workflow, caller, text, entities, lang, queued=True)
 
     def _in_focus(self, conn: Any, conversation_id: str, wf: Workflow, text: str, given: dict[str, Any],
-                  window_seconds: float = 1800.0) -> dict[str, Any]:
+                  flows: store.Flows | None = None, window_seconds: float = 1800.0) -> dict[str, Any]:
         """What a new task takes from the one just finished when the message refers back to it: "where is my order
         100241?" -> "...shipped" -> "I want a refund for it" / "那帮我取消吧" is about order 100241. Only slots the
         message does not fill, read by the same entity (an order number) under the same name, from the
         conversation's last flow that ended well within ``window_seconds``; the new task's own checks judge them."""
         if not U.refers_back(text):
             return {}
-        last = store.last(conn, conversation_id)
+        last = store.last(conn, conversation_id) if flows is None else flows.last
         if last is None or last["status"] != "completed" or last["outcome"] not in ("completed", None):
             return {}
         if time.time() - last["updated_at"].timestamp() > window_seconds:
@@ -187,13 +195,12 @@ class FlowEngine:
         The caller words the offer; the question's values (an order number) are kept for the task."""
         wf = self.workflows[workflow]
         conversation_id = caller.conversation_id or f"{caller.channel}:{caller.customer_id}"
+        slots = A.prefill(wf, text, entities or {})
+        # made waiting, with its offer, in one statement
         inst = store.create(conn, conversation_id=conversation_id, workflow=wf.name, version=wf.version,
-                            step=wf.first, lang=lang, caller=_caller_dict(caller),
-                            slots=A.prefill(wf, text, entities or {}))
-        inst["status"] = "waiting"
-        inst["pending"]["offer"] = {"message": text or ""}
-        inst["history"].append({"event": "offered", "at": time.time(), "prefilled": sorted(inst["slots"])})
-        store.save(conn, inst)
+                            step=wf.first, lang=lang, caller=_caller_dict(caller), slots=slots, status="waiting",
+                            pending={"offer": {"message": text or ""}},
+                            history=[{"event": "offered", "at": time.time(), "prefilled": sorted(slots)}])
         run = self._flow_run(conn, inst, wf, caller, lang)
         run.awaiting = "offer"
         run.quick = [t("confirm_yes", lang), t("confirm_no", lang)]
@@ -231,10 +238,11 @@ class FlowEngine:
     def on_message(self, conn: Any, caller: Caller, text: str, entities: dict[str, Any] | None = None, *,
                    lang: str = "en", listening: Listening | None = None, workflow: str | None = None,
                    intent: str | None = None, intent_confidence: float | None = None,
-                   restart: Restart | None = None) -> FlowTurn | None:
+                   restart: Restart | None = None, flows: store.Flows | None = None) -> FlowTurn | None:
         """The turn's one entry: the flow that listened moves on with the reading it made (never read twice);
         without one (or when it is no longer active) ``workflow``, else the workflow serving ``intent``,
-        starts (with what ``restart`` settled, when it restarts that workflow). None: no flow takes the message."""
+        starts (with what ``restart`` settled, when it restarts that workflow). None: no flow takes the message.
+        ``flows``: the conversation's flows as read in this transaction, unchanged since (see :meth:`start`)."""
         if listening is not None:
             said = listening.answer if listening.answer is not None else text   # a question beside it is the router's
             turn = self.advance(conn, listening.instance, caller, said, entities, lang=lang, intent=intent,
@@ -245,7 +253,9 @@ class FlowEngine:
               self.workflows.for_intent(intent) if intent else None)
         if wf is None:
             return None
-        return self.start(conn, wf.name, caller, text, entities, lang=lang, restart=restart)
+        # a flow that listened may have moved on: what was read before is not taken for the start then
+        return self.start(conn, wf.name, caller, text, entities, lang=lang, restart=restart,
+                          flows=flows if listening is None else None)
 
     def read(self, instance: Instance, text: str, entities: dict[str, Any] | None = None, *,
              intent: str | None = None, intent_confidence: float | None = None) -> str:
@@ -374,7 +384,8 @@ class FlowEngine:
         return run.to_turn()
 
     def correcting(self, conn: Any, conversation_id: str, text: str, entities: dict[str, Any] | None = None,
-                   window_seconds: float = 1800, *, intent: str | None = None) -> Restart | None:
+                   window_seconds: float = 1800, *, intent: str | None = None,
+                   flows: store.Flows | None = None) -> Restart | None:
         """The finished workflow a message starts again, and what it settled for it; None (changes nothing).
 
         "where is my order 100999?" -> "I couldn't find order 100999." -> "sorry, I meant 100241": the flow ended
@@ -384,7 +395,7 @@ class FlowEngine:
         same question about another value), or "the other one" / "what about the first one" / "那个待付款的呢"
         (another of the options its choice offered, ``StepKind.other_option``), unless the classifier heard
         another workflow's task (``intent``). One that writes is never started again by such a message."""
-        last = store.last(conn, conversation_id)
+        last = store.last(conn, conversation_id) if flows is None else flows.last
         if last is None or last["status"] != "completed":
             return None
         if time.time() - last["updated_at"].timestamp() > window_seconds:
@@ -420,13 +431,14 @@ class FlowEngine:
         except ExpressionError:
             return None   # its options cannot be read now: nothing to refer to
 
-    def memory(self, conn: Any, caller: Caller, lang: str = "en") -> dict[str, Any]:
-        """The session's memory (profile, recent orders, earlier outcomes): loaded once, cached per conversation."""
+    def memory(self, conn: Any, caller: Caller, lang: str = "en", *, stored: bool = True) -> dict[str, Any]:
+        """The session's memory (profile, recent orders, earlier outcomes): loaded once, cached per conversation;
+        ``stored``: False when the conversation has no memory row yet (not read)."""
         if caller.conversation_id is None:
             caller = Caller(caller.channel, caller.customer_id, f"{caller.channel}:{caller.customer_id}",
                             caller.turn_id, caller.purpose)
         return M.session(conn, self.workflows.memory, self.tools, caller, lang, tickets=self.tickets,
-                         outside=self.outside)
+                         outside=self.outside, stored=stored)
 
     def ahead(self, conn: Any, workflow: str, caller: Caller, text: str = "", entities: dict[str, Any] | None = None,
               lang: str = "en", *, new: bool = False) -> str | None:
@@ -441,7 +453,8 @@ class FlowEngine:
         that change nothing (``StepKind.pure``) up to the first read call whose result is not at hand, which is
         asked. The walk ends at a step that waits for the customer, at a write (never made ahead) or at any
         other kind. While the memory's calls run, the same walk over the memory's defaults tells whether a
-        second look is worth it (a new customer's "where is my order?" waits for the order number either way).
+        second look is worth it: when the walk reaches a read, or passes a step that reads the memory (the single
+        recent order picked, a step skipped for a customer with none), the result may differ once it answers.
         Nothing is stored or counted; the turn decides as always, on its own reading of the same rules: a guess
         it proves wrong (another slot value, a concurrent change) costs the reads only. ``new``: the
         conversation is not stored yet (it has no memory row and no earlier flow to read)."""
@@ -452,9 +465,13 @@ class FlowEngine:
         try:
             remembered = M.peek(conn, spec, self.tools, caller, lang, tickets=self.tickets, outside=self.outside,
                                 stored=not new)
-        except CallPending:    # the memory's calls are asked: would the flow read the shop without them?
+        except CallPending:    # the memory's calls are asked: may the flow read the shop once they answer?
             run = self._draft(conn, wf, caller, text, entities, lang, M.empty(spec), new, outside=_never)
-            return "again" if _first_reads(run, entities or {}) else "asked"
+            # over the memory's defaults: a read reached, or a step on the way that reads the memory (the single
+            # order picked from it, a step skipped while the customer has no orders) may lead to one
+            touched: list[str] = []
+            read = _first_reads(run, entities or {}, touched)
+            return "again" if read or touched else "asked"
         run = self._draft(conn, wf, caller, text, entities, lang, remembered, new, outside=self.outside)
         return "asked" if _first_reads(run, entities or {}) else None
 
@@ -692,9 +709,10 @@ def _never(key: Any, compute: Callable[[], Any]) -> Any:
     return PENDING
 
 
-def _first_reads(run: FlowRun, entities: dict[str, Any]) -> bool:
+def _first_reads(run: FlowRun, entities: dict[str, Any], touched: list[str] | None = None) -> bool:
     """Walk a drafted flow from its first step as :meth:`FlowEngine._run` would, through pure steps and read
-    calls, until a read call not at hand is asked (True) or a step waits, writes, ends or is of another kind."""
+    calls, until a read call not at hand is asked (True) or a step waits, writes, ends or is of another kind.
+    ``touched`` gets the ids of the steps walked whose expressions read the session memory."""
     inst, wf, tools = run.inst, run.wf, run.services.tools
     for _ in range(MAX_STEPS_PER_TURN):
         sid = inst["step"]
@@ -702,6 +720,8 @@ def _first_reads(run: FlowRun, entities: dict[str, Any]) -> bool:
             return False
         step = wf.steps[sid]
         kind = REGISTRY[step.kind]
+        if touched is not None and _reads_memory(step.raw):
+            touched.append(step.id)
         try:
             if "when" in step.raw and not evaluate_bool(step.raw["when"], run.scope()):
                 inst["step"] = run.after(step, transitions=False)
@@ -721,23 +741,43 @@ def _first_reads(run: FlowRun, entities: dict[str, Any]) -> bool:
     return False
 
 
+_MEMORY = re.compile(r"\bmemory\b")
+
+
+def _reads_memory(raw: Any) -> bool:
+    """Whether a step as written names ``memory`` in any of its expressions or templates (its YAML path aside)."""
+    if isinstance(raw, str):
+        return _MEMORY.search(raw) is not None
+    if isinstance(raw, dict):
+        return any(_reads_memory(v) for k, v in raw.items() if k != "_path")
+    if isinstance(raw, (list, tuple)):
+        return any(_reads_memory(v) for v in raw)
+    return False
+
+
 def _ms(a: float, b: float) -> float:
     return round((b - a) * 1000.0, 3)
 
 
-def _instance_id(conn: Any, conversation_id: str, workflow: str, turn_id: str | None) -> uuid.UUID | None:
+def _instance_id(conn: Any, conversation_id: str, workflow: str, turn_id: str | None, *,
+                 flows_so_far: int | None = None) -> uuid.UUID | None:
     """A flow started by a turn gets an id derived from that turn (and the conversation's flows so far), so
     the turn repeated (its next pass, a repeat after a crash or a lost connection) starts the same instance
-    and a write in it sends the same idempotency key: the shop does not repeat it."""
+    and a write in it sends the same idempotency key: the shop does not repeat it. ``flows_so_far``: their
+    number as the caller read it in this transaction (not counted again)."""
     if not turn_id:
         return None
-    row = conn.execute("SELECT count(*) FROM flow_instances WHERE conversation_id = %s", (conversation_id,)).fetchone()
-    n = row["count"] if isinstance(row, dict) else row[0]
+    n = flows_so_far or 0
+    if flows_so_far is None:
+        row = conn.execute("SELECT count(*) FROM flow_instances WHERE conversation_id = %s",
+                           (conversation_id,)).fetchone()
+        n = row["count"] if isinstance(row, dict) else row[0]
     return uuid.uuid5(uuid.NAMESPACE_URL, f"switchboard:flow:{turn_id}:{conversation_id}:{workflow}:{n}")
 
 
 def _caller_dict(c: Caller) -> dict[str, Any]:
-    return {k: v for k, v in asdict(c).items() if v is not None}
+    # its fields are plain strings: read as they are (``asdict`` deep-copies, a cost paid several times a turn)
+    return {f.name: v for f in fields(c) if (v := getattr(c, f.name)) is not None}
 
 
 def _caller_from(inst: Instance) -> Caller:

@@ -419,13 +419,15 @@ def load(conn: Any, spec: MemorySpec, tools: Any, caller: Any, lang: str, *,
 
 
 def session(conn: Any, spec: MemorySpec | None, tools: Any, caller: Any, lang: str, *,
-            tickets: TicketHistory | None = None, outside: Outside = inline) -> dict[str, Any]:
-    """The conversation's memory: loaded once per session (``ttl_seconds``) and cached in ``flow_memory``."""
+            tickets: TicketHistory | None = None, outside: Outside = inline, stored: bool = True) -> dict[str, Any]:
+    """The conversation's memory: loaded once per session (``ttl_seconds``) and cached in ``flow_memory``;
+    ``stored``: False for a conversation that has no row there yet (made in this transaction: not read)."""
     if spec is None:
         return empty(None)
     conversation = caller.conversation_id or f"{caller.channel}:{caller.customer_id}"
-    row = conn.execute("SELECT data, extract(epoch FROM now() - loaded_at) AS age FROM flow_memory"
-                       " WHERE conversation_id = %s", (conversation,)).fetchone()
+    row = None if not stored else conn.execute("SELECT data, extract(epoch FROM now() - loaded_at) AS age"
+                                               " FROM flow_memory WHERE conversation_id = %s",
+                                               (conversation,)).fetchone()
     if row is not None:
         data, age = (row["data"], row["age"]) if isinstance(row, dict) else row
         if float(age) <= spec.ttl_seconds:

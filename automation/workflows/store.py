@@ -7,7 +7,9 @@ arriving together are applied one after the other, never both from the same stat
 
 from __future__ import annotations
 
+import copy
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from collections.abc import Iterable
 from typing import Any, TypedDict, cast
@@ -53,11 +55,14 @@ def _cur(conn: Connection[Any]) -> Cursor[Row]:
 
 
 def create(conn: Connection[Any], *, conversation_id: str, workflow: str, version: int, step: str, lang: str,
-           caller: dict[str, Any], slots: dict[str, Any], id: uuid.UUID | None = None) -> Instance:
+           caller: dict[str, Any], slots: dict[str, Any], id: uuid.UUID | None = None, status: str = "running",
+           pending: dict[str, Any] | None = None, history: list[dict[str, Any]] | None = None) -> Instance:
     row = _cur(conn).execute(
-        """INSERT INTO flow_instances (id, conversation_id, workflow, version, step, status, lang, caller, slots)
-           VALUES (%s, %s, %s, %s, %s, 'running', %s, %s, %s) RETURNING *""",
-        (id or uuid.uuid4(), conversation_id, workflow, version, step, lang, Jsonb(caller), Jsonb(slots)),
+        """INSERT INTO flow_instances (id, conversation_id, workflow, version, step, status, lang, caller, slots,
+                                       pending, history)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *""",
+        (id or uuid.uuid4(), conversation_id, workflow, version, step, status, lang, Jsonb(caller), Jsonb(slots),
+         Jsonb(pending or {}), Jsonb(history or [])),
     ).fetchone()
     assert row is not None, "INSERT ... RETURNING gives the row"
     return _instance(row)
@@ -77,6 +82,40 @@ def active(conn: Connection[Any], conversation_id: str, *, lock: bool = False) -
     sql = "SELECT * FROM flow_instances WHERE conversation_id = %s AND status = ANY(%s)"
     row = _cur(conn).execute(sql + (" FOR UPDATE" if lock else ""), (conversation_id, list(ACTIVE))).fetchone()
     return _instance(row) if row else None
+
+
+@dataclass(frozen=True)
+class Flows:
+    """A conversation's flows as a turn read them before changing any (:func:`overview`): its active flow, its most
+    recent one and how many it has had. ``new``: the conversation was made in this transaction, so nothing of it
+    is stored yet (no flow, no memory row)."""
+
+    active: Instance | None = None
+    last: Instance | None = None
+    count: int = 0
+    new: bool = False
+
+
+def overview(conn: Connection[Any], conversation_id: str) -> Flows:
+    """:func:`active`, :func:`last` and the number of flows of a conversation, in one read (none locked)."""
+    rows = _cur(conn).execute(
+        """WITH latest AS (SELECT id FROM flow_instances WHERE conversation_id = %(c)s
+                           ORDER BY created_at DESC, id LIMIT 1)
+           SELECT f.*, (SELECT count(*) FROM flow_instances WHERE conversation_id = %(c)s) AS flows_so_far,
+                  f.id IN (SELECT id FROM latest) AS latest_one
+           FROM flow_instances f
+           WHERE f.conversation_id = %(c)s AND (f.status = ANY(%(active)s) OR f.id IN (SELECT id FROM latest))""",
+        {"c": conversation_id, "active": list(ACTIVE)}).fetchall()
+    active = last = None
+    count = 0
+    for row in rows:
+        count, latest = row.pop("flows_so_far"), row.pop("latest_one")
+        inst = _instance(row)
+        if inst["status"] in ACTIVE:
+            active = inst
+        if latest:   # its own copy when it is the active one too: each is read as it was
+            last = copy.deepcopy(inst) if active is inst else inst
+    return Flows(active=active, last=last, count=count)
 
 
 def suspended(conn: Connection[Any], conversation_id: str, *, lock: bool = False) -> Instance | None:

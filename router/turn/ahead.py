@@ -29,7 +29,7 @@ from router.turn import state as sm
 from router.turn.passes import per_turn
 from router.turn.pipeline import Connect, ahead_mark, new_conversation_id, turn_id_of
 from router.turn.plan import Act
-from router.turn.ports import Conn
+from router.turn.ports import Conn, FlowsPort
 from router.turn.tiers.base import Wiring, plan_facts, verdict_facts
 from router.turn.tiers.workflows import flow_language, task_workflow
 from text.form import read_form
@@ -42,6 +42,11 @@ def flow_ahead(d: Wiring, msg: InboundMessage, connect: Connect) -> bool:
     text = msg.text or ""
     if engine is None or not msg.customer_id or not d.harness.passes_text(text):
         return False
+    looked: dict[str, Any] = per_turn(("ahead", "flow"), dict)
+    if "start" in looked:
+        # a second look, once the memory's calls are back: the rules were read by the first (what moved since is
+        # the turn's to find: ahead_mark), only the flow's start is walked again, over the memory now at hand
+        return _again(engine, looked["start"], connect)
     c = per_turn(("classify", text), lambda: d.classifier.classify(text))
     intent = d.classifier.config.intent(c.intent) if c.intent else None
     facts = plan_facts(d, c, intent, text, form=read_form(text))
@@ -54,24 +59,38 @@ def flow_ahead(d: Wiring, msg: InboundMessage, connect: Connect) -> bool:
         # the rules and the flow's first steps are worked out (the connection goes back as it came)
         raw.autocommit = True
         try:
-            return _ahead(d, msg, cast(Conn, raw), c, facts, framed, task, text)   # dict rows (router.db.pool)
+            return _ahead(d, msg, cast(Conn, raw), c, facts, framed, task, text, looked)   # dict rows (router.db.pool)
+        finally:
+            if not raw.closed:
+                raw.autocommit = False
+
+
+def _again(engine: FlowsPort, start: tuple[Any, ...], connect: Connect) -> bool:
+    """The flow's start walked again with what the first look settled (see flow_ahead)."""
+    with connect() as raw:
+        raw.autocommit = True
+        try:
+            task, caller, text, entities, lang, new = start
+            return engine.ahead(raw, task, caller, text, entities, lang, new=new) == "again"
         finally:
             if not raw.closed:
                 raw.autocommit = False
 
 
 def _ahead(d: Wiring, msg: InboundMessage, conn: Conn, c: Classification, facts: plan.Facts, framed: plan.Frame,
-           task: str, text: str) -> bool:
-    """The look ahead's reads and rules on ``conn`` (see flow_ahead)."""
+           task: str, text: str, looked: dict[str, Any]) -> bool:
+    """The look ahead's reads and rules on ``conn`` (see flow_ahead); ``looked`` keeps what a second look reuses."""
     engine = d.flows
     assert engine is not None
-    row = conn.execute("SELECT id, customer_id, state, session_no, metadata FROM conversations"
-                       " WHERE channel = %s AND external_id = %s",
-                       (msg.channel, msg.conversation_external_id)).fetchone()
+    # the conversation (if any) and whether the delivery was seen before, in one read
+    found = conn.execute("SELECT c.id, c.customer_id, c.state, c.session_no, c.metadata, EXISTS (SELECT 1 FROM"
+                         " messages WHERE channel = %s AND external_id = %s) AS seen FROM (SELECT 1) AS one"
+                         " LEFT JOIN conversations c ON c.channel = %s AND c.external_id = %s",
+                         (msg.channel, msg.message_external_id, msg.channel, msg.conversation_external_id)).fetchone()
     counters: dict[str, Any] = {}
-    if conn.execute("SELECT 1 FROM messages WHERE channel = %s AND external_id = %s",
-                    (msg.channel, msg.message_external_id)).fetchone() is not None:
+    if found is None or found["seen"]:
         return False         # a delivery seen before: its turn is stored or being routed
+    row = found if found["id"] is not None else None
     if row is None:
         conversation_id, known = new_conversation_id(msg.channel, msg.conversation_external_id), None
     else:
@@ -99,4 +118,6 @@ def _ahead(d: Wiring, msg: InboundMessage, conn: Conn, c: Classification, facts:
     asked = engine.ahead(conn, task, caller, text, c.entities or {}, lang, new=row is None)
     if asked is not None:
         ahead_mark(conn, row)     # the first pass checks that nothing moved on while the calls ran
+    if asked == "again":
+        looked["start"] = (task, caller, text, c.entities or {}, lang, row is None)
     return asked == "again"

@@ -163,6 +163,7 @@ class _Turn(Workflows):
             then = plan.after_thanks(flow_active=active is not None, offered=offered, offer_reading=reading)
             if then is plan.Thanks.LAPSE_AND_CLOSE and engine is not None and active is not None:
                 engine.lapse(self.conn, active)
+                self.flow_moved()
             if then is not plan.Thanks.ROUTE:
                 return self.close_with_feedback()
         return self.route()

@@ -94,6 +94,8 @@ class TurnContext:
     turn_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     # how many times the turn's outside work ran before this pass (kept in the trace: one read, one run)
     outside_runs: int = 0
+    # the conversation row was made by this pass: it has no earlier message, ticket, flow or memory row yet
+    new_conversation: bool = False
 
 
 _TURN_NAMESPACE = uuid.UUID("5b0c7e3e-3f7a-4c55-9d8e-7a1f2f0c9b31")
@@ -415,43 +417,46 @@ class Pipeline:
         RETURNING id, channel, external_id, customer_id, state, session_no, metadata
     """
 
-    def _upsert_conversation(self, conn, channel: str, external_id: str, customer_id: str) -> dict[str, Any]:
-        """The conversation row, made if new, locked either way (the insert or the update holds its lock)."""
+    def _upsert_conversation(self, conn, channel: str, external_id: str,
+                             customer_id: str) -> tuple[dict[str, Any], bool]:
+        """The conversation row, made if new, locked either way (the insert or the update holds its lock); True
+        when this call made it."""
         for attempt in range(self.ATTEMPTS):
             row = conn.execute(self._KNOWN_CONVERSATION, (customer_id, channel, external_id)).fetchone()
             if row is not None:
-                return row
+                return row, False
             # the id is taken without the key when a forgotten conversation (router.ops.privacy) kept it: the
             # next attempt's id is as deterministic, so a later pass of this turn makes the same row again
             row = conn.execute(self._NEW_CONVERSATION, (_conversation_id(channel, external_id, attempt), channel,
                                                         external_id, customer_id)).fetchone()
             if row is not None:
-                return row
+                return row, True
             # another turn made it meanwhile (its insert committed first): it is taken by its key next time
         raise LookupError(f"conversation {channel}/{external_id} could be neither made nor found")
 
-    def _conversation(self, conn, msg: InboundMessage) -> dict[str, Any]:
+    def _conversation(self, conn, msg: InboundMessage) -> tuple[dict[str, Any], bool]:
         """The message's conversation row, locked (the upsert locks it), and always the message's customer's.
 
         The owner is whoever's message created the row; the check runs under the row lock, so two customers
         racing for a new conversation id cannot both get it. Another customer's message is refused (409, and the
         rollback stores nothing) or goes to that customer's own conversation ``<id>~<customer id>``, by policy.
         """
-        conversation = self._upsert_conversation(conn, msg.channel, msg.conversation_external_id, msg.customer_id)
+        conversation, made = self._upsert_conversation(conn, msg.channel, msg.conversation_external_id,
+                                                       msg.customer_id)
         if conversation["customer_id"] == msg.customer_id:
-            return conversation
+            return conversation, made
         if self.owner(msg.channel) == "separate":
             own = f"{msg.conversation_external_id}{SEPARATOR}{msg.customer_id}"
-            conversation = self._upsert_conversation(conn, msg.channel, own, msg.customer_id)
+            conversation, made = self._upsert_conversation(conn, msg.channel, own, msg.customer_id)
             if conversation["customer_id"] == msg.customer_id:
-                return conversation
+                return conversation, made
         self.metrics.refused.labels("conversation_owner").inc()
         raise Problem(409, "This conversation belongs to another customer: start a new conversation id.",
                       title="Conflict")
 
     def _turn(self, conn, msg: InboundMessage, on_conversation, work: Work):
         """The turn inside its transaction: (response, ctx, result); ctx None for an already-answered retry."""
-        conversation = self._conversation(conn, msg)
+        conversation, made = self._conversation(conn, msg)
         if on_conversation is not None:
             on_conversation(conn, conversation)
         message = conn.execute(
@@ -493,14 +498,14 @@ class Pipeline:
                 return stored["response"], None, None
 
         ctx = TurnContext(conn=conn, conversation=conversation, message=message, inbound=msg, timings={},
-                          turn_id=turn_id_of(msg), outside_runs=work.outside_runs)
+                          turn_id=turn_id_of(msg), outside_runs=work.outside_runs, new_conversation=made)
         if ctx.outside_runs:
             ctx.timings["outside"] = work.outside_seconds
             ctx.timings["slot_back"] = work.slot_back_seconds
         if work.ahead_seconds is not None:   # outside work asked before the first pass (trace `ahead`)
             ctx.timings["ahead"] = work.ahead_seconds
         t_decide = time.perf_counter()
-        moved = self._moved(conn, conversation, message, work)
+        moved = self._moved(conn, conversation, message, work, made)
         result = self.decider(ctx) if moved is None else self._superseded(conversation, moved, work)
         ctx.timings.setdefault("decide", time.perf_counter() - t_decide)
         response = None
@@ -510,23 +515,26 @@ class Pipeline:
             response = self._store_turn(conn, conversation, message, ctx, result)
         return response, ctx, result
 
-    def _mark(self, conn, conversation: dict[str, Any], message: dict[str, Any]) -> dict[str, Any]:
+    def _mark(self, conn, conversation: dict[str, Any], message: dict[str, Any], made: bool) -> dict[str, Any]:
         """What must not change while a turn's outside work runs: the conversation's state and session, its
-        messages after this one, and who holds its tickets."""
-        row = conn.execute(_TICKETS_HELD, (str(conversation["id"]),)).fetchone()
+        messages after this one, and who holds its tickets (none in a conversation this pass made)."""
+        tickets = "" if made else conn.execute(_TICKETS_HELD, (str(conversation["id"]),)).fetchone()["tickets"]
         return {"message": message["id"], "state": conversation["state"], "session": conversation["session_no"],
-                "tickets": row["tickets"]}
+                "tickets": tickets}
 
-    def _moved(self, conn, conversation: dict[str, Any], message: dict[str, Any], work: Work) -> str | None:
+    def _moved(self, conn, conversation: dict[str, Any], message: dict[str, Any], work: Work,
+               made: bool = False) -> str | None:
         """Why the conversation moved on since the turn's first pass, or since work was asked ahead of it
-        (ahead_mark); None: it did not, or nothing ran outside."""
-        now = self._mark(conn, conversation, message)
+        (ahead_mark); None: it did not, or nothing ran outside. ``made``: this pass made the conversation row,
+        so no other message can be in it (another turn's would have made the row first)."""
+        now = self._mark(conn, conversation, message, made)
         if work.mark is None or (work.outside_runs == 0 and work.ahead_seconds is None):
             work.mark = now
             return None
         was = work.mark
-        newer = conn.execute("SELECT sender FROM messages WHERE conversation_id = %s AND id > %s AND id <> %s"
-                             " ORDER BY id LIMIT 1", (conversation["id"], was["message"], message["id"])).fetchone()
+        newer = None if made else conn.execute(
+            "SELECT sender FROM messages WHERE conversation_id = %s AND id > %s AND id <> %s ORDER BY id LIMIT 1",
+            (conversation["id"], was["message"], message["id"])).fetchone()
         if newer is not None:
             return f"a newer message ({newer['sender']}) was routed meanwhile"
         if was["state"] is not None and (now["state"], now["session"]) != (was["state"], was["session"]):

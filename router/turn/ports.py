@@ -17,7 +17,7 @@ from automation.tools.base import Caller, ToolGateway
 from automation.workflows.listening import Listening
 from automation.workflows.model import WorkflowSet
 from automation.workflows.runtime import FlowTurn, Restart
-from automation.workflows.store import Instance
+from automation.workflows.store import Flows, Instance
 from rag.rewrite import RewrittenQuery, SearchTokenizer
 from rag.types import Answer
 from router.classify.base import Classification
@@ -85,6 +85,8 @@ class FlowsPort(Protocol):
 
     def active(self, conn: Any, conversation_id: str) -> Instance | None: ...
 
+    def overview(self, conn: Any, conversation_id: str) -> Flows: ...
+
     def offered(self, instance: Instance | None) -> bool: ...
 
     def read(self, instance: Instance, text: str, entities: dict[str, Any] | None = None, *,
@@ -98,13 +100,14 @@ class FlowsPort(Protocol):
     def on_message(self, conn: Any, caller: Caller, text: str, entities: dict[str, Any] | None = None, *,
                    lang: str = "en", listening: Listening | None = None, workflow: str | None = None,
                    intent: str | None = None, intent_confidence: float | None = None,
-                   restart: Restart | None = None) -> FlowTurn | None: ...
+                   restart: Restart | None = None, flows: Flows | None = None) -> FlowTurn | None: ...
 
     def offer(self, conn: Any, workflow: str, caller: Caller, text: str = "", entities: dict[str, Any] | None = None,
               lang: str = "en") -> FlowTurn: ...
 
     def correcting(self, conn: Any, conversation_id: str, text: str, entities: dict[str, Any] | None = None,
-                   window_seconds: float = 1800, *, intent: str | None = None) -> Restart | None: ...
+                   window_seconds: float = 1800, *, intent: str | None = None,
+                   flows: Flows | None = None) -> Restart | None: ...
 
     def suspend(self, conn: Any, instance: Instance, *, because: str) -> None: ...
 

@@ -370,3 +370,32 @@ def test_an_offer_waits_for_a_yes_then_runs_and_a_no_or_another_topic_starts_not
         assert engine.active(conn, AVA.conversation_id) is None
         assert store.last(conn, AVA.conversation_id)["outcome"] == "lapsed"
     assert writes(shop) == []
+
+
+def test_the_overview_of_a_conversations_flows_is_what_the_three_reads_give(engine, shop, turn, db):
+    """A turn reads a conversation's active flow, its latest flow and their number once (store.overview): each
+    part must be what store.active, store.last and a count give, whether the active flow is the latest or not."""
+
+    def three(conn):
+        n = conn.execute("SELECT count(*) AS n FROM flow_instances WHERE conversation_id = %s",
+                         (AVA.conversation_id,)).fetchone()["n"]
+        return store.active(conn, AVA.conversation_id), store.last(conn, AVA.conversation_id), n
+
+    def same(conn):
+        got, (active, last, n) = engine.overview(conn, AVA.conversation_id), three(conn)
+        assert (got.active, got.last, got.count, got.new) == (active, last, n, False)
+        return got
+
+    with db() as conn:
+        assert same(conn).count == 0
+    first = turn(engine.offer, "return_items", AVA, "how do returns work?", {}, "en")
+    with db() as conn:
+        got = same(conn)
+        assert got.active["id"] == got.last["id"] == first.instance_id and got.active is not got.last
+    turn(engine.advance, first.instance_id, AVA, "no thanks", {}, "en")
+    turn(engine.offer, "return_items", AVA, "how do returns work?", {}, "en")
+    with db() as conn, conn.transaction():
+        # the waiting flow made older than the cancelled one: the active flow is no longer the latest
+        conn.execute("UPDATE flow_instances SET created_at = created_at - interval '1 hour' WHERE status = 'waiting'")
+        got = same(conn)
+        assert got.count == 2 and got.active["status"] == "waiting" and got.last["status"] == "cancelled"

@@ -143,7 +143,7 @@ class Answers(Tickets):
         engine = self.r.flows
         config = self.r.classifier.config
         doc = citations[0].get("doc_id") if citations else None
-        if engine is None or not doc or engine.active(self.conn, str(self.conv["id"])):
+        if engine is None or not doc or self.active_flow() is not None:
             return None
         mine = self.intent_config(c)
         owners = ([mine] if mine is not None else []) + [i for i in config.intents if i is not mine]
@@ -158,6 +158,7 @@ class Answers(Tickets):
         lang = self.flow_lang
         with self.stage("workflow"):
             t = engine.offer(self.conn, task, caller, self.text, c.entities or {}, lang=lang)
+        self.flow_moved()
         self.flow = t.as_response()
         self.trace["offer"] = {"workflow": task, "instance_id": t.instance_id}
         wf = engine.workflows.workflows[task]

@@ -17,7 +17,7 @@ from prometheus_client import Counter
 from automation.workflows.listening import Listening
 from automation.workflows.understand import drops_task
 from automation.workflows.runtime import Restart
-from automation.workflows.store import Instance
+from automation.workflows.store import Flows, Instance
 from rag.types import Answer, Hit
 from router.classify.base import Classification
 from router.classify.intents import Intent
@@ -34,7 +34,6 @@ from router.turn.ports import ClassifierPort, Conn, EncoderPort, FlowsPort, Hand
 
 log = logging.getLogger(__name__)
 
-_UNREAD = object()    # TurnBase.active_flow not read yet this pass
 
 EVIDENCE_LIMIT = 5
 
@@ -143,7 +142,8 @@ class TurnBase:
         self.flow: dict[str, Any] | None = None     # the workflow's part of the response
         self.listening: Listening | None = None      # the waiting flow and its reading of the message (engine.listen)
         self.restarting: Restart | None = None       # a finished flow this message starts again (engine.correcting)
-        self._active_flow: Instance | None | object = _UNREAD
+        # the conversation's flows, read once per pass until one changes (a conversation this pass made has none)
+        self._flows: Flows | None = Flows(new=True) if ctx.new_conversation else None
         self._notes: list[str] | None = None
         self.outcome: str | None = None
         self.asking: Intent | None = None   # the intent config whose topics answer this message (a question), if any
@@ -154,17 +154,22 @@ class TurnBase:
             self.conn.execute("UPDATE conversations SET metadata = COALESCE(metadata, '{}'::jsonb) "
                               "|| jsonb_build_object('lang', %s::text) WHERE id = %s", (self.lang, self.conv["id"]))
 
-    def active_flow(self) -> Instance | None:
-        """The conversation's active flow, read once per pass: settling an open offer, a message's several
-        requests and the flow's own listening all ask before anything runs it (``flow_moved`` forgets it)."""
-        if self._active_flow is _UNREAD:
+    def flows(self) -> Flows:
+        """The conversation's flows (the active one, the most recent one, how many), read once per pass in one
+        statement: settling an open offer, a message's several requests, the flow's own listening, a correction
+        and a new flow's start all ask before anything changes them (``flow_moved`` forgets them)."""
+        if self._flows is None:
             engine = self.r.flows
-            self._active_flow = engine.active(self.conn, str(self.conv["id"])) if engine is not None else None
-        return cast("Instance | None", self._active_flow)
+            self._flows = engine.overview(self.conn, str(self.conv["id"])) if engine is not None else Flows()
+        return self._flows
+
+    def active_flow(self) -> Instance | None:
+        """The conversation's active flow (see ``flows``)."""
+        return self.flows().active
 
     def flow_moved(self) -> None:
-        """This pass changed the conversation's flows: the next ``active_flow`` reads them again."""
-        self._active_flow = _UNREAD
+        """This pass changed the conversation's flows: the next ``flows`` reads them again."""
+        self._flows = None
 
     @property
     def flow_lang(self) -> str:

@@ -69,7 +69,7 @@ class Workflows(Answers):
                               and engine.workflows.for_intent(c.intent) is None):
             return None
         self.restarting = engine.correcting(self.conn, str(self.conv["id"]), self.text, c.entities or {},
-                                            intent=c.intent)
+                                            intent=c.intent, flows=self.flows())
         if self.restarting is None:
             return None
         self.trace["reading"] = "follow_up" if self.restarting.slots or self.restarting.among else "correction"
@@ -175,7 +175,7 @@ class Workflows(Answers):
             restart = self.restarting if self.restarting is not None and self.restarting.workflow == workflow else None
             t = engine.on_message(self.conn, caller, self.text, c.entities or {}, lang=lang, listening=self.listening,
                                   workflow=workflow, intent=c.intent, intent_confidence=float(c.confidence),
-                                  restart=restart)
+                                  restart=restart, flows=self.flows() if self.listening is None else None)
             self.listening = self.restarting = None
             self.flow_moved()
         if t is None:
@@ -223,6 +223,7 @@ class Workflows(Answers):
 
         resumed = engine.resume(self.conn, str(self.conv["id"]), self.flow_lang,
                                 caller=caller_of(self.conv, turn_id=self.ctx.turn_id))
+        self.flow_moved()
         if resumed is not None:
             self.flow = resumed.as_response()
             self.trace.setdefault("workflow", {})["resumed"] = {"workflow": resumed.workflow,

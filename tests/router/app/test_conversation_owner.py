@@ -186,12 +186,13 @@ def test_a_first_turn_waiting_on_anothers_uncommitted_insert_takes_the_row_it_ma
         pipeline = services.pipeline
         got: dict[str, object] = {}
         with services.pool.connection() as first, first.transaction():
-            mine = pipeline._upsert_conversation(first, "web", "held", "u1")
+            mine, made = pipeline._upsert_conversation(first, "web", "held", "u1")
+            assert made
 
             def second() -> None:
                 try:
                     with services.pool.connection() as conn, conn.transaction():
-                        got["row"] = pipeline._upsert_conversation(conn, "web", "held", "u2")
+                        got["row"], got["made"] = pipeline._upsert_conversation(conn, "web", "held", "u2")
                 except Exception as exc:  # noqa: BLE001 - the assertion below names it
                     got["error"] = exc
 
@@ -201,7 +202,7 @@ def test_a_first_turn_waiting_on_anothers_uncommitted_insert_takes_the_row_it_ma
             assert t.is_alive(), "the second insert did not wait for the first transaction"
         t.join(10)
     assert "error" not in got, got.get("error")
-    assert got["row"]["id"] == mine["id"] and got["row"]["customer_id"] == "u1"
+    assert got["row"]["id"] == mine["id"] and got["row"]["customer_id"] == "u1" and got["made"] is False
 
 
 def test_a_forgotten_conversations_external_id_starts_a_new_conversation(services):

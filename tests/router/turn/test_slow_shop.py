@@ -460,3 +460,21 @@ def _comparable(value):
     if isinstance(value, list):
         return [_comparable(v) for v in value]
     return value
+
+
+def test_a_known_customers_only_order_is_read_before_the_first_pass(slow):
+    """A customer the shop knows, with one recent order, asks without naming it: the flow picks that order from the
+    memory and reads it. Both are asked ahead (the memory, then, once it answered, the order it names), so the turn
+    is decided in one pass; the audit names the conversation and the turn."""
+    _warm(slow)
+    out, _ = slow.pipeline.handle(_msg("where is my order", conv="only-1", customer="c6"))
+    assert out["flow"]["workflow"] == "order_status" and out["flow"]["status"] == "completed", out
+    assert "100280" in out["reply"]["text"], out
+    trace = _trace(slow, out["turn_id"])
+    assert "outside_runs" not in trace and trace["timings_ms"]["ahead"] >= 2 * float(LATENCY_MS) * 0.9, trace
+    assert [s["step"] for s in trace["workflow"]["steps"] if s["tool_status"]] == ["load"], trace["workflow"]
+    calls = _order_calls(slow, "c6")
+    assert [(c["order_id"], c["status"], c["conversation_id"], c["turn_id"]) for c in calls] == [
+        ("100280", "ok", out["conversation_id"], out["turn_id"])], calls
+    assert [(c["tool"], c["turn_id"]) for c in _memory_calls(slow, "c6")] == [
+        ("get_customer", out["turn_id"]), ("list_recent_orders", out["turn_id"])]
