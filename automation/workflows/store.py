@@ -53,11 +53,13 @@ def _cur(conn: Connection[Any]) -> Cursor[Row]:
 
 
 def create(conn: Connection[Any], *, conversation_id: str, workflow: str, version: int, step: str, lang: str,
-           caller: dict[str, Any], slots: dict[str, Any], id: uuid.UUID | None = None) -> Instance:
+           caller: dict[str, Any], slots: dict[str, Any], id: uuid.UUID | None = None,
+           status: str = "running") -> Instance:
+    """A new instance, ``running`` (the conversation's one active flow) or ``suspended`` (kept for later)."""
     row = _cur(conn).execute(
         """INSERT INTO flow_instances (id, conversation_id, workflow, version, step, status, lang, caller, slots)
-           VALUES (%s, %s, %s, %s, %s, 'running', %s, %s, %s) RETURNING *""",
-        (id or uuid.uuid4(), conversation_id, workflow, version, step, lang, Jsonb(caller), Jsonb(slots)),
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *""",
+        (id or uuid.uuid4(), conversation_id, workflow, version, step, status, lang, Jsonb(caller), Jsonb(slots)),
     ).fetchone()
     assert row is not None, "INSERT ... RETURNING gives the row"
     return _instance(row)
