@@ -7,6 +7,9 @@ around it.
 - "sorry, I meant 100241" right after "I couldn't find order 100999" restarts the same task (``correcting``).
 - An open offer ("Shall I start it?") that a message does not answer lapses (``settle_offer``).
 - A flow's handoff opens the L2/L3 ticket with the flow's state as evidence (``flow_outcome``).
+- Nothing kept is lost: a task kept for after another starts when the turn ends with nothing running
+  (``start_kept``), questions kept beside a task are served when it ends (``questions_after``), and whatever is
+  kept goes to the person who takes the conversation (``Tickets.hand_over``).
 """
 
 from __future__ import annotations
