@@ -118,8 +118,9 @@ class Answers(Tickets):
         engine = self.r.flows
         config = self.r.classifier.config
         doc = citations[0].get("doc_id") if citations else None
-        if engine is None or not doc or self.trace.get("queued") or engine.active(self.conn, str(self.conv["id"])):
-            return None   # a task kept this turn starts next instead (the customer asked for it outright)
+        if engine is None or not doc or self.trace.get("queued") or self.trace.get("kept_question") \
+                or engine.active(self.conn, str(self.conv["id"])):
+            return None   # a task kept this turn starts next instead; a question said in passing gets its answer
         mine = self.intent_config(c)
         owners = ([mine] if mine is not None else []) + [i for i in config.intents if i is not mine]
         task = next((i.task for i in owners if i.task and i.covers(doc) and i.task in engine.workflows.workflows),
