@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from text.form import read_form
+
 MAX_PARTS = 4
 MIN_PART_CHARS = 4
 
@@ -44,8 +46,9 @@ def _asks(part: str, asks: Callable[[str], bool] | None) -> bool:
     """Whether ``part`` asks for something of its own besides the orders it names."""
     if not _has_own_words(part):
         return False
-    words = " ".join(_ORDER_FILLER.sub(" ", _ORDER_NUMBER.sub(" ", part)).split())
-    return asks is None or asks(words)
+    if asks is None or read_form(part) is not None:   # "where is order 100241": a question or a request of its own
+        return True
+    return asks(" ".join(_ORDER_FILLER.sub(" ", _ORDER_NUMBER.sub(" ", part)).split()))
 
 
 def _by_order(part: str, asks: Callable[[str], bool] | None = None) -> list[str]:
