@@ -31,7 +31,7 @@ from automation.workflows.listening import (CLAIMED, READINGS, Listening, declin
 from automation.workflows.model import RISK_ORDER, Workflow, WorkflowSet
 from automation.workflows.outside import PENDING, CallPending, Outside, inline
 from automation.workflows.runtime import (ApprovalPort, ApprovalRequest, FlowRun, FlowTurn, HandoffRequest,  # noqa: F401
-                                          Restart, Services, StepTrace, t)
+                                          HandOver, Restart, Services, StepTrace, t)
 from automation.workflows.steps import REGISTRY, WAITING_KINDS, StepContext
 from automation.workflows.steps import answers as A
 from automation.workflows.steps.confirm import action_slots
@@ -118,23 +118,30 @@ class FlowEngine:
 
     def start(self, conn: Any, workflow: str, caller: Caller, text: str = "", entities: dict[str, Any] | None = None,
               lang: str = "en", *, restart: Restart | None = None, queued: bool = False,
-              flows: store.Flows | None = None) -> FlowTurn:
+              flows: store.Flows | None = None, order: dict[str, Any] | None = None,
+              after: list[dict[str, Any]] | None = None) -> FlowTurn:
         """Start ``workflow`` from the customer's message; ``restart``: what a message that started a finished flow
         again settled for it (the option it referred to, or the options to ask among; see ``correcting``).
         ``queued``: see :meth:`queue`. ``flows``: the conversation's flows as the caller read them in this
-        transaction, unchanged since (:meth:`overview`): not read again."""
+        transaction, unchanged since (:meth:`overview`): not read again. One task asked for several orders ("refund
+        order 100241 and the lamp one 100240") is done one order at a time: the first named now, each other one
+        kept as the same task for that order alone (``order``: the slot it fills; ``after``: the orders kept after
+        it, one at a time), started when the one before ends."""
         wf = self.workflows[workflow]
         conversation_id = caller.conversation_id or f"{caller.channel}:{caller.customer_id}"
-        slots = A.prefill(wf, text, entities or {})
+        slots = A.prefill(wf, text, entities or {}) if order is None else dict(order)
+        others = _other_orders(wf, text, slots) if restart is None and not queued and order is None else []
         if restart is not None and restart.workflow == wf.name:
             slots.update(restart.slots)
-        focus = self._in_focus(conn, conversation_id, wf, text, slots, flows) if restart is None else {}
+        focus = self._in_focus(conn, conversation_id, wf, text, slots, flows) if restart is None and order is None \
+            else {}
         slots.update(focus)
         remembered = self.memory(conn, caller, lang, stored=flows is None or not flows.new)
         inst = store.create(conn, conversation_id=conversation_id, workflow=wf.name, version=wf.version,
                             step=wf.first, lang=lang, caller=_caller_dict(caller), slots=slots,
                             id=_instance_id(conn, conversation_id, wf.name, caller.turn_id,
-                                            flows_so_far=None if flows is None else flows.count))
+                                            flows_so_far=None if flows is None else flows.count),
+                            status="suspended" if queued else "running")
         inst["bindings"]["memory"] = remembered
         inst["history"].append({"event": "started", "at": time.time(), "prefilled": sorted(slots),
                                 **({"in_focus": sorted(focus)} if focus else {})})
@@ -146,12 +153,18 @@ class FlowEngine:
         run = self._flow_run(conn, inst, wf, caller, lang)
         if queued:
             inst["status"], inst["pending"]["queued"] = "suspended", True
+            if after:
+                inst["pending"]["orders_after"] = after
             inst["history"][-1]["event"] = "queued"
             run.say(t("queued", lang, task=_task_words(wf, lang, inst)))
             store.save(conn, inst)
             return run.to_turn()
         self._observe(wf.name, "started")
-        return self._run(run, text=None, entities=entities or {})
+        turn = self._run(run, text=None, entities=entities or {})
+        if others:
+            kept = self.start(conn, wf.name, caller, text, None, lang, queued=True, order=others[0], after=others[1:])
+            turn.reply = "\n".join(x for x in (kept.reply, turn.reply) if x)
+        return turn
 
     def queue(self, conn: Any, workflow: str, caller: Caller, text: str = "", entities: dict[str, Any] | None = None,
               lang: str = "en") -> FlowTurn:
@@ -242,11 +255,14 @@ class FlowEngine:
         """The turn's one entry: the flow that listened moves on with the reading it made (never read twice);
         without one (or when it is no longer active) ``workflow``, else the workflow serving ``intent``,
         starts (with what ``restart`` settled, when it restarts that workflow). None: no flow takes the message.
-        ``flows``: the conversation's flows as read in this transaction, unchanged since (see :meth:`start`)."""
+        ``flows``: the conversation's flows as read in this transaction, unchanged since (see :meth:`start`).
+        A question the listening still holds (``Listening.asked``: the router could not answer it beside the
+        answer) is kept on the flow and handed back when the task ends (``FlowTurn.asked``)."""
         if listening is not None:
             said = listening.answer if listening.answer is not None else text   # a question beside it is the router's
             turn = self.advance(conn, listening.instance, caller, said, entities, lang=lang, intent=intent,
-                                intent_confidence=intent_confidence, reading=listening.reading, only_active=True)
+                                intent_confidence=intent_confidence, reading=listening.reading, only_active=True,
+                                asked=listening.asked)
             if turn is not None:
                 return turn
         wf = (self.workflows.workflows.get(workflow) if workflow else
@@ -270,7 +286,7 @@ class FlowEngine:
     def advance(self, conn: Any, instance: Instance | str, caller: Caller, text: str,
                 entities: dict[str, Any] | None = None, lang: str = "en", intent: str | None = None,
                 intent_confidence: float | None = None, *, reading: str | None = None,
-                only_active: bool = False) -> FlowTurn:
+                only_active: bool = False, asked: str | None = None) -> FlowTurn:
         """The customer's message to a running flow; ``reading`` is what ``listen`` read it as (read here when
         not given). With ``only_active``, a flow that is no longer active gives None (``on_message`` starts
         another task then)."""
@@ -286,6 +302,8 @@ class FlowEngine:
             reading = read_message(run, gone, text, entities, intent, intent_confidence, self.drift_threshold)
         inst["lang"] = lang
         inst["pending"]["message"] = text or ""
+        if asked:   # "不用了，我还想问下退货运费": the question waits for the task's end, never dropped
+            inst["pending"].setdefault("asked", []).append(asked)
         if gone:
             return self._gone(conn, run, gone)
         turn = self._advance(run, reading, text, entities)
@@ -348,15 +366,17 @@ class FlowEngine:
         inst["history"].append({"event": "suspended", "for": because, "step": inst["step"], "at": time.time()})
         store.save(conn, inst)
 
-    def resume(self, conn: Any, conversation_id: str, lang: str | None, caller: Caller | None = None) -> FlowTurn | None:
+    def resume(self, conn: Any, conversation_id: str, lang: str | None, caller: Caller | None = None, *,
+               kept_only: bool = False) -> FlowTurn | None:
         """The most recently interrupted flow takes its place again and repeats its question; None when there is
         none or another flow is active. A flow whose definition is gone ends cancelled, quietly. A queued task
         (``queue``) starts now, for ``caller`` (the turn's, else the one it was queued for). ``lang``: the
-        turn's language (None outside a turn: the flow's own)."""
+        turn's language (None outside a turn: the flow's own). ``kept_only``: only a queued task (the turn
+        ended with nothing running: the request it waited for was answered, not run as a task)."""
         if store.active(conn, conversation_id) is not None:
             return None
         inst = store.suspended(conn, conversation_id, lock=True)
-        if inst is None:
+        if inst is None or (kept_only and not inst["pending"].get("queued")):
             return None
         wf, gone = self._pinned(inst)
         step = wf.steps.get(inst["step"]) if inst["step"] else None
@@ -370,7 +390,13 @@ class FlowEngine:
                                     "prefilled": sorted(inst["slots"])})
             self._observe(wf.name, "started")
             run.say(t("next_task", lang, task=_task_words(wf, lang, inst)))
-            return self._run(run, text=None, entities={})
+            more = inst["pending"].pop("orders_after", None)
+            turn = self._run(run, text=None, entities={})
+            if more:   # the same task for the next order the customer named, kept after this one
+                kept = self.start(conn, wf.name, who, inst["pending"].get("message") or "", None, lang, queued=True,
+                                  order=more[0], after=more[1:])
+                turn.reply = "\n".join(x for x in (turn.reply, kept.reply) if x)
+            return turn
         run = self._flow_run(conn, inst, wf, None, lang)
         if gone or step is None or step.kind not in WAITING_KINDS:
             run.finish("cancelled", "cancelled")
@@ -382,6 +408,33 @@ class FlowEngine:
         run.prompt(step, again=False)
         store.save(conn, inst)
         return run.to_turn()
+
+    def hand_over(self, conn: Any, conversation_id: str, lang: str, asked: list[str] | tuple[str, ...] = ()
+                  ) -> HandOver | None:
+        """A person takes the conversation: what the bot still kept for the customer goes to them. Every suspended
+        task (kept for after another, or interrupted by one) ends ``handed_over`` and the questions kept beside a
+        task (``on_message``; ``asked``: those of a task that ended this turn) go with it, so the agent sees them in the
+        ticket and nothing is started behind the agent's back; the reply says so. None: nothing was kept."""
+        requests: list[dict[str, Any]] = []
+        questions = list(asked)
+        active = store.active(conn, conversation_id, lock=True)
+        if active is not None and active["pending"].get("asked"):
+            questions += active["pending"].pop("asked")
+            store.save(conn, active)
+        while (inst := store.suspended(conn, conversation_id, lock=True)) is not None:
+            wf, _ = self._pinned(inst)
+            questions += inst["pending"].pop("asked", None) or []
+            requests.append({"workflow": wf.name, "task": _task_words(wf, lang, inst), "slots": dict(inst["slots"]),
+                             "text": inst["pending"].get("message") or "", "instance_id": str(inst["id"]),
+                             "kept": "queued" if inst["pending"].get("queued") else "interrupted"})
+            inst["status"], inst["outcome"], inst["step"] = "cancelled", "handed_over", None
+            inst["history"].append({"event": "handed_over", "at": time.time()})
+            store.save(conn, inst)
+        requests += [{"question": q} for q in dict.fromkeys(questions)]
+        if not requests:
+            return None
+        said = [r["task"] if "task" in r else f"“{r['question']}”" for r in requests]
+        return HandOver(reply=t("handed_over", lang, requests="; ".join(said)), requests=requests)
 
     def correcting(self, conn: Any, conversation_id: str, text: str, entities: dict[str, Any] | None = None,
                    window_seconds: float = 1800, *, intent: str | None = None,
@@ -698,6 +751,30 @@ def _task_words(wf: Workflow, lang: str, inst: Instance | None = None) -> str:
     order = next((inst["slots"][n] for n, s in wf.slots.items()
                   if s.validate.get("entity") == "order_id" and inst["slots"].get(n)), None) if inst else None
     return task if order is None else t("task_of_order", lang, task=task, order=order)
+
+
+# a number beside an order that is no order: a Chinese mobile, a postcode said as one
+_NOT_AN_ORDER = re.compile(r"^1[3-9]\d{9}$")
+_POSTCODE = re.compile(r"(?:邮编|邮政编码|\bzip(?:\s*code)?|\bpost(?:al)?\s*code)\D{0,6}(\d{5,6})", re.I)
+MAX_ORDERS_PER_TASK = 4
+
+
+def _other_orders(wf: Workflow, text: str, slots: dict[str, Any]) -> list[dict[str, Any]]:
+    """One task asked for several orders ("refund order 100241 and the lamp one 100240", "取消订单100235和100236"): the
+    first order named fills the task's order slot (``slots``, in place) and the others are returned, each as the
+    slot it fills, to be kept as the same task. Only numbers the slot accepts and that are no postcode or phone
+    number count, and not in a correction ("100241, sorry, I meant 100240": the last one is meant)."""
+    names = [n for n, s in wf.slots.items() if s.validate.get("entity") == "order_id"]
+    if len(names) != 1 or not text or U.is_correction(text):
+        return []
+    name, slot = names[0], wf.slots[names[0]]
+    postcodes = set(_POSTCODE.findall(text))
+    said = [v for v in dict.fromkeys(U.order_ids(text))
+            if slot.check(v) and v not in postcodes and not _NOT_AN_ORDER.match(v)]
+    if not 1 < len(said) <= MAX_ORDERS_PER_TASK:
+        return []
+    slots[name] = said[0]
+    return [{name: v} for v in said[1:]]
 
 
 def _unseen(workflow: str, event: str) -> None:

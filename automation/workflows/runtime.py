@@ -71,6 +71,8 @@ TEXT = {
                "en": "One thing at a time: your other request ({task}) comes next, once this one is done."},
     "task_of_order": {"zh": "{task}，订单 {order}", "en": "{task}, order {order}"},
     "next_task": {"zh": "接下来办理您的另一项请求（{task}）：", "en": "Now your other request ({task}):"},
+    "handed_over": {"zh": "您提到的其他事项（{requests}）我也已一并转交，无需重复说明。",
+                    "en": "I've passed on what else you asked too ({requests}), so you won't need to repeat it."},
     "offer_declined": {"zh": "好的，先不办理。还有什么可以帮您的吗？", "en": "All right, I won't start it. Anything else I can help with?"},
     "cancelled_by_staff": {"zh": "抱歉，我们的同事审核后取消了您的这项请求，不会做任何操作。如有疑问请回复我们。",
                            "en": "Sorry, a colleague reviewed your request and cancelled it; nothing was done. "
@@ -143,10 +145,20 @@ class FlowTurn:
     outcome: str | None = None            # completed | refused | cancelled | rejected | escalated | ...
     reasks: int = 0
     failure: str | None = None            # why a step failed or the flow escalated (masked), for the trace
+    asked: list[str] = field(default_factory=list)   # questions kept beside the task, handed back when it ends
 
     def as_response(self) -> dict[str, Any]:
         return {"workflow": self.workflow, "instance_id": self.instance_id, "step": self.step,
                 "status": self.status, "awaiting": self.awaiting, "pending_action": self.pending_action}
+
+
+@dataclass
+class HandOver:
+    """What went to a person with the conversation (``FlowEngine.hand_over``): the reply's sentence saying so and
+    the requests for the ticket's context (a task's words, slots and message, or a question)."""
+
+    reply: str
+    requests: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -402,7 +414,9 @@ class FlowRun:
                         awaiting=self.awaiting if status == "waiting" else None,
                         quick_replies=self.quick if status == "waiting" else [],
                         pending_action=action, handoff=self.handoff, approval=self.approval, trace=self.trace,
-                        outcome=inst.get("outcome"), reasks=inst["attempts"].get("_reasks", 0), failure=self.failure)
+                        outcome=inst.get("outcome"), reasks=inst["attempts"].get("_reasks", 0), failure=self.failure,
+                        asked=[] if status in ("waiting", "running", "waiting_approval", "suspended")
+                        else list(inst["pending"].get("asked") or []))
 
 
 def jsonable(value: Any) -> Any:

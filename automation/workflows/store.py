@@ -57,6 +57,7 @@ def _cur(conn: Connection[Any]) -> Cursor[Row]:
 def create(conn: Connection[Any], *, conversation_id: str, workflow: str, version: int, step: str, lang: str,
            caller: dict[str, Any], slots: dict[str, Any], id: uuid.UUID | None = None, status: str = "running",
            pending: dict[str, Any] | None = None, history: list[dict[str, Any]] | None = None) -> Instance:
+    """A new instance, ``running`` (the conversation's one active flow) or ``suspended`` (kept for later)."""
     row = _cur(conn).execute(
         """INSERT INTO flow_instances (id, conversation_id, workflow, version, step, status, lang, caller, slots,
                                        pending, history)

@@ -6,12 +6,18 @@ that is not a request of its own ("it's 100234") makes no plan: the whole messag
 
 Two requests that each name their own order are cut where they join ("refund 100241 and an invoice for 100240",
 "帮我取消订单100236，再给订单100230开个发票"): an "and" / "，再" / "然后" with an order number on each side and words of
-a request after it ("cancel 100235 and 100236" is one request about two orders).
+a request after it ("cancel 100235 and 100236" is one request about two orders). Whether the words after it ask for
+something is ``asks``'s to say when given (the router passes its classifier: "the lamp one", "台灯那个" place no
+intent): a part that only names another order ("refund order 100241 and the lamp one 100240", "退款订单100236，还有
+台灯那个100230") stays with the request before it, one task about two orders.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+
+from text.form import read_form
 
 MAX_PARTS = 4
 MIN_PART_CHARS = 4
@@ -36,25 +42,57 @@ def _has_own_words(part: str) -> bool:
     return len(re.findall(r"[A-Za-z]", rest)) >= 3 or len(re.findall(r"[\u4e00-\u9fff]", rest)) >= 2
 
 
-def _by_order(part: str) -> list[str]:
+def _asks(part: str, asks: Callable[[str], bool] | None) -> bool:
+    """Whether ``part`` asks for something of its own besides the orders it names."""
+    if not _has_own_words(part):
+        return False
+    if asks is None or read_form(part) is not None:   # "where is order 100241": a question or a request of its own
+        return True
+    return asks(" ".join(_ORDER_FILLER.sub(" ", _ORDER_NUMBER.sub(" ", part)).split()))
+
+
+def _by_order(part: str, asks: Callable[[str], bool] | None = None) -> list[str]:
     """``part`` cut where a request about one order joins a request about another (see the module's note)."""
     if len(set(_ORDER_NUMBER.findall(part))) < 2:
         return [part]
     for m in _ORDER_JOINS.finditer(part):
         left, right = part[:m.start()].strip(" ,，"), part[m.end():].strip(" ,，")
         mine, theirs = set(_ORDER_NUMBER.findall(left)), set(_ORDER_NUMBER.findall(right))
-        if mine and theirs and not mine & theirs and _has_own_words(left) and _has_own_words(right):
-            return [left, *_by_order(right)]
+        if mine and theirs and not mine & theirs and _has_own_words(left) and _asks(right, asks):
+            return [left, *_by_order(right, asks)]
     return [part]
 
 
-def split_requests(text: str) -> list[str]:
-    """The parts of ``text`` that may each be a request (one part when nothing joins two)."""
+def split_requests(text: str, asks: Callable[[str], bool] | None = None) -> list[str]:
+    """The parts of ``text`` that may each be a request (one part when nothing joins two). ``asks``: whether some
+    words ask for something (a task, a question); a part that names an order and asks nothing else ("the lamp one
+    100240") is another order of the part before it and stays in it."""
     text = (text or "").strip()
     if len(text) > 500:
         return [text]
-    parts = [q for p in _JOINS.split(text) for q in _by_order(p.strip(" ,，"))]
+    parts = [q for p in _JOINS.split(text) for q in _by_order(p.strip(" ,，"), asks)]
     parts = [p for p in parts if len(p) >= MIN_PART_CHARS or re.search(r"[\u4e00-\u9fff]{2,}", p)]
+    if asks is not None:
+        parts = _with_their_orders(text, parts, asks)
     if len(parts) < 2 or len(parts) > MAX_PARTS:
         return [text]
     return parts
+
+
+def _with_their_orders(text: str, parts: list[str], asks: Callable[[str], bool]) -> list[str]:
+    """Each part that only names another order joined to the part before it, as the message says them."""
+    spans: list[tuple[int, int]] = []
+    at = 0
+    for p in parts:
+        start = text.find(p, at)
+        if start < 0:
+            return parts
+        spans.append((start, start + len(p)))
+        at = start + len(p)
+    out: list[tuple[int, int]] = []
+    for (start, end), p in zip(spans, parts):
+        if out and _ORDER_NUMBER.search(p) and not _asks(p, asks):
+            out[-1] = (out[-1][0], end)
+        else:
+            out.append((start, end))
+    return [text[a:b] for a, b in out]

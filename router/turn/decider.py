@@ -229,7 +229,7 @@ class _Turn(Workflows):
         if planned is not None:   # "cancel 100235 and tell me your return policy": the questions answered, the task next
             extras, c = planned
             self.note_classification(c)
-        result = self.route_one(c)
+        result = self.start_kept(self.route_one(c))
         if extras:
             text = "\n\n".join([e["text"] for e in extras] + ([result.reply["text"]] if result.reply else []))
             citations = [x for e in extras for x in e.get("citations") or []]
@@ -261,6 +261,20 @@ class _Turn(Workflows):
         elif result.reply is None:
             result.reply = first.reply
         return result
+
+    def route_question(self, text: str) -> TurnResult:
+        """A question kept beside a task that has just ended, served now as the question it is: "不用了，我还想问下退货运费"
+        at the tax id is answered when the knowledge base (or its intent's topics) can, else a colleague is asked
+        (an L2 assist ticket with the draft), as L1 does for a question; it never starts a task of its own."""
+        with self.stage("classify"):
+            c = self.r.classifier.classify(text)
+        self.trace["kept_question"] = {"text": text, "intent": c.intent}
+        self.text = text
+        self.note_classification(c)
+        intent = self.intent_config(c)
+        self.asking = intent if intent is not None and intent.topics else None
+        self.move("classifying", "kept question")
+        return self.answer_l1(c)
 
     def route_one(self, c: Classification) -> TurnResult:
         """Gather the facts, ask the plan (router.turn.plan) for the route, run it."""
@@ -312,6 +326,11 @@ class _Turn(Workflows):
         # "不用了，谢谢你，我还想问下退货运费" at the tax id: the decline is the flow's answer, the question is answered first
         asked = self.listening.asked if self.listening is not None and route.run_flow else None
         beside = self.answer_beside(asked) if asked else None
+        if asked and self.listening is not None:
+            if beside is not None:
+                self.listening.asked = None    # answered: nothing to keep
+            else:                              # kept on the task: routed as its own request when the task ends
+                beside = self.send(self.say("question_kept").replace("{question}", asked), kind="reply")
         flow = self.run_flow(c, workflow=route.workflow) if route.run_flow else None
         if flow is not None and reading == "cancel" and flow.outcome == "cancelled":
             instead = self.served_instead(c, flow)

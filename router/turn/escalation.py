@@ -109,6 +109,8 @@ class Replies(BaseModel):
 
     offer_task: LocalText = {"en": "Would you like me to help with one of your orders ({task})? Just reply \"yes\".",
                              "zh": "需要我为您的订单办理“{task}”吗？回复“是”即可。"}
+    question_kept: LocalText = {"en": "I'll come back to your question (\"{question}\") once this is done.",
+                                "zh": "您的问题（“{question}”）我会在这件事办完后接着处理。"}
 
     def model_post_init(self, __context) -> None:
         for key, value in (self.model_extra or {}).items():

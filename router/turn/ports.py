@@ -16,7 +16,7 @@ from psycopg.rows import DictRow
 from automation.tools.base import Caller, ToolGateway
 from automation.workflows.listening import Listening
 from automation.workflows.model import WorkflowSet
-from automation.workflows.runtime import FlowTurn, Restart
+from automation.workflows.runtime import FlowTurn, HandOver, Restart
 from automation.workflows.store import Flows, Instance
 from rag.rewrite import RewrittenQuery, SearchTokenizer
 from rag.types import Answer
@@ -115,7 +115,10 @@ class FlowsPort(Protocol):
               lang: str = "en") -> FlowTurn: ...
 
     def resume(self, conn: Any, conversation_id: str, lang: str | None,
-               caller: Caller | None = None) -> FlowTurn | None: ...
+               caller: Caller | None = None, *, kept_only: bool = False) -> FlowTurn | None: ...
+
+    def hand_over(self, conn: Any, conversation_id: str, lang: str,
+                  asked: list[str] | tuple[str, ...] = ()) -> HandOver | None: ...
 
     def memory(self, conn: Any, caller: Caller, lang: str = "en") -> dict[str, Any]: ...
 

@@ -8,7 +8,8 @@
 - Several requests in one message: the questions are answered first, in order, then the remaining request
   (the workflow side does lookups beside it and keeps a second task for when it ends).
 - A question asked beside an answer to the waiting flow ("不用了，谢谢你，我还想问下退货运费" at the optional tax id) is
-  answered from the knowledge base before the flow's next question.
+  answered from the knowledge base before the flow's next question when it is confident; else it is kept on the
+  task and routed as its own request when the task ends (the reply says so).
 - Small talk (``serve: reply <template>``) from the policy's templates; out of scope: clarify once.
 """
 
@@ -143,8 +144,9 @@ class Answers(Tickets):
         engine = self.r.flows
         config = self.r.classifier.config
         doc = citations[0].get("doc_id") if citations else None
-        if engine is None or not doc or self.active_flow() is not None:
-            return None
+        if engine is None or not doc or self.trace.get("queued") or self.trace.get("kept_question") \
+                or self.active_flow() is not None:
+            return None   # a task kept this turn starts next instead; a question said in passing gets its answer
         mine = self.intent_config(c)
         owners = ([mine] if mine is not None else []) + [i for i in config.intents if i is not mine]
         if task is not None and task not in engine.workflows.workflows:
@@ -203,7 +205,7 @@ class Answers(Tickets):
         engine, kb = self.r.flows, self.r.rag
         if kb is None or (engine is not None and self.active_flow() is not None):
             return None
-        parts = split_requests(self.text)
+        parts = split_requests(self.text, asks=self.asks_for_something)
         if len(parts) < 2:
             return None
         with self.stage("classify"):
@@ -253,6 +255,14 @@ class Answers(Tickets):
                                   for i, ((p, x), k) in enumerate(zip(placed, kinds))]
         self.text = parts[main]
         return answers, placed[main][1]
+
+    def asks_for_something(self, words: str) -> bool:
+        """Whether ``words`` (a part of a message without its order numbers) ask for something: the classifier
+        places them. "the lamp one", "台灯那个" place nothing: they name another order of the request before."""
+        if not words:
+            return False
+        with self.stage("classify"):
+            return self.r.classifier.classify(words).intent is not None
 
     def asks_for_task(self, text: str, c: Classification) -> bool:
         """Whether one request of several asks for a task to be done rather than a question answered (none

@@ -147,6 +147,8 @@ class TurnBase:
         self._notes: list[str] | None = None
         self.outcome: str | None = None
         self.asking: Intent | None = None   # the intent config whose topics answer this message (a question), if any
+        self.kept_questions: list[str] = []     # questions kept beside a task that ended this turn (to a ticket)
+        self.handed_over: str | None = None     # what went to a person with the ticket: said with its acknowledgement
         known = (self.conv.get("metadata") or {}).get("lang")
         self.lang = language.choose(self.text, known, router.policy.default_language)
         self.trace["lang"] = self.lang
@@ -210,7 +212,10 @@ class TurnBase:
              suggestions: list[str] | None = None) -> dict[str, Any] | None:
         """Queue ``text`` to the customer (transcript + outbox, this transaction); the webhook's reply.
 
-        ``suggestions`` are quick replies: the channel senders render them (buttons, keyboards, JSON)."""
+        ``suggestions`` are quick replies: the channel senders render them (buttons, keyboards, JSON). The
+        acknowledgement of a ticket (``kind`` "ack") also says what else went to the person with it."""
+        if kind == "ack" and self.handed_over:
+            text, self.handed_over = f"{text}\n\n{self.handed_over}", None
         if self.flags.get("do_not_contact"):
             self.trace["suppressed_reply"] = kind
             return None

@@ -145,6 +145,9 @@ class Tickets(TurnBase):
         amounts = entities.get("amounts") or []
         biggest = max(amounts, key=lambda a: a.get("value") or 0) if amounts else None
         context = self.context_package(decision, entities, evidence or [])
+        kept = self.hand_over()
+        if kept:
+            context["kept_requests"] = kept
         with self.stage("handoff"):
             ticket = self.r.handoff.open_ticket(
                 self.conn, kind=kind, conversation_id=str(self.conv["id"]), channel=self.conv["channel"],
@@ -155,6 +158,22 @@ class Tickets(TurnBase):
         # a package with its memory to come ("pending") is filled when someone first needs it: an agent reading
         # or claiming the ticket (MemoryOnDemand, wired on the handoff service); never in the customer's turn
         return ticket["id"]
+
+    def hand_over(self) -> list[dict[str, Any]]:
+        """A person takes the conversation: the tasks the bot kept for later and the questions kept beside a task
+        go to them (FlowEngine.hand_over), for the ticket's context; the acknowledgement says so."""
+        engine = self.r.flows
+        if engine is None:
+            return []
+        with self.stage("workflow"):
+            kept = engine.hand_over(self.conn, str(self.conv["id"]), self.flow_lang, self.kept_questions)
+        self.kept_questions = []
+        if kept is None:
+            return []
+        self.flow_moved()
+        self.handed_over = kept.reply
+        self.trace["handed_over"] = [{k: v for k, v in r.items() if k != "slots"} for r in kept.requests]
+        return kept.requests
 
     def context_package(self, decision: Decision, entities: dict[str, Any],
                         evidence: list[dict[str, Any]]) -> dict[str, Any]:

@@ -7,6 +7,9 @@ around it.
 - "sorry, I meant 100241" right after "I couldn't find order 100999" restarts the same task (``correcting``).
 - An open offer ("Shall I start it?") that a message does not answer lapses (``settle_offer``).
 - A flow's handoff opens the L2/L3 ticket with the flow's state as evidence (``flow_outcome``).
+- Nothing kept is lost: a task kept for after another starts when the turn ends with nothing running
+  (``start_kept``), questions kept beside a task are served when it ends (``questions_after``), and whatever is
+  kept goes to the person who takes the conversation (``Tickets.hand_over``).
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ from __future__ import annotations
 from typing import Any
 
 from automation.workflows.runtime import FlowTurn
+from automation.workflows.store import ACTIVE
 from router.classify.base import Classification
 from router.classify.intents import Intent
 from router.turn.pipeline import TurnResult
+from router.turn import state as sm
 from router.turn.plan import Route
 from router.turn.ports import FlowsPort
 from router.turn.tiers.answers import Answers
@@ -187,8 +192,11 @@ class Workflows(Answers):
         return t
 
     def flow_outcome(self, c: Classification, t: FlowTurn) -> TurnResult:
-        """The workflow answered this turn: its reply goes out; a handoff opens the L2/L3 ticket."""
+        """The workflow answered this turn: its reply goes out; a handoff opens the L2/L3 ticket (with what was
+        kept for after the task). A task that ended with questions kept beside it (``FlowTurn.asked``) gives them
+        their turn now, each routed as its own request, before a kept task starts."""
         if t.handoff is not None:
+            self.kept_questions = list(t.asked)
             tier = "L3" if t.handoff.tier == "L3" else "L2"
             decision = self.decision_of(c, tier, None, workflow=self.flow)
             kind = "handoff" if tier == "L3" else "assist"
@@ -206,6 +214,11 @@ class Workflows(Answers):
             return self.result(decision, reply=self.send(text, kind="ack"), ticket_id=ticket_id)
         # the bot answered this turn (a flow that waits for the customer keeps its place in flow_instances)
         self.move("l1_resolving", f"workflow {t.workflow}", counted=False)   # served: not a loop-guard round
+        if t.asked:
+            said = self.send(t.reply, kind="reply") if t.reply else None
+            self.move("l1_resolved", f"workflow {t.workflow} {t.outcome or t.status}")
+            done = self.result(self.decision_of(c, "L1", None, workflow=self.flow), reply=said)
+            return self.questions_after(t, done)
         resumed = self.resume_interrupted(t)
         text = "\n\n".join(x for x in (t.reply, resumed.reply if resumed is not None else None) if x)
         quick = resumed.quick_replies if resumed is not None else t.quick_replies
@@ -213,6 +226,60 @@ class Workflows(Answers):
         self.move("l1_resolved", f"workflow {t.workflow} {t.outcome or t.status}")
         decision = self.decision_of(c, "L1", None, workflow=self.flow)
         return self.result(decision, reply=reply)
+
+    def questions_after(self, t: FlowTurn, done: TurnResult) -> TurnResult:
+        """The questions kept beside a task that just ended, each routed as its own message would be (answered, or
+        a colleague asked: an L2 ticket, which takes what else was kept); then a task kept for after this one."""
+        results = [done]
+        for n, question in enumerate(t.asked):
+            self.kept_questions = list(t.asked[n + 1:])   # should a ticket open, the rest go with it
+            results.append(self.route_question(question))
+            if results[-1].ticket_id is not None:
+                break
+        self.kept_questions = []
+        last = results[-1]
+        if last.ticket_id is None:
+            resumed = self.resume_interrupted(t)
+            if resumed is not None and resumed.reply:
+                results.append(self.result(last.decision, reply=self.send(resumed.reply, kind="reply",
+                                                                          suggestions=resumed.quick_replies)))
+        said = [r.reply for r in results if r.reply and r.reply.get("text")]
+        if said:
+            last.reply = {**said[-1], "text": "\n\n".join(r["text"] for r in said),
+                          "citations": [x for r in said for x in r.get("citations") or []]}
+        last.flow = self.flow
+        return last
+
+    def route_question(self, text: str) -> TurnResult:
+        """Route ``text`` as its own message in this turn (the decider's routing order)."""
+        raise NotImplementedError
+
+    def start_kept(self, result: TurnResult) -> TurnResult:
+        """The turn ends with nothing running and nobody holding the conversation, and a task is still kept for
+        after the one asked with it (that one was answered from the knowledge base, or never started): it starts
+        now, its question after the turn's reply."""
+        engine = self.r.flows
+        if (engine is None or result.ticket_id is not None or self.conv["state"] in sm.HUMAN_HOLDS
+                or self.conv["state"] == "l2_assisting" or (self.flow or {}).get("status") in ACTIVE):
+            return result
+        from router.turn.flows import caller_of
+
+        with self.stage("workflow"):
+            started = engine.resume(self.conn, str(self.conv["id"]), self.flow_lang,
+                                    caller=caller_of(self.conv, turn_id=self.ctx.turn_id), kept_only=True)
+        if started is None:
+            return result
+        self.flow_moved()
+        self.flow = started.as_response()
+        self.trace.setdefault("workflow", {})["kept_started"] = {"workflow": started.workflow,
+                                                                 "instance_id": started.instance_id}
+        sent = self.send(started.reply, kind="reply", suggestions=started.quick_replies) if started.reply else None
+        if sent is not None:
+            result.reply = sent if result.reply is None else {
+                **sent, "text": f"{result.reply['text']}\n\n{sent['text']}",
+                "citations": list(result.reply.get("citations") or [])}
+        result.flow = self.flow
+        return result
 
     def resume_interrupted(self, t: FlowTurn) -> FlowTurn | None:
         """A flow that ended this turn gives the floor back to the task it interrupted (its question again)."""

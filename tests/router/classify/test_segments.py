@@ -28,3 +28,22 @@ def test_two_requests_about_two_orders_are_cut_where_they_join(text, parts):
 ])
 def test_one_request_about_orders_stays_whole(text):
     assert split_requests(text) == [text]
+
+
+def _places(words: str) -> bool:
+    """A stand-in for the classifier: only these words ask for something."""
+    return any(w in words for w in ("invoice", "cancel", "refund", "发票", "物流", "取消"))
+
+
+@pytest.mark.parametrize("text, parts", [
+    ("refund order 100241 and the lamp one 100240", ["refund order 100241 and the lamp one 100240"]),
+    ("退款订单100234，还有龙井那个100230", ["退款订单100234，还有龙井那个100230"]),
+    ("refund order 100241 and the lamp one 100240, by the way how long do refunds take?",
+     ["refund order 100241 and the lamp one 100240", "how long do refunds take"]),
+    ("refund 100241 and an invoice for 100240", ["refund 100241", "an invoice for 100240"]),
+    ("退款订单100234，另外帮我查一下订单100235的物流", ["退款订单100234", "帮我查一下订单100235的物流"]),
+])
+def test_a_part_that_only_names_another_order_stays_with_its_request(text, parts):
+    """Whether the words after a join ask for something is the caller's to say (the router asks its classifier): a
+    part that names another order and nothing else is another order of the request before it."""
+    assert split_requests(text, asks=_places) == parts

@@ -3,10 +3,13 @@
 Each case is a customer with a goal (a workflow of the bundled example shop, an order, the values to
 give) and a pattern (how they talk: one answer per message, a correction, a change of mind, a
 digression, a wrong-then-right number, answers that look like other intents, two requests in one
-message, two tasks that change something in one message, another order at the amount question). A small user simulator answers whatever the bot asks (``flow.awaiting``) with a phrasing drawn
+message, two tasks that change something in one message, another order at the amount question, one task over
+two orders, a person asked for while a second task is kept, the optional tax id declined with a question beside
+it). A small user simulator answers whatever the bot asks (``flow.awaiting``) with a phrasing drawn
 from a pool, so the same case can be run k times with different words (pass^k). Every turn goes through
 the whole gateway (HTTP, guards, classifier, escalation rules, workflows, the MCP shop) and the shop's
-own records judge the outcome: the right write exactly once (or none), no ticket, no success claimed
+own records judge the outcome: the right write exactly once (or none), no ticket (but the one the customer
+asked for, or a colleague's look at a question the knowledge base could not answer), no success claimed
 without a success result, replies in the customer's language.
 """
 
@@ -163,6 +166,19 @@ P: dict[str, dict[str, list[str]]] = {
                          "{task} and please issue an invoice for {order2}"],
                   "zh": ["{task}，再给订单{order2}开个发票", "{task}，然后订单{order2}帮我开一下发票",
                          "{task}，并且帮我给订单{order2}开发票"]},
+    # one task over two orders: the second order named by its item, with no request words of its own
+    "two_orders": {"en": ["{task} and the {item2} one {order2}", "{task}, and the {item2} order {order2} too",
+                          "{task} and also the {item2} one, {order2}"],
+                   "zh": ["{task}，还有{item2}那个{order2}", "{task}，{item2}那单{order2}也要", "{task}和{item2}那个{order2}"]},
+    # a person asked for while a second task is kept for later: it goes to them, nothing of it runs
+    "person": {"en": ["I want to talk to a person", "can I speak to a human agent please", "transfer me to a human"],
+               "zh": ["转人工", "我要找人工客服", "帮我转人工服务"]},
+    # the optional tax id declined with a question beside it: answered, or kept for after the invoice
+    "decline_ask": {"en": ["no need, thanks. {question}", "not needed, thank you. {question}"],
+                    "zh": ["不用了，谢谢你，{question}", "不用了，谢谢。{question}"]},
+    "side_question": {"en": ["how long do card refunds take?", "what payment methods do you accept?",
+                             "do you ship to Canada?", "can I pay in monthly instalments?"],
+                      "zh": ["退款多久到账？", "支持哪些支付方式？", "你们能寄到加拿大吗？", "可以分期付款吗？"]},
     # at the amount question, another order than the one just picked: the choice again, never the task dropped
     "repick": {"en": ["actually, a different order", "sorry, wrong order, it's another one", "no wait, another order",
                       "actually I meant a different order"],
@@ -183,7 +199,16 @@ STATUS_WORD = {"en": {"awaiting payment": "pending", "paid": "paid", "shipped": 
                       "已退款": "已退款"}}
 
 PATTERNS = ("happy", "inline", "correction", "change_of_mind", "digression", "wrong_then_right", "lookalike",
-            "two_requests", "other_option", "beside", "instead", "in_focus", "two_tasks", "repick")
+            "two_requests", "other_option", "beside", "instead", "in_focus", "two_tasks", "repick", "two_orders",
+            "kept_handoff", "kept_question")
+# "two_orders": the case's own order and another of the customer's the same task applies to (refundable,
+# cancellable), named by its item
+SECOND_ORDER = {("refund", "c5"): "100271", ("refund", "c2"): "100241", ("refund", "c1"): "100234",
+                ("refund", "c3"): "100252", ("cancel_order", "c1"): "100236"}
+ITEM = {"en": {"100271": "towel", "100241": "boots", "100234": "headphones", "100252": "phone", "100236": "tote bag"},
+        "zh": {"100271": "毛巾", "100241": "靴子", "100234": "耳机", "100252": "手机", "100236": "托特包"}}
+# a colleague asked to look at a question the knowledge base could not answer (the policy's ack_l2)
+ACK_L2 = ("check this with a colleague", "我们正在为您核实")
 # orders each customer may get an invoice for (paid, shipped or delivered, none issued): the second task of
 # "two_tasks" takes the first that is not the case's own order
 INVOICEABLE = {"c1": ["100234", "100230"], "c2": ["100241", "100240"], "c3": ["100252", "100251"], "c4": ["100260"],
@@ -227,8 +252,13 @@ def cases(per_workflow: int | None = None) -> list[Case]:
                         continue   # a lookup has nothing to drop
                     if pattern in ("beside", "repick") and wf != "refund":
                         continue   # the amount said with the order / another order at the amount: only the refund
-                    if pattern == "two_tasks" and wf not in ("refund", "cancel_order", "change_address"):
+                    if pattern in ("two_tasks", "kept_handoff") and wf not in ("refund", "cancel_order",
+                                                                             "change_address"):
                         continue   # a write, then an invoice for another order
+                    if pattern == "two_orders" and (wf, task["customer"]) not in SECOND_ORDER:
+                        continue   # one task over two of the customer's orders
+                    if pattern == "kept_question" and wf != "invoice":
+                        continue   # the optional tax id declined with a question
                     if pattern == "other_option" and (wf not in ("order_status", "cancel_order")
                                                       or task["customer"] not in SEVERAL):
                         continue   # a lookup, and a write that must not run again on "the other one"
@@ -250,6 +280,7 @@ class Simulator:
         self.replies: list[dict] = []
         self.listed: list[tuple[str, str]] = []   # the orders a list offered, as shown: (order, status label)
         self.decoy: str | None = None              # repick: the order picked first, before "a different order"
+        self.tickets_expected = 0                  # kept_handoff: the person asked for; kept_question: a colleague
 
     def _values(self) -> dict[str, Any]:
         t, lang, pick = self.case.task, self.case.lang, self.rng.choice
@@ -260,6 +291,9 @@ class Simulator:
              "amount2": fmt(t["amount2"]) if t.get("amount2") is not None else None,
              "address": pick(P["address"][lang]), "address2": pick(P["address2"][lang]),
              "title": pick(P["title"][lang]), "title2": pick(P["title2"][lang]), "tax_id": pick(P["tax_id"][lang])}
+        second = SECOND_ORDER.get((self.case.workflow, t["customer"]))
+        if self.case.pattern == "two_orders" and second is not None:
+            v["order2"], v["item2"] = second, ITEM[lang][second]
         if self.case.pattern == "lookalike":   # answers that look like other intents
             v["title"] = "个人" if lang == "zh" else "personal"
             v["tax_id"] = "无" if lang == "zh" else "none"
@@ -272,8 +306,8 @@ class Simulator:
         out = self.send(text)
         self.transcript.append((text, (out.get("reply") or {}).get("text") or ""))
         self.replies.append(out)
-        if out.get("ticket_id"):
-            self.why.append(f"a ticket opened after {text!r}")
+        if out.get("ticket_id") and self.case.pattern not in ("kept_handoff", "kept_question"):
+            self.why.append(f"a ticket opened after {text!r}")   # those two judge theirs (``tickets_expected``)
         return out
 
     def answer(self, awaiting: str | None) -> str | None:
@@ -333,6 +367,25 @@ class Simulator:
             if self.values["order2"] not in said:
                 self.why.append("the reply did not say the second task comes next")
             self.moved = True
+        elif c.pattern == "two_orders":   # one task, two orders: the first now, the same task for the other next
+            task = self.rng.choice(P[f"open+order:{c.workflow}"][self.lang]).format(**self.values)
+            out = self.post(self.say("two_orders", task=task.rstrip("?？")))
+            flow, said = out.get("flow") or {}, (out.get("reply") or {}).get("text") or ""
+            if flow.get("workflow") != c.workflow or (out.get("reply") or {}).get("citations"):
+                self.why.append(f"one task over two orders did not start as that task: {flow}")
+            if self.values["order2"] not in said or c.task["order"] not in said:
+                self.why.append("the reply did not say the other order comes next")
+            self.moved = True
+        elif c.pattern == "kept_handoff":   # two tasks, then a person: the kept one goes to them, nothing runs
+            task = self.rng.choice(P[f"open+order:{c.workflow}"][self.lang]).format(**self.values)
+            self.post(self.say("join_task", task=task.rstrip("?？")))
+            out = self.post(self.say("person"))
+            said = (out.get("reply") or {}).get("text") or ""
+            self.tickets_expected = 1
+            if not out.get("ticket_id") or self.values["order2"] not in said:
+                self.why.append(f"the kept task was not handed to the person with the conversation: {said!r}")
+            self.moved = True
+            return Outcome(c, self.seed, False, self.why, self.transcript, len(self.transcript))
         elif c.pattern == "wrong_then_right":
             out = self.post(self.rng.choice(P[f"open+order:{c.workflow}"][self.lang]).format(order=WRONG_ORDER))
             out = self.post(self.say("right_order"))
@@ -346,8 +399,8 @@ class Simulator:
             if flow.get("status") == "completed" and c.pattern == "other_option" and not self.moved:
                 out = self.after_finish()
                 continue
-            if flow.get("status") not in ("waiting",):
-                break
+            if flow.get("status") not in ("waiting",) or flow.get("awaiting") == "offer":
+                break   # done (an answer's offer of a task after it is not this customer's goal)
             awaiting = flow.get("awaiting")
             move = self.move(awaiting)
             if move is not None:
@@ -358,6 +411,12 @@ class Simulator:
                 self.why.append(f"the bot waits for {awaiting!r}, which this customer cannot answer")
                 break
             out = self.post(text)
+        if c.pattern == "kept_question" and getattr(self, "kept", False) and not self.why:
+            last = out.get("reply") or {}
+            if any(a in (last.get("text") or "") for a in ACK_L2):
+                self.tickets_expected = 1          # a colleague looks at it (an L2 assist ticket)
+            elif not last.get("citations"):
+                self.why.append(f"the question kept beside the task was lost: {last.get('text')!r}")
         return Outcome(c, self.seed, False, self.why, self.transcript, len(self.transcript))
 
     @staticmethod
@@ -427,6 +486,19 @@ class Simulator:
                     or (flow.get("awaiting") == "amount" and c.task["order"] not in said):
                 self.why.append(f"another order at the amount question did not open the choice again: {flow}")
             return out
+        if c.pattern == "kept_question" and awaiting == "tax_id":
+            # "不用了，谢谢你，我还想问下…": the invoice goes on; the question is answered or kept for after it
+            self.moved = True
+            question = self.say("side_question")
+            out = self.post(self.say("decline_ask", question=question))
+            flow, reply = out.get("flow") or {}, out.get("reply") or {}
+            if flow.get("awaiting") != "confirmation":
+                self.why.append(f"declining the tax id with a question did not go on to the confirmation: {flow}")
+            elif not reply.get("citations") and question not in (reply.get("text") or ""):
+                self.why.append("the question beside the declined tax id was neither answered nor kept")
+            else:
+                self.kept = not reply.get("citations")
+            return out
         if c.pattern == "beside" and awaiting == "order_id":
             # "the order number is 100240, $20 please": the amount is not asked again
             self.moved = True
@@ -452,12 +524,14 @@ def expected_writes(case: Case, values: dict[str, Any]) -> list[dict[str, Any]]:
     out = [want] if want is not None else []
     if case.pattern == "two_tasks":
         out.append({"tool": "issue_invoice", "arguments": {"order_id": values["order2"], "title": values["title"]}})
+    if case.pattern == "two_orders" and want is not None:
+        out.append({"tool": want["tool"], "arguments": {**want["arguments"], "order_id": values["order2"]}})
     return out
 
 
 def expected_write(case: Case, values: dict[str, Any]) -> dict[str, Any] | None:
     tool = WRITE_TOOL[case.workflow]
-    if tool is None or case.pattern in ("change_of_mind", "instead"):
+    if tool is None or case.pattern in ("change_of_mind", "instead", "kept_handoff"):
         return None
     args: dict[str, Any] = {"order_id": case.task["order"]}
     if case.workflow == "refund":
@@ -489,7 +563,7 @@ def judge(sim: Simulator, writes: list[dict], tickets: int) -> Outcome:
     claimed = [t for _, t in sim.transcript for tool, marks in SUCCESS.items() if any(m in t for m in marks)]
     if claimed and not writes:
         why.append(f"a success reply without a write: {claimed[0]!r}")
-    if tickets:
+    if tickets != sim.tickets_expected:
         why.append(f"{tickets} ticket(s)")
     if case.workflow == "order_status" and case.pattern != "change_of_mind":
         text = " ".join(t for _, t in sim.transcript)

@@ -814,7 +814,7 @@ function renderTicket() {
   renderEvidence(ctx.evidence || []);
   renderFacts(tk, ctx);
   const flow = {};
-  for (const k of ["flow", "workflow", "flow_state", "tool_call", "proposed_tool_call"]) if (ctx[k]) flow[k] = ctx[k];
+  for (const k of ["flow", "workflow", "flow_state", "tool_call", "proposed_tool_call", "kept_requests"]) if (ctx[k]) flow[k] = ctx[k];
   if (draft && draft.tool_call) flow.tool_call = draft.tool_call;
   $("flow-box").hidden = Object.keys(flow).length === 0;
   $("flow").textContent = JSON.stringify(flow, null, 2);
