@@ -80,7 +80,8 @@ _CHANGE_OF_MIND = re.compile(
     r"|不开了|再想想|考虑一下|再考虑|不想(?:退|改|取消|开|办)了|取消吧|停止", re.I)
 # declining ("no need", "不用了"): a change of mind, except where the bot asked something one may decline (a tax id)
 _DECLINE = re.compile(r"\b(?:no\s+need|not\s+needed(?:\s+any\s*more)?|not\s+any\s*more|no\s+thanks?(?:\s+you)?$"
-                      r"|don'?t\s+need\s+(?:it|that|to)|i'?m\s+good\s*(?:thanks)?$)|不用了|不要了|不需要了|不必了", re.I)
+                      r"|don'?t\s+need\s+(?:it|that|to)|i'?m\s+good\s*(?:thanks)?$)|不用了|不要了|不需要了|不必了"
+                      r"|(?:不用|不需要|不必)(?=\s*(?:[,，.。!！~]|谢谢|$))", re.I)
 _MIND_FILLER = re.compile(r"\b(?:wait|hmm+|um+|oh|ah|actually|sorry|no|nope|please|thank\s+you|thanks?|ok(?:ay)?|then|just"
                           r"|i|it|the|that|this|request|order|refund|as|is)\b|等等|等一下|嗯+|哦|啊|其实|那个|还是|吧|了|谢谢|哈"
                           r"|[\s,，.。!！?？~…;；:：]", re.I)

@@ -30,7 +30,7 @@ from router.turn.passes import per_turn
 from router.turn.pipeline import Connect, ahead_mark, new_conversation_id, turn_id_of
 from router.turn.plan import Act
 from router.turn.ports import Conn, FlowsPort
-from router.turn.tiers.base import Wiring, plan_facts, verdict_facts
+from router.turn.tiers.base import Wiring, close_question, plan_facts, verdict_facts
 from router.turn.tiers.workflows import flow_language, task_workflow
 from text.form import read_form
 
@@ -49,7 +49,8 @@ def flow_ahead(d: Wiring, msg: InboundMessage, connect: Connect) -> bool:
         return _again(engine, looked["start"], connect)
     c = per_turn(("classify", text), lambda: d.classifier.classify(text))
     intent = d.classifier.config.intent(c.intent) if c.intent else None
-    facts = plan_facts(d, c, intent, text, form=read_form(text))
+    form = read_form(text)
+    facts = plan_facts(d, c, intent, text, form=form, close=close_question(d, c, intent, form))
     framed = plan.frame(facts)
     task = task_workflow(engine, intent, c, framed.served) if not framed.asking else None
     if task is None:

@@ -288,7 +288,8 @@ class _Turn(Workflows):
         intent = self.intent_config(c)
         form = read_form(self.text)
         self.trace["form"] = form
-        facts = plan_facts(self.r, c, intent, self.text, form=form, reading=reading, restart=restart)
+        question = close_question(self.r, c, intent, form) if reading is None and restart is None else None
+        facts = plan_facts(self.r, c, intent, self.text, form=form, close=question, reading=reading, restart=restart)
         framed = plan.frame(facts)
         task = self.task_workflow(c, framed.served) if not framed.asking else None
         verdict = self.r.escalation.evaluate(text=self.text, classification=c, counters=counters,
@@ -307,9 +308,8 @@ class _Turn(Workflows):
                 return self.flow_outcome(c, flow)
         if route.act is Act.CLARIFY:
             return self.clarify(c)
-        if route.answer_first:
-            question = close_question(self.r, c, intent, form)
-            first = self.answer_first(c, question, route.workflow) if question is not None else None
+        if route.answer_first and question is not None:
+            first = self.answer_first(c, question, route.workflow)
             if first is not None:
                 return first
         if route.act is Act.SERVE_WORKFLOW and route.workflow is not None:

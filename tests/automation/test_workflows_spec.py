@@ -159,6 +159,11 @@ def test_yes_no_cancel_and_entities_in_both_languages():
     assert U.changes_mind("取消吧", whole=True) and U.changes_mind("cancel it please", whole=True)
     text = "keep it in the box with the receipt, please"
     assert U.changes_mind(text) and not U.changes_mind(text, whole=True)
+    # a decline where the bot asked something optional, with or without 了; a question that merely contains 不用 is not
+    for declined in ("不用了，谢谢。", "不需要，谢谢。", "不用，谢谢", "不需要", "no need, thanks"):
+        assert U.is_decline(declined), declined
+    assert U.declined_then("不需要，谢谢。你们能寄到加拿大吗？") == ("不需要,谢谢", "你们能寄到加拿大吗?")
+    assert not U.is_decline("不需要发票吗") and not U.is_decline("不用付运费吧")
     assert U.extract("order_id", "不是这个，是100235") == "100235"
     assert U.extract("amount", "订单100234退款30元") == 30.0
     assert U.extract("money", "refund $12.50 please") == {"value": 12.5, "currency": "USD"}

@@ -100,9 +100,10 @@ def close_question(r: Wiring, c: Classification, intent: Intent | None, form: st
 
 
 def plan_facts(r: Wiring, c: Classification, intent: Intent | None, text: str, *, form: str | None,
-               reading: str | None = None, restart: str | None = None) -> plan.Facts:
+               close: Intent | None, reading: str | None = None, restart: str | None = None) -> plan.Facts:
     """What the routing plan reads of a message: the classification, the intent's declarations, the flow's
-    reading and restart (the turn, and the look ahead of router.turn.ahead, read it the same way)."""
+    reading and restart, the question a lookup barely beat (``close``, from close_question: the caller keeps
+    it to answer first). The turn, and the look ahead of router.turn.ahead, read it the same way."""
     return plan.Facts(
         intent=c.intent, tier=c.tier, decided_by=c.decided_by, served=served_by(intent, c), form=form,
         topics=bool(intent is not None and intent.topics),
@@ -113,7 +114,7 @@ def plan_facts(r: Wiring, c: Classification, intent: Intent | None, text: str, *
         drops_task=(reading is None and restart is None and plan.NEVER_MIND_TEMPLATE in r.policy.replies.names()
                     and drops_task(text)),
         clarify_unknown=r.policy.unknown == "clarify_then_escalate",
-        close_question=reading is None and restart is None and close_question(r, c, intent, form) is not None)
+        close_question=reading is None and restart is None and close is not None)
 
 
 def verdict_facts(v: EscalationVerdict) -> plan.Verdict:

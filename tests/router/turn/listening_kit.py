@@ -175,7 +175,7 @@ P: dict[str, dict[str, list[str]]] = {
                "zh": ["转人工", "我要找人工客服", "帮我转人工服务"]},
     # the optional tax id declined with a question beside it: answered, or kept for after the invoice
     "decline_ask": {"en": ["no need, thanks. {question}", "not needed, thank you. {question}"],
-                    "zh": ["不用了，谢谢你，{question}", "不用了，谢谢。{question}"]},
+                    "zh": ["不用了，谢谢你，{question}", "不用了，谢谢。{question}", "不需要，谢谢。{question}"]},
     "side_question": {"en": ["how long do card refunds take?", "what payment methods do you accept?",
                              "do you ship to Canada?", "can I pay in monthly instalments?"],
                       "zh": ["退款多久到账？", "支持哪些支付方式？", "你们能寄到加拿大吗？", "可以分期付款吗？"]},

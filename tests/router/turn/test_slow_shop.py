@@ -402,21 +402,27 @@ def _order_calls(svc, customer: str) -> list[dict]:
                           " FROM tool_calls WHERE caller_customer = %s AND tool = 'get_order' ORDER BY created_at", customer)
 
 
+def _read_ahead_in_one_pass(svc, text: str, *, conv: str, customer: str, order: str) -> dict:
+    """An order-status turn decided in one pass: the memory, then ``order``, read ahead (two shop latencies, no pass
+    rolled back); the order's read audited under the conversation and the turn."""
+    _warm(svc)
+    out, _ = svc.pipeline.handle(_msg(text, conv=conv, customer=customer))
+    assert out["flow"]["workflow"] == "order_status" and out["flow"]["status"] == "completed", out
+    assert order in out["reply"]["text"], out
+    trace = _trace(svc, out["turn_id"])
+    assert "outside_runs" not in trace and trace["timings_ms"]["ahead"] >= 2 * float(LATENCY_MS) * 0.9, trace
+    assert [s["step"] for s in trace["workflow"]["steps"] if s["tool_status"]] == ["load"], trace["workflow"]
+    calls = _order_calls(svc, customer)
+    assert [(c["order_id"], c["status"], c["purpose"], c["conversation_id"], c["turn_id"]) for c in calls] == [
+        (order, "ok", "order_status", out["conversation_id"], out["turn_id"])], calls
+    return out
+
+
 def test_an_order_question_reads_its_order_before_the_first_pass(slow):
     """The message names the order: the flow's first read (get_order) is asked before the turn's first pass, after
     the memory it may depend on, so the turn is decided in one pass; the audit names the conversation and the
     turn. The customer's next conversation, whose memory is kept, reads only the order ahead."""
-    _warm(slow)
-    out, _ = slow.pipeline.handle(_msg("where is my order 100234", conv="read-1", customer="c1"))
-    assert out["flow"]["workflow"] == "order_status" and out["flow"]["status"] == "completed", out
-    assert "100234" in out["reply"]["text"], out
-    trace = _trace(slow, out["turn_id"])
-    # memory, then the order: two shop latencies ahead, and no pass rolled back
-    assert "outside_runs" not in trace and trace["timings_ms"]["ahead"] >= 2 * float(LATENCY_MS) * 0.9, trace
-    assert [s["step"] for s in trace["workflow"]["steps"] if s["tool_status"]] == ["load"], trace["workflow"]
-    calls = _order_calls(slow, "c1")
-    assert [(c["order_id"], c["status"], c["purpose"]) for c in calls] == [("100234", "ok", "order_status")], calls
-    assert (calls[0]["conversation_id"], calls[0]["turn_id"]) == (out["conversation_id"], out["turn_id"])
+    _read_ahead_in_one_pass(slow, "where is my order 100234", conv="read-1", customer="c1", order="100234")
     again, _ = slow.pipeline.handle(_msg("order 100235 status please", conv="read-2", customer="c1"))
     assert again["flow"]["status"] == "completed" and "100235" in again["reply"]["text"], again
     trace = _trace(slow, again["turn_id"])
@@ -466,15 +472,6 @@ def test_a_known_customers_only_order_is_read_before_the_first_pass(slow):
     """A customer the shop knows, with one recent order, asks without naming it: the flow picks that order from the
     memory and reads it. Both are asked ahead (the memory, then, once it answered, the order it names), so the turn
     is decided in one pass; the audit names the conversation and the turn."""
-    _warm(slow)
-    out, _ = slow.pipeline.handle(_msg("where is my order", conv="only-1", customer="c6"))
-    assert out["flow"]["workflow"] == "order_status" and out["flow"]["status"] == "completed", out
-    assert "100280" in out["reply"]["text"], out
-    trace = _trace(slow, out["turn_id"])
-    assert "outside_runs" not in trace and trace["timings_ms"]["ahead"] >= 2 * float(LATENCY_MS) * 0.9, trace
-    assert [s["step"] for s in trace["workflow"]["steps"] if s["tool_status"]] == ["load"], trace["workflow"]
-    calls = _order_calls(slow, "c6")
-    assert [(c["order_id"], c["status"], c["conversation_id"], c["turn_id"]) for c in calls] == [
-        ("100280", "ok", out["conversation_id"], out["turn_id"])], calls
+    out = _read_ahead_in_one_pass(slow, "where is my order", conv="only-1", customer="c6", order="100280")
     assert [(c["tool"], c["turn_id"]) for c in _memory_calls(slow, "c6")] == [
         ("get_customer", out["turn_id"]), ("list_recent_orders", out["turn_id"])]
