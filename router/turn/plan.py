@@ -158,8 +158,10 @@ def choose(f: Facts, fr: Frame, v: Verdict, *, task: str | None) -> Route:
         # nothing waits to be stopped: no task is started on the words it names ("不退了"), nothing is unclear
         return Route(Act.SMALL_TALK, tier=fr.tier, template=NEVER_MIND_TEMPLATE, save_verdict=False)
     asking, tier = fr.asking, fr.tier
-    if not v.escalate and f.security and f.topics and tier == "L3" and f.knowledge_base:
-        # an account question without a sign of a hacked or frozen account ("I forgot my password"): self-service
+    if not v.escalate and f.security and f.topics and tier == "L3" and f.knowledge_base \
+            and f.reading in (None, "digression") and f.restart is None:
+        # an account question without a sign of a hacked or frozen account ("I forgot my password"): self-service;
+        # never a waiting flow's answer the classifier heard as one ("不对，是已签收那个" at a confirmation)
         asking, tier = True, "L1"
     template = served[1] if smalltalk and served is not None else None
     restart = f.restart if not v.escalate else None

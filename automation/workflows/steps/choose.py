@@ -130,6 +130,7 @@ class ChooseSpec(StepSpec):
     cheapest: str | None = None            # CEL number over `option`: "the cheapest" picks the lowest
     required: bool = True
     ask_again: bool = False                # asked each time the flow reaches it, even when its slot is set
+    others: str | None = None              # CEL: a wider list the customer may name (never shown): the steps after say why
 
 
 class Choose(StepKind):
@@ -149,6 +150,8 @@ class Choose(StepKind):
             if key in raw and not isinstance(raw[key], bool):
                 ck.err(p + (key,), f"{key} is true or false")
         ck.expr(raw.get("options"), p + ("options",))
+        if "others" in raw:
+            ck.expr(raw["others"], p + ("others",))
         ck.text(raw.get("prompt"), p + ("prompt",))
         ck.template(raw.get("label"), p + ("label",), {"option"})
         if "label" not in raw:
@@ -191,6 +194,9 @@ class Choose(StepKind):
         if text is None:
             if len(opts) == 1 and step.get("auto_single", False) and not _just_refused(inst, step):
                 inst["slots"][name] = value_of(run, step, opts[0])
+                # a pick all the same ("cancel my order" -> the only cancellable one): "no, the boots" re-picks it
+                inst["history"].append({"step": step.id, "event": "chose", "index": 0, "how": "said:single",
+                                        "at": time.time()})
                 return "next"
             if "text" in step.raw and step.id not in inst["pending"].get("choose_among", {}):
                 said = evaluate(step.raw["text"], run.scope())
@@ -250,6 +256,8 @@ class Choose(StepKind):
                 inst["attempts"].pop(step.id, None)
                 inst["history"].append({"step": step.id, "event": "stated", "at": time.time()})
                 return "next"
+            if self._take_other(run, step, opts, text):
+                return "next"
             return run.retry(step, f"no option of {name} matched")
         inst["pending"].get("choose_among", {}).pop(step.id, None)
         inst["slots"][name] = value_of(run, step, opts[ch.index])
@@ -284,10 +292,20 @@ class Choose(StepKind):
         shown = not str(picked.get("how") or "").startswith("said:")
         new: int | None = None
         if words.strip() and U.content_words(words):
-            if U.is_question(words) or not U.only_describes(words, texts):
+            if U.is_question(words):
                 return None
-            ch = U.choose(words, [ids[i] for i in rest], [texts[i] for i in rest])
-            new = rest[ch.index] if ch.index is not None and ch.how != "number" else None
+            if U.only_describes(words, texts):
+                ch = U.choose(words, [ids[i] for i in rest], [texts[i] for i in rest])
+                new = rest[ch.index] if ch.index is not None and ch.how != "number" else None
+            if new is None:   # "the boots" at the confirmation of the only cancellable order: an order left out
+                value = self._other_named(run, step, opts, words)
+                return self._repick_other(run, at, step, value, dry=dry) if value is not None else None
+        elif other and not rest and not U.is_question(text):
+            # "the other one" when the only cancellable order was taken: the customer's other order, if one
+            left = self._others(run, step, opts)
+            if len(left) != 1:
+                return None
+            return self._repick_other(run, at, step, value_of(run, step, left[0]), dry=dry)
         elif other and rest and not U.is_question(text):
             if len(rest) == 1 and shown:
                 new = rest[0]     # "the other one" of two the customer was shown
@@ -391,10 +409,59 @@ class Choose(StepKind):
                 inst["pending"].setdefault("choose_among", {})[step.id] = ch.candidates
                 run.prompt(step, again=False)
                 return "wait"
+            if not optional and ch.index is None and self._take_other(
+                    run, step, opts, said, head=False, relevant=True, floor=FROM_TEXT_FLOOR):
+                return "next"
         if optional:
             inst["slots"][name] = None
             return "next"
         return None
+
+    def _others(self, run: FlowRun, step: Step, opts: list[Any]) -> list[Any]:
+        """The items of ``others`` (a wider list than the one offered) that are not offered."""
+        if "others" not in step.raw:
+            return []
+        wider = evaluate(step.raw["others"], run.scope())
+        if not isinstance(wider, list):
+            raise ExpressionError(f"{step.raw['others']}: others must be a list")
+        offered = [value_of(run, step, o) for o in opts]
+        return [o for o in wider if not any(same_value(value_of(run, step, o), v) for v in offered)]
+
+    def _other_named(self, run: FlowRun, step: Step, opts: list[Any], text: str, **how: Any) -> Any | None:
+        """The value of an item of ``others`` the words name: by its id, its words or its status, never by a place
+        in a list the customer was not shown or by meaning alone."""
+        rest = self._others(run, step, opts)
+        if not rest:
+            return None
+        ids, texts, _ = _compute_rows(run, step, rest)
+        ch = U.choose(text, ids, texts, **how)
+        if ch.index is None or ch.how in ("number", "encoder"):
+            return None
+        return value_of(run, step, rest[ch.index])
+
+    def _repick_other(self, run: FlowRun, at: Step, step: Step, value: Any, *, dry: bool) -> str:
+        """The earlier pick corrected to an item left out of the list: the steps after it check it again."""
+        if not dry:
+            inst = run.inst
+            A.apply_correction(inst, run.wf, at, step.arg, value)
+            inst["history"][-1]["step"] = step.id
+            inst["history"].append({"step": step.id, "event": "stated", "how": "others", "at": time.time()})
+            inst["attempts"].pop(at.id, None)
+        return step.id
+
+    def _take_other(self, run: FlowRun, step: Step, opts: list[Any], text: str, **how: Any) -> bool:
+        """"耳机那个" when only unshipped orders are offered for cancelling: the customer means an order the list
+        leaves out. It is taken as their answer, as an order number the list does not show is, so the checks after
+        the choice say why it cannot be done ("… is already shipped") instead of "I didn't catch that"."""
+        value = self._other_named(run, step, opts, text, **how)
+        if value is None:
+            return False
+        inst = run.inst
+        inst["slots"][step.arg] = value
+        inst["attempts"].pop(step.id, None)
+        inst["pending"].get("choose_among", {}).pop(step.id, None)
+        inst["history"].append({"step": step.id, "event": "stated", "how": "others", "at": time.time()})
+        return True
 
     def prompt(self, run: FlowRun, step: Step, *, with_prompt: bool = True) -> None:
         opts = options(run, step)
@@ -418,5 +485,5 @@ class Choose(StepKind):
         if A.stated(run.wf, step.arg, text, entities) is not None:
             return "strong"
         if how.index is None:
-            return None
+            return "weak" if not how.candidates and self._other_named(run, step, options(run, step), text) else None
         return "strong" if how.how in ("number", "id", "exact") else "weak"

@@ -614,3 +614,22 @@ def test_one_task_over_two_orders_is_done_for_each_order_in_turn(api, svc, custo
     if orders[0][1] is not None:
         assert [float(w["arguments"]["amount"]) for w in made] == [a for _, a in orders]
     assert out[-1]["flow"]["status"] == "completed" and tickets_of(svc, conv) == 0
+
+
+@pytest.mark.parametrize("customer, texts, order, why", [
+    ("c1", ("取消订单", "耳机那个"), "100234", "无法取消"),                                # shown two, named a third
+    ("c1", ("取消耳机那个订单",), "100234", "无法取消"),                                   # named in the request
+    ("c5", ("cancel my order", "no, the delivered one"), "100270", "can no longer be cancelled"),   # the only one, taken
+    ("c3", ("取消订单", "不对，是已签收那个"), "100251", "无法取消"),
+    ("c5", ("cancel my order", "the other one"), "100270", "can no longer be cancelled"),
+])
+def test_an_order_the_choice_leaves_out_is_answered_with_why_it_cannot_be_done(api, svc, customer, texts, order, why):
+    """Only orders that can be cancelled are offered; the customer means another of theirs (by its item, its status,
+    "the other one"): the task's own check says why it cannot be done, never "I didn't catch that", no ticket, and
+    nothing is cancelled."""
+    out = talk(api, customer, f"l-others-{customer}-{len(texts)}-{texts[-1]}", *texts)
+    last = out[-1]
+    assert order in last["reply"]["text"] and why in last["reply"]["text"], last["reply"]
+    assert last["flow"]["status"] == "completed" and last["ticket_id"] is None, last["flow"]
+    assert writes_of(svc, "cancel_order") == []
+

@@ -67,6 +67,9 @@ ESCALATE = Verdict(escalate=True, rule="dissatisfied")
      security=True, topics=True), None, None, Act.TIER, {"tier": "L1", "asking": True, "run_flow": False}),
     ("... with one", facts(intent="account_security", tier="L3", security=True, topics=True),
      Verdict(escalate=True, rule="account_security"), None, Act.ESCALATE, {"asking": False}),
+    ("... heard in a waiting flow's answer ('不对，是已签收那个' at a confirmation): the flow's", facts(
+     intent="account_security", tier="L3", security=True, topics=True, reading="answer"), None, None, Act.TIER,
+     {"asking": False, "run_flow": True}),
     # 2. a corrected task restarts first; when it runs no flow, the rest of the order follows
     ("a correction", facts(intent=None, tier="L2", restart="order_status"), Verdict(low_confidence_streak=1), None,
      Act.CLARIFY, {"restart": "order_status"}),
