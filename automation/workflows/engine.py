@@ -320,7 +320,7 @@ class FlowEngine:
             return run.to_turn()
         offer = inst["pending"].pop("offer", None)
         if offer is not None:
-            return self._answer_offer(run, offer, reading)
+            return self._answer_offer(run, offer, reading, text, entities)
         step = wf.steps.get(inst["step"]) if inst["step"] else None
         if reading == "cancel":
             return self._cancel(run, "customer")
@@ -334,7 +334,8 @@ class FlowEngine:
             return turn
         return self._run(run, text=U.said_after_dropping(text) or text, entities=entities)
 
-    def _answer_offer(self, run: FlowRun, offer: dict[str, Any], reading: str) -> FlowTurn:
+    def _answer_offer(self, run: FlowRun, offer: dict[str, Any], reading: str, text: str,
+                      entities: dict[str, Any]) -> FlowTurn:
         """The customer's answer to an offer: "yes" starts the task from its first step, with what the question
         said; "no thanks" (or anything but a yes) ends it, nothing having started."""
         inst = run.inst
@@ -348,7 +349,11 @@ class FlowEngine:
             return run.to_turn()
         if run.caller is not None:
             inst["bindings"]["memory"] = self.memory(run.conn, run.caller, run.lang)
-        inst["pending"]["message"] = offer.get("message") or ""
+        # "龙井那个" taken for a yes (listening.answers_offer): said before the task asks, as the question was
+        said = "" if U.yes_no(text, entities) is True else (text or "")
+        for name, value in (A.prefill(run.wf, said, entities) if said else {}).items():
+            inst["slots"].setdefault(name, value)
+        inst["pending"]["message"] = "\n".join(w for w in (offer.get("message") or "", said) if w)
         inst["history"].append({"event": "started", "offer": "accepted", "at": time.time(),
                                 "prefilled": sorted(inst["slots"])})
         self._observe(inst["workflow"], "started")

@@ -46,6 +46,16 @@ def offered(instance: Instance | None) -> bool:
     return bool(instance and instance["status"] == "waiting" and (instance.get("pending") or {}).get("offer"))
 
 
+def answers_offer(text: str, *, other: bool) -> bool:
+    """"龙井那个" or "100230" to "shall I issue an invoice for one of your orders?": no yes, but what the task would
+    ask first (which order, a value), so a yes all the same; the task starts with it as words already said. Only
+    a statement the classifier cannot place elsewhere (``other``: a confident other intent), not a question, with
+    words of substance: "do you take PayPal?" or "my parcel is late" let the offer lapse as before."""
+    if other or U.is_question(text) or read_form(text) == "question":
+        return False
+    return bool(U.content_words(text) or U.order_ids(text))
+
+
 def declined_beside(run: FlowRun, text: str) -> tuple[str, str] | None:
     """"不用了，谢谢你，我还想问下退货运费" at a question the customer may decline (a slot's ``optional``, a tax id):
     the decline answers it and the task goes on; what follows is a question asked beside it. (the decline, the
@@ -79,7 +89,9 @@ def reading(run: FlowRun, gone: str | None, text: str, entities: dict[str, Any],
             return "answer"
         if said is False or U.changes_mind(text, whole=True):
             return "cancel"
-        return "digression"
+        other = (intent is not None and intent_confidence is not None and intent_confidence >= drift_threshold
+                 and intent not in wf.intents)
+        return "answer" if answers_offer(text, other=other) else "digression"
     step = wf.steps.get(instance["step"]) if instance["step"] else None
     if step is None or step.kind not in WAITING_KINDS or instance["status"] != "waiting":
         return "answer"

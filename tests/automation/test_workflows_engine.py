@@ -354,6 +354,9 @@ def test_an_offer_waits_for_a_yes_then_runs_and_a_no_or_another_topic_starts_not
         assert engine.read(inst, "yes please") == "answer" and engine.read(inst, "是的") == "answer"
         assert engine.read(inst, "no thanks") == "cancel" and engine.read(inst, "不用了") == "cancel"
         assert engine.read(inst, "what payment methods do you accept?") == "digression"
+        # what the task asks first, said instead of a yes, is a yes all the same; a confident other topic is not
+        assert engine.read(inst, "the garden hose one") == "answer" and engine.read(inst, "W1003") == "answer"
+        assert engine.read(inst, "my parcel is late", intent="payment_methods", intent_confidence=0.99) == "digression"
     y = turn(engine.advance, t.instance_id, AVA, "yes", {}, "en")
     assert y.status == "waiting" and y.awaiting == "line", y.reply           # the task itself now asks
     assert writes(shop) == []

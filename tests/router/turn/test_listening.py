@@ -633,3 +633,20 @@ def test_an_order_the_choice_leaves_out_is_answered_with_why_it_cannot_be_done(a
     assert last["flow"]["status"] == "completed" and last["ticket_id"] is None, last["flow"]
     assert writes_of(svc, "cancel_order") == []
 
+
+@pytest.mark.parametrize("customer, texts, order, title", [
+    ("c1", ("发票能开吗？要公司抬头的", "龙井那个", "杭州某某科技有限公司", "不需要，谢谢。", "是的"), "100230", "杭州某某科技有限公司"),
+    ("c2", ("how do I get an invoice?", "the lamp one", "Acme Ltd", "none", "yes"), "100240", "Acme Ltd"),
+])
+def test_an_answer_to_the_offered_tasks_first_question_takes_the_offer(api, svc, customer, texts, order, title):
+    """The answer offers the task ("Shall I issue an invoice for one of your orders?"); the customer answers with the
+    order instead of a yes: the task starts with that order taken, then asks for the title; never "I didn't
+    understand" and no person for two "unclear" messages. The invoice is issued by the shop's records."""
+    out = talk(api, customer, f"l-offer-{customer}", *texts)
+    assert out[0]["flow"]["awaiting"] == "offer", out[0]
+    picked = out[1]
+    assert picked["flow"]["workflow"] == "invoice" and picked["flow"]["awaiting"] == "title", picked
+    assert all(o["ticket_id"] is None for o in out), [o["reply"] for o in out]
+    issued = writes_of(svc, "issue_invoice")
+    assert [(w["order_id"], w["arguments"]["title"]) for w in issued] == [(order, title)], issued
+    assert out[-1]["flow"]["status"] == "completed", out[-1]
