@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from rag.answer_type import asked, holds
+from rag.answer_type import asked, asking_word, holds
 from rag.chunk import _CJK, content_hash, join_units, sentence_units
 from rag.rewrite import EN_STOPWORDS, ZH_STOPWORDS
 from rag.types import Chunk, Hit
@@ -520,14 +520,31 @@ class Composer:
                     main = main + self._entry(pl, per_doc, score_of, 0, query)
                     break
         if opening:
-            main = opening + [x for x in main if (x.doc, x.idx) not in {(o.doc, o.idx) for o in opening}]
+            follows = [x for x in main if (x.doc, x.idx) not in {(o.doc, o.idx) for o in opening}]
+            main = opening + self._asked_kind(follows, opening, per_doc, score_of, qvecs, query, head_sim)
         chosen: list[tuple[float, list[Line]]] = [(1.0, main)]
         taken = {(ln.doc, ln.idx) for ln in main}
         for p in range(len(parts)):
-            best = max(pool, key=lambda ln: score_of[(ln.doc, ln.idx)][1 + p])
-            sc = float(score_of[(best.doc, best.idx)][1 + p])
+            def part_score(ln: Line, col: int = 1 + p) -> float:
+                return float(score_of[(ln.doc, ln.idx)][col])
+
+            best = max(pool, key=part_score)
+            sc = part_score(best)
             if sc < PART_FLOOR or (best.doc, best.idx) in taken:
                 continue
+            # a part the entries already chosen say in its own words, about as well as any line, adds nothing
+            # ("when does my order ship" after the dispatch times: not the courier entry beside them; "Apple Pay"
+            # after the PayPal entry is not said)
+            if (max((float(score_of[k][1 + p]) for k in taken if k in score_of), default=-1.0) >= sc - NEAR
+                    and self._says(parts[p], [x for _, e in chosen for x in e])):
+                continue
+            # an article already cited answers a further part when one of its lines says it about as well: the
+            # parts of one question are mostly about one subject ("how long until it arrives" after the dispatch
+            # times: the delivery times, not a refund's 48 hours)
+            cited = {x.doc for _, e in chosen for x in e}
+            own = [ln for ln in pool if ln.doc in cited and (ln.doc, ln.idx) not in taken]
+            if best.doc not in cited and own and part_score(alt := max(own, key=part_score)) >= sc - NEAR:
+                best, sc = alt, part_score(alt)
             home = next(pl for pl in pools if best in pl)
             entry = self._entry(home, per_doc, score_of, 1 + p, parts[p], only=best)
             if any((ln.doc, ln.idx) in taken for ln in entry if ln.kind not in ("intro", "label")):
@@ -608,6 +625,42 @@ class Composer:
         best = max(naming, key=lambda ln: score([ln]))
         if score([best]) <= score(own):
             return main
+        return self._entry(doc, per_doc, score_of, 0, query, only=best, head_sim=head_sim)
+
+    def _says(self, part: str, lines: Sequence[Line]) -> bool:
+        """Whether ``lines`` hold every word of ``part`` that is not a stop word or a word that only asks (a
+        single Chinese character counts: "算" of "积分怎么算" is what is asked about points)."""
+        # stop words go before stemming ("does" would stay as "doe")
+        said = " ".join(w for w in part.split() if w.casefold().strip("?？,.!") not in STOPWORDS)
+        named = {w for w in self.words_in(said) if w not in STOPWORDS and not asking_word(w)}
+        return bool(named) and named <= frozenset().union(*(self.words_in(x.text) for x in lines))
+
+    def _asked_kind(self, follows: list[Line], opening: list[Line], per_doc: list[list[Line]], score_of: dict,
+                    qvecs: np.ndarray, query: str, head_sim: dict[str, float]) -> list[Line]:
+        """The entry that follows an article's opening, when the question asks for a quantity (rag/answer_type.py):
+        it must state one. An FAQ entry of the same form ("Is shipping free?" for "how long does shipping take?")
+        follows the opening on shared words while the article's line that says how long is elsewhere: that line's
+        entry follows instead, or nothing does when no line of the article states the quantity."""
+        kind = asked(query)
+        if kind is None or not follows or any(holds(x.text, kind) for x in opening + follows):
+            return follows
+        doc = per_doc[opening[0].doc]
+        shown = {(x.doc, x.idx) for x in opening}
+        stating = [x for x in doc if (x.doc, x.idx) not in shown and holds(x.text, kind)]
+        missing = [x for x in stating if (x.doc, x.idx) not in score_of]
+        if missing:
+            for x, row in zip(missing, self.cache.vectors([unit_text(x, doc) for x in missing]) @ qvecs.T,
+                              strict=True):
+                row = row.copy()
+                row[0] += ANSWER_TYPE_LEAD      # each of them states the quantity asked for
+                score_of[(x.doc, x.idx)] = row
+        if not stating:
+            return []
+        for heading in {x.section.split(" > ")[-1] for x in stating if x.section} - head_sim.keys():
+            head_sim[heading] = float(self.cache.vectors([heading])[0] @ qvecs[0])
+        best = max(stating, key=lambda x: float(score_of[(x.doc, x.idx)][0]))
+        if float(score_of[(best.doc, best.idx)][0]) < PART_FLOOR:
+            return []
         return self._entry(doc, per_doc, score_of, 0, query, only=best, head_sim=head_sim)
 
     def _whole_article(self, anchor: list[Line], pools: list[list[Line]], per_doc: list[list[Line]],

@@ -398,7 +398,8 @@ _REPLY_END = ("。", ".", "!", "！", "?", "？", "”", "」", ")", "）", '"')
 
 
 def load_answer_set(path: str | Path) -> list[dict[str, Any]]:
-    """JSONL rows {q, lang, kind (fact | howto | two_part | none), doc, must: [[alternatives], ...]}."""
+    """JSONL rows {q, lang, kind (fact | howto | two_part | none), doc, must: [[alternatives], ...],
+    must_not: [texts]}."""
     return [obj for _, obj in read_jsonl(Path(path))]
 
 
@@ -411,6 +412,8 @@ def judge_reply(row: dict[str, Any], answered: bool, text: str | None, cited: st
     unanswerable = row.get("kind") == "none"
     low = text.casefold()
     has_facts = all(any(str(a).casefold() in low for a in group) for group in row.get("must", []))
+    # what a right reply must not say: an entry that answers another question ("Is shipping free?")
+    has_facts = has_facts and not any(str(a).casefold() in low for a in row.get("must_not", []))
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return {
         "q": row["q"], "kind": row.get("kind"), "lang": row.get("lang"), "answered": answered,

@@ -442,7 +442,17 @@ def test_what_customers_call_an_article_finds_it_and_its_opening_answers(pool, e
 
 # the conversations of issue #33, each the first message of a new conversation: a set judged together
 ISSUE_CONVERSATIONS = ("what is your return policy?", "衣服不合适能退吗", "退货的运费谁来出", "how long does shipping take?",
-                       "can I pay with PayPal or Apple Pay?", "快递一般几天到？")
+                       "can I pay with PayPal or Apple Pay?", "快递一般几天到？",
+                       "when does my order ship and how long until it arrives?", "下单以后多久发货，一般几天能到")
+# what their replies must say, and what they must not: the entry beside the answer that shares its words
+ISSUE_FACTS = [
+    ("how long does shipping take?", ["16:00", "1–2 days", "2–4 days"], ["Is shipping free", "¥99", "¥8"]),
+    ("when does my order ship and how long until it arrives?", ["16:00", "1–2 days", "2–4 days"],
+     ["refund", "Which courier", "SF Express for major cities"]),
+    ("快递一般几天到？", ["16:00", "1–2天", "2–4天"], ["包邮", "99元"]),
+    ("下单以后多久发货，一般几天能到", ["16:00", "1–2天", "2–4天"], ["退款", "99元"]),
+    ("can I pay with PayPal or Apple Pay?", ["PayPal", "Apple Pay", "CNY"], ["Q:", "A:"]),
+]
 
 
 @pytest.mark.slow
@@ -451,6 +461,15 @@ def test_the_issues_conversations_are_answered_right(answer_set_report):
     wrong = [(q, verdicts[q]["answered"], verdicts[q]["text"][:120]) for q in ISSUE_CONVERSATIONS
              if not verdicts[q]["right"]]
     assert not wrong, wrong
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("query, says, never", ISSUE_FACTS)
+def test_the_issues_replies_say_what_is_asked_and_not_the_entry_beside_it(answer_set_report, query, says, never):
+    """"How long does shipping take?" shares its form and "shipping" with "Is shipping free?": the reply gives
+    the delivery times, and a question of two parts gets both, from the article that answers them."""
+    text = next(v["text"] for v in answer_set_report["verdicts"] if v["q"] == query)
+    assert all(s in text for s in says) and not any(n in text for n in never), text
 
 
 @pytest.mark.parametrize("answer, bare", [
