@@ -196,6 +196,9 @@ class AuditWriter:
                         with self._pool.connection() as pooled:
                             pooled.execute("SET LOCAL synchronous_commit TO OFF")
                             pooled.cursor().executemany(_INSERT, params)
+                    elif len(params) == 1:
+                        # a lone row is one statement on the autocommit connection: no BEGIN and COMMIT round trips
+                        conn.execute(_INSERT, params[0], prepare=True)
                     else:
                         with conn.transaction():
                             conn.cursor().executemany(_INSERT, params)
