@@ -6,6 +6,7 @@ Rows are redacted when written; the readers return them as plain dicts, oldest f
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import queue
@@ -28,7 +29,7 @@ _INSERT = ("INSERT INTO tool_calls (id, conversation_id, turn_id, purpose, tool,
            " caller_customer, input, output, status, error, latency_ms, attempts, idempotency_key, created_at,"
            " args_digest) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)")
 
-_BATCH = 200            # rows per transaction of the writer thread at most
+_BATCH = 200            # rows per statement of the writer thread at most
 _QUEUE_MAX = 20_000     # rows waiting at most; past that a read's row is dropped (and counted), never a write's
 _CONNECT_TIMEOUT_S = 5
 
@@ -197,8 +198,9 @@ class AuditWriter:
                             pooled.execute("SET LOCAL synchronous_commit TO OFF")
                             pooled.cursor().executemany(_INSERT, params)
                     else:
-                        with conn.transaction():
-                            conn.cursor().executemany(_INSERT, params)
+                        # the batch is one statement on the autocommit connection (atomic as it is): one round trip,
+                        # no BEGIN and COMMIT around it
+                        conn.execute(_insert_rows(len(params)), [v for p in params for v in p])
                     written = True
                     break
                 except Exception as exc:  # noqa: BLE001 - logged; the gateway's calls go on
@@ -242,6 +244,13 @@ class AuditWriter:
             if dropped:
                 self.dropped += len(batch)
             self._done.notify_all()
+
+
+@functools.lru_cache(maxsize=_BATCH)
+def _insert_rows(n: int) -> str:
+    """``_INSERT`` for ``n`` rows in one statement."""
+    head, _, row = _INSERT.partition(" VALUES ")
+    return f"{head} VALUES {', '.join([row] * n)}"
 
 
 def _snapshot(value: Any) -> str | None:

@@ -141,8 +141,10 @@ def _iso(v: datetime | None) -> str | None:
 
 class Shop:
     def __init__(self, dsn: str, *, max_size: int = 4):
-        self.pool = ConnectionPool(dsn, min_size=1, max_size=max_size, kwargs={"row_factory": dict_row},
-                                   open=False, name="shop")
+        # autocommit: a read is one statement (no BEGIN and COMMIT round trips around it); what must be atomic
+        # (loading the data, a write under its order's lock) opens its own transaction
+        self.pool = ConnectionPool(dsn, min_size=1, max_size=max_size,
+                                   kwargs={"row_factory": dict_row, "autocommit": True}, open=False, name="shop")
         self.pool.open(wait=True, timeout=30)
 
     def close(self) -> None:
@@ -154,7 +156,7 @@ class Shop:
         """Replace customers, orders and writes with the file's; with ``changed``, only when the file differs
         from what was loaded last (so a restart keeps the writes). Returns whether it replaced the data."""
         data, fingerprint = read_data(path)
-        with self.pool.connection() as conn:
+        with self.pool.connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
             conn.execute(SCHEMA)
             if reload == "changed":
@@ -202,13 +204,12 @@ class Shop:
 
     def get_customer(self, customer_id: str) -> dict:
         with self.pool.connection() as conn:
-            row = conn.execute("SELECT customer_id, name, phone FROM shop.customers WHERE customer_id = %s",
-                               (customer_id,)).fetchone()
-            if row is None:
-                return {"found": False, "customer": None}
-            count = conn.execute("SELECT count(*) AS n FROM shop.orders WHERE customer_id = %s",
-                                 (customer_id,)).fetchone()["n"]
-        return {"found": True, "customer": {**row, "order_count": count}}
+            row = conn.execute("SELECT c.customer_id, c.name, c.phone, (SELECT count(*) FROM shop.orders o"
+                               " WHERE o.customer_id = c.customer_id) AS order_count FROM shop.customers c"
+                               " WHERE c.customer_id = %s", (customer_id,)).fetchone()
+        if row is None:
+            return {"found": False, "customer": None}
+        return {"found": True, "customer": row}
 
     def get_order(self, customer_id: str, order_id: str) -> dict:
         with self.pool.connection() as conn:
@@ -243,7 +244,7 @@ class Shop:
         if not key or len(key) > 200:
             raise ShopError("invalid_key", "an idempotency key of 1-200 characters is required")
         canonical = json.loads(json.dumps(arguments, sort_keys=True, default=str))
-        with self.pool.connection() as conn:
+        with self.pool.connection() as conn, conn.transaction():
             row = self._order_row(conn, customer_id, order_id, lock=True)
             if row is None:
                 raise ShopError("not_found", f"no order {order_id}")

@@ -83,11 +83,15 @@ def _ahead(d: Wiring, msg: InboundMessage, conn: Conn, c: Classification, facts:
     """The look ahead's reads and rules on ``conn`` (see flow_ahead); ``looked`` keeps what a second look reuses."""
     engine = d.flows
     assert engine is not None
-    # the conversation (if any) and whether the delivery was seen before, in one read
+    # the conversation (if any), whether the delivery was seen before and the harness's reads of the customer
+    # (flags, quota), in one read
     found = conn.execute("SELECT c.id, c.customer_id, c.state, c.session_no, c.metadata, EXISTS (SELECT 1 FROM"
-                         " messages WHERE channel = %s AND external_id = %s) AS seen FROM (SELECT 1) AS one"
-                         " LEFT JOIN conversations c ON c.channel = %s AND c.external_id = %s",
-                         (msg.channel, msg.message_external_id, msg.channel, msg.conversation_external_id)).fetchone()
+                         " messages WHERE channel = %(ahead_channel)s AND external_id = %(ahead_message)s) AS seen,"
+                         f" h.* FROM ({d.harness.reads_sql}) AS h LEFT JOIN conversations c"
+                         " ON c.channel = %(ahead_channel)s AND c.external_id = %(ahead_conversation)s",
+                         {**d.harness.reads_params(msg.channel, msg.customer_id), "ahead_channel": msg.channel,
+                          "ahead_message": msg.message_external_id,
+                          "ahead_conversation": msg.conversation_external_id}).fetchone()
     counters: dict[str, Any] = {}
     if found is None or found["seen"]:
         return False         # a delivery seen before: its turn is stored or being routed
@@ -106,7 +110,7 @@ def _ahead(d: Wiring, msg: InboundMessage, conn: Conn, c: Classification, facts:
                             (row["id"],)).fetchone()
         if kept is not None and kept["session_no"] == row["session_no"] and state != "closed":
             counters = dict(kept)
-    if not d.harness.would_pass(conn, channel=msg.channel, customer_id=msg.customer_id, text=text):
+    if not d.harness.would_pass_read(found):   # the message's own checks passed in flow_ahead
         return False
     verdict = d.escalation.evaluate(text=text, classification=c, counters=counters,
                                     target_state=plan.target_state(framed, task=task), claimed=framed.claimed)

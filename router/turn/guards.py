@@ -230,13 +230,26 @@ class Harness:
         the channel, driven from the customer's conversations: a plan that starts from "every
         message of the last window" reads the whole channel's traffic for each message.
         """
-        q = self.config.quota
-        row = conn.execute(self._READS, {"window": q.window_seconds, "channel": channel, "customer": customer_id,
-                                         "message": message_id, "n": q.max_messages}).fetchone()
+        row = conn.execute(self._READS, self.reads_params(channel, customer_id, message_id)).fetchone()
         assert row is not None, "an aggregate over the window always returns its row"
+        return self._read_row(row)
+
+    def reads_params(self, channel: str, customer_id: str, message_id: int = -1) -> dict[str, Any]:
+        """The parameters of ``reads_sql`` (named, so a caller can read it inside a statement of its own)."""
+        q = self.config.quota
+        return {"window": q.window_seconds, "channel": channel, "customer": customer_id, "message": message_id,
+                "n": q.max_messages}
+
+    @property
+    def reads_sql(self) -> str:
+        """The statement of :meth:`_reads`: one row (do_not_contact, dnc_since, sensitive, note, recent,
+        oldest_left_s)."""
+        return self._READS
+
+    def _read_row(self, row: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
         flags = dict(NO_FLAGS) if row["do_not_contact"] is None else {k: row[k] for k in NO_FLAGS}
         retry = None
-        if row["recent"] >= q.max_messages:
+        if row["recent"] >= self.config.quota.max_messages:
             retry = max(1, math.ceil(float(row["oldest_left_s"])))
         return flags, retry
 
@@ -276,7 +289,13 @@ class Harness:
         the time of the read; a flag set meanwhile is still honoured by the turn's own screen."""
         if not self.passes_text(text):
             return False
-        flags, retry = self._reads(conn, channel, customer_id, -1)
+        return self.would_pass_read(conn.execute(self._READS, self.reads_params(channel, customer_id)).fetchone())
+
+    def would_pass_read(self, row: dict[str, Any] | None) -> bool:
+        """:meth:`would_pass` past the message's own checks, from a row of ``reads_sql`` (read with
+        ``reads_params`` of the customer and no message) the caller already has."""
+        assert row is not None, "an aggregate over the window always returns its row"
+        flags, retry = self._read_row(row)
         return not (flags["do_not_contact"] or flags["sensitive"] or retry is not None)
 
     def passes_text(self, text: str) -> bool:
