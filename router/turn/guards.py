@@ -283,17 +283,12 @@ class Harness:
                            reply=local(self.config.sensitive_script, lang) if action == "script" else None, flags=flags)
         return Verdict("pass", flags=flags)
 
-    def would_pass(self, conn: psycopg.Connection[DictRow], *, channel: str, customer_id: str, text: str) -> bool:
-        """Whether :meth:`screen` would let a message not stored yet through, read with no lock and no write:
-        work done ahead of a turn (a shop call) is asked only for a message no check would stop. Exact at
-        the time of the read; a flag set meanwhile is still honoured by the turn's own screen."""
-        if not self.passes_text(text):
-            return False
-        return self.would_pass_read(conn.execute(self._READS, self.reads_params(channel, customer_id)).fetchone())
-
     def would_pass_read(self, row: dict[str, Any] | None) -> bool:
-        """:meth:`would_pass` past the message's own checks, from a row of ``reads_sql`` (read with
-        ``reads_params`` of the customer and no message) the caller already has."""
+        """Whether :meth:`screen` would let a message not stored yet through, past the message's own checks
+        (:meth:`passes_text`), from a row of ``reads_sql`` (read with ``reads_params`` of the customer and no
+        message) the caller already has: work done ahead of a turn (a shop call) is asked only for a message no
+        check would stop. Exact at the time of the read; a flag set meanwhile is still honoured by the turn's own
+        screen."""
         assert row is not None, "an aggregate over the window always returns its row"
         flags, retry = self._read_row(row)
         return not (flags["do_not_contact"] or flags["sensitive"] or retry is not None)

@@ -21,6 +21,7 @@ Rows = tuple[list[str], list[list[str]], dict[str, list[str]]]
 # the one taken (two things named, "the green garden hose with the black boots", are asked between), and never
 # by meaning alone (the encoder has no words to show for it); asking is the fallback
 FROM_TEXT_FLOOR = 0.75
+OTHERS = {"event": "stated", "how": "others"}   # the history's mark of an item of ``others`` taken
 
 
 def options(run: FlowRun, step: Step) -> list[Any]:
@@ -102,6 +103,15 @@ def cheapest(run: FlowRun, step: Step, opts: list[Any], text: str, among: list[i
     ranks = evaluate_each([opts[i] for i in pool], "option", [step.raw["cheapest"]], run.scope())
     best = min(range(len(pool)), key=lambda j: (float(ranks[j][0]), j))
     return pool[best]
+
+
+def _stated(inst: Any, step: Step, value: Any, *, how: str | None = None) -> None:
+    """A value the customer stated that the list does not show (an order number, an order ``others`` holds):
+    the slot takes it and the steps after the choice check it."""
+    inst["slots"][step.arg] = value
+    inst["attempts"].pop(step.id, None)
+    inst["pending"].get("choose_among", {}).pop(step.id, None)
+    inst["history"].append({"step": step.id, "event": "stated", **({"how": how} if how else {}), "at": time.time()})
 
 
 def _just_refused(inst: Any, step: Step) -> bool:
@@ -219,10 +229,7 @@ class Choose(StepKind):
         if value is not None and str(value) not in ids:
             # an order number the list does not show is still the customer's answer (never fuzzily another
             # option's number): the steps after the choice check it
-            inst["slots"][name] = value
-            inst["attempts"].pop(step.id, None)
-            inst["pending"].get("choose_among", {}).pop(step.id, None)
-            inst["history"].append({"step": step.id, "event": "stated", "at": time.time()})
+            _stated(inst, step, value)
             return "next"
         among = inst["pending"].get("choose_among", {}).get(step.id)
         cheap = cheapest(run, step, opts, text, among)
@@ -299,13 +306,13 @@ class Choose(StepKind):
                 new = rest[ch.index] if ch.index is not None and ch.how != "number" else None
             if new is None:   # "the boots" at the confirmation of the only cancellable order: an order left out
                 value = self._other_named(run, step, opts, words)
-                return self._repick_other(run, at, step, value, dry=dry) if value is not None else None
+                return self._repicked(run, at, step, value, OTHERS, dry=dry) if value is not None else None
         elif other and not rest and not U.is_question(text):
             # "the other one" when the only cancellable order was taken: the customer's other order, if one
             left = self._others(run, step, opts)
             if len(left) != 1:
                 return None
-            return self._repick_other(run, at, step, value_of(run, step, left[0]), dry=dry)
+            return self._repicked(run, at, step, value_of(run, step, left[0]), OTHERS, dry=dry)
         elif other and rest and not U.is_question(text):
             if len(rest) == 1 and shown:
                 new = rest[0]     # "the other one" of two the customer was shown
@@ -318,13 +325,8 @@ class Choose(StepKind):
                 return step.id
         if new is None:
             return None
-        if not dry:
-            A.apply_correction(inst, run.wf, at, step.arg, value_of(run, step, opts[new]))
-            inst["history"][-1]["step"] = step.id
-            inst["history"].append({"step": step.id, "event": "chose", "index": new, "how": "correction",
-                                    "at": time.time()})
-            inst["attempts"].pop(at.id, None)
-        return step.id
+        return self._repicked(run, at, step, value_of(run, step, opts[new]),
+                              {"event": "chose", "index": new, "how": "correction"}, dry=dry)
 
     def _latest_pick(self, run: FlowRun, at: Step) -> tuple[dict[str, Any] | None, Step | None]:
         """The flow's latest choice of this kind before ``at`` (its history event and step): one the customer made
@@ -439,13 +441,14 @@ class Choose(StepKind):
             return None
         return value_of(run, step, rest[ch.index])
 
-    def _repick_other(self, run: FlowRun, at: Step, step: Step, value: Any, *, dry: bool) -> str:
-        """The earlier pick corrected to an item left out of the list: the steps after it check it again."""
+    def _repicked(self, run: FlowRun, at: Step, step: Step, value: Any, mark: dict[str, Any], *, dry: bool) -> str:
+        """The earlier pick at ``step`` corrected to ``value`` from ``at`` (``mark``: how, for the history): what
+        came after it is planned again."""
         if not dry:
             inst = run.inst
             A.apply_correction(inst, run.wf, at, step.arg, value)
             inst["history"][-1]["step"] = step.id
-            inst["history"].append({"step": step.id, "event": "stated", "how": "others", "at": time.time()})
+            inst["history"].append({"step": step.id, **mark, "at": time.time()})
             inst["attempts"].pop(at.id, None)
         return step.id
 
@@ -456,11 +459,7 @@ class Choose(StepKind):
         value = self._other_named(run, step, opts, text, **how)
         if value is None:
             return False
-        inst = run.inst
-        inst["slots"][step.arg] = value
-        inst["attempts"].pop(step.id, None)
-        inst["pending"].get("choose_among", {}).pop(step.id, None)
-        inst["history"].append({"step": step.id, "event": "stated", "how": "others", "at": time.time()})
+        _stated(run.inst, step, value, how="others")
         return True
 
     def prompt(self, run: FlowRun, step: Step, *, with_prompt: bool = True) -> None:
