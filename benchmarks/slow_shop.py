@@ -21,6 +21,11 @@ for the tool calls, for a slot after them). Targets: 0 tool calls inside a turn'
 FAQ/small-talk p95 within 1.5x of the tools-off phase, order-status p95 <= shop latency + 50 ms (once the
 customers' session memory is cached: the first conversation of each customer also loads their profile).
 
+Each server is measured in its steady state: after it is ready, the run waits until answer composition has
+encoded the knowledge base's lines (its ``composition`` readiness check): on a new database that takes minutes of
+both cores, and measured beside it the gateway's CPU per message was 92 ms instead of 22. The order turns' stored
+stage times (p50/p95 per stage of ``timings_ms``) are reported beside their latency.
+
 With ``--think-ms`` each customer pauses between a reply and their next message (reading and typing, as in a
 chat); without it every client sends again at once and the two cores are saturated, so every turn of every
 kind queues for a core and the latencies measure that queue more than the shop. Each phase's database starts
@@ -64,7 +69,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import psycopg  # noqa: E402
 from _scratch import drop_database, fresh_database, saved_embeddings, stop_server  # noqa: E402
-from webhook_throughput import SECRET, _children, _proc_cpu, cpu_snapshot, start_server, wait_ready  # noqa: E402
+from webhook_throughput import (SECRET, _children, _proc_cpu, cpu_snapshot, start_server, wait_ready,  # noqa: E402
+                                wait_warm)
 
 RESULTS = REPO / "benchmarks" / "results" / "slow_shop.json"
 SAMPLE = REPO / "examples" / "shop" / "sample_data.json"
@@ -253,6 +259,26 @@ def shop_wait(dsn: str, run: str) -> dict:
             "slot_back_p95_ms": round(back[int(0.95 * (len(back) - 1))], 1)}
 
 
+def order_stages(dsn: str, run: str) -> dict:
+    """Where the measured order turns' time went, from their traces (``timings_ms``: the look-ahead and the
+    shop, the harness, classification, the flow, ...): p50/p95 in ms per stage, the whole turn's stored time
+    beside the client's latency shows what the HTTP layer and the queue for a thread add."""
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT t.trace->'timings_ms' FROM turns t JOIN conversations c ON c.id = t.conversation_id"
+            " JOIN messages m ON m.id = t.message_id WHERE c.external_id LIKE %s AND m.customer_id ~ '^b[0-9]+$'",
+            (f"{run}-c%",)).fetchall()
+    by: dict[str, list[float]] = {}
+    for (timings,) in rows:
+        for k, v in (timings or {}).items():
+            if isinstance(v, (int, float)):
+                by.setdefault(k, []).append(float(v))
+    return {k: {"p50_ms": round(sorted(v)[len(v) // 2], 1), "p95_ms": round(sorted(v)[int(0.95 * (len(v) - 1))], 1)}
+            for k, v in sorted(by.items()) if len(v) >= len(rows) // 4}
+
+
 STAGES = ("thread_wait", "slot_wait", "outside", "slot_back", "total")
 
 
@@ -373,6 +399,7 @@ def main() -> None:
                                 threads=max(1, (os.cpu_count() or 1) // args.workers), workers=args.workers)
             try:
                 wait_ready(base, proc, timeout=args.ready_timeout)
+                wait_warm(base, proc.pid, timeout=args.ready_timeout, quiet=args.json)
                 run = uuid.uuid4().hex[:6]
                 # warm-up: models, the shop's session (stdio start), every order client's session memory (it is
                 # kept per customer, and per language when a memory call reads `lang`: one question in each)
@@ -391,6 +418,7 @@ def main() -> None:
                 r["tool_calls_inside_the_turns_transaction"] = calls_inside(dsn)
                 r["turns_by_outside_runs"] = outside_runs(dsn)
                 r["order"]["shop_wait"] = shop_wait(dsn, run)
+                r["order"]["stages"] = order_stages(dsn, run)
                 r["load_average"] = os.getloadavg()[0]
                 results["phases"][phase] = r
                 if not args.json:

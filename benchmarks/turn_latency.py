@@ -39,8 +39,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from _scratch import drop_database, fresh_database, stop_server  # noqa: E402
-from webhook_throughput import (_free_port, cpu_snapshot, delivery, start_server, wait_idle,  # noqa: E402
-                                wait_ready)
+from webhook_throughput import (_free_port, cpu_snapshot, delivery, start_server, wait_ready,  # noqa: E402
+                                wait_warm)
 from _stats import percentile  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "turn_latency.json"
@@ -95,7 +95,7 @@ def main() -> None:
     try:
         t0 = time.monotonic()
         ready = wait_ready(base, proc)
-        wait_idle(proc.pid)                   # the knowledge base indexed and answer composition warmed
+        wait_warm(base, proc.pid)             # the knowledge base indexed and answer composition warmed
         results["server_start_seconds"] = round(time.monotonic() - t0, 1)
         results["encoder"] = (ready.get("checks") or {}).get("encoder", {}).get("detail")
         results["load_avg_before"] = os.getloadavg()

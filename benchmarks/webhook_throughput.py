@@ -129,6 +129,28 @@ def wait_idle(pid: int, timeout: float = 600) -> None:
             return
 
 
+def wait_warm(base: str, pid: int, timeout: float = 900, quiet: bool = False) -> None:
+    """Until the server's answer composition has encoded the knowledge base's lines (its ``composition``
+    readiness check; minutes on a new database, seconds when its embedding cache has them), then until it is
+    idle: figures measured while that runs beside the load would count a one-off start-up cost per message."""
+    import httpx
+
+    deadline, said = time.monotonic() + timeout, ""
+    while time.monotonic() < deadline:
+        try:
+            detail = ((httpx.get(f"{base}/readyz", timeout=5).json().get("checks") or {})
+                      .get("composition") or {}).get("detail") or ""
+        except (httpx.HTTPError, ValueError):
+            detail = "warming: ?"
+        if not detail.startswith("warming:"):
+            break
+        if detail != said and not quiet:
+            print(f"  answer composition {detail}", file=sys.stderr, flush=True)
+            said = detail
+        time.sleep(2)
+    wait_idle(pid, timeout=max(1.0, deadline - time.monotonic()))
+
+
 def serve_bare(port: int) -> None:
     """(internal) The app without models or router: the pipeline stores messages and turns only."""
     import uvicorn
@@ -296,8 +318,8 @@ def _serve_and_measure(args, admin: str, tmp: Path, model: Path, pg_pid: int | N
     try:
         t0 = time.monotonic()
         ready = wait_ready(base, proc, timeout=args.ready_timeout, path="/healthz" if args.bare else "/readyz")
-        if args.workers > 1:
-            wait_idle(proc.pid, timeout=args.ready_timeout)   # the first worker answered ready; the others may still be loading
+        if not args.bare:   # every worker loaded, the knowledge base's lines encoded for composition
+            wait_warm(base, proc.pid, timeout=args.ready_timeout, quiet=args.json)
         results["server_start_seconds"] = round(time.monotonic() - t0, 1)
         results["encoder"] = (ready.get("checks") or {}).get("encoder", {}).get("detail")
         for path in paths:

@@ -405,8 +405,10 @@ class Composer:
                     self._lines.popitem(last=False)
         return [Line(doc, x.idx, x.text, x.section, x.kind, x.group, x.label, x.chunks) for x in cached]
 
-    def warm(self, key: str, articles: dict[str, list[Chunk]]) -> int:
-        """Encode every line of ``articles`` ahead of the first question (texts already cached cost nothing)."""
+    def warm(self, key: str, articles: dict[str, list[Chunk]],
+             progress: Callable[[int, int], None] | None = None) -> int:
+        """Encode every line of ``articles`` ahead of the first question (texts already cached cost nothing);
+        ``progress(done, total)`` hears of each batch (texts found cached count as done)."""
         texts: list[str] = []
         for i, (_, chunks) in enumerate(sorted(articles.items())):
             lines = self.lines_of(key, i, chunks)
@@ -424,8 +426,15 @@ class Composer:
         # base's lines run from a 3-token heading to a 100-token paragraph: taken in article order, a batch
         # computed twice the tokens it holds)
         todo = sorted((t for t in texts if t not in stored), key=len)
+        done = len(texts) - len(todo)
+        if progress is not None:
+            progress(done, len(texts))
         for start in range(0, len(todo), 16):        # small batches: a turn never waits long for the encoder
-            self.cache.vectors(todo[start:start + 16])
+            batch = todo[start:start + 16]
+            self.cache.vectors(batch)
+            done += len(batch)
+            if progress is not None:
+                progress(done, len(texts))
         return len(texts)
 
     def compose(self, query: str, passages: Sequence[Hit], articles: Callable[[Sequence[str]], dict[str, list[Chunk]]],

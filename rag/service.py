@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -421,22 +421,32 @@ class KnowledgeBase:
                 found[d] = self._articles[(generation, d)] = fetched.get(d, [])
         return {d: found[d] for d in doc_ids}
 
-    def warm(self) -> int:
+    def warm(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Encode the lines of every article of the active generation for answer composition (see
-        rag/compose.py); run once after start-up so that no customer's question pays for it."""
+        rag/compose.py); run once after start-up so that no customer's question pays for it. ``progress(done,
+        total)`` hears of each batch of lines (minutes on a new install's 2 cores; a restart reads them back)."""
         gen = self.active_generation()
         if gen is None:
             return 0
         articles = self.dense.fetch_documents(gen, None)
         for doc, chunks in articles.items():
             self._articles[(gen, doc)] = chunks
-        lines = self.composer.warm(gen, articles)
-        self._learn_vocabulary(gen, articles)       # from the articles just fetched, not on the first question
         # what the passages say they answer (titles, sections, FAQ questions), for the entry score
         units = list(dict.fromkeys(u for chunks in articles.values() for c in chunks for u in question_units(c)))
         units.sort(key=len)     # like lengths per batch pad less (see Composer.warm)
+        lines_total = [0]
+
+        def lines_done(done: int, total: int) -> None:
+            lines_total[0] = total
+            if progress is not None:
+                progress(done, total + len(units))
+
+        lines = self.composer.warm(gen, articles, progress=lines_done)
+        self._learn_vocabulary(gen, articles)       # from the articles just fetched, not on the first question
         for start in range(0, len(units), 16):
             self.composer.cache.vectors(units[start:start + 16])
+            if progress is not None:
+                progress(lines_total[0] + min(start + 16, len(units)), lines_total[0] + len(units))
         return lines
 
     def compose(self, query: str, rw: RewrittenQuery, passages: Sequence[Hit],

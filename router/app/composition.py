@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from router.app.services import Services, limit_threads, pool_options, resolve_dsn
@@ -392,22 +393,35 @@ def wire_rag(services: Services) -> None:
             log.info("indexed the knowledge base", extra={"fields": {
                 k: summary.get(k) for k in ("generation", "docs", "chunks", "seconds")}})
     if s.rag_warm_answers and not kb.is_empty():
-        _warm_in_background(kb)
+        services.readiness["composition"] = _warm_in_background(kb)
 
 
-def _warm_in_background(kb) -> None:
+def _warm_in_background(kb) -> Callable[[], tuple[bool, str]]:
     """Encode the knowledge base's lines for answer composition once, off the request path, so that no
-    customer's first question about an article waits for it (rag.service.KnowledgeBase.warm)."""
+    customer's first question about an article waits for it (rag.service.KnowledgeBase.warm). Returns the
+    readiness check that shows its progress: never failing (composition encodes what it lacks on first use),
+    but an operator, or a benchmark that measures the steady state, can see the encoder is still busy."""
     import threading
+
+    state = {"done": 0, "total": 0, "end": ""}
+
+    def progress(done: int, total: int) -> None:
+        state["done"], state["total"] = done, total
 
     def warm() -> None:
         try:
-            n = kb.warm()
+            n = kb.warm(progress=progress)
+            state["end"] = f"ready: {n} lines encoded"
             log.info("answer composition ready", extra={"fields": {"lines": n}})
         except Exception:  # noqa: BLE001 - composition encodes lazily instead
+            state["end"] = "warming failed: lines are encoded on first use"
             log.warning("answer composition could not warm up; lines are encoded on first use", exc_info=True)
 
+    def check() -> tuple[bool, str]:
+        return True, state["end"] or f"warming: {state['done']} of {state['total'] or '?'} texts encoded"
+
     threading.Thread(target=warm, name="kb-warm", daemon=True).start()
+    return check
 
 
 def wire_router(services: Services) -> None:

@@ -536,8 +536,12 @@ def test_answer_lines_are_encoded_once_and_a_restart_warms_from_the_database(poo
     first = Counting(minilm_encoder)
     kb = KnowledgeBase(pool, first, TantivyIndex(tmp_path / "idx"), sample_dir=src, encoder_name="minilm")
     kb.load_sample_if_empty()
-    lines = kb.warm()
+    heard: list[tuple[int, int]] = []
+    lines = kb.warm(progress=lambda done, total: heard.append((done, total)))
     assert lines > 10 and first.texts >= lines
+    # progress comes batch by batch, never backwards, and ends with everything encoded
+    assert len(heard) > 2 and heard[-1][0] == heard[-1][1] > lines
+    assert all(a[0] <= b[0] for a, b in zip(heard, heard[1:]))
     # another process over the same database: every line's vector is read, none is encoded
     again = Counting(minilm_encoder)
     restarted = KnowledgeBase(pool, again, TantivyIndex(tmp_path / "idx"), encoder_name="minilm")

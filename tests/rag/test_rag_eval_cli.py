@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -120,9 +121,16 @@ def test_wire_rag_indexes_an_empty_knowledge_base_and_reports_readiness(services
         shutil.copy(SAMPLE_KB / name, src)
     services.settings.knowledge_dir = src
     services.settings.load_sample_kb = True
+    services.settings.rag_warm_answers = True        # as served (the tests' default leaves it off)
     wire_rag(services)
     ok, detail = services.readiness["indexes"]()
     assert ok and "no reranker configured" in detail
+    # answer composition encodes the articles' lines in the background; readiness shows how far it is
+    deadline = time.monotonic() + 120
+    while (warm := services.readiness["composition"]())[1].startswith("warming:") and time.monotonic() < deadline:
+        assert warm[0]                       # never holds readiness back: composition encodes lazily meanwhile
+        time.sleep(0.2)
+    assert warm[0] and warm[1].startswith("ready: ") and int(warm[1].split()[1]) > 10
     assert services.rag.lexical.name == "tantivy"
     assert services.rag.glossary.expand("退钱") == ["退款"]                 # the knowledge folder's glossary
     hits = services.rag.search("退钱要多久", 3, mode="bm25")
