@@ -26,7 +26,7 @@ ID = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 COMMON_KEYS = frozenset({"id", "when", "goto", "next", "on_error", "on_reject", "reset"})
 # names every expression may read besides bindings, slots of the workflow and loop variables
 BUILTIN_NAMES = frozenset({"slots", "caller", "lang", "approval", "error", "index", "message", "memory", "labels",
-                           "done", "earlier"})
+                           "done", "earlier", "notes"})
 
 Path = tuple[Any, ...]
 Texts = dict[str, str]
@@ -58,6 +58,7 @@ class Slot:
     recall: Any = None                 # CEL over memory: the value "the same as last time" names
     whole: Any = None                  # CEL over the flow's scope: the value "all of it" / "全部" names
     optional: bool = False             # the customer may decline it ("不用了", "no need"): a decline answers it
+    hint: Texts = Field(default_factory=dict)   # what an answer looks like: said after the prompt when asked again
     line: int | None = None
 
     def check(self, value: Any) -> bool:

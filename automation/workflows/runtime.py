@@ -22,6 +22,7 @@ import psycopg
 from automation.tools.audit import writes_done
 from automation.tools.base import Caller, ToolResult
 from automation.workflows import memory as M
+from automation.workflows import understand as U
 from automation.workflows.outside import PENDING, SILENT, CallPending, Outside, call_outside, inline
 from automation.workflows.expr import Envs, Scope, evaluate_bool, render
 from automation.workflows.model import Step, Workflow, WorkflowSet
@@ -42,6 +43,7 @@ TIER_WORDS = {"zh": {"supervisor": "主管", "manager": "经理", "director": "�
 
 TEXT = {
     "retry": {"zh": "抱歉，我没有听明白。", "en": "Sorry, I didn't catch that."},
+    "noted": {"zh": "好的，您说的情况我已记下。", "en": "Thanks, I've noted that."},
     "choose_again": {"zh": "有几项都符合，请问是哪一个？", "en": "Several match. Which one do you mean?"},
     "tool_failed": {"zh": "抱歉，这一步暂时没能完成（{error}）。您回复任意内容我会再试一次。",
                     "en": "I couldn't complete that yet ({error}). Reply and I will try again."},
@@ -179,6 +181,8 @@ class Prompter(Protocol):
 
     def prompt(self, run: FlowRun, step: Step, *, with_prompt: bool = True) -> None: ...
 
+    def asks_for(self, step: Step) -> str | None: ...
+
 
 @dataclass
 class Services:
@@ -234,6 +238,7 @@ class FlowRun:
         data["approval"] = inst["pending"].get("approval_result") or {}
         data["error"] = inst["pending"].get("error") or {}
         data["message"] = inst["pending"].get("message") or ""
+        data["notes"] = list(inst["pending"].get("notes") or [])
         if "memory" not in data:
             data["memory"] = M.empty(sets.memory)
         if "done" not in data:
@@ -347,22 +352,43 @@ class FlowRun:
             self.say(t("tool_failed", self.lang, error=_short_error(error, self.lang)))
         return "wait"
 
-    def retry(self, step: Step, why: str, *, quiet: bool = False) -> Outcome:
-        """An answer the step could not read: ask again (with "sorry, I didn't catch that"), a person at the third."""
+    #: what the customer told beside the questions, kept for the flow (CEL ``notes``: the last two, each cut to
+    #: 200 characters, so a tool's reason field of a few hundred characters always takes them joined)
+    NOTES_KEPT, NOTE_CHARS = 2, 200
+
+    def retry(self, step: Step, why: str, *, quiet: bool = False, told: str | None = None) -> Outcome:
+        """An answer the step could not read: ask again (with "sorry, I didn't catch that"), a person at the third.
+        ``told``: the message, when it may tell something about the case instead ("it's broken" where an amount
+        is asked, understand.tells_something): it is kept (``notes``, the history) and acknowledged, then the
+        question asked again with its hint, never "I didn't catch that"."""
         inst = self.inst
         n = inst["attempts"].get(step.id, 0) + 1
         inst["attempts"][step.id] = n
+        noted = told is not None and U.tells_something(told)
+        if told is not None and noted:
+            notes = inst["pending"].setdefault("notes", [])
+            notes.append(told.strip()[:self.NOTE_CHARS])
+            del notes[:-self.NOTES_KEPT]
+            inst["history"].append({"step": step.id, "event": "noted", "at": time.time()})
         if n >= MAX_ATTEMPTS:
             self.escalate("L2", f"{why} after {n} attempts at step {step.id}")
             return "stop"
-        self.prompt(step, again=not quiet)
+        if noted:
+            self.say(t("noted", self.lang))
+        self.prompt(step, again=not quiet and not noted, hint=True)
         return "wait"
 
-    def prompt(self, step: Step, *, again: bool, with_prompt: bool = True) -> None:
-        """Ask what a waiting step asks (its kind says how)."""
+    def prompt(self, step: Step, *, again: bool, with_prompt: bool = True, hint: bool = False) -> None:
+        """Ask what a waiting step asks (its kind says how); asked again (``again``, ``hint``), with what an
+        answer looks like when its slot says (``hint``)."""
         if again:
             self.say(t("retry", self.lang))
-        self.services.kinds[step.kind].prompt(self, step, with_prompt=with_prompt)
+        kind = self.services.kinds[step.kind]
+        kind.prompt(self, step, with_prompt=with_prompt)
+        name = kind.asks_for(step) if again or hint else None
+        slot = self.wf.slots.get(name) if name else None
+        if slot is not None and slot.hint:
+            self.say(self.text(slot.hint))
 
     def call_tool(self, name: str, args: dict[str, Any], who: Caller, key: str | None, *,
                   repeat: bool = False) -> ToolResult:
@@ -389,6 +415,7 @@ class FlowRun:
                 "status": inst["status"], "slots": inst["slots"],
                 "bindings": sorted(k for k in inst["bindings"] if k != "memory"),
                 "error": inst["pending"].get("error"), "risk": wf.risk,
+                "notes": list(inst["pending"].get("notes") or []),   # what the customer told beside the questions
                 "history": inst["history"][-20:]}
 
     def idempotency_key(self, step: Step) -> str:

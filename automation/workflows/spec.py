@@ -232,8 +232,8 @@ def _slots(value: Any, path: P, chk: Checker) -> dict[str, Slot]:
             chk.err(p, "expected a mapping (prompt, validate, quick_replies)")
             continue
         for k in body:
-            if k not in ("prompt", "validate", "quick_replies", "recall", "whole", "optional"):
-                chk.err(p + (k,), f"unknown key {k!r} (prompt, validate, quick_replies, recall, whole, optional)")
+            if k not in ("prompt", "validate", "quick_replies", "recall", "whole", "optional", "hint"):
+                chk.err(p + (k,), f"unknown key {k!r} (prompt, validate, quick_replies, recall, whole, optional, hint)")
         if not isinstance(body.get("optional", False), bool):
             chk.err(p + ("optional",), "expected true or false")
         validate = body.get("validate") or {}
@@ -264,7 +264,8 @@ def _slots(value: Any, path: P, chk: Checker) -> dict[str, Slot]:
         out[name] = Slot(name=name, prompt=chk.texts(body.get("prompt"), p + ("prompt",), required=False),
                          validate=validate, quick_replies=qr if isinstance(qr, list) else [],
                          recall=body.get("recall"), whole=body.get("whole"),
-                         optional=body.get("optional") is True, line=chk.line(p))
+                         optional=body.get("optional") is True,
+                         hint=chk.texts(body.get("hint"), p + ("hint",), required=False), line=chk.line(p))
     return out
 
 

@@ -12,6 +12,7 @@ from functools import lru_cache
 from difflib import SequenceMatcher
 from typing import Any, Callable, Iterator
 
+from text.form import read_form
 from text.normalise import normalise
 
 try:  # optional: faster and better partial matching
@@ -49,6 +50,12 @@ def norm(text: str) -> str:
     return re.sub(r"[\s,.!?;:，。！？；：、~]+", " ", text).strip()
 
 
+# words that begin with 不 or 别 without saying no: "别家更便宜" (another shop is cheaper), "不好意思" (excuse me),
+# "不知道", "不过" (but), "不少" (many), "别的" (other)
+_NOT_A_NO = re.compile(r"别(?:家|人|的|处|样|店|个)|不(?:错|好意思|知道|确定|清楚|太清楚|太确定|客气|过|久|少|仅|但|管|论|然|一样"
+                       r"|同的|小心)")
+
+
 def yes_no(text: str, entities: dict[str, Any] | None = None) -> bool | None:
     if entities and isinstance(entities.get("yes_no"), bool):
         return bool(entities["yes_no"])
@@ -60,7 +67,7 @@ def yes_no(text: str, entities: dict[str, Any] | None = None) -> bool | None:
     if t in NO:
         return False
     words = t.split()
-    if words and words[0] in NO or t.startswith(("不", "no ", "别")):
+    if words and words[0] in NO or (t.startswith(("不", "no ", "别")) and not _NOT_A_NO.match(t)):
         return False
     if words and words[0] in YES or t.startswith(("好", "是", "确认", "可以", "对")):
         return True
@@ -568,6 +575,16 @@ def is_none_of_these(text: str) -> bool:
 def is_question(text: str) -> bool:
     """A question ("退货政策是什么？", "what payment methods do you accept"): not a free-text answer like an address."""
     return bool(_QUESTION.search((text or "").strip()))
+
+
+def tells_something(text: str) -> bool:
+    """"it's broken", "屏幕摔裂了" where an amount is asked: no answer to the question and no question either, but
+    something the customer tells about their case (words of substance, two words at least): kept and
+    acknowledged, never "I didn't catch that". A filler ("hmm", "dunno", "不知道") or a lone word is not."""
+    if not text or is_question(text) or read_form(text) == "question" or not content_words(text):
+        return False
+    t = norm(text)
+    return len(re.findall(r"[a-z0-9][a-z0-9'-]*", t)) >= 2 or len(_CJK_CHAR.findall(t)) >= 2
 
 
 def is_bare_cancel(text: str) -> bool:

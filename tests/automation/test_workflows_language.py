@@ -371,3 +371,12 @@ def test_a_correction_picks_again_from_what_was_in_question(turn, approvals, tur
     assert t.status == status, t.reply
     if reply is not None:
         assert t.reply == reply
+
+
+@pytest.mark.parametrize("text, tells", [
+    ("it arrived broken", True), ("it's broken", True), ("the screen is cracked", True), ("锅的涂层掉了", True),
+    ("坏了", True), ("因为质量问题", True),
+    ("hmm", False), ("dunno", False), ("because", False), ("不知道", False), ("嗯", False), ("I am not sure", False),
+    ("is it broken?", False), ("what is the refund policy", False), ("退货政策是什么", False), ("", False)])
+def test_something_told_at_a_question_is_told_from_fillers_and_questions(text, tells):
+    assert U.tells_something(text) is tells

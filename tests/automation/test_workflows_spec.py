@@ -154,6 +154,10 @@ def test_templates_fill_cel_holes_and_never_run_code():
 def test_yes_no_cancel_and_entities_in_both_languages():
     assert U.yes_no("是的") is True and U.yes_no("Yes please") is True and U.yes_no("不要") is False
     assert U.yes_no("no thanks") is False and U.yes_no("what?") is None
+    # 不 / 别 opening a word that is no "no": a reason, an apology, "I don't know"
+    for said in ("别家更便宜", "不好意思，我再看看", "不知道", "不过我想先问一下", "别的店有货"):
+        assert U.yes_no(said) is None, said
+    assert U.yes_no("别取消") is False and U.yes_no("不用了") is False and U.yes_no("不对") is False
     assert U.changes_mind("算了") and U.changes_mind("never mind, thanks") and U.changes_mind("I need to cancel? no")
     # one reader for both callers: a leading command counts even where any text is an answer, a phrase inside not
     assert U.changes_mind("取消吧", whole=True) and U.changes_mind("cancel it please", whole=True)

@@ -82,7 +82,7 @@ class Ask(StepKind):
             picked = A.repick(run, step, text, bare=True)   # "不粘锅那个" at the amount question: that order instead
             if picked is not None:
                 return picked
-            return run.retry(step, f"no valid {name} in the answer")
+            return run.retry(step, f"no valid {name} in the answer", told=text)
         inst["slots"][name] = value
         inst["attempts"].pop(step.id, None)
         return "next"

@@ -265,7 +265,7 @@ class Choose(StepKind):
                 return "next"
             if self._take_other(run, step, opts, text):
                 return "next"
-            return run.retry(step, f"no option of {name} matched")
+            return run.retry(step, f"no option of {name} matched", told=text)
         inst["pending"].get("choose_among", {}).pop(step.id, None)
         inst["slots"][name] = value_of(run, step, opts[ch.index])
         inst["attempts"].pop(step.id, None)

@@ -106,7 +106,7 @@ class Confirm(StepKind):
             # the value shown, said again: the question again without "sorry, I didn't catch that" (still counted,
             # so a customer who never says yes or no reaches a person as before)
             return run.retry(step, "the value shown was restated, no yes or no", quiet=True)
-        return run.retry(step, "no yes or no in the answer")
+        return run.retry(step, "no yes or no in the answer", told=text)
 
     def prompt(self, run: FlowRun, step: Step, *, with_prompt: bool = True) -> None:
         run.inst["pending"]["action"] = pending_action(run, step)

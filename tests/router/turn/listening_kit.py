@@ -5,7 +5,7 @@ give) and a pattern (how they talk: one answer per message, a correction, a chan
 digression, a wrong-then-right number, answers that look like other intents, two requests in one
 message, two tasks that change something in one message, another order at the amount question, one task over
 two orders, a person asked for while a second task is kept, the optional tax id declined with a question beside
-it). A small user simulator answers whatever the bot asks (``flow.awaiting``) with a phrasing drawn
+it, the reason told where an amount or a yes is asked). A small user simulator answers whatever the bot asks (``flow.awaiting``) with a phrasing drawn
 from a pool, so the same case can be run k times with different words (pass^k). Every turn goes through
 the whole gateway (HTTP, guards, classifier, escalation rules, workflows, the MCP shop) and the shop's
 own records judge the outcome: the right write exactly once (or none), no ticket (but the one the customer
@@ -125,6 +125,12 @@ P: dict[str, dict[str, list[str]]] = {
     "change_of_mind": {"en": ["never mind", "actually no, I changed my mind, keep it", "forget it",
                               "I changed my mind", "no thanks, leave it as it is", "actually, don't bother"],
                        "zh": ["算了", "等等，算了，不用了", "不用了", "我再想想，先不弄了", "不要了，谢谢", "算了算了"]},
+    # told where a value is asked: the refund's reason at the amount question, the cancel's at its confirmation
+    "told_refund": {"en": ["it arrived broken", "the box was crushed when it came", "the handle came off after a day",
+                           "it looks nothing like the photo"],
+                    "zh": ["锅的涂层掉了", "收到的时候盒子就压坏了", "用了一天把手就掉了", "和图片上的完全不一样"]},
+    "told_cancel": {"en": ["I ordered it by mistake", "I found it cheaper somewhere else", "my plans changed"],
+                    "zh": ["我下错单了", "别家更便宜", "计划有变"]},
     "digression": {"en": ["what payment methods do you accept?", "how do I use a coupon?", "are you a bot?"],
                    "zh": ["支持哪些支付方式？", "优惠券怎么用？", "你是机器人吗"]},
     "question": {"en": ["what payment methods do you accept?", "how do I use a coupon?"],
@@ -200,7 +206,7 @@ STATUS_WORD = {"en": {"awaiting payment": "pending", "paid": "paid", "shipped": 
 
 PATTERNS = ("happy", "inline", "correction", "change_of_mind", "digression", "wrong_then_right", "lookalike",
             "two_requests", "other_option", "beside", "instead", "in_focus", "two_tasks", "repick", "two_orders",
-            "kept_handoff", "kept_question")
+            "kept_handoff", "kept_question", "told")
 # "two_orders": the case's own order and another of the customer's the same task applies to (refundable,
 # cancellable), named by its item
 SECOND_ORDER = {("refund", "c5"): "100271", ("refund", "c2"): "100241", ("refund", "c1"): "100234",
@@ -257,6 +263,8 @@ def cases(per_workflow: int | None = None) -> list[Case]:
                         continue   # a write, then an invoice for another order
                     if pattern == "two_orders" and (wf, task["customer"]) not in SECOND_ORDER:
                         continue   # one task over two of the customer's orders
+                    if pattern == "told" and wf not in ("refund", "cancel_order"):
+                        continue
                     if pattern == "kept_question" and wf != "invoice":
                         continue   # the optional tax id declined with a question
                     if pattern == "other_option" and (wf not in ("order_status", "cancel_order")
@@ -507,6 +515,19 @@ class Simulator:
             if (out.get("flow") or {}).get("awaiting") == "amount":
                 self.why.append("the amount said beside the order was asked again")
             return out
+        if c.pattern == "told" and awaiting == ("amount" if c.workflow == "refund" else "confirmation"):
+            # "it arrived broken" where the amount is asked: kept as the reason, the question asked again
+            self.moved = True
+            told = self.say("told_refund" if c.workflow == "refund" else "told_cancel")
+            out = self.post(told)
+            flow, said = out.get("flow") or {}, (out.get("reply") or {}).get("text") or ""
+            if flow.get("status") != "waiting" or flow.get("awaiting") != awaiting:
+                self.why.append(f"what the customer told at the question was not kept with the task: {flow}")
+            elif "didn't catch" in said or "没有听明白" in said:
+                self.why.append(f"what the customer told was met with 'I didn't catch that': {said!r}")
+            else:
+                self.values["reason"] = told
+            return out
         if c.pattern == "correction" and awaiting == "confirmation":
             self.moved = True
             key = {"refund": "correct_amount", "change_address": "correct_address", "invoice": "correct_title"}[c.workflow]
@@ -540,6 +561,8 @@ def expected_write(case: Case, values: dict[str, Any]) -> dict[str, Any] | None:
         args["address"] = values["address"]
     elif case.workflow == "invoice":
         args["title"] = values["title"]
+    if case.pattern == "told" and values.get("reason"):
+        args["reason"] = values["reason"]      # what the customer told is the shop's reason for the write
     return {"tool": tool, "arguments": args}
 
 

@@ -335,6 +335,24 @@ def test_unclear_answers_are_asked_again_with_a_hint_then_a_person_is_offered(ap
     assert writes_of(svc, "request_refund") == []
 
 
+@pytest.mark.parametrize("customer, order, texts, noted", [
+    ("c2", "100240", ("I want my money back", "100240", "it arrived broken", "20", "yes"), "noted"),
+    ("c5", "100270", ("我要退款", "100270", "锅的涂层掉了", "50", "是的"), "记下")])
+def test_what_the_customer_tells_at_a_question_is_kept_not_misheard(api, svc, customer, order, texts, noted):
+    """"it arrived broken" where the amount is asked: acknowledged and kept (the refund's reason in the shop),
+    the question asked again with what an answer looks like, never "I didn't catch that"."""
+    out = talk(api, customer, f"l-told-{customer}", *texts)
+    told = out[2]
+    assert told["ticket_id"] is None and told["flow"]["awaiting"] == "amount", told["reply"]
+    text = told["reply"]["text"]
+    assert noted in text and "didn't catch" not in text and "没有听明白" not in text
+    assert order in text and "20" in text                 # the question again, with its hint
+    assert out[-1]["flow"]["status"] == "completed", [o["reply"]["text"] for o in out]
+    refunds = [w for w in writes_of(svc, "request_refund") if w["order_id"] == order]
+    assert len(refunds) == 1 and refunds[0]["arguments"]["reason"] == texts[2]
+    assert tickets_of(svc, f"l-told-{customer}") == 0
+
+
 @pytest.mark.parametrize("lang, texts", [
     ("en", ("where is my order?", "the one that is shipped", "actually, the other one", "the other order")),
     ("zh", ("我的订单到哪了", "已发货的那个", "另外那个呢", "另一个订单呢"))])
