@@ -346,11 +346,21 @@ def test_what_the_customer_tells_at_a_question_is_kept_not_misheard(api, svc, cu
     assert told["ticket_id"] is None and told["flow"]["awaiting"] == "amount", told["reply"]
     text = told["reply"]["text"]
     assert noted in text and "didn't catch" not in text and "没有听明白" not in text
-    assert order in text and "20" in text                 # the question again, with its hint
+    assert order in text and ("all" in text or "全部" in text)     # the question again, as it was asked
     assert out[-1]["flow"]["status"] == "completed", [o["reply"]["text"] for o in out]
     refunds = [w for w in writes_of(svc, "request_refund") if w["order_id"] == order]
     assert len(refunds) == 1 and refunds[0]["arguments"]["reason"] == texts[2]
     assert tickets_of(svc, f"l-told-{customer}") == 0
+
+
+@pytest.mark.parametrize("text, lead", [("blue", "didn't catch"), ("it should be in my emails somewhere", "noted")])
+def test_the_order_number_asked_again_says_what_one_looks_like(api, svc, text, lead):
+    """A customer the shop has no orders of is asked for the number: asked again, the slot's hint follows."""
+    out = talk(api, "u-no-orders", f"l-hint-{lead[:5]}", "I want a refund", text)
+    assert out[0]["flow"]["awaiting"] == "order_id" and "order confirmation" not in out[0]["reply"]["text"]
+    again = out[1]["reply"]["text"]
+    assert out[1]["flow"]["awaiting"] == "order_id" and lead in again, again
+    assert "order confirmation, such as 100234" in again and out[1]["ticket_id"] is None
 
 
 @pytest.mark.parametrize("lang, texts", [
