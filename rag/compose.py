@@ -6,10 +6,14 @@ break. Each line (a paragraph, a list item or table row, an FAQ entry) is scored
 the encoder already loaded (symmetric ``query:`` vectors, cached per text, so a warm article costs nothing),
 and the best one is taken with what it needs to be read alone:
 
-- an FAQ entry gives its answer, without the ``Q:`` / ``A:`` / ``问：`` / ``答：`` framing;
+- an FAQ entry gives its answer, without the ``Q:`` / ``A:`` / ``问：`` / ``答：`` framing and without its question
+  (a yes or a no is said as the statement the question asks about: ``answer_alone``);
 - a list item or table row comes with the line that introduces its list (or its label, "Gold"), and a
   how-to question, or a question that matches the introduction itself, gets the whole list;
 - a paragraph comes whole, with the lines of its section that score as well.
+
+An opening that defers to cases ("who pays depends on why you return it") goes on with the article's cases, each
+briefly (``cases_after``).
 
 When the chosen entry names none of the specific words the question asks about and another line of the same
 article does, that line's entry answers instead (``Composer._in_words``).
@@ -75,7 +79,7 @@ class Line:
     idx: int                     # position in the article
     text: str
     section: str
-    kind: str = "para"           # para | item | intro | label | faq_q | faq_a
+    kind: str = "para"           # para | item | intro | label | faq_q | faq_a | case (a case's heading)
     group: int = -1              # the list or FAQ entry it belongs to
     label: int = -1              # the item's label line ("Gold") or the list's introduction
     chunks: tuple[str, ...] = ()  # the chunks the line was read from
@@ -202,6 +206,65 @@ def _structure(lines: list[Line]) -> None:
 _CASE_SEP = re.compile(r"\s+[–—-]\s+|[:：|]")
 _ASIDE = re.compile(r"\s*[(（][^)）]*[)）]")
 _CASE_LIST = re.compile(r"[,，、;；]|\s+(?:and|or)\s+")
+
+
+# a line that defers to cases: a question it embeds ("who pays", "whether you can cancel", "由谁承担") that
+# depends on something, or a bare "it depends"
+_DEFERS_EN = re.compile(r"\b(?:who|whether|how|what|which|when|where|if)\b[^.!?]*\b(?:depends?|depending|vary|varies|"
+                        r"differs?|is decided|is determined)\b|^(?:it|that|this)\s+(?:all\s+)?depends\b", re.I)
+_DEFERS_ZH = re.compile(r"(?:谁|能否|是否|能不能|可不可以|多快|多久|多少|怎么|怎样|如何|哪|什么)[^。！？]*(?:取决于|视[^。！？]*而定|"
+                        r"因[^。！？]*而异|要看|由[^。！？]*决定|[^。！？]*不同而)|^(?:这|那)?(?:要看|得看|视情况而定|看情况)")
+MAX_CASES = 4              # case sections an opening that defers goes on with at most
+CASE_CHARS = 120           # about what one of them says at most (Chinese characters; 2.5 times as many in English)
+
+
+def defers(text: str) -> bool:
+    """Whether a line leaves its answer to the cases that follow it (by its form: an embedded question that
+    depends on something, :data:`_DEFERS_EN` / :data:`_DEFERS_ZH`), not a fact about what something depends on
+    ("your tier depends only on how much you spend")."""
+    text = strip_framing(text)
+    return bool((_DEFERS_ZH if _is_cjk(text) else _DEFERS_EN).search(text))
+
+
+def _states(heading: str) -> bool:
+    """A heading that names a case and its outcome ("Quality problems: free return shipping")."""
+    return bool(re.search(r"\S\s*[:：]\s*\S", heading))
+
+
+def cases_after(ln: Line, doc: Sequence[Line]) -> list[Line]:
+    """The cases an opening that defers leaves its answer to, each briefly: the sections after it (not an FAQ),
+    each as its heading and its first line (with as much of the list it introduces as CASE_CHARS allows). Headings that state a case and its
+    outcome ("Quality problems: free return shipping", "无理由退货：买家承担运费") are the cases when at least two
+    follow in a row; else the next MAX_CASES sections are. Nothing when fewer than two cases follow."""
+    sections: list[list[Line]] = []
+    for x in doc:
+        if x.idx <= ln.idx or x.section == ln.section or not x.section:
+            continue
+        if sections and sections[-1][0].section == x.section:
+            sections[-1].append(x)
+        else:
+            sections.append([x])
+    sections = [sec for sec in sections if all(x.kind not in ("faq_q", "faq_a") for x in sec)]
+    heads = [sec[0].section.split(" > ")[-1] for sec in sections]
+    stating = 0
+    while stating < len(heads) and _states(heads[stating]):
+        stating += 1
+    sections = sections[:stating] if stating >= 2 else sections[:MAX_CASES]
+    if len(sections) < 2:
+        return []
+    out: list[Line] = []
+    for sec, head in zip(sections, heads, strict=False):
+        first = sec[0]
+        out.append(Line(first.doc, first.idx, head, first.section, "case", -1, -1, first.chunks))
+        run = [x for x in sec if x.group == first.group][:MAX_LIST + 1] if first.group >= 0 else []
+        budget = CASE_CHARS if _is_cjk(first.text) else 2.5 * CASE_CHARS
+        told = [first]
+        for x in run[1:]:        # the list its first line introduces, as far as a brief case goes
+            if sum(len(y.text) for y in told) + len(x.text) > budget:
+                break
+            told.append(x)
+        out += told
+    return out
 
 
 def case_terms(text: str) -> list[str]:
@@ -531,6 +594,12 @@ class Composer:
         if opening:
             follows = [x for x in main if (x.doc, x.idx) not in {(o.doc, o.idx) for o in opening}]
             main = opening + self._asked_kind(follows, opening, per_doc, score_of, qvecs, query, head_sim)
+        lead = [x for x in main if x.kind == "para" and x.section == main[0].section and x.doc == main[0].doc]
+        if lead and main[0].kind == "para" and defers(lead[-1].text):
+            # an opening that defers to cases ("who pays depends on why you return it") goes on with the cases
+            told = cases_after(lead[-1], per_doc[lead[-1].doc])
+            if told:
+                main = lead + told
         chosen: list[tuple[float, list[Line]]] = [(1.0, main)]
         taken = {(ln.doc, ln.idx) for ln in main}
         for p in range(len(parts)):
@@ -563,8 +632,8 @@ class Composer:
         while len(chosen) > 1 and sum(len(ln.text) for _, e in chosen for ln in e) > MAX_CHARS:
             chosen.pop(min(range(1, len(chosen)), key=lambda i: chosen[i][0]))
         blocks = []
-        for _, e in chosen:
-            blocks.append(render(sorted(e, key=lambda x: x.idx)))
+        for _, e in chosen:      # (a case's heading comes before its first line, which has its position)
+            blocks.append(render(sorted(e, key=lambda x: (x.idx, x.kind != "case"))))
         # entries in the article's order (the main entry's article first)
         order = sorted(range(len(chosen)), key=lambda i: (chosen[i][1][0].doc != main[0].doc, chosen[i][1][0].doc,
                                                            min(x.idx for x in chosen[i][1])))
@@ -629,6 +698,14 @@ class Composer:
         # an entry that names something the customer asked about stands; when it names nothing asked, a
         # line that does can take its place
         naming = [ln for ln in doc if held[ln.idx] and not self.narrower(ln, doc, asked_words)]
+        # a case the article lists that the question names ("内衣" of "内衣不喜欢可以退吗") and the entry does not
+        # (its FAQ question shares "不喜欢"): the line that names the case says what holds for it
+        named_cases = idf.keys() & self.cases(doc)
+        if said and named_cases and not said & named_cases:
+            about = [ln for ln in naming if held[ln.idx] & named_cases]
+            if about:
+                return self._entry(doc, per_doc, score_of, 0, query, only=max(about, key=lambda ln: score([ln])),
+                                   head_sim=head_sim)
         if said or not naming:
             return main
         best = max(naming, key=lambda ln: score([ln]))
@@ -741,36 +818,102 @@ class Composer:
         return same or [ln]
 
 
-_LEAD = re.compile(r"^[^,，.。!！?？;；:：]*")
-_YES_NO = re.compile(r"^(?:yes|no|yeah|nope)\b|^(?:是的|是|可以|不可以|能|不能|不行|会|不会|需要|不需要|对|不是)[，,。.！!]",
-                     re.I)
+_YES = re.compile(r"^(?:yes|yeah|sure)\b|^(?:是的|是|可以|能|会|需要|要|对)(?=[，,。.！!]|$)", re.I)
+_NO = re.compile(r"^(?:no|nope)\b|^(?:不可以|不能|不行|不会|不需要|不用|不要|不是)(?=[，,。.！!]|$)", re.I)
+# an English yes/no question and the statement it asks about: (pattern, yes, no); {x} is the rest, said to the customer
+_STATEMENTS = (
+    (re.compile(r"^(?:can|could|may) (?:i|we) (.+)$", re.I), "You can {x}", "You cannot {x}"),
+    (re.compile(r"^do (?:i|we) (have to|need to) (.+)$", re.I), "You {v} {x}", "You do not {v} {x}"),
+    (re.compile(r"^do you (.+)$", re.I), "We {x}", "We do not {x}"),
+    (re.compile(r"^will (?:i|we) (.+)$", re.I), "You will {x}", "You will not {x}"),
+    (re.compile(r"^is there (.+)$", re.I), "There is {x}", "There is no {x}"),
+    (re.compile(r"^are there (.+)$", re.I), "There are {x}", "There are no {x}"),
+)
+_TO_CUSTOMER = {"i": "you", "me": "you", "my": "your", "mine": "yours", "myself": "yourself"}
+_ZH_ASKS = re.compile(r"(?:吗|嘛|么)?\s*[?？]*$")
 
 
-def bare_lead(answer: str) -> bool:
-    """Whether an FAQ answer opens without its subject ("No.", "Yes, if ...", "不需要。", "7 days, counted ...").
+def statement(question: str, yes: bool, no_word: str = "") -> str | None:
+    """The statement a yes / no question asks about, said to the customer ("Can I pay with PayPal?" and a no:
+    "You cannot pay with PayPal"; "能用PayPal付款吗？" and a yes: "能用PayPal付款"), or None for a form it
+    cannot say."""
+    q = question.strip()
+    if _is_cjk(q):
+        if not re.search(r"(?:吗|嘛|么)\s*[?？]*$", q):
+            return None          # "怎么…？" asks for something else than a yes or a no
+        stem = _ZH_ASKS.sub("", q).strip()
+        if yes:
+            return stem or None
+        # the answer's own negation takes the place of the word it negates ("不需要" for "要" or "需要")
+        word = no_word.removeprefix("不")
+        for k in range(len(word)):
+            at = stem.find(word[k:])
+            if word[k:] and at >= 0 and not stem[:at].endswith("不"):
+                return stem[:at] + no_word + stem[at + len(word[k:]):]
+        return None
+    q = q.rstrip("?？ ").strip()
+    for pattern, said, unsaid in _STATEMENTS:
+        m = pattern.match(q)
+        if m:
+            v, x = (m.group(1), m.group(2)) if m.lastindex == 2 else ("", m.group(1))
+            x = re.sub(r"\b(?:i|me|my|mine|myself)\b", lambda w: _TO_CUSTOMER[w.group(0).lower()], x, flags=re.I)
+            if not yes and unsaid.endswith("no {x}"):
+                x = re.sub(r"^(?:a|an|any)\s+", "", x, flags=re.I)       # "is there a fee?": "There is no fee"
+            return (said if yes else unsaid).format(v=v, x=x)
+    return None
 
-    Such an answer is only read right after its question, so the question is kept with it."""
-    if _YES_NO.match(answer.strip()):
-        return True        # "Yes for orders of ¥99 or more ...": a yes or a no says nothing without its question
-    lead = _LEAD.match(answer.strip())
-    words = lead.group(0).strip() if lead else ""
-    return len(words) <= 5 if _is_cjk(words) else len(words.split()) <= 3
+
+def answer_alone(question: str, answer: str) -> str | None:
+    """An FAQ answer as a reply of its own, without the entry's question, or None when it cannot be said alone.
+
+    An answer that opens with a yes or a no answers the entry's question, which the customer may have put
+    otherwise: the yes or the no is said as the statement the question asks about ("Can I pay with PayPal?" and
+    "Yes, if ...": "You can pay with PayPal if ..."), else the answer's own words that follow it stand alone
+    when they are a sentence ("No. All tiers are free."). Any other answer says what it is about."""
+    a = answer.strip()
+    m = _YES.match(a) or _NO.match(a)
+    if m is None:
+        return a
+    yes = _YES.match(a) is not None
+    rest = a[m.end():]
+    mark = rest[:1]
+    rest = rest.lstrip(",，.。!！ ").strip()
+    said = statement(question, yes, "" if yes else m.group(0))
+    if said is not None:
+        if not rest:
+            return close_sentence(said)
+        if _is_cjk(said):
+            return f"{said}{'，' if mark in ',，' else '。'}{rest}"
+        if mark in ".!":
+            return f"{close_sentence(said)} {rest}"
+        return f"{said} {rest}" if rest[:1].islower() else f"{said}, {rest}"
+    if rest and (mark in ".。!！" or (_is_cjk(rest) and mark in ",，" and not yes)) and not rest[:1].islower():
+        return rest
+    return None
 
 
 def render(lines: Sequence[Line]) -> str:
     """Lines in the article's order, framing removed, each list line closed as a sentence."""
     out: list[str] = []
+    alone: dict[int, str] = {}         # an FAQ answer said without its question (answer_alone), by line
     for i, ln in enumerate(lines):
         text = strip_framing(ln.text)
+        if i in alone:
+            text = alone[i]
         if not text:
             continue
         if ln.kind == "faq_q":
-            answer = next((x for x in lines[i + 1:] if x.kind == "faq_a" and x.group == ln.group), None)
-            if answer is not None and not bare_lead(strip_framing(answer.text)):
-                continue           # the answer says what it is about: its question is not repeated
+            j = next((j for j in range(i + 1, len(lines)) if lines[j].kind == "faq_a" and lines[j].group == ln.group),
+                     None)
+            said = answer_alone(text, strip_framing(lines[j].text)) if j is not None else None
+            if j is not None and said is not None:
+                alone[j] = said        # the answer is said alone: the entry's question is not repeated
+                continue
             out.append(text)
             continue
-        if ln.kind == "label" or ln.kind == "intro":
+        if ln.kind == "case" and _states(text):
+            out.append(close_sentence(text))   # "无理由退货：买家承担运费。"
+        elif ln.kind in ("label", "intro", "case"):
             out.append(text if text.rstrip().endswith((":", "：")) else text + ("：" if _is_cjk(text) else ":"))
         elif (ln.kind == "item" and _RUNS_ON.search(text) and i + 1 < len(lines)
               and lines[i + 1].kind == "item" and lines[i + 1].group == ln.group):
