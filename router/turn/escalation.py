@@ -13,8 +13,10 @@ Rules, checked in this order (the first that fires wins; every rule's verdict is
 ``repeated_question``  the same question asked N times in a row without resolution (normalised
                        text equality, or embedding cosine at or above a threshold)
 ``low_confidence``     N consecutive turns the classifier could not place (UNKNOWN / low score)
-``loop_guard``         the conversation is about to re-enter the same state once too often (entries by turns a
-                       workflow served are not counted: a fourth task in a session is normal work)
+``loop_guard``         the conversation is about to re-enter the same state once too often without getting
+                       anywhere: a round that ended resolved (the knowledge base answered, an assist draft was
+                       approved) and turns a workflow served are not counted (a fourth question answered, or a
+                       fourth task, in a session is normal work)
 
 The policy is configured in YAML (bundled: ``router/samples/escalation.yaml``) together with the
 harness and the fixed replies; the file is validated on load and errors name the line and field.
@@ -40,6 +42,8 @@ SAMPLE_POLICY = Path(__file__).resolve().parents[1] / "samples" / "escalation.ya
 RULES = ("account_security", "human_request", "refund_amount", "dissatisfied", "repeated_question",
          "low_confidence", "loop_guard")
 PRIORITIES = ("low", "normal", "high", "urgent")
+#: a guarded state and the state its round ends in when it got somewhere: the loop guard counts the rest
+RESOLVED_BY = {"l1_resolving": "l1_resolved", "l2_assisting": "l2_resolved"}
 
 
 class EscalationConfig(BaseModel):
@@ -386,7 +390,10 @@ class EscalationPolicy:
         if checks["low_confidence"]["fired"]:
             fired.append(("low_confidence", f"{low_streak} turns in a row the intent was unclear"))
 
-        entries = int((counters.get("state_entries") or {}).get(target_state, 0)) if target_state else 0
+        seen = counters.get("state_entries") or {}
+        entries = int(seen.get(target_state, 0)) if target_state else 0
+        if target_state in RESOLVED_BY:   # rounds that ended resolved got somewhere: only the others loop
+            entries -= min(entries, int(seen.get(RESOLVED_BY[target_state], 0)))
         loop = target_state in cfg.loop_guard_states and entries >= cfg.loop_guard_reentries
         checks["loop_guard"] = {"fired": loop, "state": target_state, "entries": entries,
                                 "limit": cfg.loop_guard_reentries}

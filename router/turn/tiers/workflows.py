@@ -216,14 +216,14 @@ class Workflows(Answers):
         self.move("l1_resolving", f"workflow {t.workflow}", counted=False)   # served: not a loop-guard round
         if t.asked:
             said = self.send(t.reply, kind="reply") if t.reply else None
-            self.move("l1_resolved", f"workflow {t.workflow} {t.outcome or t.status}")
+            self.move("l1_resolved", f"workflow {t.workflow} {t.outcome or t.status}", counted=False)
             done = self.result(self.decision_of(c, "L1", None, workflow=self.flow), reply=said)
             return self.questions_after(t, done)
         resumed = self.resume_interrupted(t)
         text = "\n\n".join(x for x in (t.reply, resumed.reply if resumed is not None else None) if x)
         quick = resumed.quick_replies if resumed is not None else t.quick_replies
         reply = self.send(text, kind="reply", suggestions=quick) if text else None
-        self.move("l1_resolved", f"workflow {t.workflow} {t.outcome or t.status}")
+        self.move("l1_resolved", f"workflow {t.workflow} {t.outcome or t.status}", counted=False)
         decision = self.decision_of(c, "L1", None, workflow=self.flow)
         return self.result(decision, reply=reply)
 

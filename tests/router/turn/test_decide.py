@@ -256,13 +256,16 @@ def test_low_confidence_twice_escalates_from_the_assist(svc):
     assert ticket(svc, two["ticket_id"])["kind"] == "handoff"
 
 
-def test_loop_guard_after_three_answers_without_resolution(svc):
+def test_a_fourth_question_answered_is_no_loop(svc):
+    """Questions the knowledge base answers are rounds that got somewhere: a customer asking four in one session
+    is answered four times, never handed to a person by the loop guard."""
     chat = Chat(svc)
-    for q in ["how long does a refund take to reach my card?", "电子发票怎么开？", "支持哪些付款方式"]:
-        assert chat.say(q)["state"] == "l1_resolved", q
-    out = chat.say("how long does standard shipping take?")
-    assert out["decision"]["escalation"]["rule"] == "loop_guard"
-    assert out["state"] == "l3_queuing"
+    for q in ["how long does a refund take to reach my card?", "电子发票怎么开？", "支持哪些付款方式",
+              "how long does standard shipping take?"]:
+        out = chat.say(q)
+        assert out["state"] == "l1_resolved" and out["ticket_id"] is None, (q, out["decision"])
+    assert out["decision"]["escalation"] is None
+    assert rows(svc.pool, "SELECT count(*) AS n FROM tickets")[0]["n"] == 0
 
 
 def test_duplicate_delivery_does_not_open_a_second_ticket(svc):

@@ -284,6 +284,19 @@ def test_rule_matched_intents_still_count_in_a_flow(policy):
     assert claimed(policy, "my account was hacked", c).rule == "account_security"
 
 
+def test_the_loop_guard_counts_only_rounds_that_got_nowhere(policy):
+    """Four questions answered in one session are normal work; three rounds that ended unresolved are a loop."""
+    q = "and what about coupons"
+    answered = {"state_entries": {"l1_resolving": 3, "l1_resolved": 3}}
+    assert evaluate(policy, q, known(q, "faq"), counters=answered).rule is None
+    once = {"state_entries": {"l1_resolving": 4, "l1_resolved": 1}}
+    v = evaluate(policy, q, known(q, "faq"), counters=once)
+    assert v.rule == "loop_guard" and v.checks["loop_guard"]["entries"] == 3
+    drafts = {"state_entries": {"l2_assisting": 3, "l2_resolved": 2}}
+    assert not evaluate(policy, "x", known("x", "faq"), counters=drafts, target="l2_assisting").checks[
+        "loop_guard"]["fired"]
+
+
 def test_the_loop_guard_counts_no_workflow_turns(policy):
     """A fourth task in one session: workflow turns pass no target state, so the guard has nothing to count."""
     counters = {"state_entries": {"l1_resolving": 5}}
