@@ -87,10 +87,17 @@ def reading(run: FlowRun, gone: str | None, text: str, entities: dict[str, Any],
         said = U.yes_no(text, entities)
         if said is True and not U.is_question(text):
             return "answer"
-        if said is False or U.changes_mind(text, whole=True):
+        if said is False:
             return "cancel"
-        other = (intent is not None and intent_confidence is not None and intent_confidence >= drift_threshold
-                 and intent not in wf.intents)
+        confident = intent is not None and intent_confidence is not None and intent_confidence >= drift_threshold
+        other = confident and intent not in wf.intents
+        if confident and not other and read_form(text) == "request":
+            return "answer"   # "cancel my order" to "shall I cancel one of your orders?": the task asked for
+        # a cancel word drops the offer ("never mind", "算了"), unless it asks for another task or asks a question:
+        # "can I cancel my order?" after an offered lookup is a new request, never "all right, I won't start it"
+        if U.changes_mind(text, whole=True) and not other and not U.is_question(text) \
+                and read_form(text) != "question":
+            return "cancel"
         return "answer" if answers_offer(text, other=other) else "digression"
     step = wf.steps.get(instance["step"]) if instance["step"] else None
     if step is None or step.kind not in WAITING_KINDS or instance["status"] != "waiting":

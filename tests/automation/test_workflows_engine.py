@@ -357,6 +357,13 @@ def test_an_offer_waits_for_a_yes_then_runs_and_a_no_or_another_topic_starts_not
         # what the task asks first, said instead of a yes, is a yes all the same; a confident other topic is not
         assert engine.read(inst, "the garden hose one") == "answer" and engine.read(inst, "W1003") == "answer"
         assert engine.read(inst, "my parcel is late", intent="payment_methods", intent_confidence=0.99) == "digression"
+        # a cancel word in a question or in a request for another task is that, never a no to the offer; asking
+        # for the offered task itself is a yes
+        assert engine.read(inst, "can I cancel my order?", intent="cancel_order", intent_confidence=0.99) == "digression"
+        assert engine.read(inst, "cancel my pending orders", intent="cancel_order", intent_confidence=0.99) == "digression"
+        assert engine.read(inst, "never mind") == "cancel" and engine.read(inst, "算了") == "cancel"
+        own = engine.workflows["return_items"].intents[0]
+        assert engine.read(inst, "I want to return the garden hose", intent=own, intent_confidence=0.99) == "answer"
     y = turn(engine.advance, t.instance_id, AVA, "yes", {}, "en")
     assert y.status == "waiting" and y.awaiting == "line", y.reply           # the task itself now asks
     assert writes(shop) == []
