@@ -434,19 +434,13 @@ class KnowledgeBase:
         # what the passages say they answer (titles, sections, FAQ questions), for the entry score
         units = list(dict.fromkeys(u for chunks in articles.values() for c in chunks for u in question_units(c)))
         units.sort(key=len)     # like lengths per batch pad less (see Composer.warm)
-        lines_total = [0]
-
-        def lines_done(done: int, total: int) -> None:
-            lines_total[0] = total
-            if progress is not None:
-                progress(done, total + len(units))
-
-        lines = self.composer.warm(gen, articles, progress=lines_done)
+        lines = self.composer.warm(gen, articles, progress=None if progress is None else
+                                   lambda done, total: progress(done, total + len(units)))
         self._learn_vocabulary(gen, articles)       # from the articles just fetched, not on the first question
         for start in range(0, len(units), 16):
             self.composer.cache.vectors(units[start:start + 16])
-            if progress is not None:
-                progress(lines_total[0] + min(start + 16, len(units)), lines_total[0] + len(units))
+            if progress is not None:     # the lines (all of them, ``lines``), then the units
+                progress(lines + min(start + 16, len(units)), lines + len(units))
         return lines
 
     def compose(self, query: str, rw: RewrittenQuery, passages: Sequence[Hit],

@@ -364,18 +364,18 @@ class FlowRun:
         inst = self.inst
         n = inst["attempts"].get(step.id, 0) + 1
         inst["attempts"][step.id] = n
-        noted = told is not None and U.tells_something(told)
-        if told is not None and noted:
+        noted = told if told is not None and U.tells_something(told) else None
+        if noted is not None:
             notes = inst["pending"].setdefault("notes", [])
-            notes.append(told.strip()[:self.NOTE_CHARS])
+            notes.append(noted.strip()[:self.NOTE_CHARS])
             del notes[:-self.NOTES_KEPT]
             inst["history"].append({"step": step.id, "event": "noted", "at": time.time()})
         if n >= MAX_ATTEMPTS:
             self.escalate("L2", f"{why} after {n} attempts at step {step.id}")
             return "stop"
-        if noted:
+        if noted is not None:
             self.say(t("noted", self.lang))
-        self.prompt(step, again=not quiet and not noted, hint=True)
+        self.prompt(step, again=not quiet and noted is None, hint=True)
         return "wait"
 
     def prompt(self, step: Step, *, again: bool, with_prompt: bool = True, hint: bool = False) -> None:
