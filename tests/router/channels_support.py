@@ -174,6 +174,10 @@ def channel_app(settings, decider=answering_decider):
     from router.app.composition import build_services
 
     services = build_services(settings, load_models=False)
+    # the pool as the gateway keeps it (settings.db_pool_min, filled before the first request): a one-off
+    # command's single connection grows one at a time, and a burst would wait on that growth, not on the gateway
+    services.pool.resize(settings.db_pool_min, settings.db_pool_max)
+    services.pool.wait(30)
     services.pipeline = Pipeline(services.pool, services.metrics, decider=decider)
     dispatcher = build_dispatcher(settings, services.pool, services.metrics)
     try:
