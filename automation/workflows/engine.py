@@ -512,7 +512,9 @@ class FlowEngine:
         asked. The walk ends at a step that waits for the customer, at a write (never made ahead) or at any
         other kind. While the memory's calls run, the same walk over the memory's defaults tells whether a
         second look is worth it: when the walk reaches a read, or passes a step that reads the memory (the single
-        recent order picked, a step skipped for a customer with none), the result may differ once it answers.
+        recent order picked, a step skipped for a customer with none), the result may differ once it answers. A
+        read reached whose step names nothing of the memory is asked at once, beside the memory's calls (one shop
+        round, not two); a second look then only when a step on the way read the memory.
         Nothing is stored or counted; the turn decides as always, on its own reading of the same rules: a guess
         it proves wrong (another slot value, a concurrent change) costs the reads only. ``new``: the
         conversation is not stored yet (it has no memory row and no earlier flow to read)."""
@@ -529,6 +531,14 @@ class FlowEngine:
             # order picked from it, a step skipped while the customer has no orders) may lead to one
             touched: list[str] = []
             read = _first_reads(run, entities or {}, touched)
+            if read and not _reads_memory(wf.steps[run.inst["step"]].raw):
+                # the read reached names nothing of the memory ("get_order" of the order the message names): asked
+                # now, beside the memory's calls, instead of one shop round after them. A step on the way that reads
+                # the memory may still lead elsewhere once it answers (a second look then asks that: this read was a
+                # guess that cost a call); with none, the memory cannot change the walk
+                run = self._draft(conn, wf, caller, text, entities, lang, M.empty(spec), new, outside=self.outside)
+                _first_reads(run, entities or {})
+                return "again" if touched else "asked"
             return "again" if read or touched else "asked"
         run = self._draft(conn, wf, caller, text, entities, lang, remembered, new, outside=self.outside)
         return "asked" if _first_reads(run, entities or {}) else None

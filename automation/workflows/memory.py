@@ -1,8 +1,8 @@
 """Session memory: what the shop and earlier conversations already say about the customer.
 
 At the start of a session (the first flow of a conversation, or the first ticket) the engine calls
-the read tools the workflows file declares under ``memory:`` (the example shop: ``get_customer``
-and ``list_recent_orders``) and gathers the customer's earlier outcomes: their flows (this
+the read tools the workflows file declares under ``memory:`` (the example shop: ``get_customer``,
+its profile with the recent orders) and gathers the customer's earlier outcomes: their flows (this
 package's ``flow_instances``) and their tickets (through an injected read port, since tickets
 belong to handoff). The result is cached per conversation in ``flow_memory`` (migration 0160) and
 offered to every flow as CEL ``memory.<name>`` and ``memory.outcomes``; it is never required: a
@@ -11,14 +11,15 @@ tool that fails leaves its default (``null`` or ``[]``) and the flow simply asks
 The tools are called through the turn's outside port (automation.workflows.outside): all of them at once,
 in parallel, with no lock and no connection held. What they said is also kept per customer in this process
 for ``ttl_seconds``, so the customer's next conversation does not ask the shop again; a stale entry is still
-served once while one background refresh asks the shop anew (never two at once for one customer).
+served once while one background refresh asks the shop anew (never two at once for one customer). Names that
+make the very same call (tool and arguments) share it: one call to the shop, each name its own value of it.
 
     memory:
       ttl_seconds: 1800                       # a session: reload after this long
       outcomes: 5                             # earlier flows and tickets offered as memory.outcomes
-      tools:
-        profile: {call: get_customer, value: "result.found ? result.customer : null"}
-        orders: {call: list_recent_orders, args: {limit: "5"}, value: result.orders, default: "[]"}
+      tools:                                  # one call: the profile with the five newest orders
+        profile: {call: get_customer, args: {recent_orders: "5"}, value: "result.found ? result.customer : null"}
+        orders: {call: get_customer, args: {recent_orders: "5"}, value: result.orders, default: "[]"}
 """
 
 from __future__ import annotations

@@ -101,9 +101,10 @@ def build_server(shop: Shop, *, latency_ms: float = 0.0, hang: bool = False,
                 with log_lock, open(calls_log, "a", encoding="utf-8") as f:
                     f.write(line + "\n")
 
-    @app.tool(description="A customer's profile: name, phone and how many orders they have.")
-    async def get_customer(customer_id: str) -> dict[str, Any]:
-        return await guarded(shop.get_customer, customer_id)
+    @app.tool(description="A customer's profile: name, phone and how many orders they have; with recent_orders > 0"
+                          " also that many of their newest orders.")
+    async def get_customer(customer_id: str, recent_orders: int = 0) -> dict[str, Any]:
+        return await guarded(shop.get_customer, customer_id, recent_orders)
 
     @app.tool(description="One of the customer's orders with status, items, totals, shipment and refunds.")
     async def get_order(customer_id: str, order_id: str) -> dict[str, Any]:

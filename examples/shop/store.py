@@ -202,14 +202,18 @@ class Shop:
             "address": row["address"], "invoice_no": invoice["result"]["invoice_no"] if invoice else None,
         }
 
-    def get_customer(self, customer_id: str) -> dict:
+    def get_customer(self, customer_id: str, recent_orders: int = 0) -> dict:
+        """The profile; with ``recent_orders`` > 0 also that many of the newest orders (as list_recent_orders
+        gives them), so a session's memory is one call, not two."""
         with self.pool.connection() as conn:
             row = conn.execute("SELECT c.customer_id, c.name, c.phone, (SELECT count(*) FROM shop.orders o"
                                " WHERE o.customer_id = c.customer_id) AS order_count FROM shop.customers c"
                                " WHERE c.customer_id = %s", (customer_id,)).fetchone()
-        if row is None:
-            return {"found": False, "customer": None}
-        return {"found": True, "customer": row}
+            orders = self._recent(conn, customer_id, recent_orders) if recent_orders > 0 and row is not None else []
+        out: dict = {"found": row is not None, "customer": row}
+        if recent_orders > 0:
+            out["orders"] = orders
+        return out
 
     def get_order(self, customer_id: str, order_id: str) -> dict:
         with self.pool.connection() as conn:
@@ -219,14 +223,18 @@ class Shop:
             return {"found": True, "order_id": order_id, "order": self._order_view(conn, row)}
 
     def list_recent_orders(self, customer_id: str, limit: int = 5) -> dict:
-        limit = max(1, min(int(limit), 20))
         with self.pool.connection() as conn:
-            rows = conn.execute(
-                "SELECT order_id, status, items, total, currency, paid_at FROM shop.orders WHERE customer_id = %s"
-                " ORDER BY position DESC LIMIT %s", (customer_id, limit)).fetchall()
-        return {"orders": [{"order_id": r["order_id"], "status": r["status"], "total": _num(r["total"]),
-                            "currency": r["currency"], "paid_at": _iso(r["paid_at"]),
-                            "items": [i["name"] for i in r["items"]]} for r in rows]}
+            return {"orders": self._recent(conn, customer_id, limit)}
+
+    @staticmethod
+    def _recent(conn, customer_id: str, limit: int) -> list[dict]:
+        limit = max(1, min(int(limit), 20))
+        rows = conn.execute(
+            "SELECT order_id, status, items, total, currency, paid_at FROM shop.orders WHERE customer_id = %s"
+            " ORDER BY position DESC LIMIT %s", (customer_id, limit)).fetchall()
+        return [{"order_id": r["order_id"], "status": r["status"], "total": _num(r["total"]),
+                 "currency": r["currency"], "paid_at": _iso(r["paid_at"]), "items": [i["name"] for i in r["items"]]}
+                for r in rows]
 
     def track_shipment(self, customer_id: str, order_id: str) -> dict:
         with self.pool.connection() as conn:

@@ -59,9 +59,9 @@ def say(api, text: str, *, customer: str = "c1", conversation: str = "conv-1") -
     return r.json()
 
 
-# the session memory's reads (automation/workflows/samples/shop.yaml `memory:`), made once per conversation when
-# the first flow starts or a ticket opens
-MEMORY = {"get_customer", "list_recent_orders"}
+# the session memory's read (automation/workflows/samples/shop.yaml `memory:`: the profile with the recent orders),
+# made once per conversation when the first flow starts or a ticket opens
+MEMORY = {"get_customer"}
 
 
 def test_the_trace_shows_each_tool_call_of_the_turn(svc):
