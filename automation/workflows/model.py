@@ -15,6 +15,7 @@ import jsonschema
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.dataclasses import dataclass
 
+from automation.workflows.understand import FORMATS
 from failures.yaml_source import render
 
 LANGS = ("zh", "en")
@@ -53,7 +54,7 @@ _MODEL = ConfigDict(arbitrary_types_allowed=True)
 class Slot:
     name: str
     prompt: Texts = Field(default_factory=dict)
-    validate: dict[str, Any] = Field(default_factory=dict)   # entity | regex | enum | schema
+    validate: dict[str, Any] = Field(default_factory=dict)   # entity | regex | enum | schema | format
     quick_replies: list[Any] = Field(default_factory=list)
     recall: Any = None                 # CEL over memory: the value "the same as last time" names
     whole: Any = None                  # CEL over the flow's scope: the value "all of it" / "全部" names
@@ -72,6 +73,8 @@ class Slot:
                 jsonschema.validate(value, v["schema"])
             except jsonschema.ValidationError:
                 return False
+        if "format" in v and not FORMATS[v["format"]](value):
+            return False
         return True
 
     @property

@@ -23,6 +23,7 @@ from automation.workflows.model import (BUILTIN_NAMES, COMMON_KEYS, DEFAULT_TIER
                                         RISK_ORDER, Slot, Step, Workflow, WorkflowConfigError, WorkflowSet)
 from automation.workflows.model import Path as P
 from automation.workflows.steps import KINDS, REGISTRY
+from automation.workflows.understand import FORMATS
 from failures.yaml_source import construct, syntax_error
 
 BUNDLED = Path(__file__).resolve().parent / "samples"
@@ -238,7 +239,7 @@ def _slots(value: Any, path: P, chk: Checker) -> dict[str, Slot]:
             chk.err(p + ("optional",), "expected true or false")
         validate = body.get("validate") or {}
         if not isinstance(validate, dict):
-            chk.err(p + ("validate",), "expected a mapping (entity, regex, enum, schema)")
+            chk.err(p + ("validate",), "expected a mapping (entity, regex, enum, schema, format)")
             validate = {}
         for k, v in validate.items():
             vp = p + ("validate", k)
@@ -258,8 +259,11 @@ def _slots(value: Any, path: P, chk: Checker) -> dict[str, Slot]:
                     jsonschema.Draft202012Validator.check_schema(v)
                 except jsonschema.SchemaError as exc:
                     chk.err(vp, f"not a valid JSON Schema: {exc.message}")
+            elif k == "format":
+                if not isinstance(v, str) or v not in FORMATS:
+                    chk.err(vp, f"unknown format {v!r} ({', '.join(FORMATS)})")
             else:
-                chk.err(vp, f"unknown validator {k!r} (entity, regex, enum, schema)")
+                chk.err(vp, f"unknown validator {k!r} (entity, regex, enum, schema, format)")
         qr = body.get("quick_replies", [])
         out[name] = Slot(name=name, prompt=chk.texts(body.get("prompt"), p + ("prompt",), required=False),
                          validate=validate, quick_replies=qr if isinstance(qr, list) else [],

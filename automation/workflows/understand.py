@@ -644,3 +644,80 @@ def is_free_value(text: str) -> bool:
     """More than an order number and filler words ("21 Oak Road, Portland, OR 97201", an address or a title)."""
     rest = _FILLER.sub("", text or "")
     return len(rest) + 2 * len(re.findall(r"[\u4e00-\u9fff]", rest)) >= 6   # a Han character weighs like 3 letters
+
+
+# ---------------------------------------------------------------- free-text values: pointers and formats
+
+# A pointer points at something the customer has in mind ("马克杯那个", "这个", "第一个", "that one", "the mug
+# one", "the first one"): a demonstrative, an ordinal or "one" heading a few words of description, with no
+# content of a value's own. At a free-text question (an address, an invoice title) it is never the value.
+_ZH_UNIT = r"(?:个|件|款|台|单|笔|条|项|双|只|份|种|套|副|张|本|样|位|家|次)"
+_ZH_THAT = rf"(?:这|那|哪)(?:一)?{_ZH_UNIT}"
+_ZH_NTH = (rf"(?:第\s*[一二两三四五六七八九十\d]+\s*{_ZH_UNIT}?|最后(?:一)?{_ZH_UNIT}"
+           rf"|(?:上面|下面|前面|后面|刚才|刚刚|之前|上一|下一)(?:的)?(?:那|这)?(?:一)?{_ZH_UNIT})")
+_ZH_HEAD = r"(?:订单|商品|东西|地址|单子)?"
+_ZH_LEAD = re.compile(r"^(?:就是|就要|就|是|要|选|我要|我选|我说的是|我是说|嗯+|哦|呃|额|啊|唔|还是|那就|对)+")
+_ZH_TAIL = re.compile(r"(?:吧|啊|呀|呢|哈|啦|了|吗|就行|就好|好了|谢谢)+$")
+_ZH_POINTER = re.compile(rf"^(?:[\u4e00-\u9fffa-z0-9]{{0,10}}?的?(?:{_ZH_THAT}|{_ZH_NTH}){_ZH_HEAD}"
+                         rf"|{_ZH_THAT}[\u4e00-\u9fff]{{1,6}}?的?|这|那|它|这儿|那儿|这里|那里)$")
+_EN_NTH = r"(?:first|second|third|fourth|fifth|last|1st|2nd|3rd|[4-9]th)"
+_EN_HEAD = r"(?:one|ones|order|orders|item|items|option|thing|address)"
+_EN_LEAD = re.compile(r"^(?:(?:um+|uh+|oh|ah|hmm+|well|ok(?:ay)?|yes|yeah|so|just|maybe|probably|i\s+mean"
+                      r"|i\s+think|it'?s|it\s+is|i\s+want|i'?d\s+like|i\s+would\s+like|(?:let'?s\s+)?go\s+with)\s+)+")
+_EN_TAIL = re.compile(r"(?:\s+(?:please|pls|plz|thanks|thank\s+you|i\s+think|i\s+guess|i\s+suppose|then))+$")
+_EN_POINTER = re.compile(
+    rf"^(?:(?:that|this|those|these|it)(?:\s+(?:one|ones))?"
+    rf"|(?:that'?s|this\s+is)\s+(?:the\s+)?one"
+    rf"|(?:the|that|this|my|those|these)\s+(?:[a-z0-9'-]+\s+){{0,4}}{_EN_HEAD}"
+    rf"|(?:the\s+|my\s+)?{_EN_NTH}(?:\s+{_EN_HEAD})?"
+    rf"|(?:number|no|option|#)\s*(?:\d{{1,2}}|one|two|three|four|five)"
+    rf"|the\s+one\s+(?:with|in|for|from|on|at|that|which|i|you)(?:\s+[a-z'-]+){{1,5}})$")
+
+
+def is_pointer(text: str) -> bool:
+    """The answer only points at something ("马克杯那个", "第一个", "这个", "that one", "the blue one please", "the
+    first one"), saying nothing of a value's own: never an address or a title. What goes on after the
+    demonstrative with a number ("那个小区3号楼", "the one at 12 Baker Street") or for long is content."""
+    t = norm(text)
+    if not t or len(t) > 60:
+        return False
+    if _CJK_CHAR.search(t):
+        t = _ZH_TAIL.sub("", _ZH_LEAD.sub("", t.replace(" ", "")))
+        return bool(t) and bool(_ZH_POINTER.match(t))
+    t = _EN_TAIL.sub("", _EN_LEAD.sub("", t)).strip()
+    return bool(t) and len(t.split()) <= 8 and bool(_EN_POINTER.match(t))
+
+
+# What an address looks like (a slot's ``validate: {format: address}``). Chinese: two of the administrative or
+# street markers, or one with a number ("北京市朝阳区", "张江路 100 弄", "中山路5号"); words that only hold a marker
+# character ("知道", "订单号") are no marker. Other languages: a street or unit word, a postcode beside words, or
+# a house number opening the address or one of its comma-separated parts ("12 Baker Street", "Via Roma 8,
+# 20121 Milano"); a weaker place word (way, place, court, floor, unit) counts only beside a number.
+_ZH_MARKER = re.compile(r"自治区|小区|大厦|公寓|胡同|单元|[省市区县旗乡镇村路街道巷弄号栋幢楼层室座]")
+_ZH_NOT_MARKER = re.compile(r"知道|难道|道歉|味道|订单号|单号|号码|账号|超市|楼下|楼上")
+_EN_STREET = re.compile(r"\b(?:street|st|road|rd|avenue|ave|lane|ln|boulevard|blvd|drive|dr|highway|hwy|parkway|pkwy"
+                        r"|apt|apartment|suite|ste|p\.?\s?o\.?\s+box|strasse|straße|rue|calle)\b")
+_EN_PLACE = re.compile(r"\b(?:way|place|pl|court|ct|square|sq|terrace|close|crescent|floor|fl|unit|flat|building"
+                       r"|bldg|room|block)\b")
+_POSTCODE = re.compile(r"\b(?:\d{5}(?:-\d{4})?|[a-z]{1,2}\d[a-z\d]?\s*\d[a-z]{2}|[a-z]\d[a-z]\s?\d[a-z]\d)\b")
+_HOUSE = re.compile(r"(?:^|,)\s*\d{1,6}[a-z]?\s+[a-z]{2,}")
+
+
+def looks_like_address(value: Any) -> bool:
+    """The value has what an address has: markers of places and streets, or a house number and a postcode
+    ("北京市朝阳区建国路88号", "12 Baker Street, London"); "随便", "asap" or "马克杯那个" have none."""
+    if not isinstance(value, str) or not value.strip():
+        return False
+    t = normalise(value, case="lower", simplify="never").strip()
+    if _CJK_CHAR.search(t):
+        markers = set(_ZH_MARKER.findall(_ZH_NOT_MARKER.sub(" ", t)))
+        if len(markers) + bool(re.search(r"\d", t)) >= 2:
+            return True
+    words = re.findall(r"[a-z]{2,}", t)
+    digit = bool(re.search(r"\d", t))
+    return bool(_EN_STREET.search(t) or (digit and _EN_PLACE.search(t)) or _HOUSE.search(t)
+                or (words and _POSTCODE.search(t)))
+
+
+#: a slot's ``validate: {format: NAME}``: what its value looks like beyond a JSON schema
+FORMATS: dict[str, Callable[[Any], bool]] = {"address": looks_like_address}

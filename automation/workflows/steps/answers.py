@@ -48,6 +48,8 @@ def parse_slot(wf: Workflow, name: str, text: str, entities: dict[str, Any]) -> 
                 pass
     if value is None or not slot.check(value):
         return None
+    if slot.free_text and isinstance(value, str) and U.is_pointer(value):
+        return None   # "马克杯那个", "the blue one": it points at something, it is no address or title
     return value
 
 
@@ -92,8 +94,8 @@ def free_correction(inst: Instance, wf: Workflow, step: Step, text: str) -> tupl
     on_reject would ask again (an address, a title), when the rest of the message is more than a number."""
     target = step.get("on_reject")
     rest = U.strip_correction(text)
-    if not isinstance(target, dict) or not U.is_free_value(rest):
-        return None   # "不是这个，是100235", "I meant order W1003": an order number, not an address
+    if not isinstance(target, dict) or not U.is_free_value(rest) or U.is_pointer(rest):
+        return None   # "不是这个，是100235", "I meant order W1003", "不对，马克杯那个": no address
     if not (U.is_correction(text) or U.yes_no(text) is False):
         return None
     for name in target.get("reset") or []:

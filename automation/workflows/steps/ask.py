@@ -82,6 +82,10 @@ class Ask(StepKind):
             picked = A.repick(run, step, text, bare=True)   # "不粘锅那个" at the amount question: that order instead
             if picked is not None:
                 return picked
+            if slot.free_text and U.is_pointer(text):
+                # "马克杯那个" at the address question, naming nothing to pick again: asked again with the hint,
+                # never kept as something the customer told
+                return run.retry(step, f"a pointer, not a {name}")
             return run.retry(step, f"no valid {name} in the answer", told=text)
         inst["slots"][name] = value
         inst["attempts"].pop(step.id, None)
