@@ -45,6 +45,7 @@ TEXT = {
     "retry": {"zh": "抱歉，我没有听明白。", "en": "Sorry, I didn't catch that."},
     "noted": {"zh": "好的，您说的情况我已记下。", "en": "Thanks, I've noted that."},
     "choose_again": {"zh": "有几项都符合，请问是哪一个？", "en": "Several match. Which one do you mean?"},
+    "not_among": {"zh": "这几项里没有找到「{thing}」。", "en": "I can't find \"{thing}\" among these."},
     "tool_failed": {"zh": "抱歉，这一步暂时没能完成（{error}）。您回复任意内容我会再试一次。",
                     "en": "I couldn't complete that yet ({error}). Reply and I will try again."},
     "shop_silent": {"zh": "抱歉，商店系统现在没有响应，这一步还没有完成。请稍后回复任意内容，我会再试一次；如果着急，我也可以帮您转人工。",
@@ -360,10 +361,12 @@ class FlowRun:
         """An answer the step could not read: ask again (with "sorry, I didn't catch that"), a person at the third.
         ``told``: the message, when it may tell something about the case instead ("it's broken" where an amount
         is asked, understand.tells_something): it is kept (``notes``, the history) and acknowledged, then the
-        question asked again with its hint, never "I didn't catch that"."""
+        question asked again with its hint, never "I didn't catch that"; a mere go-on ("ok then go ahead") gets the
+        question again, plainly."""
         inst = self.inst
         n = inst["attempts"].get(step.id, 0) + 1
         inst["attempts"][step.id] = n
+        quiet = quiet or (told is not None and U.only_consents(told))
         noted = told if told is not None and U.tells_something(told) else None
         if noted is not None:
             notes = inst["pending"].setdefault("notes", [])

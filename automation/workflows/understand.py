@@ -325,7 +325,8 @@ _CJK = re.compile(r"[\u4e00-\u9fff]")
 
 def _tokens(text: str) -> list[str]:
     t = norm(text)
-    words = [w for w in re.findall(r"[a-z0-9]+", t) if len(w) >= 2 or w.isdigit()]
+    # a contraction stays one word ("they're": never "re", which half the world's words contain)
+    words = [w for w in re.findall(r"[a-z0-9]+(?:'[a-z]+)?", t) if len(w) >= 2 or w.isdigit()]
     cjk = re.findall(r"[\u4e00-\u9fff]{2,}", t)
     return words + cjk
 
@@ -536,7 +537,9 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
                 if _CJK.search(w):
                     got += 1.0 if _word_hit(w, joined, field_words) else 0.0
                     continue
-                best = max((_ratio(w, fw) for fw in field_words), default=0.0)
+                # a word of two letters only by itself: partly, it is inside half the words of any option
+                best = (max((_ratio(w, fw) for fw in field_words), default=0.0) if len(w) >= 3
+                        else float(w in field_words))
                 if len(w) >= 4 and w in joined:
                     best = 1.0
                 got += 1.0 if best >= fuzzy_threshold else 0.0
@@ -577,11 +580,29 @@ def is_question(text: str) -> bool:
     return bool(_QUESTION.search((text or "").strip()))
 
 
+# going on: what a customer says to let the bot go on, beside a yes ("ok then go ahead", "好的继续吧")
+_GO_ON = re.compile(r"\b(?:go\s+(?:ahead|on)|carry\s+on|continue|proceed|please|then|so|just|do\s+it|let'?s\s+(?:do\s+it|go)"
+                    r"|thanks?|thank\s+you)\b|继续|接着|往下|办吧|吧|啊|呀|哈|了|谢谢|[\s,，.。!！~]", re.I)
+
+
+def only_consents(text: str) -> bool:
+    """"ok then go ahead", "好的，继续吧": the customer lets the bot go on and says nothing else (no value, nothing
+    told): where a value is asked, the question is simply asked again."""
+    t = norm(text)
+    if not t or (yes_no(text) is not True and not _GO_ON.search(t)):
+        return False
+    rest = t
+    for phrase in sorted(YES, key=len, reverse=True):
+        rest = re.sub(rf"(?<![a-z]){re.escape(phrase)}(?![a-z])", " ", rest)
+    return not _GO_ON.sub("", rest).strip()
+
+
 def tells_something(text: str) -> bool:
     """"it's broken", "屏幕摔裂了" where an amount is asked: no answer to the question and no question either, but
     something the customer tells about their case (words of substance, two words at least): kept and
-    acknowledged, never "I didn't catch that". A filler ("hmm", "dunno", "不知道") or a lone word is not."""
-    if not text or is_question(text) or read_form(text) == "question" or not content_words(text):
+    acknowledged, never "I didn't catch that". A filler ("hmm", "dunno", "不知道"), a lone word or a mere go-on
+    ("ok then go ahead", only_consents) is not."""
+    if not text or is_question(text) or read_form(text) == "question" or not content_words(text) or only_consents(text):
         return False
     t = norm(text)
     return len(re.findall(r"[a-z0-9][a-z0-9'-]*", t)) >= 2 or len(_CJK_CHAR.findall(t)) >= 2
@@ -686,6 +707,35 @@ def is_pointer(text: str) -> bool:
         return bool(t) and bool(_ZH_POINTER.match(t))
     t = _EN_TAIL.sub("", _EN_LEAD.sub("", t)).strip()
     return bool(t) and len(t.split()) <= 8 and bool(_EN_POINTER.match(t))
+
+
+_ZH_DESCRIBED = re.compile(rf"^(?P<desc>[\u4e00-\u9fffa-z0-9]{{1,10}}?)的?(?:{_ZH_THAT}|{_ZH_NTH}){_ZH_HEAD}$"
+                           rf"|^{_ZH_THAT}(?P<after>[\u4e00-\u9fff]{{1,6}}?)的?$")
+_EN_DESCRIBED = re.compile(rf"^(?:the|that|this|my|those|these)\s+(?P<desc>(?:[a-z0-9'-]+\s+){{1,4}}){_EN_HEAD}$"
+                           rf"|^the\s+one\s+(?:with|in|for|from)\s+(?:the\s+|a\s+|my\s+)?(?P<after>(?:[a-z'-]+\s*){{1,4}})$")
+_ZH_PLACE_IN_LIST = re.compile(r"上面|下面|前面|后面|最后|最新|刚才|刚刚|之前|上一|下一|另一|其他|别的|第.{1,3}")
+_EN_NOT_DESCRIPTION = {"first", "second", "third", "fourth", "fifth", "last", "other", "same", "right", "one",
+                       "new", "old", "next", "previous", "only"}
+
+
+def pointed(text: str) -> str | None:
+    """What a pointer describes ("不粘锅那个" -> "不粘锅", "the blue mug one" -> "blue mug", "the one with the lamp"
+    -> "lamp"), or None: not a pointer, or one that describes nothing ("那个", "the first one", "that one")."""
+    if not is_pointer(text):
+        return None
+    t = norm(text)
+    if _CJK_CHAR.search(t):
+        t = _ZH_TAIL.sub("", _ZH_LEAD.sub("", t.replace(" ", "")))
+        m = _ZH_DESCRIBED.match(t)
+        desc = (m.group("desc") or m.group("after")) if m else None
+        desc = re.sub(r"^(?:我的|我|的)|的$", "", desc or "")
+        return desc if len(desc) >= 2 and not _ZH_PLACE_IN_LIST.fullmatch(desc) else None
+    t = _EN_TAIL.sub("", _EN_LEAD.sub("", t)).strip()
+    m = _EN_DESCRIBED.match(t)
+    if m is None:
+        return None
+    words = [w for w in (m.group("desc") or m.group("after") or "").split() if w not in _EN_NOT_DESCRIPTION]
+    return " ".join(words) or None
 
 
 # What an address looks like (a slot's ``validate: {format: address}``). Chinese: two of the administrative or

@@ -377,6 +377,16 @@ def test_a_correction_picks_again_from_what_was_in_question(turn, approvals, tur
     ("it arrived broken", True), ("it's broken", True), ("the screen is cracked", True), ("锅的涂层掉了", True),
     ("坏了", True), ("因为质量问题", True),
     ("hmm", False), ("dunno", False), ("because", False), ("不知道", False), ("嗯", False), ("I am not sure", False),
-    ("is it broken?", False), ("what is the refund policy", False), ("退货政策是什么", False), ("", False)])
+    ("is it broken?", False), ("what is the refund policy", False), ("退货政策是什么", False), ("", False),
+    ("ok then go ahead", False), ("好的，继续吧", False), ("yes please do it", False), ("ok thanks", False),
+    ("ok but the box was damaged", True), ("是的，屏幕碎了", True)])
 def test_something_told_at_a_question_is_told_from_fillers_and_questions(text, tells):
     assert U.tells_something(text) is tells
+
+
+@pytest.mark.parametrize("text, consents", [
+    ("ok then go ahead", True), ("go ahead", True), ("好的，继续吧", True), ("继续吧", True), ("sure", True),
+    ("ok thanks", True), ("ok but the box was damaged", False), ("是的，屏幕碎了", False), ("50", False),
+    ("可以退一半吗", False), ("it arrived broken", False), ("", False)])
+def test_a_mere_go_on_is_told_from_what_comes_with_it(text, consents):
+    assert U.only_consents(text) is consents

@@ -94,7 +94,7 @@ def test_the_mug_one_at_the_address_question_is_asked_again_with_the_hint(shop_e
         assert shop_engine.read(inst, "北京市朝阳区建国路88号") == "answer"
     t = turn(shop_engine.advance, t.instance_id, C1, "马克杯那个", {}, "zh")
     assert t.status == "waiting" and t.awaiting == "address", t.reply
-    assert "新的收货地址是？" in t.reply and "省市区、街道和门牌号" in t.reply and "马克杯那个" not in t.reply
+    assert "订单 100235 新的收货地址是？" in t.reply and "省市区、街道和门牌号" in t.reply and "马克杯那个" not in t.reply
     t = turn(shop_engine.advance, t.instance_id, C1, "随便", {}, "zh")          # no address either
     assert t.awaiting == "address" and "省市区、街道和门牌号" in t.reply and _address(dsn, "100235") == before
     t = turn(shop_engine.advance, t.instance_id, C1, "上海 浦东 张江路 100 弄 3 号 502", {}, "zh")
@@ -110,7 +110,7 @@ def test_a_pointer_at_another_order_of_the_list_picks_that_order(shop_engine, tu
     t = turn(shop_engine.start, "change_address", C1, "修改订单100236的地址", {}, "zh")
     assert t.awaiting == "address", t.reply
     t = turn(shop_engine.advance, t.instance_id, C1, "马克杯那个", {}, "zh")
-    assert t.awaiting == "address" and t.reply == "新的收货地址是？", t.reply
+    assert t.awaiting == "address" and t.reply == "订单 100235 新的收货地址是？", t.reply
     t = turn(shop_engine.advance, t.instance_id, C1, "北京市朝阳区建国路88号", {}, "zh")
     assert t.pending_action["arguments"] == {"order_id": "100235", "address": "北京市朝阳区建国路88号"}, t.reply
 
@@ -129,6 +129,50 @@ def test_a_pointer_is_no_invoice_title_and_a_company_name_is(shop_engine, turn):
     t = turn(shop_engine.start, "invoice", C1, "订单100230开发票", {}, "zh")
     assert t.awaiting == "title", t.reply
     t = turn(shop_engine.advance, t.instance_id, C1, "这个", {}, "zh")
-    assert t.awaiting == "title" and "发票抬头是？" in t.reply, t.reply
+    assert t.awaiting == "title" and "订单 100230 的发票抬头是？" in t.reply, t.reply
     t = turn(shop_engine.advance, t.instance_id, C1, "上海某某科技有限公司", {}, "zh")
     assert t.awaiting == "tax_id", t.reply
+
+
+@pytest.mark.parametrize("lang, caller, request_text, pointer, thing, pick, order", [
+    ("zh", "C1", "我想退款", "不粘锅那个", "不粘锅", "马克杯那个", "100235"),
+    ("en", "C2", "I want a refund", "the blender one please", "blender", "the lamp one", "100240"),
+])
+def test_a_pointer_at_nothing_listed_says_so_and_the_list_stays(shop_engine, turn, lang, caller, request_text,
+                                                                pointer, thing, pick, order):
+    """"不粘锅那个" where the customer's orders have none: told plainly that it is not among them, the list asked
+    again (never "noted", never "didn't catch that"); a pointer at a listed order then picks it."""
+    who = {"C1": C1, "C2": C2}[caller]
+    t = turn(shop_engine.start, "refund", who, request_text, {}, lang)
+    assert t.awaiting == "order_id", t.reply
+    t = turn(shop_engine.advance, t.instance_id, who, pointer, {}, lang)
+    assert t.status == "waiting" and t.awaiting == "order_id", t.reply
+    assert thing in t.reply and order in t.reply, t.reply
+    assert not any(w in t.reply for w in ("记下", "noted", "没有听明白", "didn't catch")), t.reply
+    t = turn(shop_engine.advance, t.instance_id, who, pick, {}, lang)
+    assert t.awaiting == "amount", t.reply
+
+
+@pytest.mark.parametrize("lang, caller, start, go_on, question", [
+    ("en", "C2", "refund order 100240", "ok then go ahead", "How much should be refunded"),
+    ("zh", "C1", "订单100234退款", "好的，继续吧", "要退款多少"),
+])
+def test_a_go_on_at_a_value_question_gets_the_question_plainly(shop_engine, turn, lang, caller, start, go_on, question):
+    """"ok then go ahead" where the amount is asked: the customer lets the bot go on; the question is asked again
+    as it was (never "noted", never "didn't catch that"), and the answer then goes on."""
+    who = {"C1": C1, "C2": C2}[caller]
+    t = turn(shop_engine.start, "refund", who, start, {}, lang)
+    assert t.awaiting == "amount", t.reply
+    t = turn(shop_engine.advance, t.instance_id, who, go_on, {}, lang)
+    assert t.awaiting == "amount" and question in t.reply, t.reply
+    assert not any(w in t.reply for w in ("记下", "noted", "没有听明白", "didn't catch")), t.reply
+    t = turn(shop_engine.advance, t.instance_id, who, "all of it" if lang == "en" else "全部", {}, lang)
+    assert t.awaiting == "confirmation", t.reply
+
+
+
+@pytest.mark.parametrize("text", ["hey, I need to return the boots, they're too small", "I need to return the boots"])
+def test_an_item_named_in_a_longer_request_still_picks_its_order(shop_engine, turn, text):
+    """"they're too small" beside the boots: no word of two letters ("re") matches part of another option's words."""
+    t = turn(shop_engine.start, "refund", C2, text, {}, "en")
+    assert t.awaiting == "amount" and "100241" in t.reply, t.reply

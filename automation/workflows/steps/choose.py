@@ -265,6 +265,11 @@ class Choose(StepKind):
                 return "next"
             if self._take_other(run, step, opts, text):
                 return "next"
+            described = U.pointed(text)
+            if described is not None:
+                # "不粘锅那个" where no option has one: said plainly (never "noted", never "didn't catch that")
+                run.say(t("not_among", run.lang, thing=described))
+                return run.retry(step, f"{described!r} names no option of {name}", quiet=True)
             return run.retry(step, f"no option of {name} matched", told=text)
         inst["pending"].get("choose_among", {}).pop(step.id, None)
         inst["slots"][name] = value_of(run, step, opts[ch.index])

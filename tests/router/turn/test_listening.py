@@ -547,7 +547,7 @@ def test_a_task_kept_for_after_a_reviewed_one_starts_when_the_review_decides(api
     assert api.post(f"/v1/handoff/tickets/{ticket['id']}/claim", headers=h).status_code == 200
     assert api.post(f"/v1/handoff/tickets/{ticket['id']}/approve", headers=h).status_code == 200
     told = rows(svc.pool, "SELECT payload FROM outbox WHERE kind = 'reply' ORDER BY id DESC LIMIT 1")[0]["payload"]
-    assert "Refunded 129" in told["text"] and "What title should the invoice carry?" in told["text"], told["text"]
+    assert "Refunded 129" in told["text"] and "What title should the invoice for order" in told["text"], told["text"]
     assert [w["order_id"] for w in writes_of(svc, "request_refund")] == ["100241"]
     done = talk(api, "c2", conv, "Acme Ltd", "none", "yes")
     assert done[-1]["flow"]["workflow"] == "invoice" and done[-1]["flow"]["status"] == "completed", \
