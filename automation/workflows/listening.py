@@ -132,6 +132,8 @@ def reading(run: FlowRun, gone: str | None, text: str, entities: dict[str, Any],
     if other and free and not U.is_question(text) and len(U.norm(text).split()) < 4 \
             and len(re.findall(r"[\u4e00-\u9fff]", text)) < 6:
         other = False   # a word or two at a free-text question ("ok" for an address): asked again, not another topic
+    if other and U.only_consents(text):
+        other = False   # "ok", "好的，继续吧" at "which order?": the customer lets the bot go on, no small talk
     if strength == "strong" or (strength == "weak" and not U.is_question(text)):
         return "answer"   # a fuzzy choice ("the one with the boots") answers even when it sounds like a topic
     if U.is_correction(text) and (A.correction(instance, wf, text, entities, skip=step.arg) is not None or (

@@ -176,3 +176,19 @@ def test_an_item_named_in_a_longer_request_still_picks_its_order(shop_engine, tu
     """"they're too small" beside the boots: no word of two letters ("re") matches part of another option's words."""
     t = turn(shop_engine.start, "refund", C2, text, {}, "en")
     assert t.awaiting == "amount" and "100241" in t.reply, t.reply
+
+
+@pytest.mark.parametrize("text", ["ok", "好的，继续吧", "ok then go ahead"])
+def test_a_go_on_is_no_small_talk_at_a_waiting_question(shop_engine, turn, db, text):
+    """"ok" at "which order should be refunded?", even when the classifier is sure it is small talk (thanks): not
+    another topic ("You're welcome!"), the step's own: its question again, plainly."""
+    t = turn(shop_engine.start, "refund", C2, "I want a refund", {}, "en")
+    assert t.awaiting == "order_id", t.reply
+    with db() as conn:
+        inst = shop_engine.active(conn, C2.conversation_id)
+        assert shop_engine.read(inst, text, intent="thanks", intent_confidence=0.99) == "unclear"
+        assert shop_engine.read(inst, "what payment methods do you accept?", intent="payment_methods",
+                                intent_confidence=0.99) == "digression"
+    t = turn(shop_engine.advance, t.instance_id, C2, text, {}, "en")
+    assert t.awaiting == "order_id" and "Which order should be refunded?" in t.reply, t.reply
+    assert not any(w in t.reply for w in ("noted", "didn't catch", "welcome")), t.reply
