@@ -531,7 +531,8 @@ class FlowEngine:
             # order picked from it, a step skipped while the customer has no orders) may lead to one
             touched: list[str] = []
             read = _first_reads(run, entities or {}, touched)
-            if read and not _reads_memory(wf.steps[run.inst["step"]].raw):
+            reached = run.inst["step"]
+            if read and reached is not None and not _reads_memory(wf.steps[reached].raw):
                 # the read reached names nothing of the memory ("get_order" of the order the message names): asked
                 # now, beside the memory's calls, instead of one shop round after them. A step on the way that reads
                 # the memory may still lead elsewhere once it answers (a second look then asks that: this read was a
