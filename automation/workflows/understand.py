@@ -615,6 +615,7 @@ def is_bare_cancel(text: str) -> bool:
 
 
 _CORRECTION_LEAD = re.compile(r"^(?:\s|[,，.。:：!！;；]|no\b|nope\b|not\s+that(?:\s+one)?|wrong\b|actually\b|sorry\b"
+                              r"|wait\b|hold\s+on\b|oops\b|等等|等一下|稍等"
                               r"|i\s+meant?\b|it\s+should\s+be\b|should\s+be\b|make\s+it\b|change\s+it\s+to\b"
                               r"|instead\b|不对|不是|错了|应该是|改成|改为|换成|这个|那个|是)+", re.I)
 

@@ -192,3 +192,20 @@ def test_a_go_on_is_no_small_talk_at_a_waiting_question(shop_engine, turn, db, t
     t = turn(shop_engine.advance, t.instance_id, C2, text, {}, "en")
     assert t.awaiting == "order_id" and "Which order should be refunded?" in t.reply, t.reply
     assert not any(w in t.reply for w in ("noted", "didn't catch", "welcome")), t.reply
+
+
+@pytest.mark.parametrize("lang, correction", [
+    ("en", "no wait, the title should be Acme Trading Ltd"), ("zh", "不对，抬头应该是Acme Trading Ltd")])
+def test_a_corrected_title_keeps_the_tax_id_said_after_it(shop_engine, turn, lang, correction):
+    """At the confirmation, the title corrected: the tax id said after it never depended on it, so it is kept and
+    the invoice is confirmed again with both (no question asked again)."""
+    t = turn(shop_engine.start, "invoice", C1, "invoice for order 100230" if lang == "en" else "订单100230开发票", {}, lang)
+    assert t.awaiting == "title", t.reply
+    t = turn(shop_engine.advance, t.instance_id, C1, "Acme Ltd", {}, lang)
+    assert t.awaiting == "tax_id", t.reply
+    t = turn(shop_engine.advance, t.instance_id, C1, "91310000MA1FL8XX3K", {}, lang)
+    assert t.awaiting == "confirmation", t.reply
+    t = turn(shop_engine.advance, t.instance_id, C1, correction, {}, lang)
+    assert t.awaiting == "confirmation", t.reply
+    assert t.pending_action["arguments"] == {"order_id": "100230", "title": "Acme Trading Ltd",
+                                             "tax_id": "91310000MA1FL8XX3K"}, t.pending_action

@@ -107,8 +107,23 @@ def free_correction(inst: Instance, wf: Workflow, step: Step, text: str) -> tupl
     return None
 
 
+def _reads_any(wf: Workflow, step: Step, names: set[str]) -> bool:
+    """Whether the step, or the slot it asks for, reads one of ``names`` (a slot as ``slots.NAME``, a call's result
+    by its bound name) in any expression or template."""
+    raw: Any = {k: v for k, v in step.raw.items() if k != "_path"}
+    asked = REGISTRY[step.kind].asks_for(step)
+    slot = wf.slots.get(asked) if asked else None
+    if slot is not None:
+        raw = [raw, slot.prompt, slot.validate, slot.whole, slot.recall, slot.hint]
+    text = json.dumps(raw, ensure_ascii=False, default=str)
+    return any(re.search(rf"\bslots\s*(?:\.\s*{re.escape(n)}\b|\[\s*\\?['\"]{re.escape(n)}\\?['\"])|(?<![\w.]){re.escape(n)}\b",
+                         text) for n in names)
+
+
 def apply_correction(inst: Instance, wf: Workflow, step: Step, slot: str, value: Any) -> None:
-    """Set the corrected slot and forget what was collected or computed after it (except what the customer said first)."""
+    """Set the corrected slot and forget what was collected or computed after it from it (except what the customer
+    said first): a later step that reads the slot, or what such a step computed, is asked or computed again; an
+    answer that never depended on it is kept ("no, the title should be Acme Trading" keeps the tax id said)."""
     inst["slots"][slot] = value
     inst["generation"] += 1
     inst["pending"].pop("action", None)
@@ -118,9 +133,16 @@ def apply_correction(inst: Instance, wf: Workflow, step: Step, slot: str, value:
     start = order.index(ask.id) if ask is not None else len(order)
     # a slot a step before also sets (a tally started empty) is not set again when the flow goes back
     before = {n for sid in order[:start] for n in REGISTRY[wf.steps[sid].kind].writes(wf.steps[sid])}
+    dirty = {slot}
     for sid in order[start + 1:]:
         s = wf.steps[sid]
-        for n in REGISTRY[s.kind].writes(s):
+        writes = REGISTRY[s.kind].writes(s)
+        if not _reads_any(wf, s, dirty):
+            continue
+        dirty.update(writes)
+        if isinstance(s.raw.get("bind"), str):
+            dirty.add(s.raw["bind"])
+        for n in writes:
             if n not in prefilled and n != slot and n not in before:
                 inst["slots"].pop(n, None)
     inst["history"].append({"step": step.id, "event": "correction", "slot": slot, "at": time.time()})
