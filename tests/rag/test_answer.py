@@ -624,6 +624,14 @@ def test_the_entry_about_another_subject_gives_way_to_the_line_that_names_what_i
     assert says in text and not_says not in text, text
 
 
+@pytest.mark.slow
+def test_a_card_the_pack_never_names_gets_no_answer(bundled_kb):
+    """Neither the pack nor its glossary knows "Diners Club": the cash-on-delivery entry that shares "accept" is no
+    answer to it, and the question goes to a person."""
+    answer = bundled_kb.answer("do you accept Diners Club?")
+    assert not answer.answered and answer.text is None, answer.text
+
+
 def test_a_list_whose_items_run_on_is_rendered_as_one_sentence():
     from rag.compose import article_lines, render
     from rag.types import Chunk
