@@ -16,7 +16,10 @@ An opening that defers to cases ("who pays depends on why you return it") goes o
 briefly (``cases_after``).
 
 When the chosen entry names none of the specific words the question asks about and another line of the same
-article does, that line's entry answers instead (``Composer._in_words``).
+article does, that line's entry answers instead (``Composer._in_words``). A word of a title that joins two
+subjects ("保修与维修服务") singles out the lines about its subject when the entry is about the other one
+("维修要多久" and the entry "保修期多久？"), and a customer's word no line holds ("amex") is read as the glossary's
+term for it ("American Express"): an entry that does not name that term gives way to the line that does.
 
 An FAQ entry about one of the cases its article lists ("a refund to Alipay", "买的袜子") answers less than a
 question that names none of them ("how long does a refund take?", "衣服不合适能退吗"): it gives way to the article's
@@ -203,6 +206,7 @@ def _structure(lines: list[Line]) -> None:
         i += 1
 
 
+_JOINED = re.compile(r"\s+(?:and|or|&)\s+|[与和及或、/&]", re.I)
 _CASE_SEP = re.compile(r"\s+[–—-]\s+|[:：|]")
 _ASIDE = re.compile(r"\s*[(（][^)）]*[)）]")
 _CASE_LIST = re.compile(r"[,，、;；]|\s+(?:and|or)\s+")
@@ -433,6 +437,11 @@ class Composer:
                 self._cases.popitem(last=False)
         return found
 
+    def unheard(self, key: str, words: Sequence[str]) -> bool:
+        """Whether no line of the knowledge base warmed under ``key`` holds any of ``words``."""
+        counted = self._df.get(key)
+        return counted is not None and bool(words) and not any(counted[1].get(w) for w in words)
+
     def narrower(self, ln: Line, doc: Sequence[Line], asked_words: frozenset[str]) -> bool:
         """Whether ``ln`` belongs to an FAQ entry that asks about one of the cases its article lists ("a refund
         to Alipay", "买的袜子") while the question names none of them: the entry answers less than was asked,
@@ -502,7 +511,7 @@ class Composer:
 
     def compose(self, query: str, passages: Sequence[Hit], articles: Callable[[Sequence[str]], dict[str, list[Chunk]]],
                 *, lang: str | None = None, key: str = "", candidates: int = 5,
-                keywords: Sequence[str] = ()) -> Composition | None:
+                keywords: Sequence[str] = (), focus: Sequence[str] = ()) -> Composition | None:
         """The composed answer from the articles of ``passages`` (best first), or None without evidence.
 
         The best passage (retrieval's choice, in the answer's language) anchors the answer: its lines are
@@ -583,7 +592,7 @@ class Composer:
         if keywords and self.words is not None and not parts:
             # (a question of several parts: its words belong to different entries, each part finds its own)
             names = [n for c in chunks[doc_ids[main[0].doc]][:1] for n in (c.title, *c.keywords)]
-            main = self._in_words(main, per_doc, score_of, qvecs, keywords, key, query, head_sim, names)
+            main = self._in_words(main, per_doc, score_of, qvecs, keywords, key, query, head_sim, names, focus)
         if sum(len(x.text) for x in main) < (60 if _is_cjk(query) else 110) and main[0].kind == "para":
             # a short lead ("who pays depends on why you return it") says little alone: the next
             # passage of the same article completes it
@@ -646,7 +655,7 @@ class Composer:
 
     def _in_words(self, main: list[Line], per_doc: list[list[Line]], score_of: dict, qvecs: np.ndarray,
                   keywords: Sequence[str], key: str, query: str, head_sim: dict[str, float],
-                  names: Sequence[str] = ()) -> list[Line]:
+                  names: Sequence[str] = (), focus: Sequence[str] = ()) -> list[Line]:
         """The entry of the anchor's article that says what is asked in the question's own specific words.
 
         The encoder scores a line by its meaning as a whole, and an FAQ question of the same form ("can I
@@ -665,7 +674,8 @@ class Composer:
         # a single Chinese character is mostly a function word ("到", "要", "能"): it names nothing
         # a word of the article's title or keywords names the article, not one of its entries
         naming_article = set().union(*(self.words_in(x) for x in names)) if names else set()
-        idf = {w: float(np.log((n + 1) / (df.get(w, 0) + 0.5))) for w in set(keywords)
+        naming_article -= self._other_subject(main, names[0] if names else "", keywords)
+        idf = {w: float(np.log((n + 1) / (df.get(w, 0) + 0.5))) for w in {*keywords, *focus}
                if not (_is_cjk(w) and len(w) < 2) and w not in naming_article}
         if not idf:
             return main
@@ -706,12 +716,37 @@ class Composer:
             if about:
                 return self._entry(doc, per_doc, score_of, 0, query, only=max(about, key=lambda ln: score([ln])),
                                    head_sim=head_sim)
+        # a word the knowledge base never uses, said in its own words by the glossary ("American Express" for
+        # "amex"), is what the question is about: an entry that does not name it (the entry on cash on delivery,
+        # which shares "accept") gives way to the line that does
+        meant = frozenset(focus) & idf.keys()
+        if meant and not said & meant and any(held[ln.idx] & meant for ln in naming):
+            best = max((ln for ln in naming if held[ln.idx] & meant), key=lambda ln: score([ln]))
+            return self._entry(doc, per_doc, score_of, 0, query, only=best, head_sim=head_sim)
         if said or not naming:
             return main
         best = max(naming, key=lambda ln: score([ln]))
         if score([best]) <= score(own):
             return main
         return self._entry(doc, per_doc, score_of, 0, query, only=best, head_sim=head_sim)
+
+    def _other_subject(self, main: Sequence[Line], title: str, keywords: Sequence[str]) -> frozenset[str]:
+        """The words of the title's subject the question asks about when the entry is about its other one.
+
+        A title that joins subjects ("保修与维修服务", "Warranty and repairs") names the article by each; "维修要多久"
+        names repairs only, and the entry "保修期多久？" the warranty only: there "维修" singles out the lines about
+        repairs as any specific word would."""
+        subjects = [self.words_in(p) for p in _JOINED.split(title) if p.strip()]
+        if len(subjects) < 2:
+            return frozenset()
+        own = [s - frozenset().union(*(o for j, o in enumerate(subjects) if j != i)) for i, s in enumerate(subjects)]
+        asked = [s & set(keywords) for s in own]
+        if sum(bool(a) for a in asked) != 1:
+            return frozenset()
+        said = frozenset().union(*(self.words_in(strip_framing(x.text)) for x in main))
+        wanted = next(a for a in asked if a)
+        others = frozenset().union(*(s for s, a in zip(own, asked, strict=True) if not a))
+        return wanted if not said & wanted and said & others else frozenset()
 
     def _says(self, part: str, lines: Sequence[Line]) -> bool:
         """Whether ``lines`` hold every word of ``part`` that is not a stop word or a word that only asks (a

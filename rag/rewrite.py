@@ -165,14 +165,18 @@ class Glossary:
 
     def expand(self, normalized_query: str) -> list[str]:
         """Canonical terms of the variants found in the query that the query does not already say."""
-        if self._pattern is None:
-            return []
         found: list[str] = []
-        for m in self._pattern.finditer(normalized_query):
-            canonical = self._by_variant[m.group(0)]
-            if normalize(canonical) not in normalized_query and canonical not in found:
+        for _, canonical in self.matches(normalized_query):
+            if canonical not in found:
                 found.append(canonical)
         return found
+
+    def matches(self, normalized_query: str) -> list[tuple[str, str]]:
+        """(variant, canonical term) for each variant found in the query whose term the query does not say."""
+        if self._pattern is None:
+            return []
+        return [(m.group(0), self._by_variant[m.group(0)]) for m in self._pattern.finditer(normalized_query)
+                if normalize(self._by_variant[m.group(0)]) not in normalized_query]
 
 
 def parse_glossary(data: Any) -> Glossary:

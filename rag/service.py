@@ -29,7 +29,7 @@ from rag.dense import DenseStore
 from rag.fusion import fuse
 from rag.generations import Generations
 from rag.lexical.base import LexicalIndex
-from rag.rewrite import Glossary, QueryRewriter, RewrittenQuery, get_tokenizer
+from rag.rewrite import EN_STOPWORDS, ZH_STOPWORDS, Glossary, fold, QueryRewriter, RewrittenQuery, get_tokenizer
 from rag.types import Answer, Chunk, Hit
 
 log = logging.getLogger(__name__)
@@ -458,14 +458,19 @@ class KnowledgeBase:
                 continue
             candidates += [h for h in found if h.chunk_id not in {c.chunk_id for c in candidates}][:1]
         keywords = sorted({_stem(w) for w in rw.keywords if not asking_word(w)})
+        # a customer's word that no line of the knowledge base holds ("amex") is said in its own words by the
+        # glossary's term for it ("American Express"): what the question is about (Composer._in_words)
+        focus = sorted({_stem(w) for variant, term in self.glossary.matches(fold(query).lower())
+                        if self.composer.unheard(gen, [_stem(w) for w in self.tokenizer.words_of(variant)])
+                        for w in self.tokenizer.words_of(term) if w not in EN_STOPWORDS and w not in ZH_STOPWORDS})
         comp = self.composer.compose(query, candidates, lambda ids: self.articles(gen, ids, fresh=candidates),
-                                     lang=rw.lang, key=gen, keywords=keywords)
+                                     lang=rw.lang, key=gen, keywords=keywords, focus=focus)
         referred = self.referred(query, rw, comp.text if comp is not None else "", gen)
         if referred:
             # the entry only points to another article: the answer is composed from that article
             candidates = referred + [h for h in candidates if h.chunk_id not in {r.chunk_id for r in referred}]
             comp = self.composer.compose(query, candidates, lambda ids: self.articles(gen, ids), lang=rw.lang,
-                                         key=gen, keywords=keywords) or comp
+                                         key=gen, keywords=keywords, focus=focus) or comp
         if comp is None or not comp.text:
             best = passages[0]
             return (best.chunk.text if best.chunk else ""), [citation(best)]

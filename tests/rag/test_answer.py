@@ -603,6 +603,35 @@ def test_each_part_of_a_two_part_question_gets_its_own_entry_and_citation(bundle
         cited, answer.text)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("query, doc, says, not_says", [
+    # "保修与维修服务" joins two subjects: the question names repairs, the FAQ entry "保修期多久？" the warranty
+    ("维修要多久", "warranty-repairs-zh", "7–15个工作日", "签收后1年"),
+    ("维修多长时间", "warranty-repairs-zh", "7–15个工作日", "签收后1年"),
+    ("保修期多久", "warranty-repairs-zh", "签收后1年", "7–15个工作日"),
+    # "amex" is no word of the pack; the glossary says it is "American Express", which one line names (the
+    # FAQ entry "Do you accept cash on delivery?" only shares "accept")
+    ("do you accept amex?", "payment-methods-en", "American Express", "Orders must be paid online"),
+    ("can I pay with my amex card?", "payment-methods-en", "American Express", "Orders must be paid online"),
+    # a word the pack uses keeps its entry though the glossary knows it ("银行卡" of 银联)
+    ("两张银行卡能一起付吗", "payment-methods-zh", "不能同时使用两张银行卡", "美国运通"),
+])
+def test_the_entry_about_another_subject_gives_way_to_the_line_that_names_what_is_asked(bundled_kb, query, doc,
+                                                                                     says, not_says):
+    answer = bundled_kb.answer(query)
+    assert answer.citations and answer.citations[0]["doc_id"] == doc, (answer.reason, answer.citations[:1])
+    text = answer.text or answer.draft or ""
+    assert says in text and not_says not in text, text
+
+
+@pytest.mark.slow
+def test_a_card_the_pack_never_names_gets_no_answer(bundled_kb):
+    """Neither the pack nor its glossary knows "Diners Club": the cash-on-delivery entry that shares "accept" is no
+    answer to it, and the question goes to a person."""
+    answer = bundled_kb.answer("do you accept Diners Club?")
+    assert not answer.answered and answer.text is None, answer.text
+
+
 def test_a_list_whose_items_run_on_is_rendered_as_one_sentence():
     from rag.compose import article_lines, render
     from rag.types import Chunk

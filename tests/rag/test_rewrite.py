@@ -38,6 +38,12 @@ def test_glossary_variants_add_canonical_terms_in_both_languages(rewriter):
     assert rewriter.rewrite("退款要多久").expansions == []      # canonical term already there
 
 
+def test_glossary_matches_say_which_variant_stands_for_which_term(rewriter):
+    """The composer reads a customer's word the knowledge base never uses as the term it stands for."""
+    assert ("amex", "American Express") in rewriter.glossary.matches(normalize("Do you accept AMEX?"))
+    assert rewriter.glossary.matches(normalize("do you accept American Express?")) == []   # the term itself
+
+
 def test_latin_variants_match_whole_words_only(rewriter):
     # "tier" is a variant of "member tier": it must not fire inside "frontier"
     assert "member tier" not in rewriter.rewrite("frontier shipping").expansions
