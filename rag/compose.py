@@ -53,6 +53,7 @@ _TERMINAL = ("。", ".", "!", "！", "?", "？", "”", "」", ")", "）", '"')
 _SOFT_END = re.compile(r"[;；,，、:：\s]+$")
 # a list item that ends on a joining word runs on into the next one ("one store-wide coupon, plus" / "one shipping
 # coupon, plus" / "points."): closing it with a full stop would cut the sentence
+SHORT_LIST = 3     # a list of at most this many items, announced by its introduction, is never cut short
 _RUNS_ON = re.compile(r"(?:\b(?:and|or|plus)|以及|或者|和|或|及)\s*$", re.I)
 _WHOLE_LIST = re.compile(r"\b(?:how (?:do|can|to|should)|how's|steps?|what do i (?:do|need)|where do i)\b|怎么|怎样|如何|"
                     r"步骤|流程|办理|操作|\bwhich\b|\bwhat (?:are|kinds?|types?|options?)\b|哪些|哪几|有什么|有哪", re.I)
@@ -264,8 +265,9 @@ def cases_after(ln: Line, doc: Sequence[Line]) -> list[Line]:
         budget = CASE_CHARS if _is_cjk(first.text) else 2.5 * CASE_CHARS
         told = [first]
         for x in run[1:]:        # the list its first line introduces, as far as a brief case goes
-            if sum(len(y.text) for y in told) + len(x.text) > budget:
-                break
+            if sum(len(y.text) for y in told) + len(x.text) > budget and not (
+                    first.kind == "intro" and len(run) <= SHORT_LIST + 1):
+                break            # a short list announced ("You have two options:") is said whole, never cut
             told.append(x)
         out += told
     return out
@@ -928,9 +930,15 @@ def answer_alone(question: str, answer: str) -> str | None:
 
 
 def render(lines: Sequence[Line]) -> str:
-    """Lines in the article's order, framing removed, each list line closed as a sentence."""
+    """Lines in the article's order, framing removed, each list line closed as a sentence; two or more items of one
+    list are said as a list ("• it arrived damaged."), never as loose lower-case sentences."""
     out: list[str] = []
     alone: dict[int, str] = {}         # an FAQ answer said without its question (answer_alone), by line
+    items: dict[tuple[int, int], int] = {}
+    for ln in lines:
+        if ln.kind == "item":
+            items[(ln.doc, ln.group)] = items.get((ln.doc, ln.group), 0) + 1
+    bullet = "• "
     for i, ln in enumerate(lines):
         text = strip_framing(ln.text)
         if i in alone:
@@ -952,9 +960,14 @@ def render(lines: Sequence[Line]) -> str:
             out.append(text if text.rstrip().endswith((":", "：")) else text + ("：" if _is_cjk(text) else ":"))
         elif (ln.kind == "item" and _RUNS_ON.search(text) and i + 1 < len(lines)
               and lines[i + 1].kind == "item" and lines[i + 1].group == ln.group):
-            out.append(text.rstrip())
+            out.append(bullet + text.rstrip())
+            bullet = ""                # the next item goes on this one's sentence
+            continue
+        elif ln.kind == "item" and items.get((ln.doc, ln.group), 0) > 1:
+            out.append(bullet + close_sentence(text))
         else:
             out.append(close_sentence(text))
+        bullet = "• "
     while out and out[-1].rstrip().endswith((":", "：")):        # never end on an introduction
         out.pop()
     return "\n".join(out).strip()

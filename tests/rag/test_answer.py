@@ -644,8 +644,31 @@ def test_a_list_whose_items_run_on_is_rendered_as_one_sentence():
     lines = article_lines([chunk])
     assert [ln.kind for ln in lines[:4]] == ["intro", "item", "item", "item"], lines
     shown = render(lines[:4]).splitlines()
-    # "plus" joins an item to the next: no full stop cuts the sentence; the last item ends it
-    assert shown == ["On one order you can use:", "one store-wide or category coupon, plus",
+    # "plus" joins an item to the next: no full stop cuts the sentence (one bullet); the last item ends it
+    assert shown == ["On one order you can use:", "• one store-wide or category coupon, plus",
                      "one shipping coupon, plus", "points."], shown
     # an item that runs on but is the last one shown is closed as a sentence
     assert render(lines[:2]).splitlines()[-1] == "one store-wide or category coupon, plus."
+
+
+def test_items_of_one_list_are_said_as_a_list_and_a_lone_item_as_a_sentence():
+    from rag.compose import article_lines, render
+    from rag.types import Chunk
+
+    text = ("Return shipping is free when the return is our responsibility:\nthe item is faulty;\nit arrived damaged;\n"
+            "parts are missing.")
+    chunk = Chunk(chunk_id="r#0", doc_id="returns", text=text, title="Return shipping", section="Quality problems",
+                  lang="en")
+    lines = article_lines([chunk])
+    assert [ln.kind for ln in lines] == ["intro", "item", "item", "item"], lines
+    assert render(lines).splitlines() == ["Return shipping is free when the return is our responsibility:",
+                                          "• the item is faulty.", "• it arrived damaged.", "• parts are missing."]
+    assert render(lines[:2]).splitlines() == ["Return shipping is free when the return is our responsibility:",
+                                              "the item is faulty."]
+
+
+def test_a_short_list_its_case_announces_is_said_whole(bundled_kb):
+    """"who pays for return shipping?": the no-reason case announces "You have two options:"; both are said."""
+    answer = bundled_kb.answer("who pays for return shipping?")
+    assert answer.answered and "Book a pickup in the app" in answer.text and "Send it yourself" in answer.text, \
+        answer.text
