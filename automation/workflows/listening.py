@@ -30,10 +30,9 @@ from text.form import read_form
 #   digression  a confident other topic: served, then the flow asks its question again
 #   unclear     none of these: the step asks again with a hint (at most MAX_ATTEMPTS, then a person)
 # The first five are the flow's own: the router's "unclear turn" and "repeated question" rules never count them.
-MAX_WALK = 100   # steps walked to find an offered task's first question
-
 READINGS = ("answer", "correction", "cancel", "waiting", "digression", "unclear")
 CLAIMED = frozenset({"answer", "correction", "cancel", "waiting", "unclear"})
+MAX_WALK = 100   # steps walked to find an offered task's first question
 
 
 @dataclass

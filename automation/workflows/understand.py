@@ -100,7 +100,7 @@ _MIND_FILLER = re.compile(r"\b(?:wait|hmm+|um+|oh|ah|actually|sorry|no|nope|plea
 _DEFER = re.compile(
     r"\b(?:(?:i'?ll|i\s+will|i'?m\s+going\s+to|i\s+(?:need|want|have)\s+to|i'?d\s+(?:like|have)\s+to|let\s+me|gonna|"
     r"maybe\s+i'?ll|i\s+(?:might|may)|i\s+should)\s+(?:first\s+)?(?:think|consider|sleep\s+on|mull|decide|check\s+with|"
-    r"ask|talk\s+(?:to|with)|discuss|wait|see\s+(?:how|if|what)|get\s+back|come\s+back|look\s+into)"
+    r"ask\s+(?:my|our|him|her|them|someone|somebody)\b|talk\s+(?:to|with)|discuss|wait|get\s+back|come\s+back)"
     r"|think\s+(?:about\s+it|it\s+over)|(?:another|some\s*other|a\s+different)\s+(?:time|day)"
     r"|(?:maybe|perhaps|probably|possibly)\s+(?:later|another\s+time|some\s*time)|get\s+back\s+to\s+you"
     r"|let\s+you\s+know|hold\s+off|not\s+(?:right\s+)?now\s*[,.!]?\s*(?:thanks?|thank\s+you)?\s*$)"
