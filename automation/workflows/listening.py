@@ -6,14 +6,18 @@ message is never read twice; it changes nothing.
 
 from __future__ import annotations
 
+import copy
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from automation.tools.base import Caller
+from automation.workflows import memory as M
 from automation.workflows import understand as U
-from automation.workflows.expr import ExpressionError
+from automation.workflows.expr import ExpressionError, evaluate_bool
+from automation.workflows.model import RISK_ORDER, Step
 from automation.workflows.runtime import FlowRun
-from automation.workflows.steps import REGISTRY, WAITING_KINDS
+from automation.workflows.steps import REGISTRY, WAITING_KINDS, StepContext
 from automation.workflows.steps import answers as A
 from automation.workflows.store import Instance
 from text.form import read_form
@@ -28,6 +32,7 @@ from text.form import read_form
 # The first five are the flow's own: the router's "unclear turn" and "repeated question" rules never count them.
 READINGS = ("answer", "correction", "cancel", "waiting", "digression", "unclear")
 CLAIMED = frozenset({"answer", "correction", "cancel", "waiting", "unclear"})
+MAX_WALK = 100   # steps walked to find an offered task's first question
 
 
 @dataclass
@@ -46,14 +51,75 @@ def offered(instance: Instance | None) -> bool:
     return bool(instance and instance["status"] == "waiting" and (instance.get("pending") or {}).get("offer"))
 
 
-def answers_offer(text: str, *, other: bool) -> bool:
+def first_question(run: FlowRun) -> tuple[FlowRun, Step, list[Step]] | None:
+    """What the offered task would ask first, were it started now: walked from its first step on a copy, over the
+    customer's session memory and the shop reads on the way (through the turn's outside port), through the steps
+    that change nothing, as a start walks them. (the walk, the step that would wait, the waiting steps passed on
+    the way without asking: the single order taken for the customer); None when it would write, end or fail
+    first. Nothing is kept: the offer stays as it was."""
+    inst, wf, services = run.inst, run.wf, run.services
+    c = inst["caller"] or {}
+    caller = Caller(channel=c.get("channel", ""), customer_id=c.get("customer_id", ""),
+                    conversation_id=c.get("conversation_id") or inst["conversation_id"])
+    draft = Instance(**copy.deepcopy({**inst, "history": [], "attempts": {}, "loops": {}}))  # type: ignore[typeddict-item]
+    draft["status"], draft["step"] = "running", wf.first
+    draft["pending"] = {"message": ((inst["pending"] or {}).get("offer") or {}).get("message") or ""}
+    # never an option by meaning alone: the walk asks nothing of the encoder
+    walk = FlowRun(None, draft, wf, caller, run.lang, replace(services, similarity=None, observe=_unseen))
+    if "memory" not in draft["bindings"]:
+        spec = services.workflows.memory
+        remembered = M.empty(spec)
+        if spec is not None:
+            remembered.update(M._tools_part(spec, services.tools, caller, run.lang, services.outside))
+        draft["bindings"]["memory"] = remembered
+    passed: list[Step] = []
+    for _ in range(MAX_WALK):
+        sid = draft["step"]
+        if sid is None:
+            return None
+        step = wf.steps[sid]
+        kind = REGISTRY[step.kind]
+        try:
+            if "when" in step.raw and not evaluate_bool(step.raw["when"], walk.scope()):
+                draft["step"] = walk.after(step, transitions=False)
+                continue
+            if not kind.pure and not (step.kind == "call" and RISK_ORDER.get(
+                    getattr(services.tools.spec(step.arg), "risk", "write"), 2) == 0):
+                return None   # a write (or another kind of step) comes before any question
+            outcome = kind.run(StepContext(walk, step, None, {}))
+            if outcome == "wait" and kind.waits:
+                return walk, step, passed
+            if outcome in ("wait", "stop", None):
+                return None
+            if kind.waits:
+                passed.append(step)
+            draft["step"] = outcome if outcome != "next" else walk.after(step)
+        except (ExpressionError, LookupError):
+            return None
+    return None
+
+
+def answers_offer(run: FlowRun, text: str, entities: dict[str, Any], *, other: bool) -> bool:
     """"龙井那个" or "100230" to "shall I issue an invoice for one of your orders?": no yes, but what the task would
     ask first (which order, a value), so a yes all the same; the task starts with it as words already said. Only
-    a statement the classifier cannot place elsewhere (``other``: a confident other intent), not a question, with
-    words of substance: "do you take PayPal?" or "my parcel is late" let the offer lapse as before."""
+    a statement the classifier cannot place elsewhere (``other``: a confident other intent), not a question, that
+    gives what the task's first question asks (``StepKind.takes``: an option it names among the customer's
+    orders, a value its slot reads), or what a question the task settled on its own on the way asks (the order,
+    by its number or its item, when the single order was taken for them). "my sister bought it for me" or "那个快递员
+    态度很差" give nothing the task asks: the offer lapses and the message is served as the new message it is."""
     if other or U.is_question(text) or read_form(text) == "question":
         return False
-    return bool(U.content_words(text) or U.order_ids(text))
+    if not (U.content_words(text) or U.order_ids(text)):
+        return False
+    found = first_question(run)
+    if found is None:
+        return False
+    walk, step, passed = found
+    return any(REGISTRY[s.kind].takes(walk, s, text, entities) for s in (step, *passed))
+
+
+def _unseen(workflow: str, event: str) -> None:
+    """A walk's steps are not the flow's: nothing is counted."""
 
 
 def declined_beside(run: FlowRun, text: str) -> tuple[str, str] | None:
@@ -84,6 +150,8 @@ def reading(run: FlowRun, gone: str | None, text: str, entities: dict[str, Any],
     if instance["status"] == "waiting_approval":
         return "cancel" if U.changes_mind(text) else "waiting"
     if offered(instance):   # the bot's own question "shall I start it?": yes, no, or something else
+        if U.defers(text) and not U.is_question(text) and read_form(text) != "question":
+            return "cancel"   # "ok I'll think about it", "好的，我再想想", "我先问问我老婆": a no for now, said politely
         said = U.yes_no(text, entities)
         if said is True and not U.is_question(text):
             return "answer"
@@ -98,7 +166,7 @@ def reading(run: FlowRun, gone: str | None, text: str, entities: dict[str, Any],
         if U.changes_mind(text, whole=True) and not other and not U.is_question(text) \
                 and read_form(text) != "question":
             return "cancel"
-        return "answer" if answers_offer(text, other=other) else "digression"
+        return "answer" if answers_offer(run, text, entities, other=other) else "digression"
     step = wf.steps.get(instance["step"]) if instance["step"] else None
     if step is None or step.kind not in WAITING_KINDS or instance["status"] != "waiting":
         return "answer"

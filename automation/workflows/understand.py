@@ -94,6 +94,29 @@ _MIND_FILLER = re.compile(r"\b(?:wait|hmm+|um+|oh|ah|actually|sorry|no|nope|plea
                           r"|[\s,，.。!！?？~…;；:：]", re.I)
 
 
+# Putting the decision off ("I'll think about it", "maybe later", "let me ask my wife first", "回头再说", "我先问问我老婆",
+# "改天吧"): to the bot's offer of a task, a no for now, said politely. Phrases of delay and of thinking it over or
+# asking someone first, not words that a description of an order could hold.
+_DEFER = re.compile(
+    r"\b(?:(?:i'?ll|i\s+will|i'?m\s+going\s+to|i\s+(?:need|want|have)\s+to|i'?d\s+(?:like|have)\s+to|let\s+me|gonna|"
+    r"maybe\s+i'?ll|i\s+(?:might|may)|i\s+should)\s+(?:first\s+)?(?:think|consider|sleep\s+on|mull|decide|check\s+with|"
+    r"ask\s+(?:my|our|him|her|them|someone|somebody)\b|talk\s+(?:to|with)|discuss|wait|get\s+back|come\s+back)"
+    r"|think\s+(?:about\s+it|it\s+over)|(?:another|some\s*other|a\s+different)\s+(?:time|day)"
+    r"|(?:maybe|perhaps|probably|possibly)\s+(?:later|another\s+time|some\s*time)|get\s+back\s+to\s+you"
+    r"|let\s+you\s+know|hold\s+off|not\s+(?:right\s+)?now\s*[,.!]?\s*(?:thanks?|thank\s+you)?\s*$)"
+    r"|^\s*(?:ok(?:ay)?|sure|fine|hmm+|um+|well)?[\s,.!]*(?:later|not\s+(?:yet|now|today|right\s+now))\s*[,.!]?\s*"
+    r"(?:thanks?|thank\s+you|then|please)?\s*[.!]?\s*$"
+    r"|想想|想一想|想一下|考虑|回头(?:再|我|看|说|联系|找)|再说\s*(?:吧|了|啦)?\s*$|以后再|改天|下次再|晚点|晚些|稍后|等会|等一会|过两天|过几天|过段时间"
+    r"|先问问|先问一?下|问问.{0,8}再|商量|再看看|看看再说|再决定|先等等|等.{0,6}再(?:说|办|弄|决定)", re.I)
+
+
+def defers(text: str) -> bool:
+    """The customer puts the decision off ("ok I'll think about it", "maybe later", "我再想想", "回头再说", "我先问问我
+    老婆"): to an offer, a no for now, never a yes nor something to act on."""
+    t = norm(text)
+    return bool(t) and len(t) <= 120 and _DEFER.search(t) is not None
+
+
 def changes_mind(text: str, *, whole: bool = False) -> bool:
     """The one reader of a customer dropping the task: a cancel command ("cancel", "取消…", "stop" leading the
     message, "never mind" anywhere) or a change of mind ("actually no, I changed my mind, keep it", "等等，算了，

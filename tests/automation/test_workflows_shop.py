@@ -152,3 +152,61 @@ def test_a_write_makes_the_remembered_orders_stale_in_every_conversation(shop_en
     later = Caller(channel="web", customer_id="c2", conversation_id="shop-c2-later")
     t = turn(shop_engine.start, "refund", later, "I want a refund", {}, "en")
     assert t.awaiting == "order_id" and "100241" in t.reply and "100242" not in t.reply, t.reply
+
+
+@pytest.mark.parametrize("caller, lang, question, task, answers, lapses, defers", [
+    (C1, "zh", "发票能开吗？要公司抬头的", "invoice",
+     ("龙井那个", "100230", "耳机那个订单", "托特包那个"),
+     ("那个快递员态度很差", "我妹妹帮我买的", "我上周已经寄回去了", "你们的客服态度真好"),
+     ("我再想想", "好的，我考虑一下", "我先问问我老婆", "回头再说吧", "改天吧")),
+    (C2, "en", "how long do refunds take?", "refund",
+     ("the lamp one", "100241", "the boots", "the kettle one"),
+     ("my sister bought it for me", "I already returned it last week", "the courier was really rude",
+      "the box was damaged when it arrived"),
+     ("ok I will think about it", "maybe later", "let me ask my wife first", "not now, thanks")),
+])
+def test_an_offer_is_taken_only_by_what_the_task_would_ask_first(shop_engine, turn, db, caller, lang, question, task,
+                                                                  answers, lapses, defers):
+    """To "shall I start it?" a statement is a yes only when it gives what the task would ask first: one of the
+    customer's orders by its item (one the list leaves out too: the task then says why), or an order number. A
+    statement that gives nothing the task asks lets the offer lapse; putting it off declines it. Nothing runs."""
+    t = turn(shop_engine.offer, task, caller, question, {}, lang)
+    assert t.awaiting == "offer"
+    with db() as conn:
+        inst = shop_engine.active(conn, caller.conversation_id)
+    for text in answers:
+        assert shop_engine.read(inst, text) == "answer", text
+    for text in lapses:
+        assert shop_engine.read(inst, text) == "digression", text
+    for text in defers:
+        assert shop_engine.read(inst, text) == "cancel", text
+    # the reading lapses the offer: nothing started, nothing asked
+    n = turn(shop_engine.advance, t.instance_id, caller, lapses[0], {}, lang, reading="digression")
+    assert n.status == "cancelled" and n.outcome == "lapsed" and n.reply == ""
+    t = turn(shop_engine.offer, task, caller, question, {}, lang)
+    d = turn(shop_engine.advance, t.instance_id, caller, defers[0], {}, lang)
+    assert d.status == "cancelled" and d.outcome == "declined" and d.reply in (
+        "好的，先不办理。还有什么可以帮您的吗？", "All right, I won't start it. Anything else I can help with?")
+    # an item named starts the task with that order taken; a yes starts it at its first question
+    t = turn(shop_engine.offer, task, caller, question, {}, lang)
+    a = turn(shop_engine.advance, t.instance_id, caller, answers[0], {}, lang)
+    assert a.status == "waiting" and a.awaiting not in ("order_id", "offer"), a.reply
+    turn(shop_engine.cancel, a.instance_id, lang)
+    t = turn(shop_engine.offer, task, caller, question, {}, lang)
+    y = turn(shop_engine.advance, t.instance_id, caller, "是的" if lang == "zh" else "yes", {}, lang)
+    assert y.status == "waiting" and y.awaiting == "order_id", y.reply
+
+
+def test_an_offer_for_the_single_order_is_taken_by_its_first_question_or_by_that_order(shop_engine, turn, db):
+    """The customer's only refundable order is taken for them, so the refund would ask the amount first: an amount,
+    the order's number or its item takes the offer; a statement about something else does not."""
+    c6 = Caller(channel="web", customer_id="c6", conversation_id="shop-c6")
+    t = turn(shop_engine.offer, "refund", c6, "how long do refunds take?", {}, "en")
+    with db() as conn:
+        inst = shop_engine.active(conn, c6.conversation_id)
+    for text in ("30", "100280", "the scarf"):
+        assert shop_engine.read(inst, text) == "answer", text
+    for text in ("my sister bought it for me", "the courier was really rude"):
+        assert shop_engine.read(inst, text) == "digression", text
+    a = turn(shop_engine.advance, t.instance_id, c6, "30", {}, "en")
+    assert a.awaiting == "confirmation" and a.pending_action["arguments"]["amount"] == 30.0, a.reply

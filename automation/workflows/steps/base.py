@@ -115,6 +115,16 @@ class StepKind:
         they are the answer, not a value for another slot said beside it."""
         return False
 
+    def takes(self, run: FlowRun, step: Step, text: str, entities: dict[str, Any]) -> bool:
+        """Whether ``text``, said before the step asked (to "shall I start it?"), gives what it asks: a value its
+        slot reads ("100230", "50"), an option it names ("龙井那个"). Free text (an address, a title) only when the
+        slot says what its value looks like (``validate.format``): any statement would be a title otherwise."""
+        if self.free_text(run.wf, step):
+            slot = run.wf.slots.get(self.asks_for(step) or "")
+            if slot is None or "format" not in slot.validate:
+                return False
+        return self.strength(run, step, text, entities) is not None
+
     def free_text(self, wf: Workflow, step: Step) -> bool:
         """Any words answer it (an address, a title): a change of mind must then be the whole message."""
         return False

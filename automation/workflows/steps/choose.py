@@ -481,6 +481,14 @@ class Choose(StepKind):
             run.quick.append("都不是" if run.lang == "zh" else "None of these")
         run.awaiting = step.arg
 
+    def takes(self, run: FlowRun, step: Step, text: str, entities: dict[str, Any]) -> bool:
+        """An option named, or several named alike ("the tea one" of two tea orders: asked among them once
+        the task starts), never one by meaning alone (the encoder has no words to show for it)."""
+        if super().takes(run, step, text, entities):
+            return True
+        ids, texts = option_texts(run, step, options(run, step))
+        return bool(U.choose(text, ids, texts).candidates)
+
     def strength(self, run: FlowRun, step: Step, text: str, entities: dict[str, Any]) -> str | None:
         if step.get("required") is False and U.is_none_of_these(text):
             return "strong"

@@ -678,3 +678,35 @@ def test_an_answer_to_the_offered_tasks_first_question_takes_the_offer(api, svc,
     issued = writes_of(svc, "issue_invoice")
     assert [(w["order_id"], w["arguments"]["title"]) for w in issued] == [(order, title)], issued
     assert out[-1]["flow"]["status"] == "completed", out[-1]
+
+
+def flows_of(svc, conversation: str) -> list[dict]:
+    return rows(svc.pool, "SELECT f.workflow, f.status, f.outcome FROM flow_instances f JOIN conversations c "
+                          "ON c.id::text = f.conversation_id WHERE c.external_id = %s ORDER BY f.created_at", conversation)
+
+
+@pytest.mark.parametrize("customer, question, statement, outcome, says", [
+    ("c1", "发票能开吗？要公司抬头的", "这是我妹妹帮我买的", "lapsed", None),
+    ("c2", "how do I get an invoice?", "my sister bought it for me", "lapsed", None),
+    ("c1", "发票能开吗？要公司抬头的", "好的，我先问问我老婆", "declined", "先不办理"),
+    ("c2", "how do I get an invoice?", "ok I will think about it", "declined", "won't start it"),
+])
+def test_a_statement_that_gives_nothing_the_offered_task_asks_does_not_start_it(api, svc, customer, question, statement,
+                                                                               outcome, says):
+    """The answer offers the invoice; the customer says something that names none of their orders and no order
+    number: the offer lapses and the message is served as the new message it is (putting it off declines it,
+    politely): no task starts, nobody is handed over, nothing is written. "Yes" to the same offer still starts it."""
+    conv = f"l-offer-not-{customer}-{outcome}"
+    out = talk(api, customer, conv, question, statement)
+    assert out[0]["flow"]["awaiting"] == "offer", out[0]
+    after = out[1]
+    assert all(o["ticket_id"] is None for o in out) and tickets_of(svc, conv) == 0, [o["reply"] for o in out]
+    assert [(f["workflow"], f["status"], f["outcome"]) for f in flows_of(svc, conv)] == [
+        ("invoice", "cancelled", outcome)], after
+    assert (after.get("flow") or {}).get("status") != "waiting", after
+    if says is not None:
+        assert says in after["reply"]["text"], after["reply"]
+    assert rows(svc.pool, "SELECT to_regclass('shop.writes') IS NULL AS none")[0]["none"] \
+        or writes_of(svc, "issue_invoice") == []
+    yes = talk(api, customer, conv + "-yes", question, "是的" if customer == "c1" else "yes")
+    assert yes[1]["flow"]["workflow"] == "invoice" and yes[1]["flow"]["awaiting"] == "order_id", yes[1]
