@@ -526,7 +526,13 @@ class FlowEngine:
             remembered = M.peek(conn, spec, self.tools, caller, lang, tickets=self.tickets, outside=self.outside,
                                 stored=not new)
         except CallPending:    # the memory's calls are asked: may the flow read the shop once they answer?
-            run = self._draft(conn, wf, caller, text, entities, lang, M.empty(spec), new, outside=_never)
+            noted: dict[Any, Callable[[], Any]] = {}
+
+            def looking(key: Any, compute: Callable[[], Any]) -> Any:
+                noted[key] = compute     # asked of nobody yet: the read reached is only noted
+                return PENDING
+
+            run = self._draft(conn, wf, caller, text, entities, lang, M.empty(spec), new, outside=looking)
             # over the memory's defaults: a read reached, or a step on the way that reads the memory (the single
             # order picked from it, a step skipped while the customer has no orders) may lead to one
             touched: list[str] = []
@@ -537,8 +543,8 @@ class FlowEngine:
                 # now, beside the memory's calls, instead of one shop round after them. A step on the way that reads
                 # the memory may still lead elsewhere once it answers (a second look then asks that: this read was a
                 # guess that cost a call); with none, the memory cannot change the walk
-                run = self._draft(conn, wf, caller, text, entities, lang, M.empty(spec), new, outside=self.outside)
-                _first_reads(run, entities or {})
+                for key, compute in noted.items():
+                    self.outside(key, compute)
                 return "again" if touched else "asked"
             return "again" if read or touched else "asked"
         run = self._draft(conn, wf, caller, text, entities, lang, remembered, new, outside=self.outside)
@@ -795,11 +801,6 @@ def _other_orders(wf: Workflow, text: str, slots: dict[str, Any]) -> list[dict[s
 
 def _unseen(workflow: str, event: str) -> None:
     """The observer of a look ahead's walk: what it runs is not counted (the turn counts its own)."""
-
-
-def _never(key: Any, compute: Callable[[], Any]) -> Any:
-    """The outside port of a walk that only looks: every call stays pending, none is asked."""
-    return PENDING
 
 
 def _first_reads(run: FlowRun, entities: dict[str, Any], touched: list[str] | None = None) -> bool:

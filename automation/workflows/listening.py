@@ -70,7 +70,7 @@ def first_question(run: FlowRun) -> tuple[FlowRun, Step, list[Step]] | None:
         spec = services.workflows.memory
         remembered = M.empty(spec)
         if spec is not None:
-            remembered.update(M._tools_part(spec, services.tools, caller, run.lang, services.outside))
+            remembered.update(M.shop_part(spec, services.tools, caller, run.lang, services.outside))
         draft["bindings"]["memory"] = remembered
     passed: list[Step] = []
     for _ in range(MAX_WALK):

@@ -351,7 +351,7 @@ def peek(conn: Any, spec: MemorySpec | None, tools: Any, caller: Any, lang: str,
     return data
 
 
-def _tools_part(spec: MemorySpec, tools: Any, caller: Any, lang: str, outside: Outside) -> dict[str, Any]:
+def shop_part(spec: MemorySpec, tools: Any, caller: Any, lang: str, outside: Outside) -> dict[str, Any]:
     """The tools' part of the memory: the customer's cached one while fresh (a stale one once, refreshed in
     the background), else asked of the shop through the port."""
     key = _key(spec, caller, lang)
@@ -398,7 +398,7 @@ def load(conn: Any, spec: MemorySpec, tools: Any, caller: Any, lang: str, *,
     from automation.workflows import store
 
     out = empty(spec)
-    out.update(_tools_part(spec, tools, caller, lang, outside))
+    out.update(shop_part(spec, tools, caller, lang, outside))
     out["failed"] = list(out["failed"])
     if spec.outcomes:
         flows = store.customer_outcomes(conn, caller.channel, caller.customer_id, limit=spec.outcomes,

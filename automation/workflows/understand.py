@@ -723,14 +723,20 @@ def is_pointer(text: str) -> bool:
     """The answer only points at something ("马克杯那个", "第一个", "这个", "that one", "the blue one please", "the
     first one"), saying nothing of a value's own: never an address or a title. What goes on after the
     demonstrative with a number ("那个小区3号楼", "the one at 12 Baker Street") or for long is content."""
-    t = norm(text)
-    if not t or len(t) > 60:
+    if len(norm(text)) > 60:
         return False
-    if _CJK_CHAR.search(t):
-        t = _ZH_TAIL.sub("", _ZH_LEAD.sub("", t.replace(" ", "")))
+    t, zh = _pointer_words(text)
+    if zh:
         return bool(t) and bool(_ZH_POINTER.match(t))
-    t = _EN_TAIL.sub("", _EN_LEAD.sub("", t)).strip()
     return bool(t) and len(t.split()) <= 8 and bool(_EN_POINTER.match(t))
+
+
+def _pointer_words(text: str) -> tuple[str, bool]:
+    """The words of a possible pointer without its lead and tail ("就是…吧", "um … please"); whether it is Chinese."""
+    t = norm(text)
+    if _CJK_CHAR.search(t):
+        return _ZH_TAIL.sub("", _ZH_LEAD.sub("", t.replace(" ", ""))), True
+    return _EN_TAIL.sub("", _EN_LEAD.sub("", t)).strip(), False
 
 
 _ZH_DESCRIBED = re.compile(rf"^(?P<desc>[\u4e00-\u9fffa-z0-9]{{1,10}}?)的?(?:{_ZH_THAT}|{_ZH_NTH}){_ZH_HEAD}$"
@@ -747,14 +753,12 @@ def pointed(text: str) -> str | None:
     -> "lamp"), or None: not a pointer, or one that describes nothing ("那个", "the first one", "that one")."""
     if not is_pointer(text):
         return None
-    t = norm(text)
-    if _CJK_CHAR.search(t):
-        t = _ZH_TAIL.sub("", _ZH_LEAD.sub("", t.replace(" ", "")))
+    t, zh = _pointer_words(text)
+    if zh:
         m = _ZH_DESCRIBED.match(t)
         desc = (m.group("desc") or m.group("after")) if m else None
         desc = re.sub(r"^(?:我的|我|的)|的$", "", desc or "")
         return desc if len(desc) >= 2 and not _ZH_PLACE_IN_LIST.fullmatch(desc) else None
-    t = _EN_TAIL.sub("", _EN_LEAD.sub("", t)).strip()
     m = _EN_DESCRIBED.match(t)
     if m is None:
         return None
