@@ -349,6 +349,8 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=64, help="customers at once (half ask about an order)")
     p.add_argument("--workers", type=int, default=1, help="gateway processes (`switchboard serve --workers`)")
     p.add_argument("--pool-max", type=int, default=10, help="the gateway's database pool size")
+    p.add_argument("--threads", type=int, default=None,
+                   help="encoder threads per worker (SWITCHBOARD_TORCH_THREADS); default: the cores over the workers")
     p.add_argument("--think-ms", type=float, default=0.0,
                    help="mean pause of a customer between a reply and their next message (0: none, saturating "
                         "the machine; a few seconds: customers reading and typing, the load a chat gateway meets)")
@@ -382,6 +384,7 @@ def main() -> None:
     results: dict = {"benchmark": "slow_shop", "concurrency": args.concurrency, "messages": args.messages,
                      "think_ms": args.think_ms,
                      "workers": args.workers, "pool_max": args.pool_max,
+                     "threads": args.threads or max(1, (os.cpu_count() or 1) // args.workers),
                      "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                  "platform": platform.platform(), "load_average_start": os.getloadavg()[0]},
                      "phases": {}}
@@ -396,7 +399,8 @@ def main() -> None:
             port = _free_port()
             base = f"http://127.0.0.1:{port}"
             proc = start_server(dsn, tmp / f"home-{phase}", str(model), port, args.pool_max,
-                                threads=max(1, (os.cpu_count() or 1) // args.workers), workers=args.workers)
+                                threads=args.threads or max(1, (os.cpu_count() or 1) // args.workers),
+                                workers=args.workers)
             try:
                 wait_ready(base, proc, timeout=args.ready_timeout)
                 wait_warm(base, proc.pid, timeout=args.ready_timeout, quiet=args.json)
