@@ -119,6 +119,9 @@ class HandoffRequest:
     tier: str                             # L2 | L3
     reason: str
     flow_state: dict[str, Any]
+    # the engine's own words for a handoff, said when the step gave none: a caller that tells the customer
+    # itself (the router's acknowledgement of the ticket) leaves them out rather than say it twice
+    default_line: str | None = None
 
 
 @dataclass
@@ -326,8 +329,10 @@ class FlowRun:
         if self.failure is None:
             self.failed(reason)
         self.services.observe(inst["workflow"], "escalated")
-        self.handoff = HandoffRequest(tier=tier, reason=reason, flow_state=self.state())
-        self.say(say if say is not None else t("handoff", self.lang))
+        line = say if say is not None else t("handoff", self.lang)
+        self.handoff = HandoffRequest(tier=tier, reason=reason, flow_state=self.state(),
+                                      default_line=line if say is None else None)
+        self.say(line)
         inst["status"], inst["outcome"] = "escalated", "escalated"
         inst["history"].append({"event": "escalated", "tier": tier, "reason": reason, "step": inst["step"],
                                 "at": time.time()})

@@ -210,7 +210,12 @@ class Workflows(Answers):
                                          draft=None if tier == "L3" else {"text": None, "intent": c.intent,
                                                                           "workflow": t.handoff.flow_state})
             self.tag_transition(ticket_id)
-            text = "\n\n".join(x for x in (t.reply, self.say("ack_l3" if tier == "L3" else "ack_l2")) if x)
+            # the ticket's acknowledgement tells the customer a person takes over: the engine's own line saying
+            # the same goes ("I'm passing this to a colleague" beside "Let me check this with a colleague")
+            told = t.reply or ""
+            if t.handoff.default_line:
+                told = "\n".join(line for line in told.split("\n") if line.strip() != t.handoff.default_line.strip())
+            text = "\n\n".join(x for x in (told.strip(), self.say("ack_l3" if tier == "L3" else "ack_l2")) if x)
             return self.result(decision, reply=self.send(text, kind="ack"), ticket_id=ticket_id)
         # the bot answered this turn (a flow that waits for the customer keeps its place in flow_instances)
         self.move("l1_resolving", f"workflow {t.workflow}", counted=False)   # served: not a loop-guard round

@@ -91,6 +91,18 @@ def test_without_an_order_number_the_bot_asks_which(api):
     assert done["flow"]["status"] == "completed" and "SF1402837465299" in done["reply"]["text"]
 
 
+def test_a_flow_that_hands_over_says_so_once(api):
+    """Three answers the bot cannot read hand the task to a person: the customer is told once, in the ticket's
+    acknowledgement, not also in the engine's own words ("I'm passing this to a colleague" + "Let me check...")."""
+    say(api, "where is my order", conversation="conv-once")
+    for text in ("blorp", "zzzt qwx", "hmm frrr"):
+        out = say(api, text, conversation="conv-once")
+    assert out["ticket_id"] is not None, out
+    text = out["reply"]["text"]
+    assert "colleague" in text and "passing this to a colleague" not in text, text
+    assert text.lower().count("colleague") == 1, text
+
+
 def test_another_customers_order_is_not_found(api):
     out = say(api, "where is my order 100234", customer="c2")
     assert out["flow"]["workflow"] == "order_status"
