@@ -103,6 +103,23 @@ def test_a_flow_that_hands_over_says_so_once(api):
     assert text.lower().count("colleague") == 1, text
 
 
+def test_a_question_at_a_step_is_answered_then_the_step_asks_again(api):
+    """"how do I return it?" at "which order?" is no failed answer: the knowledge base answers it and the step asks
+    again, however many such questions come; a question that names no topic ("which one?") is asked again plainly."""
+    say(api, "where is my order", conversation="conv-q")
+    for question in ("how do I return it?", "how do I return it?", "how do I return it?"):
+        out = say(api, question, conversation="conv-q")
+        text = out["reply"]["text"]
+        assert out["ticket_id"] is None and out["flow"]["status"] == "waiting", out
+        assert out["flow"]["awaiting"] == "order_id"
+        assert "My Orders" in text and "Which order" in text and "didn't catch" not in text, text
+        assert text.index("My Orders") < text.index("Which order")     # the answer, then the question again
+    vague = say(api, "which one?", conversation="conv-q")
+    assert "didn't catch" in vague["reply"]["text"] and "My Orders" not in vague["reply"]["text"]
+    done = say(api, "100234", conversation="conv-q")
+    assert done["flow"]["status"] == "completed" and done["ticket_id"] is None
+
+
 def test_another_customers_order_is_not_found(api):
     out = say(api, "where is my order 100234", customer="c2")
     assert out["flow"]["workflow"] == "order_status"
