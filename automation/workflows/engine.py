@@ -481,7 +481,8 @@ class FlowEngine:
         question it never got to ask, or a correction of it: see listening.about_ended): that refusal again, for
         a truthful reply; None otherwise. Changes nothing."""
         last = store.last(conn, conversation_id) if flows is None else flows.last
-        if last is None or (flows is not None and flows.active is not None) or last["status"] != "completed":
+        if last is None or (flows is not None and flows.active is not None) or last["status"] != "completed" \
+                or last.get("outcome") != "refused":
             return None
         if time.time() - last["updated_at"].timestamp() > window_seconds:
             return None

@@ -118,6 +118,10 @@ def answers_offer(run: FlowRun, text: str, entities: dict[str, Any], *, other: b
     return any(REGISTRY[s.kind].takes(walk, s, text, entities) for s in (step, *passed))
 
 
+# an order named by its word and number ("order 100242", "订单100235", "单号 100235", "#100242"), never a postcode
+_NAMES_ORDER = re.compile(r"(?:\border\s*(?:number\s*|no\.?\s*)?|订单号?|单号|#)\s*(?:是|is\s+)?[:：]?\s*\d{4,}", re.I)
+
+
 def about_ended(run: FlowRun, text: str, entities: dict[str, Any], *, other: bool) -> str | None:
     """"21 Oak Road, Portland" (or "不对，地址是…") right after "order 100243 is already cancelled, so its address can
     no longer be changed": no flow waits, but the message gives a value the task that just ended refused to ask
@@ -127,8 +131,8 @@ def about_ended(run: FlowRun, text: str, entities: dict[str, Any], *, other: boo
     inst, wf = run.inst, run.wf
     if inst["status"] != "completed" or inst.get("outcome") != "refused" or other:
         return None
-    if U.is_question(text) or read_form(text) == "question" or U.changes_mind(text):
-        return None
+    if U.is_question(text) or read_form(text) == "question" or U.changes_mind(text) or _NAMES_ORDER.search(text):
+        return None   # an order named ("把订单100235的地址改成…") is a task of its own, asked again
     refused = next((h.get("step") for h in reversed(inst.get("history") or []) if h.get("event") == "check_failed"),
                    None)
     step = wf.steps.get(refused) if refused else None

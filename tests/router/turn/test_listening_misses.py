@@ -78,11 +78,14 @@ def test_a_value_for_a_refused_task_gets_why_not_never_an_unclear_turn(talk, svc
     and an offer of another order or something else; no ticket, and no order number read from a postcode."""
     en = talk("c2", ["please change the delivery address of order 100243", "21 Oak Road, Portland, OR 97201",
                      "no, the address should be 5 Elm Street, Boston, MA 02108"])
-    zh = talk("c1", ["帮我修改订单100230的收货地址", "杭州市西湖区文三路90号", "不对，地址是南京市鼓楼区中山路18号"])
+    zh = talk("c1", ["帮我修改订单100230的收货地址", "杭州市西湖区文三路90号", "不对，地址是南京市鼓楼区中山路18号",
+                     "把订单100235的地址改成杭州市西湖区文三路90号"])
     for said, why, other in ((en, "100243 is already cancelled", "another order"), (zh, "100230 当前状态为已签收", "其他订单")):
-        assert [t for *_, t in said] == [None] * 3
-        for _, reply, flow, _ in said[1:]:
+        assert [t for *_, t in said] == [None] * len(said)
+        for _, reply, flow, _ in said[1:3]:
             assert why in reply and other in reply and not flow
+    # another order named with the address: that task, as its own request
+    assert zh[3][2]["workflow"] == "change_address" and zh[3][2]["status"] == "waiting" and "100235" in zh[3][1]
     assert tickets(svc) == 0
     writes = rows(svc.pool, "SELECT count(*) AS n FROM shop.writes")[0]["n"]
     assert writes == 0
