@@ -26,8 +26,8 @@ from automation.workflows import requests as R
 from automation.workflows import store
 from automation.workflows import understand as U
 from automation.workflows.expr import ExpressionError, evaluate_bool
-from automation.workflows.listening import (CLAIMED, READINGS, Listening, declined_beside, offered,  # noqa: F401
-                                            reading as read_message)
+from automation.workflows.listening import (CLAIMED, READINGS, Listening, about_ended, declined_beside,  # noqa: F401
+                                            offered, reading as read_message)
 from automation.workflows.model import RISK_ORDER, Workflow, WorkflowSet
 from automation.workflows.outside import PENDING, CallPending, Outside, inline
 from automation.workflows.runtime import (ApprovalPort, ApprovalRequest, FlowRun, FlowTurn, HandoffRequest,  # noqa: F401
@@ -473,6 +473,29 @@ class FlowEngine:
         if heard is not None and heard.name != wf.name:
             return None   # "I want to return the keyboard": another task, whatever it shares with the options
         return self._other_option(conn, last, text)
+
+    def ended(self, conn: Any, conversation_id: str, text: str, entities: dict[str, Any] | None = None,
+              window_seconds: float = 1800, *, intent: str | None = None, intent_confidence: float | None = None,
+              flows: store.Flows | None = None) -> str | None:
+        """With no flow waiting, a message that belongs to the task that just ended refused (a value for the
+        question it never got to ask, or a correction of it: see listening.about_ended): that refusal again, for
+        a truthful reply; None otherwise. Changes nothing."""
+        last = store.last(conn, conversation_id) if flows is None else flows.last
+        if last is None or (flows is not None and flows.active is not None) or last["status"] != "completed" \
+                or last.get("outcome") != "refused":
+            return None
+        if time.time() - last["updated_at"].timestamp() > window_seconds:
+            return None
+        wf, gone = self._pinned(Instance(**{**last, "history": list(last.get("history") or [])}))
+        if gone:
+            return None
+        other = (intent is not None and intent_confidence is not None and intent_confidence >= self.drift_threshold
+                 and intent not in wf.intents)
+        run = self._flow_run(None, last, wf, None, last.get("lang") or "en")
+        try:
+            return about_ended(run, text, entities or {}, other=other)
+        except ExpressionError:
+            return None
 
     def _other_option(self, conn: Any, last: Instance, text: str) -> Restart | None:
         """The finished flow's latest pick among options it offered, taken again with the option ``text`` refers to."""

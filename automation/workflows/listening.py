@@ -118,6 +118,47 @@ def answers_offer(run: FlowRun, text: str, entities: dict[str, Any], *, other: b
     return any(REGISTRY[s.kind].takes(walk, s, text, entities) for s in (step, *passed))
 
 
+# an order named by its word and number ("order 100242", "订单100235", "单号 100235", "#100242"), never a postcode
+_NAMES_ORDER = re.compile(r"(?:\border\s*(?:number\s*|no\.?\s*)?|订单号?|单号|#)\s*(?:是|is\s+)?[:：]?\s*\d{4,}", re.I)
+
+
+def about_ended(run: FlowRun, text: str, entities: dict[str, Any], *, other: bool) -> str | None:
+    """"21 Oak Road, Portland" (or "不对，地址是…") right after "order 100243 is already cancelled, so its address can
+    no longer be changed": no flow waits, but the message gives a value the task that just ended refused to ask
+    for (a slot it never filled, that the value plainly fits), or corrects one: it belongs to that task. The
+    refusal again (the step's own words), so the reply can say truthfully why nothing was done; None when the
+    message is not about it (a question, a confident other topic, a value of no slot the task had left)."""
+    inst, wf = run.inst, run.wf
+    if inst["status"] != "completed" or inst.get("outcome") != "refused" or other:
+        return None
+    if U.is_question(text) or read_form(text) == "question" or U.changes_mind(text) or _NAMES_ORDER.search(text):
+        return None   # an order named ("把订单100235的地址改成…") is a task of its own, asked again
+    refused = next((h.get("step") for h in reversed(inst.get("history") or []) if h.get("event") == "check_failed"),
+                   None)
+    step = wf.steps.get(refused) if refused else None
+    refusal = step.get("refuse") if step is not None else None
+    if not refusal:
+        return None
+    said = U.strip_correction(text)
+    for s in wf.steps.values():
+        name = REGISTRY[s.kind].asks_for(s) if s.kind in WAITING_KINDS else None
+        slot = wf.slots.get(name) if name else None
+        if name is None or slot is None or inst["slots"].get(name) is not None:
+            continue
+        v = slot.validate
+        if "format" in v and slot.check(said):
+            break   # an address where the task would have asked for one
+        if (v.get("entity") not in (None, "text", "yes_no") or "regex" in v) \
+                and A.stated(wf, name, said, entities) is not None and len(U.norm(said).split()) <= 4:
+            break   # a bare value of the slot ("50" where the amount would have been asked)
+    else:
+        return None
+    try:
+        return run.text(refusal)
+    except ExpressionError:
+        return None
+
+
 def _unseen(workflow: str, event: str) -> None:
     """A walk's steps are not the flow's: nothing is counted."""
 

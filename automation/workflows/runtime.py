@@ -36,6 +36,9 @@ log = logging.getLogger("automation.workflows")
 Outcome = str | None
 
 MAX_ATTEMPTS = 3
+# replies a waiting step acknowledged without an answer (something told, "both" where one is asked): no misses,
+# but not without end either; counted under the step's id with this suffix
+MAX_HEARD, HEARD = 6, "/heard"
 
 # the approval levels in the customer's words ("需要主管审核", never "需要supervisor审核")
 TIER_WORDS = {"zh": {"supervisor": "主管", "manager": "经理", "director": "总监", "auto": "自动"},
@@ -44,6 +47,9 @@ TIER_WORDS = {"zh": {"supervisor": "主管", "manager": "经理", "director": "�
 TEXT = {
     "retry": {"zh": "抱歉，我没有听明白。", "en": "Sorry, I didn't catch that."},
     "noted": {"zh": "好的，您说的情况我已记下。", "en": "Thanks, I've noted that."},
+    "one_at_a_time": {"zh": "抱歉，我一次只能办理其中一个，请问先办理哪一个？办完后可以再办下一个。",
+                      "en": "Sorry, I can only do one of these at a time. Which one should I start with? We can do "
+                            "the next one after that."},
     "choose_again": {"zh": "有几项都符合，请问是哪一个？", "en": "Several match. Which one do you mean?"},
     "not_among": {"zh": "这几项里没有找到「{thing}」。", "en": "I can't find \"{thing}\" among these."},
     "tool_failed": {"zh": "抱歉，这一步暂时没能完成（{error}）。您回复任意内容我会再试一次。",
@@ -369,18 +375,28 @@ class FlowRun:
         question asked again with its hint, never "I didn't catch that"; a mere go-on ("ok then go ahead") gets the
         question again, plainly."""
         inst = self.inst
-        n = inst["attempts"].get(step.id, 0) + 1
-        inst["attempts"][step.id] = n
         quiet = quiet or (told is not None and U.only_consents(told))
-        noted = told if told is not None and U.tells_something(told) else None
+        # "全退", "refund both" where one option is asked for: the step takes one at a time, and says so
+        every = told is not None and step.kind == "choose" and U.means_every(told)
+        noted = told if told is not None and not every and U.tells_something(told) else None
         if noted is not None:
             notes = inst["pending"].setdefault("notes", [])
             notes.append(noted.strip()[:self.NOTE_CHARS])
             del notes[:-self.NOTES_KEPT]
             inst["history"].append({"step": step.id, "event": "noted", "at": time.time()})
-        if n >= MAX_ATTEMPTS:
+        # a statement acknowledged, or a reply the bot answered, is no failed attempt; only their number is
+        # bounded (a customer who tells and tells, never answering, still reaches a person in the end)
+        heard = noted is not None or every
+        key = step.id if not heard else f"{step.id}{HEARD}"
+        n = inst["attempts"].get(key, 0) + 1
+        inst["attempts"][key] = n
+        if n >= (MAX_ATTEMPTS if not heard else MAX_HEARD):
             self.escalate("L2", f"{why} after {n} attempts at step {step.id}")
             return "stop"
+        if every:
+            self.say(t("one_at_a_time", self.lang))
+            self.prompt(step, again=False, with_prompt=False)   # the options again, under "which one first?"
+            return "wait"
         if noted is not None:
             self.say(t("noted", self.lang))
         self.prompt(step, again=not quiet and noted is None, hint=True)

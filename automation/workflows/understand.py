@@ -799,3 +799,22 @@ def looks_like_address(value: Any) -> bool:
 
 #: a slot's ``validate: {format: NAME}``: what its value looks like beyond a JSON schema
 FORMATS: dict[str, Callable[[Any], bool]] = {"address": looks_like_address}
+
+
+# "both", "all of them", "refund every one", "两个都退", "都要", "所有订单": every one of several options, said
+# where one is asked for (with is_whole: "全退", "refund all of them")
+_EVERY = re.compile(r"\bboth\b|\b(?:all|each|every\s*one)\s+of\s+(?:them|these|those|my\s+orders|the\s+orders)\b"
+                    r"|\ball\s+(?:the|my)\s+(?:orders|items|ones)\b|\b(?:every|each)\s+(?:one|order|item)\b"
+                    r"|\ball\s+(?:two|three|four|\d)\b|(?:两|俩|二|三|几)(?:个|单|笔|件)?(?:订单)?都|都(?:要|退|取消|办|改|开)"
+                    r"|全都|所有(?:的)?(?:订单|的)|每(?:一)?(?:个|单)", re.I)
+
+
+def means_every(text: str) -> bool:
+    """A short reply that takes every option offered ("全退", "refund both", "all of them", "两个都要"), never a
+    question: where one option is asked for, the step says it takes one at a time."""
+    t = norm(text)
+    if not t or is_question(text) or read_form(text) == "question":
+        return False
+    if len(re.findall(r"[a-z0-9']+", t)) > 8 or len(_CJK_CHAR.findall(t)) > 12:
+        return False
+    return is_whole(text) or bool(_EVERY.search(t))

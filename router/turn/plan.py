@@ -28,6 +28,13 @@ TIER_STATE: dict[str, str] = {"L1": "l1_resolving", "L2": "l2_assisting", "L3": 
 CLAIMED = frozenset({"answer", "correction", "cancel", "waiting", "unclear"})
 IDENTITY_TEMPLATE = "bot_identity"
 NEVER_MIND_TEMPLATE = "never_mind"
+CONSENT_TEMPLATE = "consent"        # a bare "yes" / "好的" with nothing pending: what can I help with?
+ENDED_TEMPLATE = "task_ended"       # a message about the task that just ended refused: why nothing was done
+# the reading of a message that belongs to the task that just ended refused, no flow waiting (router.turn.tiers:
+# FlowsPort.ended): the router's own, never a waiting flow's (CLAIMED is theirs)
+ENDED = "ended"
+# rules that only count turns the bot could not place: a harmless message the bot answers is never one of them
+COUNTING_RULES = frozenset({"low_confidence", "repeated_question", "loop_guard"})
 _TIERS: dict[str, Tier] = {"L1": "L1", "L2": "L2", "L3": "L3"}
 
 
@@ -51,6 +58,7 @@ class Facts:
     clarify_unknown: bool = True          # policy ``unknown: clarify_then_escalate``
     drops_task: bool = False              # "never mind" / "算了，不退了" with nothing waiting (and a reply for it)
     close_question: bool = False          # a lookup the classifier barely preferred to a question with topics
+    consents: bool = False                # a bare "yes" / "ok" / "好的" with nothing waiting (and a reply for it)
 
     @property
     def in_flow(self) -> bool:
@@ -116,7 +124,7 @@ def frame(f: Facts) -> Frame:
     served = f.served
     tier = _TIERS.get(f.tier, "L2")
     smalltalk = served is not None and served[0] == "reply"
-    claimed = f.reading in CLAIMED or f.restart is not None or f.drops_task
+    claimed = f.reading in CLAIMED or f.reading == ENDED or f.restart is not None or f.drops_task or f.consents
     asking = (f.form == "question" and f.topics and f.knowledge_base and not f.own_order
               and f.reading in (None, "digression") and f.restart is None and not smalltalk)
     if asking:
@@ -133,6 +141,8 @@ def target_state(fr: Frame, *, task: str | None) -> str | None:
 def choose(f: Facts, fr: Frame, v: Verdict, *, task: str | None) -> Route:
     """The routing order, first match wins:
 
+    0. a message about the task that just ended refused (``ENDED``): why nothing was done; a bare consent with
+       nothing waiting: what can I help with (neither is a turn the counting rules may escalate);
     1. small talk (also "are you a real person?", a question the classifier heard as a request for a person),
        unless a flow waits, a finished task restarts ("actually, the other one", which the embeddings may hear as
        a goodbye), a rule escalates (bar a rule-matched identity question) or the customer is unhappy;
@@ -149,6 +159,14 @@ def choose(f: Facts, fr: Frame, v: Verdict, *, task: str | None) -> Route:
     """
     served, smalltalk = fr.served, fr.smalltalk
     asks_who = v.rule == "human_request" and f.decided_by == "rules"
+    counted = v.escalate and v.rule not in COUNTING_RULES   # an escalation a harmless message still gets
+    if f.reading == ENDED and not counted:
+        # the task that just ended refused, and the message gives it a value ("21 Oak Road…", "不对，地址是…"):
+        # why nothing was done, and what else the bot can do; never an unclear turn
+        return Route(Act.SMALL_TALK, tier=fr.tier, template=ENDED_TEMPLATE, save_verdict=False)
+    if f.consents and not f.in_flow and f.restart is None and not counted and not v.dissatisfied:
+        # "yes", "好的" with nothing asked: nothing to agree to, nothing unclear either
+        return Route(Act.SMALL_TALK, tier=fr.tier, template=CONSENT_TEMPLATE, save_verdict=False)
     if (not f.in_flow and not v.escalate and v.identity_question and not smalltalk and f.identity_reply):
         served, smalltalk = ("reply", IDENTITY_TEMPLATE), True
     if smalltalk and served is not None and not f.in_flow and f.restart is None and (not v.escalate or asks_who) \

@@ -109,6 +109,10 @@ class FlowsPort(Protocol):
                    window_seconds: float = 1800, *, intent: str | None = None,
                    flows: Flows | None = None) -> Restart | None: ...
 
+    def ended(self, conn: Any, conversation_id: str, text: str, entities: dict[str, Any] | None = None,
+              window_seconds: float = 1800, *, intent: str | None = None, intent_confidence: float | None = None,
+              flows: Flows | None = None) -> str | None: ...
+
     def suspend(self, conn: Any, instance: Instance, *, because: str) -> None: ...
 
     def queue(self, conn: Any, workflow: str, caller: Caller, text: str = "", entities: dict[str, Any] | None = None,

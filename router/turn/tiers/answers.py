@@ -22,6 +22,7 @@ from rag.types import Answer
 from router.classify.base import Classification
 from router.classify.intents import Intent
 from router.schemas import Decision
+from router.turn import plan
 from router.turn.pipeline import TurnResult
 from router.turn.tiers.base import EVIDENCE_LIMIT, hit_dict, citations_of
 from router.turn.tiers.tickets import Tickets
@@ -316,7 +317,10 @@ class Answers(Tickets):
         """A greeting, thanks, "are you a bot": the template reply; state, counters and any flow untouched."""
         self.trace["escalation"] = {"rule": None, "checks": checks}
         self.trace["served"] = {"reply": template}
-        reply = self.send(self.say(template), kind="reply")
+        said = self.say(template)
+        if template == plan.ENDED_TEMPLATE:   # the task that just ended: its refusal, in its own words
+            said = said.replace("{refusal}", self.ended or "").strip()
+        reply = self.send(said, kind="reply")
         return self.result(self.decision_of(c, "L1", None, served=f"reply {template}"), reply=reply)
 
     def clarify(self, c: Classification) -> TurnResult:

@@ -7,6 +7,7 @@ commits, the decision and the result; the classification (once per turn) and the
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Container, Iterator
 from contextlib import contextmanager
@@ -15,7 +16,7 @@ from typing import Any, Protocol, cast
 from prometheus_client import Counter
 
 from automation.workflows.listening import Listening
-from automation.workflows.understand import drops_task
+from automation.workflows.understand import drops_task, only_consents
 from automation.workflows.runtime import Restart
 from automation.workflows.store import Flows, Instance
 from rag.types import Answer, Hit
@@ -114,7 +115,12 @@ def plan_facts(r: Wiring, c: Classification, intent: Intent | None, text: str, *
         drops_task=(reading is None and restart is None and plan.NEVER_MIND_TEMPLATE in r.policy.replies.names()
                     and drops_task(text)),
         clarify_unknown=r.policy.unknown == "clarify_then_escalate",
-        close_question=reading is None and restart is None and close is not None)
+        close_question=reading is None and restart is None and close is not None,
+        consents=(reading is None and restart is None and plan.CONSENT_TEMPLATE in r.policy.replies.names()
+                  and only_consents(text) and not _THANKS.search(text)))
+
+
+_THANKS = re.compile(r"thank|thx|\bty\b|谢|多谢|感谢", re.I)   # "ok thanks": the thanks reply, not "what can I do?"
 
 
 def verdict_facts(v: EscalationVerdict) -> plan.Verdict:
@@ -143,6 +149,7 @@ class TurnBase:
         self.flow: dict[str, Any] | None = None     # the workflow's part of the response
         self.listening: Listening | None = None      # the waiting flow and its reading of the message (engine.listen)
         self.restarting: Restart | None = None       # a finished flow this message starts again (engine.correcting)
+        self.ended: str | None = None                # why the task that just ended did nothing (engine.ended)
         # the conversation's flows, read once per pass until one changes (a conversation this pass made has none)
         self._flows: Flows | None = Flows(new=True) if ctx.new_conversation else None
         self._notes: list[str] | None = None

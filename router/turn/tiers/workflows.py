@@ -20,6 +20,7 @@ from automation.workflows.runtime import FlowTurn
 from automation.workflows.store import ACTIVE
 from router.classify.base import Classification
 from router.classify.intents import Intent
+from router.turn import plan
 from router.turn.pipeline import TurnResult
 from router.turn import state as sm
 from router.turn.plan import Route
@@ -60,7 +61,14 @@ class Workflows(Answers):
         with self.stage("workflow"):
             self.listening = engine.listen(self.active_flow(), self.text, c.entities or {},
                                            intent=c.intent, intent_confidence=float(c.confidence))
+            if self.listening is None and plan.ENDED_TEMPLATE in self.r.policy.replies.names():
+                # nothing waits, but the message may belong to the task that just ended refused
+                self.ended = engine.ended(self.conn, str(self.conv["id"]), self.text, c.entities or {},
+                                          intent=c.intent, intent_confidence=float(c.confidence), flows=self.flows())
         if self.listening is None:
+            if self.ended is not None:
+                self.trace["reading"] = plan.ENDED
+                return plan.ENDED
             return None
         self.trace["reading"] = self.listening.reading
         return self.listening.reading

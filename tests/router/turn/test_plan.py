@@ -53,6 +53,24 @@ ESCALATE = Verdict(escalate=True, rule="dissatisfied")
     ("'算了，不退了' with nothing waiting", facts(intent="refund_request", decided_by="rules", drops_task=True),
      None, "refund", Act.SMALL_TALK, {"template": "never_mind", "save_verdict": False, "run_flow": False}),
     ("... with a rule fired", facts(intent=None, drops_task=True), ESCALATE, None, Act.ESCALATE, {}),
+    # a value for the task that just ended refused ("21 Oak Road…" after "can no longer be changed"): why not,
+    # never an unclear turn; a rule that only counts such turns never escalates it, a person asked for does
+    ("a value for a task just refused", facts(intent=None, reading="ended"), Verdict(low_confidence_streak=2),
+     None, Act.SMALL_TALK, {"template": "task_ended", "save_verdict": False}),
+    ("... the low-confidence rule fired on it", facts(intent=None, reading="ended"),
+     Verdict(escalate=True, rule="low_confidence", low_confidence_streak=2), None, Act.SMALL_TALK,
+     {"template": "task_ended"}),
+    ("... with a person asked for", facts(intent=None, reading="ended"), Verdict(escalate=True, rule="human_request"),
+     None, Act.ESCALATE, {}),
+    # a bare "yes" / "好的" with nothing waiting: what can I help with, however often it is said
+    ("'yes' with nothing pending, heard as a greeting", facts(intent="greeting", served=GREETING, consents=True),
+     None, None, Act.SMALL_TALK, {"template": "consent", "save_verdict": False}),
+    ("'是的' out of scope, said again", facts(intent=None, consents=True),
+     Verdict(escalate=True, rule="repeated_question", low_confidence_streak=2), None, Act.SMALL_TALK,
+     {"template": "consent"}),
+    ("'ok' while a flow waits: the flow's", facts(consents=True, reading="answer"), None, None, Act.TIER,
+     {"run_flow": True}),
+    ("'yes' with a dissatisfied rule fired", facts(intent=None, consents=True), ESCALATE, None, Act.ESCALATE, {}),
     # a question of an intent with topics is answered (L1), never started as its task
     ("a question with topics", facts(intent="return_policy", tier="L2", form="question", topics=True), None, None,
      Act.TIER, {"tier": "L1", "asking": True, "run_flow": False}),
@@ -130,6 +148,8 @@ def test_the_routing_order(case, f, v, task, act, expect):
     (facts(reading="digression"), None, "l1_resolving"),               # a digression is a new request
     (facts(restart="order_status"), None, None),                       # a corrected task
     (facts(intent=None, drops_task=True), None, None),                 # "never mind": not an unclear turn
+    (facts(intent=None, reading="ended"), None, None),                 # about the task just refused
+    (facts(intent=None, consents=True), None, None),                   # a bare "yes": not an unclear turn
     (facts(), "order_status", None),                                   # a workflow's turns are normal work
     (facts(tier="L2", form="question", topics=True), "return_request", "l1_resolving"),   # answered, not started
 ])
