@@ -106,8 +106,11 @@ def answers_offer(run: FlowRun, text: str, entities: dict[str, Any], *, other: b
     gives what the task's first question asks (``StepKind.takes``: an option it names among the customer's
     orders, a value its slot reads), or what a question the task settled on its own on the way asks (the order,
     by its number or its item, when the single order was taken for them). "my sister bought it for me" or "那个快递员
-    态度很差" give nothing the task asks: the offer lapses and the message is served as the new message it is."""
-    if other or U.is_question(text) or read_form(text) == "question":
+    态度很差" give nothing the task asks: the offer lapses and the message is served as the new message it is.
+    A bare reference ("the lamp order", "毛巾那个", "order 100240") is read as the pick it is whatever intent the
+    classifier guessed for it (an order named alone sounds like an order-status question to it)."""
+    bare = U.is_pointer(text) or (bool(U.order_ids(text)) and not U.content_words(text))
+    if (other and not bare) or U.is_question(text) or read_form(text) == "question":
         return False
     if not (U.content_words(text) or U.order_ids(text)):
         return False

@@ -680,6 +680,21 @@ def test_an_answer_to_the_offered_tasks_first_question_takes_the_offer(api, svc,
     assert out[-1]["flow"]["status"] == "completed", out[-1]
 
 
+@pytest.mark.parametrize("customer, texts", [
+    ("c5", ("发票能开吗？要公司抬头的", "毛巾那个订单")),
+    ("c5", ("发票能开吗？要公司抬头的", "100271")),
+])
+def test_an_order_named_alone_takes_the_offer_whatever_the_classifier_guessed(api, svc, customer, texts):
+    """"毛巾那个订单" to "shall I issue an invoice for one of your orders?" names the order the task asks for first; to
+    the classifier an order named alone sounds like an order-status question, so it was served as one (the order's
+    status, the offer gone). The task starts with that order and asks for the title."""
+    out = talk(api, customer, f"l-offer-bare-{texts[-1]}", *texts)
+    assert (out[0].get("flow") or {}).get("awaiting") == "offer", out[0]
+    picked = out[1]
+    assert picked["flow"]["workflow"] == "invoice" and picked["flow"]["awaiting"] == "title", picked
+    assert "100271" in picked["reply"]["text"] and picked["ticket_id"] is None
+
+
 def flows_of(svc, conversation: str) -> list[dict]:
     return rows(svc.pool, "SELECT f.workflow, f.status, f.outcome FROM flow_instances f JOIN conversations c "
                           "ON c.id::text = f.conversation_id WHERE c.external_id = %s ORDER BY f.created_at", conversation)
