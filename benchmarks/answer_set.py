@@ -35,6 +35,41 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
+def _asks(text: str) -> bool:
+    """A reply that asks (a sentence ending in a question mark no quote closes: the article's hook, a heading)."""
+    from rag.chunk import split_sentences
+
+    return any(s.rstrip().endswith(("?", "？")) for s in split_sentences(text))
+
+
+def _grams(sentence: str) -> set[str]:
+    import re
+
+    low = re.sub(r"[一二两三四五六七八九十](?=[个天次年周小工分])",
+                 lambda m: str("一二三四五六七八九十".find(m.group(0).replace("两", "二")) + 1), sentence.casefold())
+    words = set(re.findall(r"[a-z0-9]+", low))
+    cjk = re.sub(r"[^\u4e00-\u9fff0-9]", "", low)
+    return words | {cjk[i:i + 2] for i in range(len(cjk) - 1)}
+
+
+def _repeats(text: str) -> bool:
+    """A reply that says a sentence twice in other words: most of its words (or Chinese character pairs) and all its
+    numbers are an earlier line's (list lines, which share their list's words, aside)."""
+    import re
+
+    from rag.chunk import split_sentences
+
+    prose = [ln for ln in text.splitlines() if ln.strip() and not re.match(r"\s*(?:•|\d+[.)]\s)", ln)]
+    earlier: list[set[str]] = []
+    for ln in prose:
+        for s in split_sentences(ln):
+            g = _grams(s)
+            if len(g) >= 4 and any(len(g & e) >= 0.55 * len(g) and {w for w in g if w.isdigit()} <= e for e in earlier):
+                return True
+        earlier.append(_grams(ln))
+    return False
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", default=str(REPO / "tests" / "rag" / "answer_set.jsonl"))
@@ -103,13 +138,17 @@ def main() -> None:
                              if k in ("n", "right_rate", "unanswered_answerable_rate",
                                       "wrong_answer_unanswerable_rate", "by_kind")}
             print(f"  [{split}] {splits[split]}")
+        said = [v["text"] for v in verdicts if v["answered"] and v["text"]]
+        report["asking"] = sum(_asks(t) for t in said)          # replies that hold a question
+        report["repeating"] = sum(_repeats(t) for t in said)    # replies that say a sentence twice
         for key in ("right_rate", "answerable_right_rate", "unanswered_answerable_rate",
                     "wrong_answer_unanswerable_rate", "cited_right_rate", "framing", "fragments", "wrong_language",
-                    "by_kind", "latency_ms_p50", "latency_ms_p95"):
+                    "asking", "repeating", "by_kind", "latency_ms_p50", "latency_ms_p95"):
             print(f"  {key:<32} {report[key]}")
         if args.show_wrong:
             for v in verdicts:
-                if not v["right"] or v["framing"] or v["fragment"] or v["wrong_language"]:
+                if not v["right"] or v["framing"] or v["fragment"] or v["wrong_language"] or (
+                        v["answered"] and (_asks(v["text"] or "") or _repeats(v["text"] or ""))):
                     print(f"- {v['q']} (answered {v['answered']}, cited {v['cited']}): {v['text'][:200]!r}")
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)

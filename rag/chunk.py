@@ -29,6 +29,8 @@ _SENT_END = re.compile(
     r"(?:(?:[。！？；!?]|…+)[”’」』）)\"']*)"          # zh / fullwidth ends, and ! ? anywhere
     r"|(?:(?<!\b[A-Za-z])(?<!\be\.g)(?<!\bi\.e)(?<!\bvs)(?<!\bMr)(?<!\bDr)(?<!\bNo)\.[”’\"')\]]*(?=\s|$))"
 )
+# an ordered list item's number ("1. Open My Orders"): it begins the item's sentence, it does not end one
+_ITEM_NUMBER = re.compile(r"\d{1,3}[.)]\s+(?=\S)")
 _SOFT_BREAK = re.compile(r"[，,、：:）)]\s*|\s+")
 _FAQ_QUESTION = re.compile(r"^(?:q|问)\s*[:：]", re.I)
 
@@ -78,7 +80,8 @@ def sentence_units(text: str) -> list[tuple[str, bool]]:
             continue
         first = True
         start = 0
-        for m in _SENT_END.finditer(line):
+        number = _ITEM_NUMBER.match(line)
+        for m in _SENT_END.finditer(line, number.end() if number else 0):
             end = m.end()
             piece = line[start:end].strip()
             if piece:

@@ -13,7 +13,8 @@ and the best one is taken with what it needs to be read alone:
 - a paragraph comes whole, with the lines of its section that score as well.
 
 An opening that defers to cases ("who pays depends on why you return it") goes on with the article's cases, each
-briefly (``cases_after``).
+briefly (``cases_after``). Numbered steps keep their numbers and are said whole, in order, with the options a step
+introduces under it; other lists are said as bullets.
 
 When the chosen entry names none of the specific words the question asks about and another line of the same
 article does, that line's entry answers instead (``Composer._in_words``). A word of a title that joins two
@@ -28,7 +29,8 @@ general rule (``Composer.narrower``).
 A question of several parts ("PayPal or Apple Pay?", "when does it ship, and how many days to arrive?")
 gets one entry per part, each citing its article. Everything is taken from articles in one language: the
 customer's when the knowledge base has it, else the reply says which language the article is in. The text
-always ends where a sentence ends.
+always ends where a sentence ends, and neither asks the article's rhetorical questions nor says a fact twice
+(``Composer.said_once``).
 """
 
 from __future__ import annotations
@@ -37,13 +39,13 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from rag.answer_type import asked, asking_word, holds
-from rag.chunk import _CJK, content_hash, join_units, sentence_units
+from rag.chunk import _CJK, content_hash, join_units, sentence_units, split_sentences
 from rag.rewrite import EN_STOPWORDS, ZH_STOPWORDS
 from rag.types import Chunk, Hit
 
@@ -51,6 +53,7 @@ _FAQ_Q = re.compile(r"^(?:q|问)\s*[:：]\s*", re.I)
 _FAQ_A = re.compile(r"^(?:a|答)\s*[:：]\s*", re.I)
 _TERMINAL = ("。", ".", "!", "！", "?", "？", "”", "」", ")", "）", '"')
 _SOFT_END = re.compile(r"[;；,，、:：\s]+$")
+_NUMBERED = re.compile(r"^(\d{1,3})[.)]\s+(?=\S)")      # a step of an ordered list ("1. Open My Orders")
 # a list item that ends on a joining word runs on into the next one ("one store-wide coupon, plus" / "one shipping
 # coupon, plus" / "points."): closing it with a full stop would cut the sentence
 SHORT_LIST = 3     # a list of at most this many items, announced by its introduction, is never cut short
@@ -73,6 +76,7 @@ OPENING_LEAD = 0.0         # the same for an article that opens with a paragraph
 CASES = 3                  # a list names cases when at least this many of its items (or one item's terms) name one
 STOPWORDS = frozenset(EN_STOPWORDS) | frozenset(ZH_STOPWORDS)
 COMMON_SHARE = 2 / 3       # a word held by more than this share of an article's lines does not single out a line
+REPEAT = 0.75              # a sentence whose words a line already said holds this share of is said twice
 
 
 @dataclass
@@ -113,6 +117,16 @@ def close_sentence(text: str) -> str:
         return text
     stripped = _SOFT_END.sub("", text)
     return stripped + ("。" if _is_cjk(stripped) else ".")
+
+
+def number_of(text: str) -> int:
+    """The number of an ordered list's step ("2. Tap Apply for after-sales" is 2), or 0."""
+    m = _NUMBERED.match(text.strip())
+    return int(m.group(1)) if m else 0
+
+
+def _ends_colon(ln: Line) -> bool:
+    return ln.text.rstrip().endswith((":", "："))
 
 
 def strip_framing(text: str) -> str:
@@ -162,6 +176,19 @@ def article_lines(chunks: Sequence[Chunk], doc: int = 0) -> list[Line]:
     return lines
 
 
+_INFLECTION = re.compile(r"(?:ing|ed|es|s)$")
+_NOT = re.compile(r"\b(?:not|no|never|cannot|can't|don't|doesn't|won't|isn't|aren't|without|none)\b|[不没无未别勿非]",
+                  re.I)
+_ZH_DIGITS = {"一": 1, "两": 2, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9, "十": 10}
+_ZH_QUANTITY = re.compile(r"([一两二三四五六七八九十])(个|天|次|年|周|小时|工作日|分钟)")
+
+
+def _asks(sentence: str) -> bool:
+    """Whether a sentence asks (ends with a question mark that no quote closes: "Can't receive the code?" in
+    quotes names a button)."""
+    return sentence.rstrip().endswith(("?", "？"))
+
+
 def _label_like(text: str) -> bool:
     t = text.strip()
     return (not _ends(t) and not _SOFT_END.search(t) and len(t) <= 24
@@ -184,18 +211,37 @@ def _structure(lines: list[Line]) -> None:
             i = j
             continue
         # a run of short lines in one section is a list (items, steps, table rows); a line ending in ":"
-        # introduces the run after it
-        intro = ln if ln.text.rstrip().endswith((":", "：")) else None
-        j = i + 1 if intro else i
+        # introduces the run after it. Numbered steps are one list: a step ending in ":" introduces the lines
+        # up to the next step (its sub-items, which take it as their label), and a line after a step that
+        # introduces nothing ends the list
+        intro = ln if _ends_colon(ln) and not number_of(ln.text) else None
+        first = j = i + 1 if intro else i
+        step: Line | None = None
         while (j < len(lines) and lines[j].section == ln.section and len(lines[j].text) <= 260
-               and not _FAQ_Q.match(lines[j].text) and not lines[j].text.rstrip().endswith((":", "："))):
+               and not _FAQ_Q.match(lines[j].text)):
+            k = number_of(lines[j].text)
+            if k and j > first and (step is None or k != number_of(step.text) + 1):
+                break             # another list starts
+            if not k and (_ends_colon(lines[j]) or (step is not None and not _ends_colon(step))):
+                break
+            step = lines[j] if k else step
             j += 1
-        items = lines[i + 1:j] if intro else lines[i:j]
+        items = lines[first:j]
         if len(items) >= 2:
             group += 1
             label = intro.idx if intro else -1
             if intro:
                 intro.kind, intro.group, intro.label = "intro", group, -1
+            if step is not None:           # an ordered list: its steps, and each sub-item under its step
+                head = label
+                for it in items:
+                    it.kind, it.group, it.label = "item", group, head if not number_of(it.text) else label
+                    if number_of(it.text) and _ends_colon(it):
+                        head = it.idx
+                    elif number_of(it.text):
+                        head = label
+                i = j
+                continue
             for it in items:
                 if _label_like(it.text) and it is not items[-1]:
                     it.kind, it.group, it.label = "label", group, label
@@ -265,19 +311,24 @@ def cases_after(ln: Line, doc: Sequence[Line]) -> list[Line]:
         budget = CASE_CHARS if _is_cjk(first.text) else 2.5 * CASE_CHARS
         told = [first]
         for x in run[1:]:        # the list its first line introduces, as far as a brief case goes
-            if sum(len(y.text) for y in told) + len(x.text) > budget and not (
+            if sum(len(y.text) for y in told) + len(x.text) > budget and not ordered(run) and not (
                     first.kind == "intro" and len(run) <= SHORT_LIST + 1):
-                break            # a short list announced ("You have two options:") is said whole, never cut
+                break            # a short list announced ("You have two options:") or steps are said whole
             told.append(x)
         out += told
     return out
+
+
+def ordered(lines: Sequence[Line]) -> bool:
+    """Whether list lines are an ordered list's (numbered steps)."""
+    return any(x.kind == "item" and number_of(x.text) for x in lines)
 
 
 def case_terms(text: str) -> list[str]:
     """What a list item or table row is about: first the term before its first separator ("**Alipay** – ...",
     "贴身衣物：...", a row's first cell; "" when that is long or a quantity, "签收1–7天"), then the short terms it
     enumerates after it ("underwear, swimwear, socks", "内衣、内裤、袜子等")."""
-    text = strip_framing(text).replace("**", "").strip()
+    text = _NUMBERED.sub("", strip_framing(text).replace("**", "").strip())
     m = _CASE_SEP.search(text)
     if m is None:
         return [text] if _short_term(text) else []
@@ -296,10 +347,10 @@ def _short_term(text: str) -> bool:
 
 def unit_text(ln: Line, lines: Sequence[Line]) -> str:
     """What a line is scored as: the line with what gives it meaning (its list's label or introduction,
-    its section heading), and for an FAQ answer its question."""
-    text = strip_framing(ln.text)
+    its section heading), and for an FAQ answer its question; a step without its number."""
+    text = _NUMBERED.sub("", strip_framing(ln.text))
     if ln.kind in ("item", "label") and ln.label >= 0:
-        head = strip_framing(lines[ln.label].text).rstrip(":： ")
+        head = _NUMBERED.sub("", strip_framing(lines[ln.label].text)).rstrip(":： ")
         return f"{head}: {text}"
     if ln.kind == "faq_a":
         q = next((x for x in lines if x.group == ln.group and x.kind == "faq_q"), None)
@@ -642,18 +693,84 @@ class Composer:
             taken |= {(ln.doc, ln.idx) for ln in entry}
         while len(chosen) > 1 and sum(len(ln.text) for _, e in chosen for ln in e) > MAX_CHARS:
             chosen.pop(min(range(1, len(chosen)), key=lambda i: chosen[i][0]))
-        blocks = []
-        for _, e in chosen:      # (a case's heading comes before its first line, which has its position)
-            blocks.append(render(sorted(e, key=lambda x: (x.idx, x.kind != "case"))))
         # entries in the article's order (the main entry's article first)
         order = sorted(range(len(chosen)), key=lambda i: (chosen[i][1][0].doc != main[0].doc, chosen[i][1][0].doc,
                                                            min(x.idx for x in chosen[i][1])))
-        text = "\n".join(blocks[i] for i in order if blocks[i])
-        used = list(dict.fromkeys(doc_ids[chosen[i][1][0].doc] for i in [0, *order]))
+        # (a case's heading comes before its first line, which has its position)
+        said = self.said_once([sorted(chosen[i][1], key=lambda x: (x.idx, x.kind != "case")) for i in order])
+        text = "\n".join(b for b in (render(e) for e in said) if b)
+        # (an entry said already by another says nothing of its article: that article is not cited)
+        used = list(dict.fromkeys(doc_ids[e[0].doc] for e in said if e)) or [doc_ids[main[0].doc]]
         if lang and answer_lang and lang != answer_lang and (lang, answer_lang) in LANG_NOTE:
             text = f"{LANG_NOTE[(lang, answer_lang)]}\n{text}"
         top = max((float(score_of[(ln.doc, ln.idx)][0]) for ln in main if (ln.doc, ln.idx) in score_of), default=0.0)
         return Composition(text=text, docs=used, lang=answer_lang, parts=len(chosen), scores={"line": round(top, 4)})
+
+    def _content(self, text: str) -> frozenset[str]:
+        """The words of a sentence that say something (no stop words, no single Chinese character), and its
+        numbers (Chinese numerals of a quantity as digits: "七天" says 7)."""
+        plain = _ZH_QUANTITY.sub(lambda m: str(_ZH_DIGITS[m.group(1)]) + m.group(2), text)
+        words = self.words_in(plain) if self.words is not None else frozenset(re.findall(r"\w+", plain.casefold()))
+        # an inflection says the same ("signed for" / "sign for"); a negation is said only by a line that negates
+        said = {_INFLECTION.sub("", w) if w.isascii() and len(w) > 4 else w for w in words
+                if w not in STOPWORDS and not (_is_cjk(w) and len(w) < 2)}
+        return frozenset(said | set(re.findall(r"\d+", plain)) | ({"<not>"} if _NOT.search(plain) else set()))
+
+    def said_once(self, entries: Sequence[Sequence[Line]]) -> list[list[Line]]:
+        """The entries in the order said, without what would make the reply ask or read twice.
+
+        A paragraph's rhetorical question ("Changed your mind?") and a heading that asks ("退货运费由谁承担？")
+        go: a reply answers, it does not ask (a quoted button name, "Can't receive the code?", is no question, nor
+        is a step's condition, "No backup codes left?"). A sentence of a paragraph or an FAQ answer that an
+        earlier line or list already says (REPEAT of its words, all its numbers, its negation) goes: the
+        opening's "the 7 days start on the day after the parcel is signed for" and the FAQ answer "7 days, counted
+        from the day after you sign for the parcel" are one fact, said once, the first time. An FAQ question
+        whose answer goes (or keeps only its yes or no) goes too; an entry left with nothing is not said, and a
+        reply that would be left with nothing is said whole."""
+        told: list[frozenset[str]] = []          # what each line (each list, as a whole) said
+        lists: dict[tuple[int, int], int] = {}
+        out: list[list[Line]] = []
+        for entry in entries:
+            kept: list[Line] = []
+            for ln in entry:
+                if ln.kind == "case" and _asks(ln.text):
+                    continue
+                if ln.kind not in ("para", "intro", "faq_a"):
+                    kept.append(ln)
+                    words = self._content(strip_framing(ln.text))
+                    if ln.group >= 0 and (ln.doc, ln.group) in lists:
+                        at = lists[(ln.doc, ln.group)]
+                        told[at] = told[at] | words
+                    else:
+                        lists[(ln.doc, ln.group)] = len(told)
+                        told.append(words)
+                    continue
+                units = sentence_units(ln.text)
+                keep: list[tuple[str, bool]] = []
+                for k, (sent, new_line) in enumerate(units):
+                    if ln.kind != "faq_a" and _asks(sent) and not (
+                            k + 1 < len(units) and units[k + 1][0][:1].islower()):
+                        continue
+                    words = self._content(_FAQ_A.sub("", sent))
+                    numbers = {w for w in words if w.isdigit()}
+                    if told and len(words - numbers) >= 2 and any(
+                            numbers <= t and ("<not>" not in words or "<not>" in t)
+                            and len(words & t) >= REPEAT * len(words) for t in told):
+                        continue
+                    keep.append((sent, new_line or not keep))
+                if len(keep) < len(units) and ln.kind == "faq_a":
+                    # a bare yes or no left of an answer the reply already says answers nothing
+                    rest = strip_framing(join_units(keep))
+                    bare = _YES.match(rest) or _NO.match(rest)
+                    keep = [] if bare and not rest[bare.end():].strip(" ,，.。!！") else keep
+                if not keep:
+                    continue
+                kept.append(replace(ln, text=join_units(keep)) if len(keep) < len(units) else ln)
+                told.append(self._content(_FAQ_A.sub("", join_units(keep))))
+            answered = {x.group for x in kept if x.kind == "faq_a"}
+            kept = [x for x in kept if x.kind != "faq_q" or x.group in answered]
+            out.append(kept)
+        return out if any(out) else [list(e) for e in entries]
 
     def _in_words(self, main: list[Line], per_doc: list[list[Line]], score_of: dict, qvecs: np.ndarray,
                   keywords: Sequence[str], key: str, query: str, head_sim: dict[str, float],
@@ -840,6 +957,8 @@ class Composer:
                 return section        # the question asks what the section is about: the section, whole
             members = [x for x in doc if x.group == ln.group]
             intro = next((x for x in members if x.kind == "intro"), None)
+            if ordered(members):             # steps are said in order and whole, never from the middle
+                return members
             if ln.kind == "intro" or _WHOLE_LIST.search(question):
                 body = [x for x in members if x.kind != "intro"][:MAX_LIST]
                 return ([intro] if intro else []) + body
@@ -866,6 +985,9 @@ _STATEMENTS = (
     (re.compile(r"^is there (.+)$", re.I), "There is {x}", "There is no {x}"),
     (re.compile(r"^are there (.+)$", re.I), "There are {x}", "There are no {x}"),
 )
+# the words with which what follows a yes or no goes on the statement it stands for ("Yes, if ...", "Yes, for ...")
+_GOES_ON = re.compile(r"(?:if|as long as|when|once|unless|provided|for|within|after|before|but|except|only|up to|"
+                      r"while|from|on|in|at|by|with|as|until|during|even)\b")
 _TO_CUSTOMER = {"i": "you", "me": "you", "my": "your", "mine": "yours", "myself": "yourself"}
 _ZH_ASKS = re.compile(r"(?:吗|嘛|么)?\s*[?？]*$")
 
@@ -888,7 +1010,8 @@ def statement(question: str, yes: bool, no_word: str = "") -> str | None:
             if word[k:] and at >= 0 and not stem[:at].endswith("不"):
                 return stem[:at] + no_word + stem[at + len(word[k:]):]
         return None
-    q = q.rstrip("?？ ").strip()
+    # "I typed the wrong address. Can I still fix it?" asks its last sentence
+    q = split_sentences(q)[-1].rstrip("?？ ").strip()
     for pattern, said, unsaid in _STATEMENTS:
         m = pattern.match(q)
         if m:
@@ -923,7 +1046,11 @@ def answer_alone(question: str, answer: str) -> str | None:
             return f"{said}{'，' if mark in ',，' else '。'}{rest}"
         if mark in ".!":
             return f"{close_sentence(said)} {rest}"
-        return f"{said} {rest}" if rest[:1].islower() else f"{said}, {rest}"
+        if _GOES_ON.match(rest):
+            return f"{said} {rest}"               # "Yes, if ...": the condition goes on the statement
+        if rest[:1].islower():                    # "Yes, the full amount goes back ...": a sentence of its own
+            return f"{close_sentence(said)} {rest[:1].upper()}{rest[1:]}"
+        return f"{said}, {rest}"
     if rest and (mark in ".。!！" or (_is_cjk(rest) and mark in ",，" and not yes)) and not rest[:1].islower():
         return rest
     return None
@@ -938,6 +1065,7 @@ def render(lines: Sequence[Line]) -> str:
     for ln in lines:
         if ln.kind == "item":
             items[(ln.doc, ln.group)] = items.get((ln.doc, ln.group), 0) + 1
+    steps = {(ln.doc, ln.group) for ln in lines if ln.kind == "item" and number_of(ln.text)}
     bullet = "• "
     for i, ln in enumerate(lines):
         text = strip_framing(ln.text)
@@ -953,6 +1081,15 @@ def render(lines: Sequence[Line]) -> str:
                 alone[j] = said        # the answer is said alone: the entry's question is not repeated
                 continue
             out.append(text)
+            continue
+        if (ln.doc, ln.group) in steps and ln.kind == "item":
+            # a step keeps its number ("1. Open My Orders."); a step that runs on into the next is not closed,
+            # and the lines a step introduces are its sub-items
+            runs_on = ((_RUNS_ON.search(text) is not None or text.rstrip().endswith((":", "：")))
+                       and i + 1 < len(lines) and lines[i + 1].kind == "item" and lines[i + 1].group == ln.group)
+            said = text.rstrip() if runs_on else close_sentence(text)
+            out.append(said if number_of(text) else "  • " + said)
+            bullet = "• "
             continue
         if ln.kind == "case" and _states(text):
             out.append(close_sentence(text))   # "无理由退货：买家承担运费。"

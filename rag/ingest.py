@@ -138,9 +138,12 @@ def parse_markdown(raw: str, *, doc_id: str, path: str = "", default_source: str
     rows: list[list[str]] = []
     row: list[str] | None = None
     in_head = False
+    number = ""          # the marker of the ordered list item whose first line comes next ("1.")
     i = 0
     while i < len(tokens):
         t = tokens[i]
+        if t.type == "list_item_open" and t.info:
+            number = f"{t.info}{t.markup}"       # a step keeps its number: order matters for steps
         if t.type == "heading_open":
             b.heading(int(t.tag[1:]), _inline_text(tokens[i + 1]))
             i += 3
@@ -164,7 +167,9 @@ def parse_markdown(raw: str, *, doc_id: str, path: str = "", default_source: str
             for ln in _table_lines(rows, header):
                 b.line(ln)
         elif t.type == "inline" and row is None:
-            b.line(_inline_text(t))
+            text = _inline_text(t)
+            b.line(f"{number} {text}" if number and text.strip() else text)
+            number = ""
         elif t.type in ("fence", "code_block"):
             for ln in t.content.splitlines():
                 b.line(ln)

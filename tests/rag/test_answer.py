@@ -18,7 +18,7 @@ from rag.answer import OpenAIChatGenerator, extract, unsupported_sentences
 from rag.chunk import split_sentences
 from rag.lexical.tantivy import TantivyIndex
 from rag.rewrite import get_tokenizer, load_glossary
-from rag.service import SAMPLE_KB, KnowledgeBase, RetrievalConfig
+from rag.service import SAMPLE_KB, KnowledgeBase, RetrievalConfig, _stem
 from rag.types import Chunk, Hit
 
 ROUTER_KITS = str(Path(__file__).resolve().parents[1] / "router")   # routing_kit: the shared knowledge base template
@@ -491,6 +491,14 @@ def test_the_issues_replies_say_what_is_asked_and_not_the_entry_beside_it(answer
     ("How long is the code valid?", "10 minutes.", "10 minutes."),
     ("Are members charged?", "No. All tiers are free.", "All tiers are free."),     # the answer's own words
     ("Is there a fee for membership?", "No. All tiers are free.", "There is no fee for membership. All tiers are free."),
+    # a question said after what it is about asks its last sentence
+    ("I typed the wrong address. Can I still fix it?", "Yes, if the order is still Awaiting shipment.",
+     "You can still fix it if the order is still Awaiting shipment."),
+    # what follows the yes is a sentence of its own, not the statement's continuation
+    ("Will I get my money back if I cancel?", "Yes, the full amount goes back to your original payment method.",
+     "You will get your money back if you cancel. The full amount goes back to your original payment method."),
+    ("Can I pay in installments?", "Yes, for orders of ¥300 or more.", "You can pay in installments for orders of ¥300 "
+     "or more."),
     ("Is shipping free?", "Yes for orders of ¥99 or more.", None),       # a yes that cannot be said without its question
     ("Is it free?", "Yes.", None),
 ])
@@ -672,3 +680,86 @@ def test_a_short_list_its_case_announces_is_said_whole(bundled_kb):
     answer = bundled_kb.answer("who pays for return shipping?")
     assert answer.answered and "Book a pickup in the app" in answer.text and "Send it yourself" in answer.text, \
         answer.text
+
+
+STEPS = ("Apply from the order itself.\n1. Open My Orders and select the order.\n2. Choose the type of request:\n"
+         "Return & refund – you send the item back;\nExchange – same product, different size.\n"
+         "3. Submit. Most requests are approved within 24 hours.\nIf a request is refused, we tell you why.")
+
+
+def test_numbered_steps_keep_their_numbers_and_the_lines_a_step_introduces():
+    """Order matters in steps: "1. 2. 3." are said as the article numbers them, a step's own options under it."""
+    from rag.compose import article_lines, render
+
+    chunk = Chunk(chunk_id="s#0", doc_id="steps", text=STEPS, title="Returning", section="Step by step", lang="en")
+    lines = article_lines([chunk])
+    assert [ln.kind for ln in lines] == ["para", "item", "item", "item", "item", "item", "para"], lines
+    assert len({ln.group for ln in lines[1:6]}) == 1 and lines[3].label == lines[2].idx     # one list, 3 under 2
+    assert render(lines[1:6]).splitlines() == [
+        "1. Open My Orders and select the order.", "2. Choose the type of request:",
+        "  • Return & refund – you send the item back.", "  • Exchange – same product, different size.",
+        "3. Submit. Most requests are approved within 24 hours."]
+
+
+def test_a_question_about_one_step_gets_every_step_in_order(minilm_encoder):
+    """A step said alone, or the steps after the one that matched, leaves the customer in the middle."""
+    from rag.compose import Composer
+
+    chunk = Chunk(chunk_id="s#0", doc_id="steps", text=STEPS, title="Returning", section="Step by step", lang="en",
+                  content_hash="steps")
+    hit = Hit(chunk_id=chunk.chunk_id, score=1.0, chunk=chunk)
+    comp = Composer(minilm_encoder).compose("are requests approved within 24 hours?", [hit],
+                                            lambda ids: {"steps": [chunk]}, lang="en")
+    shown = comp.text.splitlines()
+    assert [s[:2] for s in shown if s[:1].isdigit()] == ["1.", "2.", "3."] and "  • Exchange" in comp.text[1:], shown
+    assert "•" not in "".join(s for s in shown if not s.startswith("  • ")), shown
+
+
+def test_a_reply_does_not_ask_and_says_a_fact_once():
+    """"Changed your mind?" is the article's hook, not an answer; the FAQ answer after the opening that says the
+    same 7 days reads as the same thing twice. A quoted button name that ends in "?" is no question."""
+    from rag.compose import Composer, Line
+
+    opening = ("Changed your mind? Most items can be returned within 7 days without giving a reason. The 7 days "
+               "start on the day after the parcel is signed for.")
+    entries = [[Line(0, 0, opening, "")],
+               [Line(0, 5, "Q: How many days do I have to return an item?", "FAQ", "faq_q", 1),
+                Line(0, 6, "A: 7 days, counted from the day after you sign for the parcel.", "FAQ", "faq_a", 1)],
+               [Line(0, 8, 'Tap "Can\'t receive the code?" and complete identity verification.', "")],
+               [Line(0, 9, "Refunds for 7 days of delay are paid in 14 days.", "")]]
+    composer = Composer(None)
+    tokenizer = get_tokenizer()
+    composer.words = lambda text: frozenset(_stem(w) for w in tokenizer.words_of(text))     # as the service sets it
+    said = composer.said_once(entries)
+    assert [[x.text for x in e] for e in said] == [
+        ["Most items can be returned within 7 days without giving a reason. The 7 days start on the day after the "
+         "parcel is signed for."], [], ['Tap "Can\'t receive the code?" and complete identity verification.'],
+        ["Refunds for 7 days of delay are paid in 14 days."]]    # a new number is a new fact
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("query, doc, says, repeated", [
+    # the opening says the 7 days and when they start; the FAQ answer says both again
+    ("how many days do I have to return something?", "returns-7day-en", "within 7 days", "counted from the day after"),
+    ("退货期限是几天", "returns-7day-zh", "七天从签收的次日开始计算", "签收次日起7天内"),
+])
+def test_a_bundled_reply_opens_with_the_answer_and_says_it_once(bundled_kb, query, doc, says, repeated):
+    answer = bundled_kb.answer(query)
+    assert answer.answered and answer.citations[0]["doc_id"] == doc, (answer.reason, answer.citations[:1])
+    assert says in answer.text and repeated not in answer.text, answer.text
+    assert not any(s.rstrip().endswith(("?", "？")) for s in split_sentences(answer.text)), answer.text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("query, doc, steps", [
+    ("How do I return an item?", "return-process-en", 5),
+    ("怎么申请退货", "return-process-zh", 5),
+    ("the parcel says delivered but I can't find it", "delayed-lost-parcels-en", 3),
+    ("忘记密码怎么办", "password-reset-zh", 4),
+])
+def test_bundled_steps_are_said_numbered_whole_and_in_order(bundled_kb, query, doc, steps):
+    answer = bundled_kb.answer(query)
+    assert answer.answered and answer.citations[0]["doc_id"] == doc, (answer.reason, answer.citations[:1])
+    numbered = [ln.split(".")[0] for ln in answer.text.splitlines() if ln[:1].isdigit()]
+    assert numbered == [str(k) for k in range(1, steps + 1)], answer.text
+    assert "• " not in "\n".join(ln for ln in answer.text.splitlines() if ln[:1].isdigit()), answer.text

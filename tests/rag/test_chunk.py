@@ -21,6 +21,11 @@ def test_line_breaks_end_sentences():
     assert split_sentences("Alipay: 1–3 days\nPayPal: 3–5 days") == ["Alipay: 1–3 days", "PayPal: 3–5 days"]
 
 
+def test_a_step_number_begins_its_sentence_rather_than_ending_one():
+    assert split_sentences("1. Open My Orders. Then tap Logistics.\n2. 提交申请。\nIt costs 3.5 yuan. 10. x") == [
+        "1. Open My Orders.", "Then tap Logistics.", "2. 提交申请。", "It costs 3.5 yuan.", "10.", "x"]
+
+
 def test_language_detection():
     assert detect_lang("退款多久到账") == "zh"
     assert detect_lang("How long does a refund take?") == "en"

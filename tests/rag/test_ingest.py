@@ -24,6 +24,18 @@ def test_markdown_front_matter_headings_and_tables():
     assert "**" not in doc.text and "|" not in money
 
 
+def test_an_ordered_list_keeps_its_numbers_and_a_bullet_list_its_plain_items():
+    """Steps are read in order: their numbers are the article's words; bullets carry no order."""
+    from rag.ingest import parse_markdown
+
+    doc = parse_markdown("# T\n\n## Steps\n\n1. Open **My Orders**.\n2. Choose the type:\n   - **Return** – send it;\n"
+                         "   - **Exchange** – swap it.\n3. Submit. We reply in **24 hours**.\n\n- a bullet;\n- another.\n",
+                         doc_id="steps")
+    assert doc.sections[0].text.splitlines() == ["1. Open My Orders.", "2. Choose the type:", "Return – send it;",
+                                                 "Exchange – swap it.", "3. Submit. We reply in 24 hours.",
+                                                 "a bullet;", "another."]
+
+
 def test_bundled_knowledge_base_loads_in_both_languages():
     docs = load_documents(SAMPLE_KB)
     assert len(docs) == len(list(SAMPLE_KB.glob("*.md")))
