@@ -497,7 +497,7 @@ def meaning_texts(oid: str, fields: list[str]) -> list[str]:
     """What an option is, for the encoder: the fields that name it besides its label (the label repeats them
     beside an id and a status), without its id and without codes ("delivered", "pending_payment": a state,
     which words match, never a thing an answer means); the label when nothing else is left."""
-    named = [f for f in (fields[1:] if len(fields) > 1 else fields) if not _CODE.fullmatch(f.strip())]
+    named = [f for f in fields[1:] if not _CODE.fullmatch(f.strip())] or fields[:1]
     out: list[str] = []
     for f in named:
         f = re.sub(rf"(?<![A-Za-z0-9]){re.escape(oid)}(?![A-Za-z0-9])", " ", f).strip(" :,-") if oid else f.strip()

@@ -104,6 +104,7 @@ def test_meaning_texts_leave_out_the_label_the_id_and_codes():
     assert U.meaning_texts("100270", ["100270 (delivered): 不粘锅 28cm", "不粘锅 28cm", "delivered"]) == ["不粘锅 28cm"]
     assert U.meaning_texts("A1", ["A1: Garden Hose (green)"]) == ["Garden Hose (green)"]
     assert U.meaning_texts("", ["Desk Lamp (brass)"]) == ["Desk Lamp (brass)"]
+    assert U.meaning_texts("W1", ["W1 (paid): Wool scarf", "paid"]) == ["(paid): Wool scarf"]   # codes only: the label
     assert (script("不粘锅 28cm"), script("Leather boots, size 12"), script("the 锅")) == ("zh", "en", "zh")
 
 
