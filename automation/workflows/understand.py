@@ -490,6 +490,31 @@ def _names_label(t: str, fields: list[str]) -> bool:
     return bool(label) and re.search(rf"(?<![a-z0-9]){re.escape(label)}(?![a-z0-9])", t) is not None
 
 
+_CODE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
+
+
+def meaning_texts(oid: str, fields: list[str]) -> list[str]:
+    """What an option is, for the encoder: the fields that name it besides its label (the label repeats them
+    beside an id and a status), without its id and without codes ("delivered", "pending_payment": a state,
+    which words match, never a thing an answer means); the label when nothing else is left."""
+    named = [f for f in fields[1:] if not _CODE.fullmatch(f.strip())] or fields[:1]
+    out: list[str] = []
+    for f in named:
+        f = re.sub(rf"(?<![A-Za-z0-9]){re.escape(oid)}(?![A-Za-z0-9])", " ", f).strip(" :,-") if oid else f.strip()
+        if f and f not in out:
+            out.append(f)
+    return out or [" ".join(fields)]
+
+
+def by_meaning(similarity: Callable[[str, list[str]], list[float]], text: str, ids: list[str],
+               texts: list[list[str]]) -> list[float]:
+    """Each option's similarity to the text: the best of its ``meaning_texts``, all asked in one call."""
+    per = [meaning_texts(oid, fields) for oid, fields in zip(ids, texts)]
+    unique = list(dict.fromkeys(f for fs in per for f in fs))
+    sims = dict(zip(unique, similarity(text, unique)))
+    return [max(sims[f] for f in fs) for fs in per]
+
+
 def choose(text: str, ids: list[str], texts: list[list[str]], *,
            similarity: Callable[[str, list[str]], list[float]] | None = None,
            fuzzy_threshold: float = 0.8, encoder_threshold: float = 0.85, encoder_margin: float = 0.05,
@@ -576,9 +601,11 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
                 return Choice(None, [], "none")   # weak: a word or two shared with one option, the rest not it
             pool, matched = leaders, True
     if similarity is not None:
-        sims = similarity(text, [" ".join(texts[i]) for i in pool])
+        sims = by_meaning(similarity, text, [ids[i] for i in pool], [texts[i] for i in pool])
+        # a similarity on its own scale says what a confident pick is there (meaning.EncoderSimilarity)
+        threshold, margin = getattr(similarity, "confident", (encoder_threshold, encoder_margin))
         order = sorted(range(len(pool)), key=lambda j: -sims[j])
-        if sims[order[0]] >= encoder_threshold and (len(order) == 1 or sims[order[0]] - sims[order[1]] >= encoder_margin):
+        if sims[order[0]] >= threshold and (len(order) == 1 or sims[order[0]] - sims[order[1]] >= margin):
             return Choice(pool[order[0]], [], "encoder")
     if matched and len(pool) > 1:
         return Choice(None, pool, "ambiguous")

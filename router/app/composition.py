@@ -152,8 +152,15 @@ def wire_flows(services: Services) -> None:
     services.tools = gateway
     from handoff.queries import customer_tickets
 
+    similarity = None
+    if services.encoder is not None:   # an option chosen by meaning ("the pan please" for 不粘锅 28cm)
+        from automation.workflows.meaning import EncoderSimilarity
+
+        similarity = EncoderSimilarity(services.encoder)
+        similarity.background()   # encoded now, not at a customer's first choice
     services.flows = FlowEngine(workflows, gateway, HandoffApprovals(lambda: services.handoff),
-                                tickets=customer_tickets)   # earlier tickets in the session memory
+                                tickets=customer_tickets,   # earlier tickets in the session memory
+                                similarity=similarity)
     if workflows.memory is not None and workflows.memory.calls:
         from router.app.stale_memory import StaleMemoryListener
 
