@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from rag.chunk import join_units, sentence_units, split_sentences
+from rag.chunk import join_units, sentence_units, split_sentences, unfinished
 from rag.rewrite import EN_STOPWORDS, ZH_STOPWORDS, SearchTokenizer
 from rag.types import Hit
 
@@ -105,6 +105,8 @@ def extract(passage: str, keywords: Sequence[str], tokenizer: SearchTokenizer, *
         # keep the passage's own line breaks, and mark a gap where sentences were skipped
         out.append((s, units[i][1] or bool(out and i - 1 not in chosen)))
         size += len(s)
+    while out and unfinished(out[-1][0]):
+        out.pop()          # a sentence the chunk cuts off at a comma (one too long for a chunk) is not said half
     text = join_units(out)
     return text.strip()
 

@@ -33,6 +33,7 @@ _SENT_END = re.compile(
 _ITEM_NUMBER = re.compile(r"\d{1,3}[.)]\s+(?=\S)")
 _SOFT_BREAK = re.compile(r"[，,、：:）)]\s*|\s+")
 _FAQ_QUESTION = re.compile(r"^(?:q|问)\s*[:：]", re.I)
+_CLAUSE_MARKS = (",", "，", "、")    # where _hard_split cuts a sentence too long for one chunk
 
 
 @dataclass
@@ -97,6 +98,24 @@ def sentence_units(text: str) -> list[tuple[str, bool]]:
 def split_sentences(text: str) -> list[str]:
     """Sentences of zh/en text, in order."""
     return [s for s, _ in sentence_units(text)]
+
+
+def unfinished(text: str) -> bool:
+    """Whether a text stops inside a sentence, on a comma or an enumeration mark (a clause cut off its sentence;
+    a list item's ";" or an introduction's ":" ends where it should)."""
+    return text.rstrip().endswith(_CLAUSE_MARKS)
+
+
+def whole_sentences(text: str) -> str:
+    """``text`` without an unfinished last sentence ("... For a special VAT invoice,"): a sentence is said whole
+    or not at all. Empty when no sentence of it is finished."""
+    if not unfinished(text):
+        return text
+    units = sentence_units(text)
+    while units and unfinished(units[-1][0]):
+        units.pop()
+    return join_units(units)
+
 
 
 def _hard_split(sentence: str, limit: int) -> list[str]:

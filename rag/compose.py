@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from rag.answer_type import asked, asking_word, holds
-from rag.chunk import _CJK, content_hash, join_units, sentence_units, split_sentences
+from rag.chunk import _CJK, content_hash, join_units, sentence_units, split_sentences, unfinished, whole_sentences
 from rag.rewrite import EN_STOPWORDS, ZH_STOPWORDS
 from rag.types import Chunk, Hit
 
@@ -164,8 +164,11 @@ def article_lines(chunks: Sequence[Chunk], doc: int = 0) -> list[Line]:
         if c.section != prev_section:
             prev_units = []
         section = c.section or ""
-        for s, new_line in units:
-            if new_line:
+        # a sentence too long for one chunk was cut at a comma (rag.chunk.pack): the chunk that follows goes on
+        # with it, so its first line is the rest of the line left open, never a line of its own
+        goes_on = c.section == prev_section and bool(current) and unfinished(current[-1][0])
+        for n, (s, new_line) in enumerate(units):
+            if new_line and not (n == 0 and goes_on):
                 flush()
             current.append((s, new_line))
             owners.append(c.chunk_id)
@@ -1071,6 +1074,8 @@ def render(lines: Sequence[Line]) -> str:
         text = strip_framing(ln.text)
         if i in alone:
             text = alone[i]
+        if ln.kind in ("para", "faq_a"):
+            text = whole_sentences(text)      # (a list item that ends on a comma runs on into the next one)
         if not text:
             continue
         if ln.kind == "faq_q":
