@@ -177,6 +177,18 @@ def test_a_question_that_says_an_articles_title_gets_its_opening_list(bundled_kb
     assert all(s in answer.text for s in says) and not_says not in answer.text, answer.text
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("query", ["忘了开发票还能补开吗", "订单签收了还能补开发票吗"])
+def test_a_late_invoice_request_is_not_read_as_a_reissue(bundled_kb, query):
+    """"补开" is asking for an invoice after the order (the electronic-invoice article's own word for it), not
+    changing one already issued: the glossary reads it as no re-issue ("重开发票"), so the late-request entry
+    answers instead of the re-issue deadline."""
+    answer = bundled_kb.answer(query)
+    assert answer.answered and answer.citations[0]["doc_id"] == "invoice-electronic-zh", (answer.citations[:1],
+                                                                                         answer.text)
+    assert "补开" in answer.text and "换开" not in answer.text, answer.text
+
+
 def test_the_cases_an_article_lists_are_the_terms_its_items_name():
     from rag.compose import case_terms
 
