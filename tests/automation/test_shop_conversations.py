@@ -60,3 +60,13 @@ def test_scripted_conversations_against_the_example_shop(conversations):
             print(f"  {v.case['id']}: {v.problems} (last reply: {v.replies[-1]!r})")
     assert all(a / n >= 0.70 for a, n in table.values()), table
     assert right / total >= 0.90
+
+
+def test_a_personal_invoice_is_not_asked_for_a_tax_id(conversations):
+    """"个人" / "personal" as the title: an invoice without a tax id, so the tax id question is never asked."""
+    cases = [(n, c) for n, c in enumerate(CASES) if c["id"] in ("iv-zh-personal", "iv-en-personal")]
+    assert len(cases) == 2
+    for n, case in cases:
+        v = conversations.run(n, case)
+        assert not v.problems, (case["id"], v.problems, v.replies)
+        assert not any("税号" in r or "tax id" in r for r in v.replies), v.replies

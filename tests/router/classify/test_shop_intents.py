@@ -41,3 +41,20 @@ def test_every_first_message_starts_its_workflow_and_drift_is_another_intent(e5_
     print({wf: f"{a}/{n}" for wf, (a, n) in per_workflow.items()}, missed)
     assert all(a == n for a, n in per_workflow.values()), missed
     assert drift and wrong_drift == []
+
+
+# an order named by what is in it (the sample shop's items; the intents' examples name other things)
+NAMED_BY_ITEM = ["我的不粘锅到了吗", "我的不粘锅什么时候到的？", "where's my lamp?", "when will my boots arrive",
+                 "毛巾发货了没有", "我的台灯到哪了", "has my hose shipped"]
+
+
+def test_an_order_named_by_its_item_is_an_order_question(e5_encoder, tmp_path):
+    clf = classifier_for(e5_encoder, tmp_path)
+    workflows = load_workflows(None)
+    wrong = []
+    for text in NAMED_BY_ITEM:
+        c = clf.classify(text)
+        wf = workflows.for_intent(c.intent) if c.intent else None
+        if wf is None or wf.name != "order_status":
+            wrong.append((text, c.intent, round(c.confidence, 2)))
+    assert not wrong, wrong
