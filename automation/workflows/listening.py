@@ -33,6 +33,8 @@ from text.form import read_form
 READINGS = ("answer", "correction", "cancel", "waiting", "digression", "unclear")
 CLAIMED = frozenset({"answer", "correction", "cancel", "waiting", "unclear"})
 MAX_WALK = 100   # steps walked to find an offered task's first question
+#: how sure the classifier must be that a message naming an option is a request of its own (a rule: 1.0)
+OWN_REQUEST = 0.9
 
 
 @dataclass
@@ -246,6 +248,14 @@ def reading(run: FlowRun, gone: str | None, text: str, entities: dict[str, Any],
         other = False   # a word or two at a free-text question ("ok" for an address): asked again, not another topic
     if other and U.only_consents(text):
         other = False   # "ok", "好的，继续吧" at "which order?": the customer lets the bot go on, no small talk
+    if free and strength is not None and U.is_correction(text) and A.repick(run, step, text, dry=True) is not None:
+        return "correction"   # "wait, I meant the second one" at the invoice title: the earlier choice, never a title
+    if strength == "strong" and other and (intent_confidence or 0.0) >= OWN_REQUEST and step.kind in ("choose", "ask") \
+            and U.order_ids(text) and U.is_free_value(text) and not U.is_correction(text):
+        # "where is my order 100241?" at "which order should be refunded?": the number is named inside a request
+        # of its own (another task, placed by a rule or nearly as surely), not picked for this one; served, then
+        # asked again. "100241, it arrived damaged" (a reason beside the pick, placed loosely) still picks it
+        return "digression"
     if strength == "strong" or (strength == "weak" and not U.is_question(text)):
         return "answer"   # a fuzzy choice ("the one with the boots") answers even when it sounds like a topic
     if U.is_correction(text) and (A.correction(instance, wf, text, entities, skip=step.arg) is not None or (

@@ -27,7 +27,8 @@ NO = {"不", "不是", "不要", "不用", "否", "不对", "不行", "不同意
       "don't", "do not", "not that", "wrong", "no thanks", "no thank you"}
 CANCEL = ("算了", "不用了", "取消", "不办了", "不要了", "never mind", "nevermind", "forget it", "cancel",
           "stop", "quit")
-CORRECTION = re.compile(r"(不是|不对|错了|应该是|改成|改为|不好意思|打错|说错|搞错|弄错|写错|\bnot\b|\bactually\b|\binstead\b"
+CORRECTION = re.compile(r"(不是|不对|错了|应该是|改成|改为|不好意思|打错|说错|搞错|弄错|写错|我是说|我说的是|我的意思是|我指的是"
+                        r"|\bnot\b|\bactually\b|\binstead\b"
                         r"|\bwrong\b|\bi meant?\b|\boops\b|\bmy (?:mistake|bad)\b|\bsorry\b|\btypo\b)", re.I)
 _ORDER_ID = re.compile(r"(?<![A-Za-z0-9])(?:\d{5,12}|[A-Z]{1,4}[-#]?\d{3,10})(?![A-Za-z0-9])|#[A-Za-z0-9]{3,12}")
 _AMOUNT = re.compile(r"(?P<cur>[¥￥$€£]|USD|CNY|RMB|EUR|元|块)?\s*(?P<num>\d+(?:\.\d{1,2})?)\s*(?P<cur2>元|块|USD|CNY|RMB|EUR|dollars?)?", re.I)
@@ -515,6 +516,18 @@ def by_meaning(similarity: Callable[[str, list[str]], list[float]], text: str, i
     return [max(sims[f] for f in fs) for fs in per]
 
 
+def ordinal_of(text: str, n: int) -> int | None:
+    """The place in a list of ``n`` a message names ("the second one", "第二个", "the last", "2"), from 0; None."""
+    m = _ORDINAL_RE.search(norm(text))
+    if not m:
+        return None
+    raw = m.group(1) or m.group(2) or m.group(3)
+    k = int(raw) if raw.isdigit() else _ORDINALS.get(raw, _ORDINALS.get(raw[:1], 0))
+    if k == -1:
+        return n - 1 if n else None
+    return k - 1 if 1 <= k <= n else None
+
+
 def choose(text: str, ids: list[str], texts: list[list[str]], *,
            similarity: Callable[[str, list[str]], list[float]] | None = None,
            fuzzy_threshold: float = 0.8, encoder_threshold: float = 0.85, encoder_margin: float = 0.05,
@@ -532,14 +545,9 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
     t = norm(text)
     if not t or n == 0:
         return Choice(None, [], "none")
-    m = _ORDINAL_RE.search(t)
-    if m:
-        raw = m.group(1) or m.group(2) or m.group(3)
-        k = int(raw) if raw.isdigit() else _ORDINALS.get(raw, _ORDINALS.get(raw[:1], 0))
-        if k == -1:
-            return Choice(n - 1, [], "number")
-        if 1 <= k <= n:
-            return Choice(k - 1, [], "number")
+    k = ordinal_of(t, n)
+    if k is not None:
+        return Choice(k, [], "number")
     # an id between Chinese characters ("W3003的") is still a whole id: only letters and digits bound it;
     # the substring test first: cheap
     hits = [i for i, oid in enumerate(ids) if oid and norm(oid) in t
@@ -681,6 +689,66 @@ def strip_correction(text: str) -> str:
     rest = _CORRECTION_LEAD.sub("", (text or "").strip()).strip()
     named = _NAMED_VALUE.sub("", rest, count=1).strip()
     return named if len(named) >= 2 else rest
+
+
+# "it's No. 15 not 5", "15号，不是5号", "not 5 but 15", "把5号改成15号", "5 should be 15": one part of a value said
+# again, the part it replaces named beside it (new, old)
+_SWAPS = (
+    re.compile(r"^(?P<new>.+?)\s*[,，]?\s+(?:and\s+)?not\s+(?P<old>.+?)$", re.I),
+    re.compile(r"^not\s+(?P<old>.+?)\s*[,，]?\s+but\s+(?P<new>.+?)$", re.I),
+    re.compile(r"^(?:change|replace)\s+(?P<old>.+?)\s+(?:to|with|by)\s+(?P<new>.+?)$", re.I),
+    re.compile(r"^(?P<old>.+?)\s+(?:should\s+be|must\s+be|is\s+actually)\s+(?P<new>.+?)$", re.I),
+    re.compile(r"^不是(?P<old>.+?)[，,、\s]*(?:而)?是(?P<new>.+?)$"),
+    re.compile(r"^(?:应该)?是(?P<new>.+?)[，,、\s]*(?:而)?不是(?P<old>.+?)$"),
+    re.compile(r"^(?P<new>[^，,]+?)[，,、\s]+不是(?P<old>.+?)$"),
+    re.compile(r"^(?:把)?(?P<old>.+?)(?:改成|改为|换成|应该是|应为)(?P<new>.+?)$"),
+)
+_SWAP_LEAD = re.compile(r"^(?:\s|[,，.。:：!！;；]|no\b(?!\.?\s*\d)|nope\b|wrong\b|actually\b|sorry\b|wait\b|hold\s+on\b|oops\b"
+                        r"|my\s+(?:mistake|bad)\b|typo\b|it'?s\b|it\s+is\b|i\s+meant?\b|等等|等一下|稍等|不好意思|抱歉"
+                        r"|对不起|哦|噢|啊|呃|我是说|我说的是|我的意思是|打错了|写错了|说错了|错了|不对)+", re.I)
+_SWAP_EDGE = re.compile(r"^[\s,，.。:：!！;；\"'“”‘’]+|[\s,，.。:：!！;；\"'“”‘’]+$")
+
+
+def _part_at(value: str, part: str) -> tuple[int, int] | None:
+    """Where ``part`` stands in ``value`` as a whole (never inside a longer number or word), when it stands there once."""
+    latin = re.search(r"[A-Za-z0-9]", part) is not None
+    pattern = (r"(?<![A-Za-z0-9])" + re.escape(part) + r"(?![A-Za-z0-9])") if latin else re.escape(part)
+    spans = [m.span() for m in re.finditer(pattern, value, re.I)]
+    return spans[0] if len(spans) == 1 else None
+
+
+def substituted(value: str, text: str) -> str | None:
+    """``value`` with the one part a correction names replaced by what it says instead ("it's No. 15 not 5" on
+    "No. 5 Xueyuan Road" -> "No. 15 Xueyuan Road"; "是15号不是5号" on "学院路5号" -> "学院路15号"), or None when the
+    message is no such correction or the part it replaces is not in the value exactly once. Words the new part
+    repeats around the old one ("No. 15" for "5" after "No. ") are not said twice."""
+    said = _SWAP_LEAD.sub("", (text or "").strip()).strip()
+    if not value or not said or len(said) > 80:
+        return None
+    for pattern in _SWAPS:
+        m = pattern.match(said)
+        if m is None:
+            continue
+        new, old = (_SWAP_EDGE.sub("", m.group(g)) for g in ("new", "old"))
+        if not new or not old or new.lower() == old.lower() or len(old) > 40 or len(new) > 60:
+            continue
+        at = _part_at(value, old)
+        if at is None:
+            continue
+        before, after = value[:at[0]], value[at[1]:]
+        for k in range(min(len(before), len(new) - 1), 0, -1):   # "No. 15" for "5" after "No. ": said once
+            start = len(before) - k
+            whole = start == 0 or not before[start - 1].isalnum() or _CJK.match(before[start - 1]) is not None
+            if whole and new.lower().startswith(before[start:].lower()):
+                new = new[k:].lstrip() if before[start:].endswith(" ") or _CJK.search(before[-1:]) \
+                    else new[k:]
+                break
+        for k in range(min(len(after), len(new)), 0, -1):   # "15号" for "5" before "号": the 号 is there already
+            if new.endswith(after[:k]) and len(new) > k:
+                new = new[:-k]
+                break
+        return before + new + after
+    return None
 
 
 # "and 100242?", "what about 100242", "ok, and 100235?", "那100242呢", "还有100242": the same question about another value

@@ -335,6 +335,13 @@ class _Turn(Workflows):
                 flow = self.run_flow(c, workflow=route.workflow)
                 if flow is not None:
                     return self.with_answer_first(answered, self.flow_outcome(c, flow))
+        # "发票怎么开？还有，我要退款" at "which order should be refunded?": the question answered beside, the task asked
+        # for again is no failed try: the step asks its question again
+        if reading == "unclear" and route.run_flow and self.restated and self.listening is not None:
+            self.listening.reading = self.trace["reading"] = "digression"
+            flow = self.run_flow(c, workflow=route.workflow)
+            if flow is not None:
+                return self.flow_outcome(c, flow)
         # "不用了，谢谢你，我还想问下退货运费" at the tax id: the decline is the flow's answer, the question is answered first
         asked = self.listening.asked if self.listening is not None and route.run_flow else None
         beside = self.answer_beside(asked) if asked else None

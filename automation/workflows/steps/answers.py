@@ -93,8 +93,17 @@ def free_correction(inst: Instance, wf: Workflow, step: Step, text: str) -> tupl
     """"No, it should be 21 Oak Road ..." at a confirmation: a new value for the free-text slot the step's
     on_reject would ask again (an address, a title), when the rest of the message is more than a number."""
     target = step.get("on_reject")
+    if not isinstance(target, dict):
+        return None
+    for name in target.get("reset") or []:   # "it's No. 15 not 5": one part of the value said again
+        slot, current = wf.slots.get(name), inst["slots"].get(name)
+        if slot is None or not slot.free_text or not isinstance(current, str):
+            continue
+        swapped = U.substituted(current, text)
+        if swapped is not None and swapped != current and slot.check(swapped):
+            return name, swapped
     rest = U.strip_correction(text)
-    if not isinstance(target, dict) or not U.is_free_value(rest) or U.is_pointer(rest):
+    if not U.is_free_value(rest) or U.is_pointer(rest):
         return None   # "不是这个，是100235", "I meant order W1003", "不对，马克杯那个": no address
     if not (U.is_correction(text) or U.yes_no(text) is False):
         return None
@@ -180,6 +189,12 @@ def repick(run: FlowRun, at: Step, text: str, *, dry: bool = False, bare: bool =
         if target is not None:
             return target
     return None
+
+
+def names_pick(run: FlowRun, at: Step, text: str) -> bool:
+    """Whether the message only names what an earlier pick took (``StepKind.names_pick``): "毛巾那个" at the address
+    question of the towels' order is the customer agreeing, not an answer and not a misunderstanding."""
+    return any(kind.names_pick(run, at, text) for kind in REGISTRY.values())
 
 
 def beside(run: FlowRun, step: Step, text: str) -> tuple[dict[str, Any], str]:

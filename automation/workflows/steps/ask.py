@@ -82,6 +82,11 @@ class Ask(StepKind):
             picked = A.repick(run, step, text, bare=True)   # "不粘锅那个" at the amount question: that order instead
             if picked is not None:
                 return picked
+            if A.restated(inst, wf, text, ctx.entities) is not None or (U.is_pointer(text) and A.names_pick(run, step, text)):
+                # "100260" at the amount question of order 100260, "毛巾那个" at the address of the towels' order: the
+                # order in hand said again, so the question again without "sorry, I didn't catch that" (still
+                # counted, as at a confirmation)
+                return run.retry(step, f"a value in hand restated, not a {name}", quiet=True)
             if slot.free_text and U.is_pointer(text):
                 # "马克杯那个" at the address question, naming nothing to pick again: asked again with the hint,
                 # never kept as something the customer told

@@ -104,6 +104,11 @@ class StepKind:
         option named without a correction's words re-picks too."""
         return None
 
+    def names_pick(self, run: FlowRun, at: Step, text: str) -> bool:
+        """Whether ``text``, while the flow waits at ``at``, only names what an earlier pick of this kind took
+        ("毛巾那个" when the towels' order is the one in hand): the customer agrees, nothing to pick again."""
+        return False
+
     def other_option(self, run: FlowRun, step: Step, text: str, picked: dict[str, Any]) -> Restart | None:
         """After the flow ended: a message that refers to another of the options this step offered than the one
         ``picked`` (its history event) took ("the other one", "the second?", "那个待付款的呢"): the flow started

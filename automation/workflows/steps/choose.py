@@ -303,7 +303,12 @@ class Choose(StepKind):
         words = U.CORRECTION.sub(" ", words)   # "搞错了，换一个别的订单": the cue is no description of an option
         shown = not str(picked.get("how") or "").startswith("said:")
         new: int | None = None
-        if words.strip() and U.content_words(words):
+        nth = U.ordinal_of(words, len(opts)) if shown and U.is_pointer(words) else None
+        if nth is not None:   # "我是说第二个", "I meant the second one": its place in the list the customer was shown
+            if nth not in rest:
+                return None   # the one picked already
+            new = nth
+        elif words.strip() and U.content_words(words):
             if U.is_question(words):
                 return None
             if U.only_describes(words, texts):
@@ -332,6 +337,19 @@ class Choose(StepKind):
             return None
         return self._repicked(run, at, step, value_of(run, step, opts[new]),
                               {"event": "chose", "index": new, "how": "correction"}, dry=dry)
+
+    def names_pick(self, run: FlowRun, at: Step, text: str) -> bool:
+        picked, step = self._latest_pick(run, at)
+        if picked is None or step is None:
+            return False
+        try:
+            opts = options(run, step)
+        except ExpressionError:
+            return False
+        ids, texts = option_texts(run, step, opts)
+        ch = U.choose(text, ids, texts)
+        return ch.index is not None and ch.how not in ("number", "encoder") \
+            and same_value(value_of(run, step, opts[ch.index]), run.inst["slots"][step.arg])
 
     def _latest_pick(self, run: FlowRun, at: Step) -> tuple[dict[str, Any] | None, Step | None]:
         """The flow's latest choice of this kind before ``at`` (its history event and step): one the customer made

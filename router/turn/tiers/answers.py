@@ -26,6 +26,7 @@ from router.turn import plan
 from router.turn.pipeline import TurnResult
 from router.turn.tiers.base import EVIDENCE_LIMIT, hit_dict, citations_of
 from router.turn.tiers.tickets import Tickets
+from text.form import read_form
 
 log = logging.getLogger(__name__)
 
@@ -204,13 +205,19 @@ class Answers(Tickets):
         from router.classify.segments import split_requests
 
         engine, kb = self.r.flows, self.r.rag
-        if kb is None or (engine is not None and self.active_flow() is not None):
+        if kb is None:
             return None
+        waiting = engine is not None and self.active_flow() is not None
         parts = split_requests(self.text, asks=self.asks_for_something)
         if len(parts) < 2:
             return None
         with self.stage("classify"):
             placed = [(p, self.r.classifier.classify(p)) for p in parts]
+        mine = self.flow_part(placed) if waiting else None
+        if waiting and mine != -1:
+            return self.questions_beside_flow(placed, mine)
+        # no flow waits, or none of the parts is the waiting flow's ("查订单100270的物流，另外退货运费谁出？" at "which
+        # order should be refunded?"): the questions answered, the main request served (a digression of the flow)
         if any(x.intent is None for _, x in placed) or len({x.intent for _, x in placed}) < 2:
             return None
         if any(self.r.escalation.asks_for_person(p) for p in parts):
@@ -227,6 +234,8 @@ class Answers(Tickets):
             return None
         main = self.main_request(placed, requests) if requests else questions[0]
         others = [i for i in requests if i != main]
+        if waiting and others:
+            return None   # one request at a time beside a waiting flow: it is the flow's digression
         if others and not self.can_serve_beside([placed[i][1] for i in others], placed[main][1]):
             return None
         answered: dict[int, Answer] = {}
@@ -256,6 +265,42 @@ class Answers(Tickets):
                                   for i, ((p, x), k) in enumerate(zip(placed, kinds))]
         self.text = parts[main]
         return answers, placed[main][1]
+
+    def questions_beside_flow(self, placed: list[tuple[str, Classification]], mine: int | None
+                              ) -> tuple[list[dict[str, Any]], Classification] | None:
+        """Several requests while a flow waits ("50，另外退款多久到账？" at the amount, "我要退款，还有发票怎么开？" at
+        "which order?"): each question the knowledge base answers with confidence is answered first, and the turn
+        goes on with the one part the flow takes (:meth:`flow_part`: its answer, a correction, a change of mind,
+        or its own task asked for again). None when the parts are anything else: the flow reads the whole message
+        as one (a question it cannot place stays unanswered rather than half served)."""
+        kb = self.r.rag
+        if mine is None or kb is None:
+            return None
+        answered: dict[int, Answer] = {}
+        for i, (part, _) in enumerate(placed):
+            if i == mine:
+                continue
+            if read_form(part) != "question":
+                return None
+            with self.stage("retrieval"):
+                try:
+                    answer = kb.answer(part)
+                except Exception:  # noqa: BLE001 - the flow's part is still served
+                    log.exception("knowledge base failed on a question beside a waiting flow")
+                    return None
+            if not (answer.answered and answer.text):
+                return None
+            answered[i] = answer
+        sent = [r for r in (self.send(answered[i].text or "", kind="reply", citations=citations_of(answered[i].citations))
+                            for i in sorted(answered)) if r is not None]
+        self.trace["requests"] = [{"text": p, "intent": x.intent, "kind": "flow" if i == mine else "question",
+                                   "main": i == mine} for i, (p, x) in enumerate(placed)]
+        self.text = placed[mine][0]
+        return sent, placed[mine][1]
+
+    def flow_part(self, placed: list[tuple[str, Classification]]) -> int | None:
+        """Which one of several parts the waiting flow takes (none here: no engine)."""
+        return None
 
     def asks_for_something(self, words: str) -> bool:
         """Whether ``words`` (a part of a message without its order numbers) ask for something: the classifier

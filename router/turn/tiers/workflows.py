@@ -73,6 +73,34 @@ class Workflows(Answers):
         self.trace["reading"] = self.listening.reading
         return self.listening.reading
 
+    def flow_part(self, placed: list[tuple[str, Classification]]) -> int | None:
+        """The one part of several the waiting flow takes: the only part it reads as its own (an answer, a
+        correction, a change of mind), or else the only part that asks for the flow's own task again ("我要退款"
+        while the refund waits: the flow then asks its question again, no failed try; ``restated``). -1: no part
+        is the flow's (each is another request or a question); None: more than one is, or it cannot tell."""
+        engine, active = self.r.flows, self.active_flow()
+        if engine is None or active is None or active["status"] != "waiting":
+            return None
+        own, again, other = [], [], 0
+        with self.stage("workflow"):
+            for i, (part, x) in enumerate(placed):
+                reading = engine.read(active, part, x.entities or {}, intent=x.intent,
+                                      intent_confidence=float(x.confidence))
+                if reading in ("answer", "correction", "cancel"):
+                    own.append(i)
+                elif reading == "unclear" and x.intent is not None and read_form(part) != "question":
+                    wf = engine.workflows.for_intent(x.intent)
+                    if wf is not None and wf.name == active["workflow"]:
+                        again.append(i)
+                elif reading == "digression" or (x.intent is not None and read_form(part) == "question"):
+                    other += 1
+        if len(own) == 1:
+            return own[0]
+        if not own and len(again) == 1:
+            self.restated = True
+            return again[0]
+        return -1 if not own and not again and other == len(placed) else None
+
     def correcting(self, c: Classification) -> str | None:
         """The finished workflow this message starts again (a corrected value, the same question about another
         value or another option it offered: see FlowEngine.correcting), or None. What the message settled for
