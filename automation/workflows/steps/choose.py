@@ -289,14 +289,10 @@ class Choose(StepKind):
         other = U.refers_to_other(text)
         if not (bare or U.is_correction(text) or U.yes_no(text) is False or other):
             return None
-        picked, step = self._latest_pick(run, at)
-        if picked is None or step is None:
+        found = self._latest_options(run, at)
+        if found is None:
             return None
-        try:
-            opts = options(run, step)
-        except ExpressionError:
-            return None
-        ids, texts = option_texts(run, step, opts)
+        picked, step, opts, ids, texts = found
         current = inst["slots"][step.arg]
         rest = [i for i in range(len(opts)) if not same_value(value_of(run, step, opts[i]), current)]
         words = U.strip_follow_up(U.strip_correction(U.drop_negated(U.without_other(text))))
@@ -339,17 +335,26 @@ class Choose(StepKind):
                               {"event": "chose", "index": new, "how": "correction"}, dry=dry)
 
     def names_pick(self, run: FlowRun, at: Step, text: str) -> bool:
-        picked, step = self._latest_pick(run, at)
-        if picked is None or step is None:
+        found = self._latest_options(run, at)
+        if found is None:
             return False
-        try:
-            opts = options(run, step)
-        except ExpressionError:
-            return False
-        ids, texts = option_texts(run, step, opts)
+        _, step, opts, ids, texts = found
         ch = U.choose(text, ids, texts)
         return ch.index is not None and ch.how not in ("number", "encoder") \
             and same_value(value_of(run, step, opts[ch.index]), run.inst["slots"][step.arg])
+
+    def _latest_options(self, run: FlowRun, at: Step
+                        ) -> tuple[dict[str, Any], Step, list[Any], list[str], list[list[str]]] | None:
+        """The latest pick before ``at`` with its step's options as they read now (ids, matchable texts); None."""
+        picked, step = self._latest_pick(run, at)
+        if picked is None or step is None:
+            return None
+        try:
+            opts = options(run, step)
+        except ExpressionError:
+            return None
+        ids, texts = option_texts(run, step, opts)
+        return picked, step, opts, ids, texts
 
     def _latest_pick(self, run: FlowRun, at: Step) -> tuple[dict[str, Any] | None, Step | None]:
         """The flow's latest choice of this kind before ``at`` (its history event and step): one the customer made
