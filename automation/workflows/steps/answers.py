@@ -118,8 +118,10 @@ def free_correction(inst: Instance, wf: Workflow, step: Step, text: str) -> tupl
 
 def _reads_any(wf: Workflow, step: Step, names: set[str]) -> bool:
     """Whether the step, or the slot it asks for, reads one of ``names`` (a slot as ``slots.NAME``, a call's result
-    by its bound name) in any expression or template."""
-    raw: Any = {k: v for k, v in step.raw.items() if k != "_path"}
+    by its bound name) in any expression or template. A question's ``when`` only says whether it is asked: the
+    customer's answer never depended on it (a tax id said after the title stays when the title is corrected)."""
+    gate_only = {"_path", "when"} if step.kind == "ask" else {"_path"}
+    raw: Any = {k: v for k, v in step.raw.items() if k not in gate_only}
     asked = REGISTRY[step.kind].asks_for(step)
     slot = wf.slots.get(asked) if asked else None
     if slot is not None:
