@@ -141,7 +141,7 @@ class FlowEngine:
                             step=wf.first, lang=lang, caller=_caller_dict(caller), slots=slots,
                             id=_instance_id(conn, conversation_id, wf.name, caller.turn_id,
                                             flows_so_far=None if flows is None else flows.count),
-                            status="suspended" if queued else "running")
+                            status="suspended" if queued else "running", stored=False)   # inserted by its save
         inst["bindings"]["memory"] = remembered
         inst["history"].append({"event": "started", "at": time.time(), "prefilled": sorted(slots),
                                 **({"in_focus": sorted(focus)} if focus else {})})

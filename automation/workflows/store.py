@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from collections.abc import Iterable
-from typing import Any, TypedDict, cast
+from typing import Any, NotRequired, TypedDict, cast
 
 from psycopg import Connection, Cursor
 from psycopg.rows import dict_row
@@ -46,6 +46,7 @@ class Instance(TypedDict):
     history: list[dict[str, Any]]
     created_at: datetime
     updated_at: datetime
+    unsaved: NotRequired[bool]            # made in memory this turn (``create(stored=False)``): save inserts it
 _COLUMNS = ("step", "status", "outcome", "lang", "caller", "slots", "bindings", "attempts", "loops", "pending",
             "generation", "approval_ticket", "history")
 
@@ -56,8 +57,19 @@ def _cur(conn: Connection[Any]) -> Cursor[Row]:
 
 def create(conn: Connection[Any], *, conversation_id: str, workflow: str, version: int, step: str, lang: str,
            caller: dict[str, Any], slots: dict[str, Any], id: uuid.UUID | None = None, status: str = "running",
-           pending: dict[str, Any] | None = None, history: list[dict[str, Any]] | None = None) -> Instance:
-    """A new instance, ``running`` (the conversation's one active flow) or ``suspended`` (kept for later)."""
+           pending: dict[str, Any] | None = None, history: list[dict[str, Any]] | None = None,
+           stored: bool = True) -> Instance:
+    """A new instance, ``running`` (the conversation's one active flow) or ``suspended`` (kept for later).
+
+    ``stored=False``: made in memory only, and inserted by the first :func:`save` of the same transaction (a
+    flow started and run in one turn costs one statement, not an insert then an update); the caller saves it
+    before anything reads it back."""
+    if not stored:
+        inst = draft(conversation_id=conversation_id, workflow=workflow, version=version, step=step, lang=lang,
+                     caller=caller, slots=slots)
+        inst["id"], inst["status"], inst["unsaved"] = str(id or uuid.uuid4()), status, True
+        inst["pending"], inst["history"] = pending or {}, history or []
+        return inst
     row = _cur(conn).execute(
         """INSERT INTO flow_instances (id, conversation_id, workflow, version, step, status, lang, caller, slots,
                                        pending, history)
@@ -149,18 +161,28 @@ def by_ticket(conn: Connection[Any], ticket_id: str, *, lock: bool = False) -> I
 def save(conn: Connection[Any], inst: Instance, *, forget: Iterable[tuple[str, str]] = ()) -> None:
     """Write the instance back; ``forget``: customers whose remembered shop data a write of this run made
     stale (``memory.forget``): their ``flow_memory`` rows go in the same statement (one round trip a turn)."""
-    sets = ", ".join(f"{c} = %s" for c in _COLUMNS)
     row: Row = dict(inst)
     values = [Jsonb(row[c]) if c in _JSON else row[c] for c in _COLUMNS]
-    update = f"UPDATE flow_instances SET {sets}, updated_at = now() WHERE id = %s"
+    if inst.pop("unsaved", False):
+        # made by create(stored=False) this turn: inserted now (again on a repeated pass: the same id, updated)
+        write, params = _INSERT, (str(inst["id"]), inst["conversation_id"], inst["workflow"], inst["version"],
+                                  *values)
+    else:
+        write, params = _UPDATE, (*values, str(inst["id"]))
     whom = sorted(set(forget))
     if not whom:
-        conn.execute(update, (*values, str(inst["id"])))
+        conn.execute(write, params)
         return
     conn.execute("WITH forgotten AS (DELETE FROM flow_memory WHERE (customer_channel, customer_id) IN "
-                 "(SELECT * FROM unnest(%s::text[], %s::text[]))) " + update,
-                 ([w[0] for w in whom], [w[1] for w in whom], *values, str(inst["id"])))
+                 "(SELECT * FROM unnest(%s::text[], %s::text[]))) " + write,
+                 ([w[0] for w in whom], [w[1] for w in whom], *params))
     tell_stale(conn, whom)
+
+
+_UPDATE = f"UPDATE flow_instances SET {', '.join(f'{c} = %s' for c in _COLUMNS)}, updated_at = now() WHERE id = %s"
+_INSERT = (f"INSERT INTO flow_instances (id, conversation_id, workflow, version, {', '.join(_COLUMNS)}) "
+           f"VALUES (%s, %s, %s, %s, {', '.join('%s' for _ in _COLUMNS)}) ON CONFLICT (id) DO UPDATE SET "
+           f"{', '.join(f'{c} = EXCLUDED.{c}' for c in _COLUMNS)}, updated_at = now()")
 
 
 #: the channel on which a write's commit tells every gateway process which customers' kept memory is stale
