@@ -69,7 +69,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import psycopg  # noqa: E402
 from _scratch import drop_database, fresh_database, saved_embeddings, stop_server  # noqa: E402
-from webhook_throughput import (SECRET, _children, _proc_cpu, cpu_snapshot, start_server, wait_ready,  # noqa: E402
+from webhook_throughput import (SECRET, cpu_snapshot, start_server, wait_ready,  # noqa: E402
                                 wait_warm)
 
 RESULTS = REPO / "benchmarks" / "results" / "slow_shop.json"
@@ -209,19 +209,11 @@ def calls_inside(dsn: str) -> dict:
     return {"calls": n, "inside": inside}
 
 
-def split_cpu(server_pid: int, pg_pid: int | None) -> dict[str, float]:
-    """``cpu_snapshot`` with the stdio shop (a child of the gateway) counted apart: the gateway's own CPU is
-    what a waiting call may cost; the shop's is the shop answering."""
-    snap = cpu_snapshot(server_pid, pg_pid)
-    shop = 0.0
-    for pid in _children(server_pid):
-        try:
-            if b"examples.shop" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                shop += _proc_cpu(pid)
-        except OSError:
-            continue
-    snap["shop"] = shop
-    snap["gateway"] = snap["server"] - shop
+def split_cpu(server_pid: int, pg_pid: int | None, dsn: str | None = None) -> dict[str, float]:
+    """``cpu_snapshot``: the stdio shop (under the gateway) and its Postgres sessions counted apart: the gateway's
+    own CPU is what a waiting call may cost; the shop's is the shop answering."""
+    snap = cpu_snapshot(server_pid, pg_pid, dsn)
+    snap["gateway"] = snap["server"]
     return snap
 
 
@@ -409,10 +401,10 @@ def main() -> None:
                 # kept per customer, and per language when a memory call reads `lang`: one question in each)
                 asyncio.run(load(base, 2 * args.concurrency, args.concurrency, run + "w", per_client=2))
                 stages_before = stage_snapshot(base)
-                before = split_cpu(proc.pid, pg_pid)
+                before = split_cpu(proc.pid, pg_pid, dsn)
                 with IdleSampler(dsn) as idle:
                     r = asyncio.run(load(base, args.messages, args.concurrency, run, think_ms=args.think_ms))
-                after = split_cpu(proc.pid, pg_pid)
+                after = split_cpu(proc.pid, pg_pid, dsn)
                 r["waits"] = stage_waits(stages_before, stage_snapshot(base))
                 r["cpu_ms_per_message"] = {k: round((after[k] - before[k]) * 1000 / args.messages, 2) for k in after}
                 r["idle_in_transaction"] = {"peak": idle.peak, "samples": idle.samples,

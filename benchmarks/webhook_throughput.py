@@ -109,13 +109,46 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
-def cpu_snapshot(server_pid: int, pg_pid: int | None) -> dict[str, float]:
-    """CPU seconds used so far by the gateway process and by Postgres (postmaster + backends):
-    per-message CPU cost is what stays comparable on a machine shared with other work."""
-    snap = {"server": _proc_cpu(server_pid) + sum(_proc_cpu(k) for k in _children(server_pid)),
-            "postgres": 0.0, "loadgen": time.process_time()}
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        kids = _children(todo.pop())
+        out += kids
+        todo += kids
+    return out
+
+
+def _is_shop(pid: int) -> bool:
+    try:
+        return b"examples.shop" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def _shop_sessions(dsn: str | None) -> list[int]:
+    """The Postgres backends serving the example shop (it names its sessions ``example-shop``)."""
+    if not dsn:
+        return []
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            return [r[0] for r in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = 'example-shop'").fetchall()]
+    except psycopg.Error:
+        return []
+
+
+def cpu_snapshot(server_pid: int, pg_pid: int | None, dsn: str | None = None) -> dict[str, float]:
+    """CPU seconds used so far by the gateway (its processes), by Postgres for the gateway, and by the example
+    shop (its stdio process under a gateway worker, and with ``dsn``, its own Postgres sessions): per-message CPU
+    cost is what stays comparable on a machine shared with other work. The shop stands for the business's own
+    system, which runs on its own machines in production: its CPU is reported apart, never as the gateway's."""
+    shop = sum(_proc_cpu(k) for k in _descendants(server_pid) if _is_shop(k))
+    snap = {"server": _proc_cpu(server_pid) + sum(_proc_cpu(k) for k in _descendants(server_pid)) - shop,
+            "postgres": 0.0, "shop": shop, "shop_postgres": 0.0, "loadgen": time.process_time()}
     if pg_pid:
-        snap["postgres"] = _proc_cpu(pg_pid) + sum(_proc_cpu(k) for k in _children(pg_pid))
+        total = _proc_cpu(pg_pid) + sum(_proc_cpu(k) for k in _children(pg_pid))
+        snap["shop_postgres"] = sum(_proc_cpu(k) for k in _shop_sessions(dsn))
+        snap["postgres"] = total - snap["shop_postgres"]
     return snap
 
 
@@ -326,10 +359,10 @@ def _serve_and_measure(args, admin: str, tmp: Path, model: Path, pg_pid: int | N
             texts = {"rule_l3": RULE_L3_TEXTS, "rule": RULE_TEXTS}.get(path, EMBEDDING_TEXTS)
             run = uuid.uuid4().hex[:6]
             asyncio.run(load(base, args.channel, texts, args.warmup, args.concurrency, run + "w", None))
-            before = cpu_snapshot(proc.pid, pg_pid)
+            before = cpu_snapshot(proc.pid, pg_pid, dsn)
             with tqdm(total=args.messages, desc=f"{path} path{label}", unit="msg", disable=args.json) as bar:
                 r = asyncio.run(load(base, args.channel, texts, args.messages, args.concurrency, run, bar))
-            after = cpu_snapshot(proc.pid, pg_pid)
+            after = cpu_snapshot(proc.pid, pg_pid, dsn)
             cpu = {k: (after[k] - before[k]) * 1000 / args.messages for k in after}
             r["cpu_ms_per_message"] = {k: round(v, 2) for k, v in cpu.items()}
             r["load_average"] = os.getloadavg()[0]
@@ -413,7 +446,16 @@ def main() -> None:
         results["wired_share_of_tools_off"] = {
             path: round(r["messages_per_s"] / results["paths_tools_off"][path]["messages_per_s"], 3)
             for path, r in results["paths"].items() if path in results["paths_tools_off"]}
-        results["wired_within_10_percent"] = all(v >= 0.9 for v in results["wired_share_of_tools_off"].values())
+        # msg/s is bound by the clients' latency when the cores are not saturated; what the cores could do (each
+        # run's own CPU per message, the shop's apart) is the comparison at saturation: both must be within 10 %
+        results["wired_capacity_share_of_tools_off"] = {
+            path: round(r["capacity_2_cores_messages_per_s"]
+                        / results["paths_tools_off"][path]["capacity_2_cores_messages_per_s"], 3)
+            for path, r in results["paths"].items()
+            if "capacity_2_cores_messages_per_s" in r and path in results["paths_tools_off"]}
+        results["wired_within_10_percent"] = all(
+            v >= 0.9 for shares in ("wired_share_of_tools_off", "wired_capacity_share_of_tools_off")
+            for v in results[shares].values())
     kept = results.pop("_embeddings", None)
     if args.embeddings is not None and kept:
         args.embeddings.parent.mkdir(parents=True, exist_ok=True)
@@ -431,8 +473,8 @@ def main() -> None:
         return
     print(f"\nwebhook -> decision, {args.channel} channel, {args.concurrency} concurrent, {args.workers} worker(s) x "
           f"{args.threads} encoder thread(s), encoder {results['encoder']}")
-    print(f"{'path':<10} {'msg/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'cpu ms/msg gw+pg':>17} {'2-core cap':>10}"
-          "  decided by / tiers / statuses")
+    print(f"{'path':<10} {'msg/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'cpu ms/msg gw+pg':>17} {'shop+pg':>11} "
+          f"{'2-core cap':>10}  decided by / tiers / statuses")
     runs = [("", results["paths"])]
     if "paths_tools_off" in results:
         runs = [(" off", results["paths_tools_off"]), (" shop", results["paths"])]
@@ -440,12 +482,15 @@ def main() -> None:
         for path, r in measured.items():
             c = r["cpu_ms_per_message"]
             print(f"{path + tag:<10} {r['messages_per_s']:>8} {r['latency_ms_p50']:>8} {r['latency_ms_p95']:>8} "
-                  f"{c['server']:>8}+{c['postgres']:<8} {r.get('capacity_2_cores_messages_per_s', '-'):>10}  "
+                  f"{c['server']:>8}+{c['postgres']:<8} {c.get('shop', 0):>5}+{c.get('shop_postgres', 0):<5} "
+                  f"{r.get('capacity_2_cores_messages_per_s', '-'):>10}  "
                   f"{r['decided_by']} {r['tiers']} {r['status']}  (load {r['load_average']:.1f})")
     if "wired_share_of_tools_off" in results:
         print("shop wired / tools off, msg/s: " + ", ".join(f"{k} {v:.0%}" for k, v in
                                                            results["wired_share_of_tools_off"].items())
-              + f" (target >= 90%: {'met' if results['wired_within_10_percent'] else 'not met'})")
+              + "; by 2-core capacity: " + ", ".join(f"{k} {v:.0%}" for k, v in
+                                                   results["wired_capacity_share_of_tools_off"].items())
+              + f" (target >= 90%, both: {'met' if results['wired_within_10_percent'] else 'not met'})")
     print(f"load average during the run: {os.getloadavg()[0]:.1f} (other work on the machine lowers msg/s, "
           "not the CPU cost per message)")
     print(f"written to {out.relative_to(REPO)}")
