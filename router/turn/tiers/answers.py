@@ -204,8 +204,8 @@ class Answers(Tickets):
         place)."""
         from router.classify.segments import split_requests
 
-        engine, kb = self.r.flows, self.r.rag
-        if kb is None:
+        engine = self.r.flows
+        if self.r.rag is None:
             return None
         waiting = engine is not None and self.active_flow() is not None
         parts = split_requests(self.text, asks=self.asks_for_something)
@@ -242,13 +242,8 @@ class Answers(Tickets):
         for i in questions:
             if i == main:
                 continue
-            with self.stage("retrieval"):
-                try:
-                    answer = kb.answer(parts[i])
-                except Exception:  # noqa: BLE001 - the main request is still served
-                    log.exception("knowledge base failed on one request of several")
-                    return None
-            if not (answer.answered and answer.text):
+            answer = self.confident_answer(parts[i], failed="one request of several")
+            if answer is None:
                 return None   # not confidently answerable: the whole message goes the usual way (a person may look)
             answered[i] = answer
         answers = []
@@ -273,8 +268,7 @@ class Answers(Tickets):
         goes on with the one part the flow takes (:meth:`flow_part`: its answer, a correction, a change of mind,
         or its own task asked for again). None when the parts are anything else: the flow reads the whole message
         as one (a question it cannot place stays unanswered rather than half served)."""
-        kb = self.r.rag
-        if mine is None or kb is None:
+        if mine is None or self.r.rag is None:
             return None
         answered: dict[int, Answer] = {}
         for i, (part, _) in enumerate(placed):
@@ -282,13 +276,8 @@ class Answers(Tickets):
                 continue
             if read_form(part) != "question":
                 return None
-            with self.stage("retrieval"):
-                try:
-                    answer = kb.answer(part)
-                except Exception:  # noqa: BLE001 - the flow's part is still served
-                    log.exception("knowledge base failed on a question beside a waiting flow")
-                    return None
-            if not (answer.answered and answer.text):
+            answer = self.confident_answer(part, failed="a question beside a waiting flow")
+            if answer is None:
                 return None
             answered[i] = answer
         sent = [r for r in (self.send(answered[i].text or "", kind="reply", citations=citations_of(answered[i].citations))
@@ -318,20 +307,29 @@ class Answers(Tickets):
     def answer_beside(self, question: str) -> dict[str, Any] | None:
         """A question asked beside an answer to the waiting flow: the knowledge base's answer, sent, when it is
         confident; else None (the flow's reply goes alone: nobody is handed over for a question said in passing)."""
+        answer = self.confident_answer(question, failed="a question beside an answer", noted="asked_beside")
+        if answer is None:
+            return None
+        return self.send(answer.text or "", kind="reply", citations=citations_of(answer.citations))
+
+    def confident_answer(self, question: str, *, failed: str, noted: str | None = None) -> Answer | None:
+        """The knowledge base's answer to one question of the turn when it is confident (answered, with text);
+        None when it declines, fails (logged as failing on ``failed``) or is not wired: the caller then gives up
+        its own way, the rest of the turn still served. ``noted``: the trace key that records whether the
+        knowledge base answered (left unset when it failed)."""
         kb = self.r.rag
         if kb is None:
             return None
         with self.stage("retrieval"):
             try:
                 answer = kb.answer(question)
-            except Exception:  # noqa: BLE001 - the flow's answer is still served
-                log.exception("knowledge base failed on a question beside an answer")
+            except Exception:  # noqa: BLE001 - one question of the turn: the rest of the turn is still served
+                log.exception("knowledge base failed on %s", failed)
                 return None
-        if not (answer.answered and answer.text):
-            self.trace["asked_beside"] = {"text": question, "answered": False}
-            return None
-        self.trace["asked_beside"] = {"text": question, "answered": True}
-        return self.send(answer.text, kind="reply", citations=citations_of(answer.citations))
+        confident = bool(answer.answered and answer.text)
+        if noted is not None:
+            self.trace[noted] = {"text": question, "answered": confident}
+        return answer if confident else None
 
     def with_answer_first(self, beside: dict[str, Any] | None, result: TurnResult) -> TurnResult:
         """The turn's reply with the answer sent before it (``answer_beside``) in front."""
