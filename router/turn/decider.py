@@ -323,25 +323,22 @@ class _Turn(Workflows):
             ticket_id = self.open_l3(decision, reason=esc.reason, priority=esc.priority, classification=c)
             return self.result(decision, reply=self.send(self.say("ack_l3"), kind="ack"),
                                ticket_id=ticket_id)
-        # "how do I return it?" at "which order?": a question the waiting step cannot read is no failed try when it
-        # names a topic of the knowledge base (its intent, however unsure, has topics) and the knowledge base
-        # answers it with confidence: answered, then the step asks its question again (as for a digression).
-        # "which one?", "what do you mean?" name no topic: they stay unclear (the question again, with a hint)
-        if reading == "unclear" and route.run_flow and form == "question" and intent is not None and intent.topics \
-                and self.listening is not None:
-            answered = self.answer_beside(self.text)
-            if answered is not None:
+        # What the waiting step cannot read is no failed try (the step asks its question again, as for a
+        # digression) when it is
+        # - "how do I return it?" at "which order?": a question that names a topic of the knowledge base (its
+        #   intent, however unsure, has topics) and that the knowledge base answers with confidence (the answer
+        #   goes first). "which one?", "what do you mean?" name no topic: they stay unclear (the question again,
+        #   with a hint);
+        # - "发票怎么开？还有，我要退款" at "which order should be refunded?": the flow's own task asked for again beside a
+        #   question (``restated``: the question was answered before the turn came to the flow's part).
+        if reading == "unclear" and route.run_flow and self.listening is not None:
+            topical = form == "question" and intent is not None and intent.topics
+            answered = self.answer_beside(self.text) if topical else None
+            if answered is not None or self.restated:
                 self.listening.reading = self.trace["reading"] = "digression"
                 flow = self.run_flow(c, workflow=route.workflow)
                 if flow is not None:
                     return self.with_answer_first(answered, self.flow_outcome(c, flow))
-        # "发票怎么开？还有，我要退款" at "which order should be refunded?": the question answered beside, the task asked
-        # for again is no failed try: the step asks its question again
-        if reading == "unclear" and route.run_flow and self.restated and self.listening is not None:
-            self.listening.reading = self.trace["reading"] = "digression"
-            flow = self.run_flow(c, workflow=route.workflow)
-            if flow is not None:
-                return self.flow_outcome(c, flow)
         # "不用了，谢谢你，我还想问下退货运费" at the tax id: the decline is the flow's answer, the question is answered first
         asked = self.listening.asked if self.listening is not None and route.run_flow else None
         beside = self.answer_beside(asked) if asked else None
