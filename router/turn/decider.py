@@ -224,12 +224,12 @@ class _Turn(Workflows):
             sm.save_counters(self.conn, self.conv["id"], feedback="negative")
         c = self.classify()
         self.settle_offer(c)
-        planned = self.serve_other_requests()
+        planned, part = self.serve_other_requests()
         extras: list[dict[str, Any]] = []
         if planned is not None:   # "cancel 100235 and tell me your return policy": the questions answered, the task next
             extras, c = planned
             self.note_classification(c)
-        result = self.start_kept(self.route_one(c))
+        result = self.start_kept(self.route_one(c, restated=part.restated))
         if extras:
             text = "\n\n".join([e["text"] for e in extras] + ([result.reply["text"]] if result.reply else []))
             citations = [x for e in extras for x in e.get("citations") or []]
@@ -276,8 +276,9 @@ class _Turn(Workflows):
         self.move("classifying", "kept question")
         return self.answer_l1(c)
 
-    def route_one(self, c: Classification) -> TurnResult:
-        """Gather the facts, ask the plan (router.turn.plan) for the route, run it."""
+    def route_one(self, c: Classification, *, restated: bool = False) -> TurnResult:
+        """Gather the facts, ask the plan (router.turn.plan) for the route, run it. ``restated``: one part of the
+        message asks for the waiting flow's own task again beside a question (``FlowPart.restated``)."""
         counters = sm.load_counters(self.conn, self.conv)
         # a waiting flow reads the message first: an answer to its own question ("100235", "50", "是的"), a
         # correction or a change of mind is the flow's, whatever the classifier guessed; only a digression
@@ -334,7 +335,7 @@ class _Turn(Workflows):
         if reading == "unclear" and route.run_flow and self.listening is not None:
             topical = form == "question" and intent is not None and intent.topics
             answered = self.answer_beside(self.text) if topical else None
-            if answered is not None or self.restated:
+            if answered is not None or restated:
                 self.listening.reading = self.trace["reading"] = "digression"
                 flow = self.run_flow(c, workflow=route.workflow)
                 if flow is not None:
