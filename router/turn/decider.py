@@ -224,12 +224,12 @@ class _Turn(Workflows):
             sm.save_counters(self.conn, self.conv["id"], feedback="negative")
         c = self.classify()
         self.settle_offer(c)
-        planned = self.serve_other_requests()
+        planned, part = self.serve_other_requests()
         extras: list[dict[str, Any]] = []
         if planned is not None:   # "cancel 100235 and tell me your return policy": the questions answered, the task next
             extras, c = planned
             self.note_classification(c)
-        result = self.start_kept(self.route_one(c))
+        result = self.start_kept(self.route_one(c, restated=part.restated))
         if extras:
             text = "\n\n".join([e["text"] for e in extras] + ([result.reply["text"]] if result.reply else []))
             citations = [x for e in extras for x in e.get("citations") or []]
@@ -276,8 +276,9 @@ class _Turn(Workflows):
         self.move("classifying", "kept question")
         return self.answer_l1(c)
 
-    def route_one(self, c: Classification) -> TurnResult:
-        """Gather the facts, ask the plan (router.turn.plan) for the route, run it."""
+    def route_one(self, c: Classification, *, restated: bool = False) -> TurnResult:
+        """Gather the facts, ask the plan (router.turn.plan) for the route, run it. ``restated``: one part of the
+        message asks for the waiting flow's own task again beside a question (``FlowPart.restated``)."""
         counters = sm.load_counters(self.conn, self.conv)
         # a waiting flow reads the message first: an answer to its own question ("100235", "50", "是的"), a
         # correction or a change of mind is the flow's, whatever the classifier guessed; only a digression
@@ -323,25 +324,22 @@ class _Turn(Workflows):
             ticket_id = self.open_l3(decision, reason=esc.reason, priority=esc.priority, classification=c)
             return self.result(decision, reply=self.send(self.say("ack_l3"), kind="ack"),
                                ticket_id=ticket_id)
-        # "how do I return it?" at "which order?": a question the waiting step cannot read is no failed try when it
-        # names a topic of the knowledge base (its intent, however unsure, has topics) and the knowledge base
-        # answers it with confidence: answered, then the step asks its question again (as for a digression).
-        # "which one?", "what do you mean?" name no topic: they stay unclear (the question again, with a hint)
-        if reading == "unclear" and route.run_flow and form == "question" and intent is not None and intent.topics \
-                and self.listening is not None:
-            answered = self.answer_beside(self.text)
-            if answered is not None:
+        # What the waiting step cannot read is no failed try (the step asks its question again, as for a
+        # digression) when it is
+        # - "how do I return it?" at "which order?": a question that names a topic of the knowledge base (its
+        #   intent, however unsure, has topics) and that the knowledge base answers with confidence (the answer
+        #   goes first). "which one?", "what do you mean?" name no topic: they stay unclear (the question again,
+        #   with a hint);
+        # - "发票怎么开？还有，我要退款" at "which order should be refunded?": the flow's own task asked for again beside a
+        #   question (``restated``: the question was answered before the turn came to the flow's part).
+        if reading == "unclear" and route.run_flow and self.listening is not None:
+            topical = form == "question" and intent is not None and intent.topics
+            answered = self.answer_beside(self.text) if topical else None
+            if answered is not None or restated:
                 self.listening.reading = self.trace["reading"] = "digression"
                 flow = self.run_flow(c, workflow=route.workflow)
                 if flow is not None:
                     return self.with_answer_first(answered, self.flow_outcome(c, flow))
-        # "发票怎么开？还有，我要退款" at "which order should be refunded?": the question answered beside, the task asked
-        # for again is no failed try: the step asks its question again
-        if reading == "unclear" and route.run_flow and self.restated and self.listening is not None:
-            self.listening.reading = self.trace["reading"] = "digression"
-            flow = self.run_flow(c, workflow=route.workflow)
-            if flow is not None:
-                return self.flow_outcome(c, flow)
         # "不用了，谢谢你，我还想问下退货运费" at the tax id: the decline is the flow's answer, the question is answered first
         asked = self.listening.asked if self.listening is not None and route.run_flow else None
         beside = self.answer_beside(asked) if asked else None

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from rag.types import Answer
@@ -36,6 +37,18 @@ log = logging.getLogger(__name__)
 # the routing set score 0.07-0.14; answerable ones 0.26-0.56 on the bundled pack).
 TOPIC_AGREEMENT_FLOOR = 0.25
 TOPIC_AGREEMENT_INTENT = 0.6   # ... and the classifier is at least this sure of the intent (both signals agree)
+
+
+@dataclass(frozen=True)
+class FlowPart:
+    """Which one of a message's several parts the waiting flow takes (``flow_part``), a value handed on to the
+    turn's routing rather than a flag left on the turn. ``index``: the part the flow takes; None with ``others``:
+    no part is the flow's (each is another request or a question, served as when no flow waits); None without:
+    the flow reads the whole message as one (more than one part is its, or it cannot tell)."""
+
+    index: int | None = None
+    restated: bool = False   # the part only asks for the flow's own task again: no failed try, the step asks again
+    others: bool = False
 
 
 class Answers(Tickets):
@@ -195,29 +208,37 @@ class Answers(Tickets):
 
     # -- several requests in one message --
 
-    def serve_other_requests(self) -> tuple[list[dict[str, Any]], Classification] | None:
+    def serve_other_requests(self) -> tuple[tuple[list[dict[str, Any]], Classification] | None, FlowPart]:
         """Several requests in one message (router.classify.segments): each question the knowledge base answers
         is answered now and each other task that only reads is done now (:meth:`serve_beside`), in the message's
         order, and the turn goes on with the main request (``self.text`` becomes it: its own words only, so
-        "退款订单100234，另外查一下订单100235的物流" refunds 100234). Returns (the replies sent, the main request's
-        classification); None when the message is one request (or its parts are not all requests the bot can
-        place)."""
+        "退款订单100234，另外查一下订单100235的物流" refunds 100234). Returns (the replies sent and the main request's
+        classification, or None when the message is one request or its parts are not all requests the bot can
+        place; the part a waiting flow takes, whose ``restated`` the turn's routing reads even when the message
+        stays whole)."""
         from router.classify.segments import split_requests
 
-        engine, kb = self.r.flows, self.r.rag
-        if kb is None:
-            return None
+        engine = self.r.flows
+        if self.r.rag is None:
+            return None, FlowPart()
         waiting = engine is not None and self.active_flow() is not None
         parts = split_requests(self.text, asks=self.asks_for_something)
         if len(parts) < 2:
-            return None
+            return None, FlowPart()
         with self.stage("classify"):
             placed = [(p, self.r.classifier.classify(p)) for p in parts]
-        mine = self.flow_part(placed) if waiting else None
-        if waiting and mine != -1:
-            return self.questions_beside_flow(placed, mine)
-        # no flow waits, or none of the parts is the waiting flow's ("查订单100270的物流，另外退货运费谁出？" at "which
-        # order should be refunded?"): the questions answered, the main request served (a digression of the flow)
+        if waiting:
+            mine = self.flow_part(placed)
+            if not mine.others:
+                return self.questions_beside_flow(placed, mine), mine
+        return self.requests_beside(placed, waiting=waiting), FlowPart()
+
+    def requests_beside(self, placed: list[tuple[str, Classification]], *, waiting: bool
+                        ) -> tuple[list[dict[str, Any]], Classification] | None:
+        """No flow waits, or none of the parts is the waiting flow's ("查订单100270的物流，另外退货运费谁出？" at "which
+        order should be refunded?"): the questions answered, the main request served (a digression of the flow).
+        (The replies sent, the main request's classification), or None (see :meth:`serve_other_requests`)."""
+        parts = [p for p, _ in placed]
         if any(x.intent is None for _, x in placed) or len({x.intent for _, x in placed}) < 2:
             return None
         if any(self.r.escalation.asks_for_person(p) for p in parts):
@@ -242,13 +263,8 @@ class Answers(Tickets):
         for i in questions:
             if i == main:
                 continue
-            with self.stage("retrieval"):
-                try:
-                    answer = kb.answer(parts[i])
-                except Exception:  # noqa: BLE001 - the main request is still served
-                    log.exception("knowledge base failed on one request of several")
-                    return None
-            if not (answer.answered and answer.text):
+            answer = self.confident_answer(parts[i], failed="one request of several")
+            if answer is None:
                 return None   # not confidently answerable: the whole message goes the usual way (a person may look)
             answered[i] = answer
         answers = []
@@ -266,41 +282,35 @@ class Answers(Tickets):
         self.text = parts[main]
         return answers, placed[main][1]
 
-    def questions_beside_flow(self, placed: list[tuple[str, Classification]], mine: int | None
+    def questions_beside_flow(self, placed: list[tuple[str, Classification]], mine: FlowPart
                               ) -> tuple[list[dict[str, Any]], Classification] | None:
         """Several requests while a flow waits ("50，另外退款多久到账？" at the amount, "我要退款，还有发票怎么开？" at
         "which order?"): each question the knowledge base answers with confidence is answered first, and the turn
         goes on with the one part the flow takes (:meth:`flow_part`: its answer, a correction, a change of mind,
         or its own task asked for again). None when the parts are anything else: the flow reads the whole message
         as one (a question it cannot place stays unanswered rather than half served)."""
-        kb = self.r.rag
-        if mine is None or kb is None:
+        if mine.index is None or self.r.rag is None:
             return None
         answered: dict[int, Answer] = {}
         for i, (part, _) in enumerate(placed):
-            if i == mine:
+            if i == mine.index:
                 continue
             if read_form(part) != "question":
                 return None
-            with self.stage("retrieval"):
-                try:
-                    answer = kb.answer(part)
-                except Exception:  # noqa: BLE001 - the flow's part is still served
-                    log.exception("knowledge base failed on a question beside a waiting flow")
-                    return None
-            if not (answer.answered and answer.text):
+            answer = self.confident_answer(part, failed="a question beside a waiting flow")
+            if answer is None:
                 return None
             answered[i] = answer
         sent = [r for r in (self.send(answered[i].text or "", kind="reply", citations=citations_of(answered[i].citations))
                             for i in sorted(answered)) if r is not None]
-        self.trace["requests"] = [{"text": p, "intent": x.intent, "kind": "flow" if i == mine else "question",
-                                   "main": i == mine} for i, (p, x) in enumerate(placed)]
-        self.text = placed[mine][0]
-        return sent, placed[mine][1]
+        self.trace["requests"] = [{"text": p, "intent": x.intent, "kind": "flow" if i == mine.index else "question",
+                                   "main": i == mine.index} for i, (p, x) in enumerate(placed)]
+        self.text = placed[mine.index][0]
+        return sent, placed[mine.index][1]
 
-    def flow_part(self, placed: list[tuple[str, Classification]]) -> int | None:
-        """Which one of several parts the waiting flow takes (none here: no engine)."""
-        return None
+    def flow_part(self, placed: list[tuple[str, Classification]]) -> FlowPart:
+        """Which one of several parts the waiting flow takes (none here: no engine; the message stays whole)."""
+        return FlowPart()
 
     def asks_for_something(self, words: str) -> bool:
         """Whether ``words`` (a part of a message without its order numbers) ask for something: the classifier
@@ -318,20 +328,29 @@ class Answers(Tickets):
     def answer_beside(self, question: str) -> dict[str, Any] | None:
         """A question asked beside an answer to the waiting flow: the knowledge base's answer, sent, when it is
         confident; else None (the flow's reply goes alone: nobody is handed over for a question said in passing)."""
+        answer = self.confident_answer(question, failed="a question beside an answer", noted="asked_beside")
+        if answer is None:
+            return None
+        return self.send(answer.text or "", kind="reply", citations=citations_of(answer.citations))
+
+    def confident_answer(self, question: str, *, failed: str, noted: str | None = None) -> Answer | None:
+        """The knowledge base's answer to one question of the turn when it is confident (answered, with text);
+        None when it declines, fails (logged as failing on ``failed``) or is not wired: the caller then gives up
+        its own way, the rest of the turn still served. ``noted``: the trace key that records whether the
+        knowledge base answered (left unset when it failed)."""
         kb = self.r.rag
         if kb is None:
             return None
         with self.stage("retrieval"):
             try:
                 answer = kb.answer(question)
-            except Exception:  # noqa: BLE001 - the flow's answer is still served
-                log.exception("knowledge base failed on a question beside an answer")
+            except Exception:  # noqa: BLE001 - one question of the turn: the rest of the turn is still served
+                log.exception("knowledge base failed on %s", failed)
                 return None
-        if not (answer.answered and answer.text):
-            self.trace["asked_beside"] = {"text": question, "answered": False}
-            return None
-        self.trace["asked_beside"] = {"text": question, "answered": True}
-        return self.send(answer.text, kind="reply", citations=citations_of(answer.citations))
+        confident = bool(answer.answered and answer.text)
+        if noted is not None:
+            self.trace[noted] = {"text": question, "answered": confident}
+        return answer if confident else None
 
     def with_answer_first(self, beside: dict[str, Any] | None, result: TurnResult) -> TurnResult:
         """The turn's reply with the answer sent before it (``answer_beside``) in front."""

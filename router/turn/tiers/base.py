@@ -150,7 +150,6 @@ class TurnBase:
         self.listening: Listening | None = None      # the waiting flow and its reading of the message (engine.listen)
         self.restarting: Restart | None = None       # a finished flow this message starts again (engine.correcting)
         self.ended: str | None = None                # why the task that just ended did nothing (engine.ended)
-        self.restated = False                        # the waiting flow's own task asked for again beside a question
         # the conversation's flows, read once per pass until one changes (a conversation this pass made has none)
         self._flows: Flows | None = Flows(new=True) if ctx.new_conversation else None
         self._notes: list[str] | None = None

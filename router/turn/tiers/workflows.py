@@ -25,7 +25,7 @@ from router.turn.pipeline import TurnResult
 from router.turn import state as sm
 from router.turn.plan import Route
 from router.turn.ports import FlowsPort
-from router.turn.tiers.answers import Answers
+from router.turn.tiers.answers import Answers, FlowPart
 from text.form import read_form
 
 
@@ -73,14 +73,15 @@ class Workflows(Answers):
         self.trace["reading"] = self.listening.reading
         return self.listening.reading
 
-    def flow_part(self, placed: list[tuple[str, Classification]]) -> int | None:
+    def flow_part(self, placed: list[tuple[str, Classification]]) -> FlowPart:
         """The one part of several the waiting flow takes: the only part it reads as its own (an answer, a
         correction, a change of mind), or else the only part that asks for the flow's own task again ("我要退款"
-        while the refund waits: the flow then asks its question again, no failed try; ``restated``). -1: no part
-        is the flow's (each is another request or a question); None: more than one is, or it cannot tell."""
+        while the refund waits: the flow then asks its question again, no failed try; ``restated``). ``others``:
+        no part is the flow's (each is another request or a question); no part: more than one is, or it cannot
+        tell."""
         engine, active = self.r.flows, self.active_flow()
         if engine is None or active is None or active["status"] != "waiting":
-            return None
+            return FlowPart()
         own, again, other = [], [], 0
         with self.stage("workflow"):
             for i, (part, x) in enumerate(placed):
@@ -95,11 +96,10 @@ class Workflows(Answers):
                 elif reading == "digression" or (x.intent is not None and read_form(part) == "question"):
                     other += 1
         if len(own) == 1:
-            return own[0]
+            return FlowPart(own[0])
         if not own and len(again) == 1:
-            self.restated = True
-            return again[0]
-        return -1 if not own and not again and other == len(placed) else None
+            return FlowPart(again[0], restated=True)
+        return FlowPart(others=not own and not again and other == len(placed))
 
     def correcting(self, c: Classification) -> str | None:
         """The finished workflow this message starts again (a corrected value, the same question about another
