@@ -189,7 +189,8 @@ def declined_beside(run: FlowRun, text: str) -> tuple[str, str] | None:
 def reading(run: FlowRun, gone: str | None, text: str, entities: dict[str, Any], intent: str | None,
             intent_confidence: float | None, drift_threshold: float) -> str:
     """What the flow's waiting step reads ``text`` as (one of READINGS), changing nothing; ``gone`` says why the
-    flow's definition no longer fits (it then reads nothing)."""
+    flow's definition no longer fits (it then reads nothing). ``intent``: the message's classification, or that
+    of what follows when it opens by dropping the task (the router classifies that part alone)."""
     instance, wf = run.inst, run.wf
     if gone:
         return "unclear"
@@ -231,8 +232,13 @@ def reading(run: FlowRun, gone: str | None, text: str, entities: dict[str, Any],
         return "answer"   # "不用了，谢谢你，我还想问下退货运费" at the tax id: declined, and a question beside it
     if rest and not free and not other and kind.strength(run, step, rest, entities) == "strong":
         return "answer"   # "forget it, just refund the full amount", "算了，全额退吧": what follows answers the step
-    if rest and kind.strength(run, step, rest, entities) is None and A.repick(run, step, rest, dry=True, bare=True):
-        return "correction"   # "算了，换成另一个订单吧": the earlier choice again, not the task dropped
+    # "算了，换成另一个订单吧": the earlier choice again, not the task dropped. Not when what follows the drop is a
+    # request of its own, placed elsewhere by the classifier (``intent``: the router classifies it alone) or asked
+    # ("算了还是不取消了，帮我查一下大米到哪了", "never mind, don't cancel it - where's my lamp?"): the task is dropped and
+    # the request served, never the order it names picked for the task
+    if rest and not other and not U.is_question(rest) and read_form(rest) != "question" \
+            and kind.strength(run, step, rest, entities) is None and A.repick(run, step, rest, dry=True, bare=True):
+        return "correction"
     if rest and not U.is_correction(rest) and (
             other or U.is_question(rest)
             or (read_form(rest) is not None and (free or kind.strength(run, step, rest, entities) is None))):

@@ -155,7 +155,7 @@ def after_change_of_mind(text: str) -> str:
     ends += [i + len(c) for c in CANCEL for i in [low.find(c)] if i >= 0]
     if not ends:
         return ""
-    rest = t[max(ends):].lstrip(" ,，.。!！;；:：~…、-")
+    rest = t[max(ends):].lstrip(" ,，.。!！;；:：~…、-—–")
     return rest if len(_MIND_FILLER.sub("", rest)) > 2 else ""
 
 

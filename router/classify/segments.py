@@ -10,6 +10,10 @@ a request after it ("cancel 100235 and 100236" is one request about two orders).
 something is ``asks``'s to say when given (the router passes its classifier: "the lamp one", "台灯那个" place no
 intent): a part that only names another order ("refund order 100241 and the lamp one 100240", "退款订单100236，还有
 台灯那个100230") stays with the request before it, one task about two orders.
+
+A part of a few characters is no request of its own ("hi!", "ok, and ..."), except one that the task waiting for an
+answer takes (``answers``, the router asks the waiting flow): "yes, and how long will it take to reach my card?" at a
+refund's confirmation is the yes (the flow's) and the question (answered beside it).
 """
 
 from __future__ import annotations
@@ -63,15 +67,19 @@ def _by_order(part: str, asks: Callable[[str], bool] | None = None) -> list[str]
     return [part]
 
 
-def split_requests(text: str, asks: Callable[[str], bool] | None = None) -> list[str]:
+def split_requests(text: str, asks: Callable[[str], bool] | None = None,
+                   answers: Callable[[str], bool] | None = None) -> list[str]:
     """The parts of ``text`` that may each be a request (one part when nothing joins two). ``asks``: whether some
     words ask for something (a task, a question); a part that names an order and asks nothing else ("the lamp one
-    100240") is another order of the part before it and stays in it."""
+    100240") is another order of the part before it and stays in it. ``answers``: whether a part too short to be a
+    request of its own answers the question a waiting task asked ("yes", "好", "50"); such a part is kept ("yes, and
+    how long will it take to reach my card?" at a refund's confirmation: the yes and the question)."""
     text = (text or "").strip()
     if len(text) > 500:
         return [text]
     parts = [q for p in _JOINS.split(text) for q in _by_order(p.strip(" ,，"), asks)]
-    parts = [p for p in parts if len(p) >= MIN_PART_CHARS or re.search(r"[\u4e00-\u9fff]{2,}", p)]
+    parts = [p for p in parts if len(p) >= MIN_PART_CHARS or re.search(r"[\u4e00-\u9fff]{2,}", p)
+             or (answers is not None and bool(p.strip(" ,，.。!！~")) and answers(p))]
     if asks is not None:
         parts = _with_their_orders(text, parts, asks)
     if len(parts) < 2 or len(parts) > MAX_PARTS:

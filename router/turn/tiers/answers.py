@@ -222,7 +222,7 @@ class Answers(Tickets):
         if self.r.rag is None:
             return None, FlowPart()
         waiting = engine is not None and self.active_flow() is not None
-        parts = split_requests(self.text, asks=self.asks_for_something)
+        parts = split_requests(self.text, asks=self.asks_for_something, answers=self.answers_waiting_step)
         if len(parts) < 2:
             return None, FlowPart()
         with self.stage("classify"):

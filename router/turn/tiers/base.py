@@ -16,7 +16,7 @@ from typing import Any, Protocol, cast
 from prometheus_client import Counter
 
 from automation.workflows.listening import Listening
-from automation.workflows.understand import drops_task, only_consents
+from automation.workflows.understand import drops_task, only_consents, said_after_dropping
 from automation.workflows.runtime import Restart
 from automation.workflows.store import Flows, Instance
 from rag.types import Answer, Hit
@@ -177,6 +177,17 @@ class TurnBase:
         """The conversation's active flow (see ``flows``)."""
         return self.flows().active
 
+    def answers_waiting_step(self, part: str) -> bool:
+        """Whether the conversation's waiting flow takes ``part`` of a message (a few characters: "yes", "no", "好",
+        "50") as its own (its answer or a change of mind, as ``flow_part`` reads the parts): a part beside a question
+        ("yes, and how long will it take to reach my card?"). With no flow waiting a short part is no request of its
+        own (router.classify.segments)."""
+        engine, active = self.r.flows, self.active_flow()
+        if engine is None or active is None or active["status"] != "waiting":
+            return False
+        with self.stage("workflow"):
+            return engine.read(active, part) in ("answer", "correction", "cancel")
+
     def flow_moved(self) -> None:
         """This pass changed the conversation's flows: the next ``flows`` reads them again."""
         self._flows = None
@@ -266,6 +277,20 @@ class TurnBase:
             self.r.metrics.stage_seconds.labels("embedding").observe(self.ctx.timings["classify"])
         self.note_classification(c)
         return c
+
+    def heard(self, c: Classification) -> Classification:
+        """What a waiting flow hears the message as: its classification ``c``, or, when the message opens by
+        dropping the task and goes on ("算了还是不取消了，帮我查一下大米到哪了", "never mind, don't cancel it - where is
+        my lamp?"), the classification of what follows the drop alone. The drop's words blur the whole message's
+        (a lookup at 0.46 said whole, 0.86 without them); what follows tells the flow a request of its own, served
+        once the task is dropped, from another of its options picked again ("算了，换成另一个订单吧")."""
+        rest = said_after_dropping(self.text)
+        if not rest:
+            return c
+        with self.stage("classify"):
+            then: Classification = per_turn(("classify", rest), lambda: self.r.classifier.classify(rest))
+        self.trace["after_drop"] = {"text": rest, "intent": then.intent, "confidence": round(float(then.confidence), 4)}
+        return then
 
     def note_classification(self, c: Classification) -> None:
         self.trace["classification"] = {"intent": c.intent, "tier": c.tier, "confidence": round(c.confidence, 4),

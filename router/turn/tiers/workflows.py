@@ -59,8 +59,9 @@ class Workflows(Answers):
         if engine is None:
             return None
         with self.stage("workflow"):
+            heard = self.heard(c)   # what follows a drop, classified alone
             self.listening = engine.listen(self.active_flow(), self.text, c.entities or {},
-                                           intent=c.intent, intent_confidence=float(c.confidence))
+                                           intent=heard.intent, intent_confidence=float(heard.confidence))
             if self.listening is None and plan.ENDED_TEMPLATE in self.r.policy.replies.names():
                 # nothing waits, but the message may belong to the task that just ended refused
                 self.ended = engine.ended(self.conn, str(self.conv["id"]), self.text, c.entities or {},

@@ -47,3 +47,27 @@ def test_a_part_that_only_names_another_order_stays_with_its_request(text, parts
     """Whether the words after a join ask for something is the caller's to say (the router asks its classifier): a
     part that names another order and nothing else is another order of the request before it."""
     assert split_requests(text, asks=_places) == parts
+
+
+def _answers(part: str) -> bool:
+    """A stand-in for a waiting step that asked for a yes or an amount: these words answer it."""
+    return part.strip(" .,。，!") in ("yes", "no", "好", "50")
+
+
+@pytest.mark.parametrize("text, parts", [
+    ("yes, and how long will it take to reach my card?", ["yes", "how long will it take to reach my card"]),
+    ("好。另外退款多久到账？", ["好", "退款多久到账"]),
+    ("50，另外退款多久到账？", ["50", "退款多久到账"]),
+])
+def test_a_short_answer_to_the_waiting_step_is_a_part_of_its_own(text, parts):
+    assert split_requests(text, answers=_answers) == parts
+
+
+@pytest.mark.parametrize("text", [
+    "yes, and how long will it take to reach my card?",    # no step waits for it: no part of its own
+    "ok, and how long do refunds take?",                    # waits, but "ok" answers nothing it asked
+    "hi! how long do refunds take?",
+])
+def test_a_short_fragment_that_answers_nothing_is_no_part(text):
+    waits = _answers if text.startswith(("ok", "hi")) else None
+    assert split_requests(text, answers=waits) == [text]

@@ -9,7 +9,11 @@ Corrections write what the customer meant last, never what they corrected: one p
 No. 15 not 5", "是15号不是5号") changes that part of the value read back; an earlier choice named again by its place
 in the list ("我是说第二个", "wait, I meant the second one") picks that order again, at a value question and at a
 free-text one (where it is never taken for the value); the order in hand said again is the question again, not
-"sorry, I didn't catch that"."""
+"sorry, I didn't catch that".
+
+A change of mind followed by another request ("算了还是不取消了，帮我查一下大米到哪了") drops the task and serves the
+request, never the order it names picked for the task; a short answer beside a question ("yes, and how long will it
+take to reach my card?", "好。另外退款多久到账？") is the flow's answer and the question is answered."""
 
 from __future__ import annotations
 
@@ -153,3 +157,46 @@ def test_the_order_in_hand_said_again_at_the_amount_question_is_no_misunderstand
     assert "订单 100271 新的收货地址是" in named[0]["reply"]["text"], named[0]["reply"]
     said = named[1]["reply"]["text"]
     assert "没有听明白" not in said and "订单 100271 新的收货地址是" in said and named[1]["flow"]["awaiting"] == "address", said
+
+
+@pytest.mark.parametrize("customer, texts, says, workflow", [
+    # a request of its own after the drop (the classifier places it, said alone): the cancel dropped, the lookup
+    # served; never the rice order or the lamp picked for the cancel ("already delivered, cannot be cancelled")
+    ("c3", ("我要取消订单100252", "算了还是不取消了，帮我查一下大米到哪了"), ("不会再做后续操作", "订单 100251 当前状态：已签收"),
+     "order_status"),
+    ("c2", ("I want to cancel order 100242", "never mind, don't cancel it — where is the lamp I ordered?"),
+     ("nothing further will be done", "Order 100240 is delivered"), "order_status"),
+    # another of the orders named alone after the drop is still that order picked for the task
+    ("c2", ("I want a refund", "the boots", "forget it, the lamp one"),
+     ("How much should be refunded for order 100240?",), "refund"),
+])
+def test_a_change_of_mind_then_another_request_drops_the_task_and_serves_the_request(api, svc, customer, texts, says,
+                                                                                    workflow):
+    conv = f"b-drop-{customer}-{len(texts)}"
+    out = talk(api, customer, conv, *texts)
+    said = out[-1]["reply"]["text"]
+    assert all(s in said for s in says), said
+    assert "cancelled" not in said and "无法取消" not in said, said
+    assert out[-1]["flow"]["workflow"] == workflow, out[-1]["flow"]
+    assert writes_of(svc, "cancel_order") == [] and writes_of(svc, "request_refund") == []
+    assert tickets_of(svc, conv) == 0
+
+
+@pytest.mark.parametrize("customer, texts, said_first, order, amount, done", [
+    ("c2", ("I want a refund", "the lamp", "20", "yes, and how long will it take to reach my card?"), "business days",
+     "100240", [20.0], "Refunded 20.00 USD for order 100240"),
+    ("c5", ("我要退款", "不粘锅那个", "20", "好。另外退款多久到账？"), "工作日", "100270", [20.0], "已为订单 100270 退款 20.00 CNY"),
+    # a no beside the question: the flow takes it as a no (the amount asked again), the question answered all the same
+    ("c2", ("I want a refund", "the lamp", "20", "no, and what payment methods do you accept?"), "PayPal", "100240", [],
+     "How much should be refunded for order 100240?"),
+])
+def test_a_short_answer_beside_a_question_is_taken_and_the_question_answered(api, svc, customer, texts, said_first,
+                                                                             order, amount, done):
+    conv = f"b-short-{customer}-{len(amount)}"
+    out = talk(api, customer, conv, *texts)
+    assert out[-2]["flow"]["awaiting"] == "confirmation", out[-2]["flow"]
+    reply = out[-1]["reply"]
+    assert reply["citations"] and said_first in reply["text"] and done in reply["text"], reply["text"]
+    assert reply["text"].index(said_first) < reply["text"].index(done), reply["text"]
+    assert out[-1]["flow"]["status"] == ("completed" if amount else "waiting"), out[-1]["flow"]
+    assert refunds(svc, order) == amount and tickets_of(svc, conv) == 0
