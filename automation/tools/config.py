@@ -22,7 +22,7 @@ from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from automation.tools.base import Binding, BreakerPolicy, RateLimit, ReadBack, RetryPolicy, ToolSpec, Unwrap
-from failures.yaml_source import SourceError, construct, dotted, line_for, named_field, syntax_error
+from failures.yaml_source import SourceError, compose, construct, dotted, line_for, named_field, syntax_error
 
 BUNDLED_TOOLS = Path(__file__).resolve().parent / "samples" / "tools.yaml"
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -339,7 +339,7 @@ def _substitute(data: Any, path: tuple, variables: Mapping[str, str], marks: dic
 def parse_tools(text: str, *, file: str | None = None, variables: Mapping[str, str] | None = None) -> ToolsFile:
     """Parse and validate tools YAML text; raise ToolConfigError naming line and field."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = compose(text)
     except yaml.MarkedYAMLError as exc:
         message, line = syntax_error(exc)
         raise ToolConfigError(message, file=file, line=line) from None

@@ -24,7 +24,7 @@ from automation.workflows.model import (BUILTIN_NAMES, COMMON_KEYS, DEFAULT_TIER
 from automation.workflows.model import Path as P
 from automation.workflows.steps import KINDS, REGISTRY
 from automation.workflows.understand import FORMATS
-from failures.yaml_source import construct, syntax_error
+from failures.yaml_source import compose, construct, syntax_error
 
 BUNDLED = Path(__file__).resolve().parent / "samples"
 _ID = ID
@@ -36,7 +36,7 @@ def parse_workflows(text: str, *, file: str | None = None, tools: Any | None = N
     """Parse and validate one workflows YAML text; raise WorkflowConfigError listing every problem."""
     errors: list[dict[str, Any]] = []
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = compose(text)
     except yaml.MarkedYAMLError as exc:
         message, line = syntax_error(exc)
         raise WorkflowConfigError([{"file": file, "line": line, "field": None, "message": message}]) from None

@@ -45,7 +45,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from failures.yaml_source import SourceError, construct, line_for, named_field, syntax_error
+from failures.yaml_source import SourceError, compose, construct, line_for, named_field, syntax_error
 
 Tier = Literal["L1", "L2", "L3"]
 TIERS = ("L1", "L2", "L3")
@@ -239,7 +239,7 @@ class _AtPath(ValueError):
 def parse_intents(text: str, *, file: str | None = None) -> IntentConfig:
     """Parse and validate intents YAML text; raise IntentConfigError naming line and field."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = compose(text)
     except yaml.MarkedYAMLError as exc:
         message, line = syntax_error(exc)
         raise IntentConfigError(message, file=file, line=line) from None
