@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -66,12 +67,22 @@ class EncoderSimilarity:
         self._background: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
 
     def background(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """Per script: (the items' vectors, the references' vectors); encoded at the first use."""
+        """Per script: (the items' vectors, the references' vectors); encoded at the first use, once per encoder
+        (a reload of the workflows, or services built again in one process, find it encoded)."""
+        if self._background is None:
+            try:
+                self._background = _BACKGROUNDS.get(self.encoder)
+            except TypeError:       # an encoder that cannot be weakly referenced: encoded for this instance
+                pass
         if self._background is None:
             texts = [*ITEMS_EN, *ITEMS_ZH, *REFERENCES_EN, *REFERENCES_ZH]
             v = np.asarray(self.encoder.encode_queries(texts), dtype=np.float32)
             a, b, c = len(ITEMS_EN), len(ITEMS_EN) + len(ITEMS_ZH), len(ITEMS_EN) + len(ITEMS_ZH) + len(REFERENCES_EN)
             self._background = {"en": (v[:a], v[b:c]), "zh": (v[a:b], v[c:])}
+            try:
+                _BACKGROUNDS[self.encoder] = self._background
+            except TypeError:
+                pass
         return self._background
 
     def _encode(self, texts: Sequence[str]) -> np.ndarray:
@@ -104,6 +115,10 @@ class EncoderSimilarity:
             others = refs @ o                              # the option against other references of the text's script
             scores.append(min(_standing(cosine, items), _standing(cosine, others)))
         return scores
+
+
+#: the background's vectors per encoder object (the texts are fixed: one encoding serves every instance)
+_BACKGROUNDS: weakref.WeakKeyDictionary[Any, dict[str, tuple[np.ndarray, np.ndarray]]] = weakref.WeakKeyDictionary()
 
 
 def _standing(value: float, background: np.ndarray) -> float:
