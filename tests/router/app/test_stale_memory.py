@@ -45,3 +45,22 @@ def test_a_write_committed_elsewhere_drops_the_kept_copy_of_that_customer_only(d
     finally:
         listener.stop()
         memory.CUSTOMERS.clear()
+
+
+def test_stopping_wakes_the_listener_and_drops_nothing_anywhere(dsn):
+    """A shutdown does not wait out the listener's wait (30 s here): an empty notice wakes it, and every other
+    process's listener hears that notice without dropping anything it keeps."""
+    tools, c4 = _Gateway(), ("web", "c4", None, 1)
+    other = StaleMemoryListener(dsn, wait_seconds=30).start()
+    stopping = StaleMemoryListener(dsn, wait_seconds=30).start()
+    try:
+        assert other.listening.wait(10) and stopping.listening.wait(10)
+        memory.CUSTOMERS.put(tools, c4, {"orders": [{"order_id": "100261", "status": "paid"}]})
+        t0 = time.monotonic()
+        stopping.stop(timeout=60)
+        assert time.monotonic() - t0 < 20, "stop waited out the listener's 30 s wait"
+        time.sleep(0.3)
+        assert memory.CUSTOMERS.get(tools, c4) is not None and other.heard == 0
+    finally:
+        other.stop()
+        memory.CUSTOMERS.clear()
