@@ -12,8 +12,9 @@ Signals, strongest first:
   请帮"), "can I get / have" (a polite request, not a question of policy). A desire to know ("I want to know",
   "我想问 / 想了解") is a question.
 - a question: interrogative words (what / how / when / where / why / which / who, "什么 / 怎么 / 如何 / 多久 /
-  哪些 / 为什么"), a modal or auxiliary opening ("can I / do you / is it / are there"), A-not-A and sentence-final
-  particles ("能不能 / 可不可以 / 是否 / …吗 / …呢"), a question mark.
+  为什么", 哪 in any of its forms: "哪些 / 哪个 / 到哪了 / 在哪 / 哪天", not 哪怕 "even if"), with or without a
+  question mark ("我的台灯到哪了", "where is my lamp"), a modal or auxiliary opening ("can I / do you / is it /
+  are there"), A-not-A and sentence-final particles ("能不能 / 可不可以 / 是否 / …吗 / …呢"), a question mark.
 - a bare imperative at the start ("cancel my order", "refund order 100234", "开发票").
 Anything else (a statement: "I forgot my password", "电子发票没收到") reads as neither.
 """
@@ -54,7 +55,7 @@ _QUESTION_EN = re.compile(
     r"|is\s+(?:it|there)\s+(?:possible|ok|okay|allowed|free)|do\s+(?:you|u)\s+(?:have|accept|take|ship|deliver|offer|sell))\b")
 _QUESTION_ZH = re.compile(
     r"[?？]|[吗么嘛呢]\s*[啊呀哈]?\s*[?？。.!！~～]*\s*$"
-    r"|什么|啥|谁|几点|几时|怎么|怎样|怎么样|如何|为什么|为何|多久|多长|多少|几天|几个|几号|哪些|哪个|哪里|哪儿|哪家|哪种|是否|能否|可否"
+    r"|什么|啥|谁|几点|几时|怎么|怎样|怎么样|如何|为什么|为何|多久|多长|多少|几天|几个|几号|哪(?!怕)|是否|能否|可否"
     r"|能不能|可不可以|可以不|行不行|会不会|要不要|有没有|是不是|用不用|需不需要|还能.{0,8}吗")
 _IMPERATIVE_EN = re.compile(
     r"^\s*(?:cancel|refund|return|change|update|fix|correct|send|resend|issue|reissue|give|make|ship|deliver|track|"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -53,7 +53,8 @@ class RuleChannel(Protocol):
 class EmbeddingChannel(Protocol):
     """Scores message vectors (and their texts) against the intents; ``intent`` is None below the threshold."""
 
-    def score(self, vectors: np.ndarray, texts: list[str]) -> list[tuple[str | None, float, dict[str, Any]]]: ...
+    def score(self, vectors: np.ndarray, texts: list[str], pools: Sequence[Sequence[str]] = ()
+              ) -> list[tuple[str | None, float, dict[str, Any]]]: ...
 
 
 class IntentClassifier:
@@ -158,10 +159,13 @@ class IntentClassifier:
     def tier_of(self, intent: str | None) -> str:
         return self.config.tier_of(intent)
 
-    def classify(self, text: str) -> Classification:
-        return self.classify_batch([text])[0]
+    def classify(self, text: str, *, pools: Sequence[Sequence[str]] = ()) -> Classification:
+        """``pools``: groups of intents that lead to one task, their evidence pooled when deciding whether the
+        message is in scope (EmbeddingScorer.score); the rules are not concerned."""
+        return self.classify_batch([text], pools=pools)[0]
 
-    def classify_batch(self, texts: list[str], *, batch_size: int = 32) -> list[Classification]:
+    def classify_batch(self, texts: list[str], *, batch_size: int = 32,
+                       pools: Sequence[Sequence[str]] = ()) -> list[Classification]:
         config, rules, embeddings = self._state
         out: list[Classification | None] = [None] * len(texts)
         pending: list[int] = []
@@ -181,7 +185,8 @@ class IntentClassifier:
                 pending.append(i)
         if pending:
             vectors = self.encoder.encode_queries([texts[i] for i in pending], batch_size=batch_size)
-            scored = embeddings.score(vectors, [texts[i] for i in pending])
+            scored = (embeddings.score(vectors, [texts[i] for i in pending], pools) if pools
+                      else embeddings.score(vectors, [texts[i] for i in pending]))
             for i, (intent, score, why) in zip(pending, scored, strict=True):
                 c = out[i]
                 c.intent, c.confidence, c.tier = intent, float(score), config.tier_of(intent)

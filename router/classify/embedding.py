@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -295,6 +296,20 @@ def features(sig: dict[str, np.ndarray]) -> np.ndarray:
     ]).astype(np.float64)
 
 
+def pooled(sig: dict[str, np.ndarray], groups: list[list[int]]) -> tuple[dict[str, np.ndarray], list[list[int]]]:
+    """The signals with each group of intents (indices) made one: their head probabilities summed, their nearest
+    example the group's nearest. Intents in no group stay as they are; returns the signals and, per new column, the
+    intents it stands for. Two intents that lead to one task ("where is my lamp?": order_query and shipping_status,
+    both the order lookup) split the evidence for it; pooled, the rejector reads how sure the message is of the task."""
+    n = sig["p_per_intent"].shape[1]
+    grouped = {i for g in groups for i in g}
+    columns = [list(g) for g in groups] + [[i] for i in range(n) if i not in grouped]
+    out = dict(sig)
+    out["p_per_intent"] = np.column_stack([sig["p_per_intent"][:, c].sum(axis=1) for c in columns])
+    out["cos_per_intent"] = np.column_stack([sig["cos_per_intent"][:, c].max(axis=1) for c in columns])
+    return out, columns
+
+
 def apply_rejector(rejector: dict[str, Any], feats: np.ndarray) -> np.ndarray:
     z = (feats - np.asarray(rejector["mean"])) / np.asarray(rejector["scale"])
     logit = z @ np.asarray(rejector["coef"]) + float(rejector["intercept"])
@@ -350,11 +365,19 @@ class EmbeddingScorer:
         return cls(config, example_vectors, labels, texts, oos_vectors, Scoring.from_dict(config.scoring),
                    threshold=threshold, cache_dir=cache_dir)
 
-    def score(self, vectors: np.ndarray, texts: list[str]) -> list[tuple[str | None, float, dict[str, Any]]]:
+    def score(self, vectors: np.ndarray, texts: list[str], pools: Sequence[Sequence[str]] = ()
+              ) -> list[tuple[str | None, float, dict[str, Any]]]:
+        """The intent (None below its threshold), the score and the explanation of each message. ``pools``: groups
+        of intents that lead to one task, whose evidence is summed when deciding whether the message is in scope
+        (see ``pooled``); the intent named is then the pool's likeliest, the explanation says ``pooled``."""
         q = np.asarray(vectors, dtype=np.float32)
         if q.ndim == 1:
             q = q[None, :]
         sig = compute_signals(q, texts, self.vectors, self.labels, len(self.names), self.head, self._plan)
+        groups = [[self.names.index(n) for n in dict.fromkeys(p) if n in self.names] for p in pools]
+        groups = [g for g in groups if len(g) > 1]
+        if groups and self.head is not None:
+            return self._score_pooled(sig, groups)
         if self.head is not None:
             rank = sig["p_per_intent"]
             feats = features(sig)
@@ -370,6 +393,27 @@ class EmbeddingScorer:
             s = float(scores[r])
             intent = self.names[best] if s >= threshold else None
             results.append((intent, s, self._explain(r, sig, rank, best, second, threshold, s, feats)))
+        return results
+
+    def _score_pooled(self, sig: dict[str, np.ndarray], groups: list[list[int]]
+                      ) -> list[tuple[str | None, float, dict[str, Any]]]:
+        pooled_sig, columns = pooled(sig, groups)
+        rank = pooled_sig["p_per_intent"]
+        feats = features(pooled_sig)
+        scores = apply_rejector(self.scoring.rejector, feats)
+        results = []
+        for r in range(len(rank)):
+            best, second = _top2(rank[r])
+            members = columns[best]
+            threshold = float(self.thresholds[members].max())
+            likeliest = members[int(np.argmax(sig["p_per_intent"][r, members]))]
+            s = float(scores[r])
+            why = self._explain(r, sig, sig["p_per_intent"], likeliest, None, threshold, s, feats)
+            why["pooled"] = [self.names[i] for i in members] if len(members) > 1 else None
+            if second is not None:
+                why["runner_up"] = "+".join(self.names[i] for i in columns[second])
+                why["margin"] = round(float(rank[r, best] - rank[r, second]), 4)
+            results.append((self.names[likeliest] if s >= threshold else None, s, why))
         return results
 
     def _explain(self, r: int, sig: dict, rank: np.ndarray, best: int, second: int | None, threshold: float,

@@ -244,8 +244,7 @@ class _Turn(Workflows):
         rest = after_change_of_mind(self.text)
         if not rest or read_form(rest) is None:
             return None
-        with self.stage("classify"):
-            then = self.r.classifier.classify(rest)
+        then = self.classify_after_drop(rest)   # as the waiting flow heard it (TurnBase.heard): once per turn
         engine = self.r.flows
         task = engine.workflows.for_intent(then.intent) if engine is not None and then.intent is not None else None
         if then.intent is None or (task is not None and task.name == dropped.workflow):

@@ -7,7 +7,7 @@ the decider and its tier actions (router.turn.tiers) see only these methods.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import psycopg
@@ -35,7 +35,7 @@ class ClassifierPort(Protocol):
     @property
     def config(self) -> IntentConfig: ...
 
-    def classify(self, text: str) -> Classification: ...
+    def classify(self, text: str, *, pools: Sequence[Sequence[str]] = ()) -> Classification: ...
 
 
 class Rewriter(Protocol):

@@ -11,13 +11,16 @@ QUESTIONS = ["how do I return an item?", "how do I get an e-invoice", "can I ret
              "I want to know how to return", "what if I want to send it back?", "can I get a VAT invoice as an individual?",
              "who pays the postage when I return something", "when do my points expire",
              "衣服不合适能退吗", "电子发票怎么开", "退货的运费谁来出", "下单后还能改地址吗", "我想问一下怎么退货",
-             "东西不想要了 怎么退款", "支持哪些付款方式", "客服几点下班", "可不可以用花呗"]
+             "东西不想要了 怎么退款", "支持哪些付款方式", "客服几点下班", "可不可以用花呗",
+             # asked by its question words alone, no question mark
+             "我的台灯到哪了", "快递现在在哪", "哪天能到", "退款什么时候到账", "where is my lamp", "when will my parcel arrive"]
 REQUESTS = ["I want to return my shirt", "I'd like a refund", "please refund my order", "cancel my order please",
             "can you cancel the order I placed this morning?", "could you send me an invoice?", "I need an invoice",
             "can I get an invoice for my order", "refund order 100234", "help me change my address",
             "给我开张发票", "帮我取消订单", "我要退货", "我想改一下收货地址", "刚下的单能帮我取消吗", "麻烦开一下发票",
             "衣服太大了想退货", "取消订单100236"]
-NEITHER = ["I forgot my password", "忘记登录密码了", "电子发票没收到", "my account was hacked", "", "100234"]
+NEITHER = ["I forgot my password", "忘记登录密码了", "电子发票没收到", "my account was hacked", "", "100234",
+           "哪怕晚一点也没关系"]
 
 
 @pytest.mark.parametrize("text", QUESTIONS)

@@ -58,3 +58,23 @@ def test_an_order_named_by_its_item_is_an_order_question(e5_encoder, tmp_path):
         if wf is None or wf.name != "order_status":
             wrong.append((text, c.intent, round(c.confidence, 2)))
     assert not wrong, wrong
+
+
+def test_intents_that_lead_to_one_workflow_pool_their_evidence(e5_encoder, tmp_path):
+    clf = classifier_for(e5_encoder, tmp_path)
+    workflows = load_workflows(None)
+    pools = [wf.intents for wf in workflows.workflows.values() if len(wf.intents) > 1]
+    # said alone, the evidence splits between order_query and shipping_status (both the order lookup): no intent
+    split = ["where is my lamp?", "我的大米到哪了？", "我的大米到哪了"]
+    assert all(clf.classify(t).intent is None for t in split), [(t, clf.classify(t).confidence) for t in split]
+    wrong = []
+    for text in split:
+        c = clf.classify(text, pools=pools)
+        wf = workflows.for_intent(c.intent) if c.intent else None
+        if wf is None or wf.name != "order_status" or not c.explanation.get("pooled"):
+            wrong.append((text, c.intent, round(c.confidence, 2)))
+    assert not wrong, wrong
+    # what no task pools keeps its intent, out of scope stays out
+    for text, intent in [("how long do refunds take?", "faq"), ("cancel it", "cancel_order"),
+                         ("what's the weather", None), ("the lamp one", None)]:
+        assert clf.classify(text, pools=pools).intent == intent, text

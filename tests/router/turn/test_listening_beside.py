@@ -200,3 +200,24 @@ def test_a_short_answer_beside_a_question_is_taken_and_the_question_answered(api
     assert reply["text"].index(said_first) < reply["text"].index(done), reply["text"]
     assert out[-1]["flow"]["status"] == ("completed" if amount else "waiting"), out[-1]["flow"]
     assert refunds(svc, order) == amount and tickets_of(svc, conv) == 0
+
+
+@pytest.mark.parametrize("customer, texts, says", [
+    # what follows the drop asks about one of the customer's orders, though the classifier places it nowhere said
+    # alone (its evidence split between two intents that both lead to the order lookup): the order's status follows
+    # the drop's reply
+    ("c2", ("I want to cancel order 100242", "never mind, don't cancel it — where is my lamp?"),
+     ("nothing further will be done", "Order 100240 is delivered")),
+    ("c3", ("我要取消订单100252", "算了还是不取消了，我的大米到哪了？"), ("不会再做后续操作", "订单 100251 当前状态：已签收")),
+    # a question without its question mark, read by its question words
+    ("c3", ("我要取消订单100252", "算了，不取消了。我的大米到哪了"), ("不会再做后续操作", "订单 100251 当前状态：已签收")),
+])
+def test_a_question_about_an_order_after_the_drop_is_answered(api, svc, customer, texts, says):
+    conv = f"b-rest-{customer}-{len(texts[-1])}"
+    out = talk(api, customer, conv, *texts)
+    said = out[-1]["reply"]["text"]
+    assert all(s in said for s in says), said
+    assert said.index(says[0]) < said.index(says[1]), said
+    assert "cancelled" not in said and "无法取消" not in said, said
+    assert out[-1]["flow"]["workflow"] == "order_status", out[-1]["flow"]
+    assert writes_of(svc, "cancel_order") == [] and tickets_of(svc, conv) == 0
