@@ -206,7 +206,7 @@ def test_a_short_answer_beside_a_question_is_taken_and_the_question_answered(api
     # what follows the drop asks about one of the customer's orders, though the classifier places it nowhere said
     # alone (its evidence split between two intents that both lead to the order lookup): the order's status follows
     # the drop's reply
-    ("c2", ("I want to cancel order 100242", "never mind, don't cancel it — where is my lamp?"),
+    ("c2", ("I want to cancel order 100242", "never mind, don't cancel it — where is my lamp now?"),
      ("nothing further will be done", "Order 100240 is delivered")),
     ("c3", ("我要取消订单100252", "算了还是不取消了，我的大米到哪了？"), ("不会再做后续操作", "订单 100251 当前状态：已签收")),
     # a question without its question mark, read by its question words
