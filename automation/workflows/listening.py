@@ -32,6 +32,8 @@ from text.form import read_form
 # The first five are the flow's own: the router's "unclear turn" and "repeated question" rules never count them.
 READINGS = ("answer", "correction", "cancel", "waiting", "digression", "unclear")
 CLAIMED = frozenset({"answer", "correction", "cancel", "waiting", "unclear"})
+#: the readings by which the waiting flow takes a message (or one part of it) as its own
+OWN = frozenset({"answer", "correction", "cancel"})
 MAX_WALK = 100   # steps walked to find an offered task's first question
 #: how sure the classifier must be that a message naming an option is a request of its own (a rule: 1.0)
 OWN_REQUEST = 0.9

@@ -15,7 +15,7 @@ from typing import Any, Protocol, cast
 
 from prometheus_client import Counter
 
-from automation.workflows.listening import Listening
+from automation.workflows.listening import OWN, Listening
 from automation.workflows.understand import drops_task, only_consents, said_after_dropping
 from automation.workflows.runtime import Restart
 from automation.workflows.store import Flows, Instance
@@ -186,7 +186,7 @@ class TurnBase:
         if engine is None or active is None or active["status"] != "waiting":
             return False
         with self.stage("workflow"):
-            return engine.read(active, part) in ("answer", "correction", "cancel")
+            return engine.read(active, part) in OWN
 
     def flow_moved(self) -> None:
         """This pass changed the conversation's flows: the next ``flows`` reads them again."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from automation.workflows.listening import OWN
 from automation.workflows.runtime import FlowTurn
 from automation.workflows.store import ACTIVE
 from router.classify.base import Classification
@@ -88,7 +89,7 @@ class Workflows(Answers):
             for i, (part, x) in enumerate(placed):
                 reading = engine.read(active, part, x.entities or {}, intent=x.intent,
                                       intent_confidence=float(x.confidence))
-                if reading in ("answer", "correction", "cancel"):
+                if reading in OWN:
                     own.append(i)
                 elif reading == "unclear" and x.intent is not None and read_form(part) != "question":
                     wf = engine.workflows.for_intent(x.intent)
