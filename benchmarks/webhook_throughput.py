@@ -378,6 +378,26 @@ def _serve_and_measure(args, admin: str, tmp: Path, model: Path, pg_pid: int | N
     return out
 
 
+def spread(runs: list[tuple[bool | None, dict]], paths: list[str]) -> dict:
+    """Each mode's mean, least and most of the figures that decide the target, over its runs (servers)."""
+    out: dict = {}
+    for path in paths:
+        out[path] = {}
+        for mode, tools in (("off", False), ("wired", True)):
+            measured = [m[path] for t, m in runs if t is tools and path in m]
+            figures: dict = {"runs": len(measured)}
+            for key, get in (("messages_per_s", lambda r: r["messages_per_s"]),
+                             ("capacity_2_cores_messages_per_s", lambda r: r.get("capacity_2_cores_messages_per_s")),
+                             ("cpu_ms_per_message_gateway_and_postgres",
+                              lambda r: r["cpu_ms_per_message"]["server"] + r["cpu_ms_per_message"]["postgres"])):
+                values = [v for v in map(get, measured) if v is not None]
+                if values:
+                    figures[key] = {"mean": round(statistics.fmean(values), 2), "min": round(min(values), 2),
+                                    "max": round(max(values), 2), "each": [round(v, 2) for v in values]}
+            out[path][mode] = figures
+    return out
+
+
 def main() -> None:
     if sys.argv[1:2] == ["serve-bare"]:
         return serve_bare(int(sys.argv[2]))
@@ -397,6 +417,10 @@ def main() -> None:
     p.add_argument("--tools", choices=["wired", "off", "both"], default="wired",
                    help="the example shop wired as by default (MCP stdio), tools off, or both one after the other "
                         "(same run: the wired throughput as a share of the tools-off one; target >= 90%%)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="with --tools both: pairs of servers, alternated (off, wired, wired, off, ...), so that the "
+                        "machine's drift falls on both modes alike; the shares are taken from each mode's mean and the "
+                        "range between runs is reported")
     p.add_argument("--embeddings", type=Path, default=None,
                    help="a file to keep the knowledge base's embedding cache in between runs (read at start when it "
                         "exists, written at the end): a server then starts without encoding the articles again")
@@ -428,13 +452,19 @@ def main() -> None:
     paths = ["rule_l3", "rule", "embedding"] if args.path == "all" else [args.path]
     if args.bare:
         paths = ["ingress"]
-    # tools off first, then wired: one server each on a fresh database, the same paths and load
-    modes = {"wired": [None], "off": [False], "both": [False, True]}[args.tools]
+    # one server per mode on a fresh database, the same paths and load; with --tools both the modes alternate
+    # (off, wired, then wired, off, ...) so that a machine growing busier or quieter weighs on both alike
+    if args.tools == "both":
+        modes = [m for i in range(max(1, args.rounds)) for m in ([False, True] if i % 2 == 0 else [True, False])]
+    else:
+        modes = {"wired": [None], "off": [False]}[args.tools]
+    runs: list[tuple[bool | None, dict]] = []
     try:
         pg_pid = embedded.status().pid if embedded is not None else None
         for tools in modes:
             measured = _serve_and_measure(args, admin, tmp, model, pg_pid, paths, tools, results)
-            if tools is False and len(modes) > 1:
+            runs.append((tools, measured))
+            if tools is False and args.tools == "both":
                 results["paths_tools_off"] = measured
             else:
                 results["paths"] = measured
@@ -443,16 +473,17 @@ def main() -> None:
             embedded.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     if "paths_tools_off" in results:
+        results["rounds"] = spread(runs, paths)
+        means = results["rounds"]
         results["wired_share_of_tools_off"] = {
-            path: round(r["messages_per_s"] / results["paths_tools_off"][path]["messages_per_s"], 3)
-            for path, r in results["paths"].items() if path in results["paths_tools_off"]}
+            path: round(m["wired"]["messages_per_s"]["mean"] / m["off"]["messages_per_s"]["mean"], 3)
+            for path, m in means.items()}
         # msg/s is bound by the clients' latency when the cores are not saturated; what the cores could do (each
         # run's own CPU per message, the shop's apart) is the comparison at saturation: both must be within 10 %
         results["wired_capacity_share_of_tools_off"] = {
-            path: round(r["capacity_2_cores_messages_per_s"]
-                        / results["paths_tools_off"][path]["capacity_2_cores_messages_per_s"], 3)
-            for path, r in results["paths"].items()
-            if "capacity_2_cores_messages_per_s" in r and path in results["paths_tools_off"]}
+            path: round(m["wired"]["capacity_2_cores_messages_per_s"]["mean"]
+                        / m["off"]["capacity_2_cores_messages_per_s"]["mean"], 3)
+            for path, m in means.items() if "capacity_2_cores_messages_per_s" in m["wired"]}
         results["wired_within_10_percent"] = all(
             v >= 0.9 for shares in ("wired_share_of_tools_off", "wired_capacity_share_of_tools_off")
             for v in results[shares].values())
@@ -475,18 +506,23 @@ def main() -> None:
           f"{args.threads} encoder thread(s), encoder {results['encoder']}")
     print(f"{'path':<10} {'msg/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'cpu ms/msg gw+pg':>17} {'shop+pg':>11} "
           f"{'2-core cap':>10}  decided by / tiers / statuses")
-    runs = [("", results["paths"])]
-    if "paths_tools_off" in results:
-        runs = [(" off", results["paths_tools_off"]), (" shop", results["paths"])]
-    for tag, measured in runs:
+    table = [("", results["paths"])]
+    if "paths_tools_off" in results:     # every server in the order it ran
+        table = [({False: " off", True: " shop"}[tools], measured) for tools, measured in runs]
+    for tag, measured in table:
         for path, r in measured.items():
             c = r["cpu_ms_per_message"]
             print(f"{path + tag:<10} {r['messages_per_s']:>8} {r['latency_ms_p50']:>8} {r['latency_ms_p95']:>8} "
                   f"{c['server']:>8}+{c['postgres']:<8} {c.get('shop', 0):>5}+{c.get('shop_postgres', 0):<5} "
                   f"{r.get('capacity_2_cores_messages_per_s', '-'):>10}  "
                   f"{r['decided_by']} {r['tiers']} {r['status']}  (load {r['load_average']:.1f})")
+    for path, m in results.get("rounds", {}).items():
+        for mode, f in m.items():
+            print(f"{path} {mode}, {f['runs']} run(s): " + "; ".join(
+                f"{key.split('_per_')[0].replace('_', ' ')} mean {v['mean']} (range {v['min']}-{v['max']})"
+                for key, v in f.items() if key != "runs"))
     if "wired_share_of_tools_off" in results:
-        print("shop wired / tools off, msg/s: " + ", ".join(f"{k} {v:.0%}" for k, v in
+        print("shop wired / tools off (means), msg/s: " + ", ".join(f"{k} {v:.0%}" for k, v in
                                                            results["wired_share_of_tools_off"].items())
               + "; by 2-core capacity: " + ", ".join(f"{k} {v:.0%}" for k, v in
                                                    results["wired_capacity_share_of_tools_off"].items())
