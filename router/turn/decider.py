@@ -91,7 +91,10 @@ class Decider:
                              + ", ".join(f"replies.{m}" for m in missing))
 
     def __call__(self, ctx: TurnContext) -> TurnResult:
-        return _Turn(self, ctx).run()
+        turn = _Turn(self, ctx)
+        result = turn.run()
+        turn.flush_moves()
+        return result
 
     #: from this length on a message's encoding costs enough to be done before the turn takes its connection
     PREPARE_FROM_CHARS = LONG_MESSAGE_CHARS
@@ -140,6 +143,7 @@ class _Turn(Workflows):
         if verdict.action == "throttle":   # refused: nothing about the conversation changes
             return self.harness_outcome(verdict)
         if self.conv["state"] == "closed":
+            self.flush_moves()
             t = sm.start_new_session(self.conn, self.conv, message_id=self.message_id)
             self.transitions.append({"from": t["from"], "to": t["to"], "reason": "new_session"})
         if not verdict.passed:
@@ -152,6 +156,7 @@ class _Turn(Workflows):
                 return self.while_held(ticket)
             # the ticket is gone without the port telling us (e.g. deleted): the bot takes over again
             self.move("idle", "no_active_ticket")
+            self.flush_moves()
             sm.reset_counters(self.conn, self.conv)
 
         if self.conv["state"] in sm.RESOLVED and self.r.escalation.is_positive_feedback(self.text):
@@ -214,6 +219,7 @@ class _Turn(Workflows):
         if self.conv["state"] != "feedback_pending":
             self.move("feedback_pending", "customer_confirmed")
         self.move("closed", "positive_feedback")
+        self.flush_moves()
         sm.save_counters(self.conn, self.conv["id"], feedback="positive", last_question=None, repeat_count=0,
                          dissatisfied_streak=0, low_confidence_streak=0, state_entries={})
         reply = self.send(self.say("closing"), kind="reply")
@@ -221,6 +227,7 @@ class _Turn(Workflows):
 
     def route(self) -> TurnResult:
         if self.conv["state"] == "feedback_pending" and self.r.escalation.is_dissatisfied(self.text):
+            self.flush_moves()
             sm.save_counters(self.conn, self.conv["id"], feedback="negative")
         c = self.classify()
         self.settle_offer(c)
@@ -278,6 +285,7 @@ class _Turn(Workflows):
     def route_one(self, c: Classification, *, restated: bool = False) -> TurnResult:
         """Gather the facts, ask the plan (router.turn.plan) for the route, run it. ``restated``: one part of the
         message asks for the waiting flow's own task again beside a question (``FlowPart.restated``)."""
+        self.flush_moves()
         counters = sm.load_counters(self.conn, self.conv)
         # a waiting flow reads the message first: an answer to its own question ("100235", "50", "是的"), a
         # correction or a change of mind is the flow's, whatever the classifier guessed; only a digression

@@ -165,6 +165,59 @@ def move_conversation(conn: psycopg.Connection[DictRow], conversation_id, edges:
             "session_no": row["session_no"]}
 
 
+_CHAIN_SQL = """
+    WITH edge AS (
+        SELECT * FROM unnest(%(froms)s::text[], %(tos)s::text[], %(reasons)s::text[], %(tickets)s::text[],
+                             %(counted)s::int[]) WITH ORDINALITY AS e(from_state, to_state, reason, ticket_id, counted, ord)
+    ), conv AS (
+        SELECT id, session_no FROM conversations WHERE id = %(cid)s AND state = %(first)s FOR UPDATE
+    ), moved AS (
+        UPDATE conversations v SET state = %(last)s, updated_at = now() FROM conv WHERE v.id = conv.id
+    ), entries AS (
+        SELECT to_state, sum(counted)::int AS n FROM edge GROUP BY to_state
+    ), counted AS (
+        INSERT INTO conversation_counters AS k (conversation_id, session_no, state_entries)
+        SELECT id, session_no, (SELECT jsonb_object_agg(to_state, n) FROM entries) FROM conv
+        ON CONFLICT (conversation_id) DO UPDATE SET
+            state_entries = k.state_entries || (SELECT jsonb_object_agg(e.to_state,
+                                COALESCE((k.state_entries ->> e.to_state)::int, 0) + e.n) FROM entries e),
+            updated_at = now()
+    ), history AS (
+        INSERT INTO conversation_transitions
+            (conversation_id, session_no, from_state, to_state, reason, actor, message_id, ticket_id)
+        SELECT conv.id, conv.session_no, e.from_state, e.to_state, e.reason, %(actor)s, %(message)s, e.ticket_id
+        FROM conv CROSS JOIN edge e ORDER BY e.ord
+        RETURNING id
+    )
+    SELECT id FROM history ORDER BY id
+    """
+
+
+def move_along(conn: psycopg.Connection[DictRow], conversation_id, edges: list[tuple[str, str, str, Any, bool]], *,
+               actor: str = "router", message_id: int | None = None) -> list[int] | None:
+    """Take a chain of edges (from, to, reason, ticket id, counted) in one statement: the state ends at the last
+    edge's, one history row per edge (in order) and every edge counted, as :func:`move_conversation` would one by
+    one. A turn's moves (classifying, resolving, resolved) are its own until it commits, so they are written together
+    (one round trip instead of three). The history rows' ids in order, or None when the conversation is no longer in
+    the first edge's from-state (nothing is written)."""
+    if not edges:
+        return []
+    for i, (from_state, to_state, *_) in enumerate(edges):
+        check_transition(from_state, to_state)
+        if i and edges[i - 1][1] != from_state:
+            raise ValueError(f"a chain of moves must connect: {edges[i - 1][1]!r} then {from_state!r}")
+    rows = conn.execute(
+        _CHAIN_SQL,
+        {"cid": conversation_id, "first": edges[0][0], "last": edges[-1][1],
+         "froms": [e[0] for e in edges], "tos": [e[1] for e in edges], "reasons": [e[2] for e in edges],
+         "tickets": [str(e[3]) if e[3] is not None else None for e in edges],
+         "counted": [1 if e[4] else 0 for e in edges], "actor": actor, "message": message_id},
+    ).fetchall()
+    if not rows:
+        return None
+    return [int(r["id"]) for r in rows]
+
+
 def start_new_session(conn: psycopg.Connection[DictRow], conversation: dict[str, Any], *,
                       message_id: int | None = None) -> dict[str, Any]:
     """closed -> idle with the next session number; the escalation memory starts empty."""

@@ -143,6 +143,7 @@ class TurnBase:
         self.text = ctx.inbound.text
         self.message_id: int = ctx.message["id"]
         self.transitions: list[dict[str, Any]] = []
+        self._moves: list[tuple[dict[str, Any], Any, bool]] = []   # taken, not yet written (flush_moves)
         self.trace: dict[str, Any] = {"transitions": self.transitions}
         self.flags: dict[str, Any] = {}
         self.rag_error: str | None = None
@@ -219,9 +220,28 @@ class TurnBase:
                 self.r.metrics.stage_seconds.labels(name).observe(dt)
 
     def move(self, to_state: str, reason: str, ticket_id: Any = None, *, counted: bool = True) -> None:
-        t = sm.transition(self.conn, self.conv, to_state, reason=reason, message_id=self.message_id,
-                          ticket_id=ticket_id, counted=counted)
-        self.transitions.append({"from": t["from"], "to": t["to"], "reason": reason, "id": t["id"]})
+        """Move the conversation (the edge is checked now); written with the turn's other moves by
+        :meth:`flush_moves`: a turn usually takes two or three edges, and one statement writes them all."""
+        from_state = self.conv["state"]
+        sm.check_transition(from_state, to_state)
+        edge = {"from": from_state, "to": to_state, "reason": reason, "id": None}
+        self._moves.append((edge, ticket_id, counted))
+        self.conv["state"] = to_state
+        self.transitions.append(edge)
+
+    def flush_moves(self) -> None:
+        """Write the moves taken since the last flush (state, history, loop-guard counts) in one statement. Called
+        before anything that reads what they write (the counters, a transition's id, a ticket's context) and when
+        the turn ends; the conversation's row is the turn's (locked) until it commits."""
+        if not self._moves:
+            return
+        moves, self._moves = self._moves, []
+        ids = sm.move_along(self.conn, self.conv["id"], [(e["from"], e["to"], e["reason"], t, c) for e, t, c in moves],
+                            message_id=self.message_id)
+        if ids is None:
+            raise RuntimeError(f"conversation {self.conv['id']} is no longer in state {moves[0][0]['from']!r}")
+        for (edge, _, _), moved in zip(moves, ids, strict=True):
+            edge["id"] = moved
 
     def say(self, key: str) -> str:
         """The policy's reply template ``key`` in this turn's language."""
@@ -315,6 +335,7 @@ class TurnBase:
 
     def save_verdict(self, verdict: EscalationVerdict) -> None:
         self.trace["escalation"] = {"rule": verdict.rule, "checks": verdict.checks}
+        self.flush_moves()
         sm.save_counters(self.conn, self.conv["id"], **verdict.counters)
 
     def intent_config(self, c: Classification) -> Intent | None:

@@ -48,6 +48,7 @@ class Tickets(TurnBase):
     def tag_transition(self, ticket_id: Any) -> None:
         """Record the ticket on the transition that opened it (history and trace)."""
         if self.transitions and ticket_id is not None:
+            self.flush_moves()
             last = self.transitions[-1]
             last["ticket_id"] = str(ticket_id)
             self.conn.execute("UPDATE conversation_transitions SET ticket_id = %s WHERE id = %s",
@@ -63,6 +64,7 @@ class Tickets(TurnBase):
         state = self.conv["state"]
         if state == "l2_assisting":
             classification = self.classify()
+            self.flush_moves()
             counters = sm.load_counters(self.conn, self.conv)
             verdict = self.r.escalation.evaluate(text=self.text, classification=classification, counters=counters,
                                                  target_state=None)
@@ -144,6 +146,7 @@ class Tickets(TurnBase):
         entities = (classification.entities if classification is not None else None) or {}
         amounts = entities.get("amounts") or []
         biggest = max(amounts, key=lambda a: a.get("value") or 0) if amounts else None
+        self.flush_moves()     # the package shows the transitions with their ids
         context = self.context_package(decision, entities, evidence or [])
         kept = self.hand_over()
         if kept:

@@ -268,3 +268,46 @@ def test_claim_in_one_statement_moves_the_conversation_as_the_port_call_does(poo
     assert states.count("l3_connected") == 18 and states.count("l2_assisting") == 6
     assert one_statement[0][2]["l3_connected"] == 2 and one_statement[1][2]["l3_connected"] == 1
     assert one_statement[0][1][-1] == (1, "l3_queuing", "l3_connected", "ticket_claimed", "handoff", False)
+
+
+@pytest.mark.parametrize("path", LIFECYCLES)
+def test_a_chain_of_moves_in_one_statement_records_what_moves_one_by_one_record(pool, path):
+    """A turn writes its moves together (move_along): the same state, history (in order, with reasons, tickets and
+    the message) and loop-guard counts as transition() edge by edge, on top of counts already there."""
+    with pool.connection() as conn, conn.transaction():
+        one, chain = _conversation(conn, "one-by-one"), _conversation(conn, "chained")
+        message = conn.execute("INSERT INTO messages (conversation_id, channel, external_id, direction, sender, text)"
+                               " VALUES (%s, 'web', 'm-chain', 'in', 'customer', 'hi') RETURNING id",
+                               (chain["id"],)).fetchone()["id"]
+        for conv in (one, chain):            # counts from an earlier turn: the chain adds to them
+            sm.transition(conn, conv, "classifying", reason="earlier")
+            sm.transition(conn, conv, "l1_resolving", reason="earlier")
+            sm.transition(conn, conv, "l1_resolved", reason="earlier", counted=False)
+        edges, at = [], "l1_resolved"
+        for i, to in enumerate(path):
+            edges.append((at, to, f"to {to}", f"t-{i}" if i % 3 == 0 else None, i % 2 == 0))
+            at = to
+        for frm, to, reason, ticket, counted in edges:
+            sm.transition(conn, one, to, reason=reason, ticket_id=ticket, counted=counted, message_id=message)
+        ids = sm.move_along(conn, chain["id"], edges, message_id=message)
+
+        def stored(conv):
+            return (conn.execute("SELECT state FROM conversations WHERE id = %s", (conv["id"],)).fetchone()["state"],
+                    [(h["from_state"], h["to_state"], h["reason"], h["ticket_id"], h["message_id"], h["actor"])
+                     for h in sm.history(conn, conv["id"])],
+                    conn.execute("SELECT state_entries FROM conversation_counters WHERE conversation_id = %s",
+                                 (conv["id"],)).fetchone()["state_entries"])
+
+        assert stored(chain) == stored(one)
+        assert stored(chain)[0] == path[-1]
+        history_ids = [h["id"] for h in conn.execute(
+            "SELECT id FROM conversation_transitions WHERE conversation_id = %s ORDER BY id", (chain["id"],))]
+        assert ids == history_ids[3:] and len(ids) == len(path)
+        # the conversation moved on meanwhile (the first edge no longer leaves its state): nothing is written
+        assert sm.move_along(conn, chain["id"], edges[:1], message_id=message) is None
+        assert stored(chain) == stored(one)
+    with pytest.raises(sm.IllegalTransition):
+        sm.move_along(pool, chain["id"], [("idle", "l1_resolved", "x", None, True)])
+    with pytest.raises(ValueError, match="connect"):
+        sm.move_along(pool, chain["id"], [("idle", "classifying", "x", None, True),
+                                          ("l1_resolving", "l1_resolved", "y", None, True)])
