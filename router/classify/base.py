@@ -8,6 +8,7 @@ be swapped (another rule engine, another scorer) without touching callers.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -191,7 +192,24 @@ class IntentClassifier:
                 c = out[i]
                 c.intent, c.confidence, c.tier = intent, float(score), config.tier_of(intent)
                 c.explanation = {"channel": EMBEDDINGS, **why}
+                if intent is not None and c.tier == "L3" and thin(texts[i]):
+                    # a person is asked for in words (the rules, the escalation's phrases); a guess from a word or
+                    # two ("个人" beside "人工") is not enough to open a ticket: the message is unsure (clarified)
+                    c.intent, c.tier = None, config.unknown_tier
+                    c.explanation["thin"] = {"guess": intent, "reason": "too few words for an embedding guess of an "
+                                                                        "L3 intent"}
         return out  # type: ignore[return-value]
+
+
+#: a message of at most this many words (a CJK character counts as one) is too thin for the embeddings alone
+#: to hand it to a person
+THIN_WORDS = 2
+_WORD = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]|[^\W\d_]+", re.UNICODE)
+
+
+def thin(text: str) -> bool:
+    """Whether ``text`` has at most THIN_WORDS words (each CJK character one word; digits and signs none)."""
+    return len(_WORD.findall(text or "")) <= THIN_WORDS
 
 
 def _encoder_name(encoder: Any) -> str | None:

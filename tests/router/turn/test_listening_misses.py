@@ -99,3 +99,16 @@ def test_a_bare_yes_with_nothing_pending_asks_what_to_help_with(talk, svc):
     assert all(r == "Sure. What can I help you with?" for _, r, _, _ in en)
     assert all(r == "好的，请问有什么可以帮您？" for _, r, _, _ in zh)
     assert tickets(svc) == 0
+
+
+def test_a_word_or_two_the_encoder_places_near_a_person_is_no_ticket_a_request_in_words_is(talk, svc):
+    """"个人" with nothing waiting (the encoder puts it beside "人工") is clarified, not handed to a person; a person
+    asked for in a word ("客服", "human") or in a sentence the encoder places ("能给我打个电话吗") opens the
+    ticket."""
+    unsure = talk("c3", ["个人"])
+    assert unsure[0][3] is None and "没太明白" in unsure[0][1]
+    assert tickets(svc) == 0
+    for text in ("客服", "human", "能给我打个电话吗"):
+        asked = talk("c3", [text])
+        assert asked[0][3] is not None, text
+    assert tickets(svc) == 3
