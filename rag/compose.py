@@ -369,10 +369,28 @@ def structured(lines: Sequence[Line]) -> bool:
 
 
 def question_parts(query: str) -> list[str]:
-    """The parts of a question that asks several things (each long enough to mean something alone)."""
+    """The parts of a question that asks several things (each long enough to mean something alone). A part that
+    only asks ("what can I do?", "怎么办？") asks about the part before it: it stays with that part, never a question
+    of its own ("the lamp arrived broken, what can I do?" is one question, not a second one answered from any
+    article that says what to do)."""
     parts = [p.strip() for p in _PART_CUT.split(query or "") if p and p.strip()]
-    keep = [p for p in parts if (len(p) >= 2 if _is_cjk(p) else len(p.split()) >= 2 or len(p) >= 6)]
+    keep: list[str] = []
+    for p in parts:
+        if keep and only_asks(p):
+            keep[-1] = f"{keep[-1]} {p}"
+        elif len(p) >= 2 if _is_cjk(p) else len(p.split()) >= 2 or len(p) >= 6:
+            keep.append(p)
     return keep if len(keep) >= 2 else []
+
+
+def only_asks(part: str) -> bool:
+    """Whether a part of a question names nothing: its words only ask or are stop words ("what can I do", "how
+    so"), or it is a short Chinese asking phrase ("怎么办", "可以吗")."""
+    if _is_cjk(part):
+        core = re.sub(r"[\s?？!！。,，]", "", part)
+        return len(core) <= 4 and asking_word(core)
+    words = re.findall(r"[a-z0-9']+", part.lower())
+    return bool(words) and all(w in STOPWORDS or asking_word(w) for w in words)
 
 
 class VectorCache:

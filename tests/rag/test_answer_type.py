@@ -43,3 +43,16 @@ def test_which_lines_state_it(text, kind, says):
 def test_the_words_that_only_ask(word, asks):
     # they are left out of the share of a question's words the knowledge base never uses: no answer holds them
     assert asking_word(word) is asks
+
+
+def test_a_part_that_only_asks_stays_with_the_part_before_it():
+    """"what can I do?" after a statement asks about it: one question, not a second one answered from any article
+    that says what to do; two questions that each name something stay two."""
+    from rag.compose import question_parts
+
+    assert question_parts("hey, the lamp arrived broken, what can I do?") == []
+    assert question_parts("东西坏了，怎么办？") == []
+    assert question_parts("I was charged twice, what should I do?") == []
+    assert question_parts("运费谁出？退款多久到账？") == ["运费谁出", "退款多久到账"]
+    assert question_parts("how long does a refund take, and which cards do you accept?") == [
+        "how long does a refund take", "which cards do you accept"]
