@@ -186,8 +186,7 @@ class IntentClassifier:
                 pending.append(i)
         if pending:
             vectors = self.encoder.encode_queries([texts[i] for i in pending], batch_size=batch_size)
-            scored = (embeddings.score(vectors, [texts[i] for i in pending], pools) if pools
-                      else embeddings.score(vectors, [texts[i] for i in pending]))
+            scored = embeddings.score(vectors, [texts[i] for i in pending], pools)
             for i, (intent, score, why) in zip(pending, scored, strict=True):
                 c = out[i]
                 c.intent, c.confidence, c.tier = intent, float(score), config.tier_of(intent)
