@@ -522,7 +522,7 @@ class FlowEngine:
                          outside=self.outside, stored=stored)
 
     def ahead(self, conn: Any, workflow: str, caller: Caller, text: str = "", entities: dict[str, Any] | None = None,
-              lang: str = "en", *, new: bool = False) -> str | None:
+              lang: str = "en", *, new: bool = False, first_contact: bool = False) -> str | None:
         """Ask the outside port now for the shop reads that starting ``workflow`` with this message would make
         first. The router does so before the turn that will start the flow, so the turn finds their results at
         hand and needs no pass of its own to discover them. Returns None when nothing was asked, "asked" when
@@ -540,14 +540,15 @@ class FlowEngine:
         round, not two); a second look then only when a step on the way read the memory.
         Nothing is stored or counted; the turn decides as always, on its own reading of the same rules: a guess
         it proves wrong (another slot value, a concurrent change) costs the reads only. ``new``: the
-        conversation is not stored yet (it has no memory row and no earlier flow to read)."""
+        conversation is not stored yet (it has no memory row and no earlier flow to read); ``first_contact``: the
+        customer has no other conversation either (no earlier outcome to read: the memory asks the shop only)."""
         wf = self.workflows.workflows.get(workflow)
         if wf is None or caller.conversation_id is None:
             return None
         spec = self.workflows.memory
         try:
             remembered = M.peek(conn, spec, self.tools, caller, lang, tickets=self.tickets, outside=self.outside,
-                                stored=not new)
+                                stored=not new, earlier=not first_contact)
         except CallPending:    # the memory's calls are asked: may the flow read the shop once they answer?
             noted: dict[Any, Callable[[], Any]] = {}
 

@@ -328,12 +328,14 @@ def kept(spec: MemorySpec, tools: Any, caller: Any, lang: str) -> bool:
 
 
 def peek(conn: Any, spec: MemorySpec | None, tools: Any, caller: Any, lang: str, *,
-         tickets: TicketHistory | None = None, outside: Outside = inline, stored: bool = True) -> dict[str, Any]:
+         tickets: TicketHistory | None = None, outside: Outside = inline, stored: bool = True,
+         earlier: bool = True) -> dict[str, Any]:
     """The memory :func:`session` would give the conversation now, read only (nothing is stored): its fresh
     ``flow_memory`` row, else what :func:`load` gathers. Asked before a turn (FlowEngine.ahead): a call not at
     hand is asked of ``outside`` (CallPending), and the turn's own load finds its result; a memory loaded here
     is the turn's (``caller.turn_id``): its :func:`session` takes it instead of loading again. ``stored``: False
-    for a conversation not stored yet (no ``flow_memory`` row to read)."""
+    for a conversation not stored yet (no ``flow_memory`` row to read); ``earlier``: False for a customer with no
+    other conversation (no earlier outcome to read, see :func:`load`)."""
     if spec is None:
         return empty(None)
     row = None if not stored else conn.execute("SELECT data, extract(epoch FROM now() - loaded_at) AS age FROM flow_memory"
@@ -344,7 +346,7 @@ def peek(conn: Any, spec: MemorySpec | None, tools: Any, caller: Any, lang: str,
             fresh: dict[str, Any] = data
             return fresh
     asked_at = time.monotonic()
-    data = load(conn, spec, tools, caller, lang, tickets=tickets, outside=outside)
+    data = load(conn, spec, tools, caller, lang, tickets=tickets, outside=outside, earlier=earlier)
     key = _turn_key(spec, caller, lang)
     if key is not None:
         FOR_TURN.put(key, _jsonable(data), asked_at)   # its own copy: the look ahead walks the flow over `data`
@@ -393,14 +395,16 @@ def stale_elsewhere(payload: str) -> bool:
 
 
 def load(conn: Any, spec: MemorySpec, tools: Any, caller: Any, lang: str, *,
-         tickets: TicketHistory | None = None, outside: Outside = inline) -> dict[str, Any]:
-    """Call the declared read tools and gather earlier outcomes; a failure leaves that part at its default."""
+         tickets: TicketHistory | None = None, outside: Outside = inline, earlier: bool = True) -> dict[str, Any]:
+    """Call the declared read tools and gather earlier outcomes; a failure leaves that part at its default.
+    ``earlier``: False when the caller knows the customer has no other conversation (a first contact): their
+    flows and tickets all belong to conversations, so there is none to read and none is read."""
     from automation.workflows import store
 
     out = empty(spec)
     out.update(shop_part(spec, tools, caller, lang, outside))
     out["failed"] = list(out["failed"])
-    if spec.outcomes:
+    if spec.outcomes and earlier:
         flows = store.customer_outcomes(conn, caller.channel, caller.customer_id, limit=spec.outcomes,
                                         exclude_conversation=caller.conversation_id)
         rows = [{"kind": "flow", "workflow": f["workflow"], "outcome": f["outcome"] or f["status"],

@@ -2,9 +2,13 @@
 
 :class:`Pool` is psycopg_pool's ``ConnectionPool`` with these changes for database outages:
 
-- a connection is checked (``ConnectionPool.check_connection``, one empty round trip) when it is
-  handed out, and a dead one is discarded and the next taken at once, so after a restart no request
-  gets a connection that the server already closed;
+- a connection is checked when it is handed out, and a dead one is discarded and the next taken at
+  once, so after a restart no request gets a connection that the server already closed. The check
+  looks first at the socket (:func:`_quiet`, no round trip): a server that ends a session says so (its
+  FATAL goodbye, then the socket's end) and an idle connection has nothing else to read, so only a
+  connection with something waiting is checked by an empty round trip
+  (``ConnectionPool.check_connection``). A turn takes several connections (the look ahead's, the
+  turn's, the audit's): a round trip each cost as much as a statement;
 - reconnection attempts back off exponentially but never wait more than ``reconnect_max_delay``
   between tries (the library's delay doubles without a ceiling: after a 40 s outage it had reached
   16 s, and serving resumed 17 s after the database did);
@@ -31,6 +35,7 @@ and a second loss is answered 503).
 
 from __future__ import annotations
 
+import select
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from time import monotonic
@@ -55,6 +60,20 @@ def _configure(conn: psycopg.Connection) -> None:
     except psycopg.ProgrammingError:
         pass
     conn.commit()
+
+
+def _quiet(conn: psycopg.Connection) -> bool:
+    """Nothing has arrived on an idle connection's socket since its last statement: the server has not ended
+    the session (it would have sent its goodbye and closed). A poll of the socket, no round trip; anything
+    waiting (a goodbye, the socket's end, a notice) is left for the full check to read."""
+    if conn.closed or conn.broken:
+        return False
+    try:
+        poller = select.poll()
+        poller.register(conn.fileno(), select.POLLIN | select.POLLPRI)
+        return not poller.poll(0)
+    except (OSError, ValueError, psycopg.Error):
+        return False
 
 
 #: what a server says while it shuts down or starts up on purpose (a connection attempt's FATAL message)
@@ -168,7 +187,8 @@ class Pool(ConnectionPool):
                 self.putconn(conn)
                 continue
             try:
-                ConnectionPool.check_connection(conn)
+                if not _quiet(conn):
+                    ConnectionPool.check_connection(conn)
             except Exception as exc:  # noqa: BLE001 - dead: give it back (the pool discards and replaces it)
                 self._note(exc, conn)
                 self.putconn(conn)

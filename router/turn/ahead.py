@@ -19,6 +19,7 @@ takes a result only for the very same call, and decides as it always does.
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from typing import Any, cast
 
 from automation.tools import Caller
@@ -67,15 +68,37 @@ def flow_ahead(d: Wiring, msg: InboundMessage, connect: Connect) -> bool:
 
 
 def _again(engine: FlowsPort, start: tuple[Any, ...], connect: Connect) -> bool:
-    """The flow's start walked again with what the first look settled (see flow_ahead)."""
-    with connect() as raw:
-        raw.autocommit = True
-        try:
-            task, caller, text, entities, lang, new = start
-            return engine.ahead(raw, task, caller, text, entities, lang, new=new) == "again"
-        finally:
-            if not raw.closed:
-                raw.autocommit = False
+    """The flow's start walked again with what the first look settled (see flow_ahead). A new conversation of a
+    first contact has nothing stored to read (no memory row, no earlier flow or ticket): its second look takes no
+    connection unless the walk asks for one."""
+    task, caller, text, entities, lang, new, first = start
+    with _OnDemand(connect) as conn:
+        return engine.ahead(conn, task, caller, text, entities, lang, new=new, first_contact=first) == "again"
+
+
+class _OnDemand:
+    """A pooled connection taken at its first use (each statement commits on its own), given back at the end."""
+
+    def __init__(self, connect: Connect) -> None:
+        self._connect = connect
+        self._held: ExitStack | None = None
+        self._conn: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._conn is None:
+            held = ExitStack()
+            raw = held.enter_context(self._connect())
+            raw.autocommit = True
+            held.callback(lambda: None if raw.closed else setattr(raw, "autocommit", False))
+            self._held, self._conn = held, raw
+        return getattr(self._conn, name)
+
+    def __enter__(self) -> Conn:
+        return cast(Conn, self)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._held is not None:
+            self._held.__exit__(*exc)
 
 
 def _ahead(d: Wiring, msg: InboundMessage, conn: Conn, c: Classification, facts: plan.Facts, framed: plan.Frame,
@@ -83,14 +106,16 @@ def _ahead(d: Wiring, msg: InboundMessage, conn: Conn, c: Classification, facts:
     """The look ahead's reads and rules on ``conn`` (see flow_ahead); ``looked`` keeps what a second look reuses."""
     engine = d.flows
     assert engine is not None
-    # the conversation (if any), whether the delivery was seen before and the harness's reads of the customer
-    # (flags, quota), in one read
+    # the conversation (if any), whether the delivery was seen before, whether the customer has any conversation
+    # and the harness's reads of the customer (flags, quota), in one read
     found = conn.execute("SELECT c.id, c.customer_id, c.state, c.session_no, c.metadata, EXISTS (SELECT 1 FROM"
                          " messages WHERE channel = %(ahead_channel)s AND external_id = %(ahead_message)s) AS seen,"
+                         " NOT EXISTS (SELECT 1 FROM conversations o WHERE o.customer_id = %(ahead_customer)s"
+                         " AND o.channel = %(ahead_channel)s) AS first_contact,"
                          f" h.* FROM ({d.harness.reads_sql}) AS h LEFT JOIN conversations c"
                          " ON c.channel = %(ahead_channel)s AND c.external_id = %(ahead_conversation)s",
                          {**d.harness.reads_params(msg.channel, msg.customer_id), "ahead_channel": msg.channel,
-                          "ahead_message": msg.message_external_id,
+                          "ahead_message": msg.message_external_id, "ahead_customer": msg.customer_id,
                           "ahead_conversation": msg.conversation_external_id}).fetchone()
     counters: dict[str, Any] = {}
     if found is None or found["seen"]:
@@ -120,9 +145,12 @@ def _ahead(d: Wiring, msg: InboundMessage, conn: Conn, c: Classification, facts:
     lang = flow_language(language.choose(text, known, d.policy.default_language), text)
     caller = Caller(channel=msg.channel, customer_id=msg.customer_id, conversation_id=conversation_id,
                     turn_id=turn_id_of(msg))
-    asked = engine.ahead(conn, task, caller, text, c.entities or {}, lang, new=row is None)
+    # a first contact (a new conversation, and no other of the customer's on this channel) has no earlier flow or
+    # ticket: the memory's outcomes are not read, here or in a second look
+    first = row is None and bool(found["first_contact"])
+    asked = engine.ahead(conn, task, caller, text, c.entities or {}, lang, new=row is None, first_contact=first)
     if asked is not None:
         ahead_mark(conn, row)     # the first pass checks that nothing moved on while the calls ran
     if asked == "again":
-        looked["start"] = (task, caller, text, c.entities or {}, lang, row is None)
+        looked["start"] = (task, caller, text, c.entities or {}, lang, row is None, first)
     return asked == "again"

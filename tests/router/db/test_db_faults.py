@@ -395,3 +395,28 @@ def test_a_server_known_to_be_down_is_answered_sooner_than_the_full_wait(private
         if not server.status().running:
             server.start()
         pool.close()
+
+
+def test_a_pooled_connection_whose_session_was_ended_is_never_handed_out(dsn):
+    """The check at checkout reads the socket, not the server: a live idle connection has nothing waiting; one
+    whose session the server ended has (its goodbye, the socket's end) and is discarded for a live one."""
+    from router.db import open_pool
+    from router.db.pool import _quiet
+
+    pool = open_pool(dsn, min_size=1, max_size=1)
+    try:
+        with pool.connection() as conn:
+            first = conn.execute("SELECT pg_backend_pid() AS pid").fetchone()["pid"]
+        with pool.connection() as conn:
+            assert _quiet(conn)      # idle and alive: nothing to read
+            assert conn.execute("SELECT pg_backend_pid() AS pid").fetchone()["pid"] == first
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (first,))
+            assert _wait_for(lambda: admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s",
+                                                   (first,)).fetchone()[0] == 0, timeout=5)
+        for _ in range(3):
+            with pool.connection() as conn:
+                pid = conn.execute("SELECT pg_backend_pid() AS pid").fetchone()["pid"]
+                assert pid != first
+    finally:
+        pool.close()

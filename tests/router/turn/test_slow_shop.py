@@ -354,6 +354,24 @@ def test_a_new_customers_order_question_asks_its_memory_before_the_first_pass(sl
     assert [c["turn_id"] for c in _memory_calls(slow, "c3")] == [other["turn_id"]]
 
 
+def test_a_returning_customers_new_conversation_remembers_their_earlier_flows(slow):
+    """The look ahead reads a customer's earlier outcomes (flows and tickets of their other conversations) for the
+    memory it asks ahead, and skips the read only for a first contact (a customer with no other conversation), whose
+    outcomes are none."""
+    from automation.workflows import memory
+
+    _warm(slow)     # c2's first contact: an order status, completed
+    memory.CUSTOMERS.clear()     # the shop's part is asked again: the second look reads the outcomes
+    out, _ = slow.pipeline.handle(_msg("where is my order", conv="back", customer="c2"))
+    assert out["flow"]["workflow"] == "order_status", out
+    kept = {r["conversation_id"]: r["data"] for r in rows(slow.pool, "SELECT c.external_id AS conversation_id,"
+            " m.data FROM flow_memory m JOIN conversations c ON c.id::text = m.conversation_id WHERE m.customer_id = 'c2'")}
+    assert kept["warm"]["outcomes"] == []
+    assert [(o["kind"], o["workflow"], o["outcome"]) for o in kept["back"]["outcomes"]] == [
+        ("flow", "order_status", "completed")], kept["back"]
+    assert "ahead" in _trace(slow, out["turn_id"])["timings_ms"]
+
+
 def test_two_first_messages_of_one_customer_at_once_ask_the_shop_once(slow):
     """Two conversations of a new customer start at the same moment (two tabs): each turn needs the customer's
     memory, asked once of the shop (one call per read, audited under one of the turns), and both are answered
