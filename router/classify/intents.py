@@ -95,6 +95,13 @@ class Rule(BaseModel):
         return self
 
 
+def _one_of(doc_id: str | None, articles: list[str]) -> bool:
+    """Is ``doc_id`` (``returns-7day-en``) one of ``articles`` (ids without the language suffix)?"""
+    if not doc_id or not articles:
+        return False
+    return any(doc_id == t or (doc_id.startswith(t + "-") and "-" not in doc_id[len(t) + 1:]) for t in articles)
+
+
 class Intent(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -118,8 +125,13 @@ class Intent(BaseModel):
                               "the tier or workflow")
     task: str | None = Field(default=None, description="the workflow that does this intent for the customer: a "
                              "request starts it, and an answer to a question offers it")
+    advice: list[str] = Field(default_factory=list, description="knowledge-base articles (document ids without the "
+                              "language suffix) that tell the customer what to do about a problem this intent "
+                              "reports: when the message starts the intent's workflow and the knowledge base answers "
+                              "it confidently from one of them, that answer goes with the workflow's reply (\"the "
+                              "tracking says delivered but nothing came\": the order's status, then what to do)")
 
-    @field_validator("topics")
+    @field_validator("topics", "advice")
     @classmethod
     def _topics(cls, v: list[str]) -> list[str]:
         bad = [t for t in v if not re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", t or "")]
@@ -136,10 +148,11 @@ class Intent(BaseModel):
 
     def covers(self, doc_id: str | None) -> bool:
         """Is the knowledge-base document ``doc_id`` (``returns-7day-en``) one of this intent's topics?"""
-        if not doc_id or not self.topics:
-            return False
-        return any(doc_id == t or (doc_id.startswith(t + "-") and "-" not in doc_id[len(t) + 1:])
-                   for t in self.topics)
+        return _one_of(doc_id, self.topics)
+
+    def advises(self, doc_id: str | None) -> bool:
+        """Is the knowledge-base document ``doc_id`` one of this intent's ``advice`` articles?"""
+        return _one_of(doc_id, self.advice)
 
     @field_validator("serve")
     @classmethod

@@ -361,7 +361,17 @@ class _Turn(Workflows):
             if instead is not None:
                 return instead
         if flow is not None and not flow.drift:
-            return self.with_answer_first(beside, self.flow_outcome(c, flow))
+            # a problem the message reports beside the task it started ("the tracking says delivered but nothing
+            # came"): what to do about it, from the intent's advice articles, goes with the task's reply: before
+            # the question the task asks (the question comes last), after its answer
+            advising = intent if (reading is None and restart is None and beside is None and intent is not None
+                                  and intent.advice and flow.handoff is None) else None
+            if advising is not None and flow.status == "waiting":
+                beside, advising = self.advice_beside(advising), None
+            result = self.with_answer_first(beside, self.flow_outcome(c, flow))
+            if advising is not None and result.ticket_id is None:
+                result = self.with_advice_after(self.advice_beside(advising), result)
+            return result
         result = (self.small_talk(c, route.template, verdict.checks) if route.template is not None
                   else self.route_tier(c, route.tier))
         return self.with_question_again(result, flow)

@@ -333,6 +333,25 @@ class Answers(Tickets):
             return None
         return self.send(answer.text or "", kind="reply", citations=citations_of(answer.citations))
 
+    def advice_beside(self, intent: Intent) -> dict[str, Any] | None:
+        """What to do about the problem the message reports, beside the task it started ("the tracking says
+        delivered but nothing came": the order's status, then what to do): the knowledge base's answer to the
+        message, sent, when it is confident and drawn from one of the intent's ``advice`` articles; else None (the
+        task's reply goes alone)."""
+        answer = self.confident_answer(self.text, failed="advice beside a task", noted="advice")
+        citations = citations_of(answer.citations) if answer is not None else []
+        if answer is None or not citations or not intent.advises(str(citations[0]["doc_id"])):
+            return None
+        return self.send(answer.text or "", kind="reply", citations=citations)
+
+    def with_advice_after(self, advice: dict[str, Any] | None, result: TurnResult) -> TurnResult:
+        """The task's answer with the advice sent after it (``advice_beside``)."""
+        if advice is None or result.reply is None:
+            return result
+        result.reply = {**result.reply, "text": f"{result.reply['text']}\n\n{advice['text']}",
+                        "citations": list(result.reply.get("citations") or []) + list(advice.get("citations") or [])}
+        return result
+
     def confident_answer(self, question: str, *, failed: str, noted: str | None = None) -> Answer | None:
         """The knowledge base's answer to one question of the turn when it is confident (answered, with text);
         None when it declines, fails (logged as failing on ``failed``) or is not wired: the caller then gives up

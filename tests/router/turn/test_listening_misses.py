@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,7 @@ pytestmark = pytest.mark.slow
 _ids = itertools.count()
 
 
-@pytest.fixture
-def svc(fresh_db, pg_server, template_dsn, e5_encoder, tmp_path):
+def _services(fresh_db, pg_server, template_dsn, e5_encoder, tmp_path, **kb):
     from router.turn.escalation import SAMPLE_POLICY
 
     policy = yaml.safe_load(SAMPLE_POLICY.read_text(encoding="utf-8"))
@@ -28,14 +28,27 @@ def svc(fresh_db, pg_server, template_dsn, e5_encoder, tmp_path):
     tools = (Path(__file__).resolve().parents[3] / "automation/tools/samples/tools.yaml").read_text(encoding="utf-8")
     tools_path = tmp_path / "tools.yaml"
     tools_path.write_text(re.sub(r"rate_limit: \{calls: \d+", "rate_limit: {calls: 100000", tools), encoding="utf-8")
-    s = flow_services(fresh_db, pg_server, template_dsn, e5_encoder, policy_file=path, tools_file=tools_path)
+    return flow_services(fresh_db, pg_server, template_dsn, e5_encoder, policy_file=path, tools_file=tools_path, **kb)
+
+
+@pytest.fixture
+def svc(fresh_db, pg_server, template_dsn, e5_encoder, tmp_path):
+    s = _services(fresh_db, pg_server, template_dsn, e5_encoder, tmp_path)
     yield s
     s.close()
 
 
 @pytest.fixture
-def talk(svc):
-    """talk(customer, [messages]) -> [(message, reply, flow, ticket)] of one new conversation."""
+def pack(fresh_db, pg_server, template_dsn, e5_encoder, tmp_path):
+    """The gateway with the whole bundled knowledge base (as ``make run`` serves it)."""
+    s = _services(fresh_db, pg_server, template_dsn, e5_encoder, tmp_path, topics=None)
+    yield s
+    s.close()
+
+
+@contextmanager
+def _talking(svc):
+    """run(customer, [messages]) -> [(message, reply, flow, ticket)] of one new conversation."""
     with api_client(svc) as api:
         def run(customer: str, messages: list[str]) -> list[tuple[str, str, dict, object]]:
             conversation = f"miss-{next(_ids)}"
@@ -50,6 +63,20 @@ def talk(svc):
             print("\n".join(f"> {m}\n< {t!r}  flow={f.get('workflow')}/{f.get('status')}/{f.get('awaiting')}"
                             f" ticket={k}" for m, t, f, k in out))
             return out
+        yield run
+
+
+@pytest.fixture
+def talk(svc):
+    """talk(customer, [messages]) -> [(message, reply, flow, ticket)] of one new conversation."""
+    with _talking(svc) as run:
+        yield run
+
+
+@pytest.fixture
+def talk_pack(pack):
+    """talk, with the whole bundled knowledge base."""
+    with _talking(pack) as run:
         yield run
 
 
@@ -112,3 +139,21 @@ def test_a_word_or_two_the_encoder_places_near_a_person_is_no_ticket_a_request_i
         asked = talk("c3", [text])
         assert asked[0][3] is not None, text
     assert tickets(svc) == 3
+
+
+def test_a_problem_reported_with_a_status_gets_the_status_and_what_to_do_about_it(talk_pack, pack):
+    """"Delivered but I never got it" is no status question: the order's status goes with what to do about it, from
+    the knowledge base's lost-parcel article (the intent's advice), after the status or before the question the
+    task asks; a plain status question gets the status alone."""
+    (_, reply, flow, ticket), = talk_pack("c2", ["my package says delivered but I never got it"])
+    assert "100240" in reply and "delivered" in reply and "48 hours" in reply, reply
+    assert reply.index("100240") < reply.index("48 hours") and flow["status"] == "completed" and ticket is None
+    (_, reply, flow, _), = talk_pack("c4", ["my parcel is stuck, tracking hasn't moved in 4 days"])
+    assert "72 hours" in reply and flow["status"] == "waiting", reply
+    assert reply.index("72 hours") < reply.index("Which order"), reply
+    (_, reply, _, _), = talk_pack("c5", ["快递显示已签收，但是我没收到"])
+    status, _, advice = reply.partition("\n\n")
+    assert "100270" in status and ("48小时" in advice or "签收凭证" in advice), reply
+    (_, reply, flow, _), = talk_pack("c6", ["where is my parcel"])
+    assert "100280" in reply and "hours" not in reply and flow["status"] == "completed", reply
+    assert tickets(pack) == 0
