@@ -49,15 +49,19 @@ _HEDGES_EN = frozenset({"normally", "usually", "generally", "typically", "actual
                         "please", "kindly", "possibly", "maybe", "perhaps", "anyway", "again", "also"})
 _HEDGES_ZH = frozenset({"一般", "一般来说", "通常", "平时", "平常", "大概", "大约", "大致", "请问", "到底", "究竟",
                         "具体", "一下"})
+# the words that ask what one can do, never about what ("what are my options?", "what now?", "有什么办法"): they ask for
+# whatever the article says to do, as "what can I do?" does with stop words only
+_COURSE_EN = frozenset({"options", "option", "choices", "choice", "alternatives", "now"})
+_COURSE_ZH = frozenset({"办法", "我该", "该"})
 
 
 def asking_word(word: str) -> bool:
     """Whether ``word`` (a keyword of a question) only asks or hedges: "几次", "多长时间", "how", "when", "long",
-    "normally", "一般" ... (a whole hedge word: "一般纳税人" names something)."""
+    "normally", "一般", "options" (of "what are my options?") ... (a whole hedge word: "一般纳税人" names something)."""
     w = word.lower()
     if word.isascii():
-        return w in _ASKING_EN or w in _HEDGES_EN
-    return w in _HEDGES_ZH or bool(_ASKING_ZH.search(word))
+        return w in _ASKING_EN or w in _HEDGES_EN or w in _COURSE_EN
+    return w in _HEDGES_ZH or w in _COURSE_ZH or bool(_ASKING_ZH.search(word))
 
 
 def holds(text: str, kind: str | None) -> bool:

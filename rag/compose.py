@@ -385,12 +385,39 @@ def question_parts(query: str) -> list[str]:
 
 def only_asks(part: str) -> bool:
     """Whether a part of a question names nothing: its words only ask or are stop words ("what can I do", "how
-    so"), or it is a short Chinese asking phrase ("怎么办", "可以吗")."""
+    so", "what are my options"), or it is a short Chinese asking phrase ("怎么办", "可以吗", "我该怎么办")."""
     if _is_cjk(part):
-        core = re.sub(r"[\s?？!！。,，]", "", part)
-        return len(core) <= 4 and asking_word(core)
-    words = re.findall(r"[a-z0-9']+", part.lower())
-    return bool(words) and all(w in STOPWORDS or asking_word(w) for w in words)
+        core = _ZH_ASKER.sub("", re.sub(r"[\s?？!！。,，]", "", part))
+        return 0 < len(core) <= 4 and asking_word(core)
+    words = re.findall(r"[a-z0-9]+", part.lower())
+    return bool(words) and all(w in STOPWORDS or asking_word(w) or len(w) == 1 for w in words)
+
+
+# who asks, before a Chinese asking phrase ("我该怎么办", "那我应该怎么办"): the phrase still names nothing
+_ZH_ASKER = re.compile(r"^(?:那|那么)?(?:我们|我)?(?:现在)?(?:该|应该|应当|要|能|可以)?")
+# what a question asks for when it asks a quantity, a time, a place, a reason or a choice: never a part to leave out
+_ASKS_WHAT = re.compile(r"\b(?:when|where|why|which|who|long|much|many)\b|几|多少|多久|多长|什么时候|哪|为什么", re.I)
+
+
+def asked_about(query: str) -> str:
+    """The question without a last part that only asks what to do ("the lamp arrived broken, what are my
+    options?" asks about "the lamp arrived broken"), else the question itself.
+
+    Such a part names nothing an article says: its words ("options") are not words the answer must hold, so
+    "..., what are my options?" scored lower than "..., what can I do?" (all stop words) on the same entry. A part
+    that asks for a quantity, a time, a place or a reason ("..., how long?", "..., 为什么？") says what is asked
+    and stays."""
+    text = (query or "").strip().rstrip(" ?？!！。.")
+    last = None
+    for m in _PART_CUT.finditer(text):
+        if m.end() < len(text) and m.end() > m.start():
+            last = m
+    if last is None:
+        return query
+    head, tail = text[:last.start()].strip(), text[last.end():].strip()
+    if not head or not tail or not only_asks(tail) or only_asks(head) or _ASKS_WHAT.search(tail) or asked(tail):
+        return query
+    return head
 
 
 class VectorCache:

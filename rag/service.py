@@ -12,6 +12,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from psycopg_pool import ConnectionPool
 from rag.answer import Generator, citation, unsupported_sentences
 from rag.chunk import split_sentences
 from rag.answer_type import asked, asking_word, holds
-from rag.compose import ANSWER_TYPE_LEAD, Composer, VectorCache, question_parts, structured, unit_text
+from rag.compose import ANSWER_TYPE_LEAD, Composer, VectorCache, asked_about, question_parts, structured, unit_text
 from rag.confidence import model_of
 from rag.confidence import confidence as confidence_of
 from rag.config import RetrievalConfig
@@ -43,6 +44,9 @@ _QA_PREFIX = re.compile(r"^(?:q|问)\s*[:：]\s*", re.I)
 # an answer that only points to another article ("See *Delayed or lost parcels*." / "请参考《快递延误或丢件怎么办》。")
 _POINTER = re.compile(r"^(?:(?:please\s+)?(?:see|refer\s+to)|请参考|请参阅|请查看|详见|参见)\s*"
                       r"[*_《「“\"']*(?P<title>[^*_》」”\"'\n]+?)[*_》」”\"']*\s*[.。]?$", re.I)
+# the words that open a noun phrase naming one thing ("the boots", "my lamp"): see KnowledgeBase.things_named
+_DETERMINERS = frozenset("the a an my our your his her their this these those".split())   # not "that": "a shirt that ..."
+_CONTRACTED = re.compile(r"\b([a-z]+)['’]t\b")
 QUESTION_UNITS = 4          # question sentences of a passage compared with the query, at most
 ENTRY_CANDIDATES = 8        # hits of an article with entries that the entry score may reorder
 ENTRY_BLEND = 0.15          # weight of the fused retrieval score beside the entry score (a cosine)
@@ -286,16 +290,33 @@ class KnowledgeBase:
         "多长时间", "how", "when") are not counted: no answer contains them. A Chinese word counts as known when it
         appears anywhere in the text (word segmentation of a question and of an article can cut differently), or
         when it holds a shorter known cut of the same question (search-mode cuts overlap: "最多能" holds "最多").
+        The name of the thing a question is about (:meth:`things_named`) is not counted either, unless nothing
+        else is asked: "can I return the boots?" asks what the returns article says of any item.
         """
+        words = self._unknown_words(rw, generation)
+        if words is None:
+            return None
+        asked_for, missing, named = words
+        if not asked_for:
+            return 0.0
+        asked_for = [w for w in asked_for if w not in named]
+        missing = [w for w in missing if w not in named]
+        return round(len(missing) / len(asked_for), 4)
+
+    def _unknown_words(self, rw: RewrittenQuery,
+                       generation: str | None) -> tuple[list[str], list[str], set[str]] | None:
+        """The query's content words, those no article in its language contains, and of these the name of the
+        thing it is about when that name may be left out (None: not known)."""
         if not generation or not rw.keywords:
             return None
         known = self.vocabulary(generation).get(rw.lang or "")
         if known is None:
             return None
         words, text = known
-        asked_for = [w for w in rw.keywords if not asking_word(w)]
-        if not asked_for:
-            return 0.0
+        # what a contraction leaves ("what's" -> "s", "doesn't" -> "doesn", "t") is never what is asked about
+        stubs = set(_CONTRACTED.findall((rw.dense or "").lower()))
+        asked_for = [w for w in rw.keywords if not asking_word(w) and not (w.isascii() and len(w) == 1)
+                     and w.lower() not in stubs]
 
         def is_known(w: str) -> bool:
             if w.isascii():
@@ -304,7 +325,51 @@ class KnowledgeBase:
                                             for o in asked_for)
 
         missing = [w for w in asked_for if not is_known(w)]
-        return round(len(missing) / len(asked_for), 4)
+        named = self.things_named(rw, missing)
+        # only beside something else the articles answer, and not when a quantity of the thing is asked for ("how
+        # much does the lamp cost?" asks about the lamp itself)
+        if len(named) >= len(asked_for) or asked(rw.original) is not None:
+            named = set()
+        return asked_for, missing, named
+
+    def generic_question(self, query: str, rw: RewrittenQuery, generation: str | None) -> str:
+        """``query`` with the name of the thing it is about (:meth:`things_named`, when the confidence leaves it
+        out) said as the articles say it, "item": "can I cancel the boots?" is read as "can I cancel the item?" to
+        choose the answer's lines. The encoder places a name it knows nothing of near whatever entry happens to
+        name a thing in the same place ("Can I cancel a pre-sale deposit?"); the articles' rules are about items."""
+        words = self._unknown_words(rw, generation) if rw.lang == "en" else None
+        if not words or not words[2]:
+            return query
+        out = query
+        for w in sorted(words[2], key=len, reverse=True):
+            out = re.sub(rf"(?<![\w-]){re.escape(w)}(?![\w-])", "item", out, flags=re.I)
+        out = re.sub(r"\bitem(?:\s+item)+\b", "item", out)
+        return re.sub(r"\b([Aa])(\s+item)\b", r"\1n\2", out)
+
+    @staticmethod
+    def things_named(rw: RewrittenQuery, unknown: Sequence[str]) -> set[str]:
+        """The ``unknown`` words of an English question that name the thing it is about: a noun phrase opened by
+        an article, a possessive or a demonstrative ("the boots", "my drone battery", "this lamp"), its words up
+        to the first one the knowledge base knows.
+
+        A shop's articles speak of "an item" or "a product", never of each thing it sells: the name of the thing
+        is not what the knowledge base lacks when the rest of the question is what an article answers (returning
+        it, it arriving broken, its delivery). What is asked of the thing itself (its price, size, stock, colour,
+        material) is in words the articles do not use for it, which stay unknown; a question that asks for a
+        quantity ("how much does the lamp cost?") asks about the thing and keeps its name unknown (the caller
+        decides).
+        """
+        if not unknown or rw.lang != "en":
+            return set()
+        missing = {w.lower() for w in unknown if w.isascii()}
+        named: set[str] = set()
+        after = False
+        for w in re.findall(r"[a-z0-9]+(?:-[a-z0-9]+)*", (rw.dense or "").lower()):
+            if after and w in missing:
+                named.add(w)
+                continue
+            after = w in _DETERMINERS
+        return named
 
     def question_similarity(self, rw: RewrittenQuery, hit: Hit) -> float | None:
         """The query's best cosine to what the passage says it answers (:func:`question_units`), or None."""
@@ -447,6 +512,7 @@ class KnowledgeBase:
                 generation: str | None) -> tuple[str, list[dict[str, Any]]]:
         """The composed answer (rag/compose.py) and one citation per article it uses."""
         gen = generation or self.active_generation() or ""
+        query = self.generic_question(query, rw, gen)
         candidates = list(passages)
         for part in question_parts(query):
             # each part of a two-part question brings the passage it finds alone, so its entry can be cited
@@ -505,6 +571,11 @@ class KnowledgeBase:
         t0 = time.perf_counter()
         cfg = self.config
         rw = self.rewriter.rewrite(query)
+        about = asked_about(query)
+        if about != query:
+            # a last part that only asks what to do ("..., what are my options?") names nothing an article must say:
+            # its words are not the question's keywords (the encoder still reads the question whole)
+            rw = replace(rw, keywords=self.rewriter.rewrite(about).keywords)
         if not rw.dense.strip():
             return Answer(answered=False, query=query, reason="empty query", rewritten_query=rw.lexical)
         mode = "rerank" if self.reranker is not None else "hybrid"
