@@ -365,6 +365,9 @@ def _serve_and_measure(args, admin: str, tmp: Path, model: Path, pg_pid: int | N
             after = cpu_snapshot(proc.pid, pg_pid, dsn)
             cpu = {k: (after[k] - before[k]) * 1000 / args.messages for k in after}
             r["cpu_ms_per_message"] = {k: round(v, 2) for k, v in cpu.items()}
+            # how many cores the run kept busy (gateway, Postgres, shop, load generator): a run well under the
+            # machine's cores was not saturated, and its msg/s measures the turns' latency, not the throughput
+            r["cores_busy"] = round(sum(cpu.values()) * r["messages_per_s"] / 1000, 2)
             r["load_average"] = os.getloadavg()[0]
             if pg_pid:
                 # what two dedicated cores could do if only the gateway and its database ran on them
@@ -505,7 +508,7 @@ def main() -> None:
     print(f"\nwebhook -> decision, {args.channel} channel, {args.concurrency} concurrent, {args.workers} worker(s) x "
           f"{args.threads} encoder thread(s), encoder {results['encoder']}")
     print(f"{'path':<10} {'msg/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'cpu ms/msg gw+pg':>17} {'shop+pg':>11} "
-          f"{'2-core cap':>10}  decided by / tiers / statuses")
+          f"{'2-core cap':>10} {'busy':>5}  decided by / tiers / statuses")
     table = [("", results["paths"])]
     if "paths_tools_off" in results:     # every server in the order it ran
         table = [({False: " off", True: " shop"}[tools], measured) for tools, measured in runs]
@@ -514,7 +517,7 @@ def main() -> None:
             c = r["cpu_ms_per_message"]
             print(f"{path + tag:<10} {r['messages_per_s']:>8} {r['latency_ms_p50']:>8} {r['latency_ms_p95']:>8} "
                   f"{c['server']:>8}+{c['postgres']:<8} {c.get('shop', 0):>5}+{c.get('shop_postgres', 0):<5} "
-                  f"{r.get('capacity_2_cores_messages_per_s', '-'):>10}  "
+                  f"{r.get('capacity_2_cores_messages_per_s', '-'):>10} {r.get('cores_busy', '-'):>5}  "
                   f"{r['decided_by']} {r['tiers']} {r['status']}  (load {r['load_average']:.1f})")
     for path, m in results.get("rounds", {}).items():
         for mode, f in m.items():
