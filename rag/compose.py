@@ -179,7 +179,7 @@ def article_lines(chunks: Sequence[Chunk], doc: int = 0) -> list[Line]:
     return lines
 
 
-_INFLECTION = re.compile(r"(?:ing|ed|es|s)$")
+_INFLECTION = re.compile(r"(?:ing|ed|es|s|e)$")   # "update", "updated", "updates", "updating": one word
 _NOT = re.compile(r"\b(?:not|no|never|cannot|can't|don't|doesn't|won't|isn't|aren't|without|none)\b|[不没无未别勿非]",
                   re.I)
 _ZH_DIGITS = {"一": 1, "两": 2, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9, "十": 10}

@@ -806,6 +806,23 @@ def test_a_reply_does_not_ask_and_says_a_fact_once():
         ["Refunds for 7 days of delay are paid in 14 days."]]    # a new number is a new fact
 
 
+def test_a_fact_said_again_in_another_inflection_is_said_once():
+    """"has not updated for 72 hours" and the FAQ's "After 72 hours without an update" say one fact: a word and its
+    inflections ("update", "updated", "updates") are one word when a reply checks what it already said."""
+    from rag.compose import Composer, Line
+
+    stalled = ("If the tracking has not updated for 72 hours, the parcel is considered stalled. Contact us and we will "
+               "open an investigation with the carrier. We give you the result within 5 business days.")
+    entries = [[Line(0, 0, stalled, "")],
+               [Line(0, 5, "Q: My tracking hasn't moved for three days. What should I do?", "FAQ", "faq_q", 1),
+                Line(0, 6, "A: Contact us. After 72 hours without an update we open an investigation and reply within "
+                     "5 business days.", "FAQ", "faq_a", 1)]]
+    composer = Composer(None)
+    tokenizer = get_tokenizer()
+    composer.words = lambda text: frozenset(_stem(w) for w in tokenizer.words_of(text))     # as the service sets it
+    assert [[x.text for x in e] for e in composer.said_once(entries)] == [[stalled], []]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("query, doc, says, repeated", [
     # the opening says the 7 days and when they start; the FAQ answer says both again
