@@ -346,7 +346,10 @@ class Answers(Tickets):
 
     def with_advice_after(self, advice: dict[str, Any] | None, result: TurnResult) -> TurnResult:
         """The task's answer with the advice sent after it (``advice_beside``)."""
-        if advice is None or result.reply is None:
+        if advice is None:
+            return result
+        if result.reply is None:
+            result.reply = advice
             return result
         result.reply = {**result.reply, "text": f"{result.reply['text']}\n\n{advice['text']}",
                         "citations": list(result.reply.get("citations") or []) + list(advice.get("citations") or [])}
