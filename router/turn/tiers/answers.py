@@ -51,6 +51,18 @@ class FlowPart:
     others: bool = False
 
 
+def _joined(reply: dict[str, Any] | None, other: dict[str, Any] | None, *, first: bool) -> dict[str, Any] | None:
+    """The webhook's one reply for two sent one after the other: ``other`` before ``reply`` (``first``) or after it,
+    one text and the citations of both, ``reply``'s own suggestions and language kept."""
+    if other is None:
+        return reply
+    if reply is None:
+        return other
+    order = (other, reply) if first else (reply, other)
+    return {**reply, "text": "\n\n".join(r["text"] for r in order),
+            "citations": [c for r in order for c in r.get("citations") or []]}
+
+
 class Answers(Tickets):
     """The turn's answering side: L1, L2, the tier chosen for a message, and the template replies."""
 
@@ -346,13 +358,7 @@ class Answers(Tickets):
 
     def with_advice_after(self, advice: dict[str, Any] | None, result: TurnResult) -> TurnResult:
         """The task's answer with the advice sent after it (``advice_beside``)."""
-        if advice is None:
-            return result
-        if result.reply is None:
-            result.reply = advice
-            return result
-        result.reply = {**result.reply, "text": f"{result.reply['text']}\n\n{advice['text']}",
-                        "citations": list(result.reply.get("citations") or []) + list(advice.get("citations") or [])}
+        result.reply = _joined(result.reply, advice, first=False)
         return result
 
     def confident_answer(self, question: str, *, failed: str, noted: str | None = None) -> Answer | None:
@@ -376,13 +382,7 @@ class Answers(Tickets):
 
     def with_answer_first(self, beside: dict[str, Any] | None, result: TurnResult) -> TurnResult:
         """The turn's reply with the answer sent before it (``answer_beside``) in front."""
-        if beside is None:
-            return result
-        if result.reply is None:
-            result.reply = beside
-            return result
-        result.reply = {**result.reply, "text": f"{beside['text']}\n\n{result.reply['text']}",
-                        "citations": list(beside.get("citations") or []) + list(result.reply.get("citations") or [])}
+        result.reply = _joined(result.reply, beside, first=True)
         return result
 
     def main_request(self, placed: list[tuple[str, Classification]], requests: list[int]) -> int:
