@@ -11,7 +11,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export SWITCHBOARD_HOME ?= $(CURDIR)/var
 
-.PHONY: install models chromium run test test-fast bench clean-venv help
+.PHONY: install models chromium run test test-fast bench k8s-config clean-venv help
 
 help:
 	@echo "make run    - install, prepare models, start the database, serve on 127.0.0.1:8000"
@@ -52,6 +52,10 @@ test-fast: install chromium
 
 bench: models
 	$(BIN)/python benchmarks/run_all.py
+
+# the Kubernetes policy ConfigMap starts as the bundled policy (tests/k8s checks the copies are current)
+k8s-config:
+	cp router/samples/intents.yaml router/samples/escalation.yaml k8s/base/config/
 
 clean-venv:
 	rm -rf $(VENV)

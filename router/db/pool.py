@@ -69,6 +69,9 @@ def _quiet(conn: psycopg.Connection) -> bool:
     if conn.closed or conn.broken:
         return False
     try:
+        if not hasattr(select, "poll"):   # Windows: select() on the socket says the same
+            readable, _, broken = select.select([conn.fileno()], [], [conn.fileno()], 0)
+            return not (readable or broken)
         poller = select.poll()
         poller.register(conn.fileno(), select.POLLIN | select.POLLPRI)
         return not poller.poll(0)

@@ -457,3 +457,12 @@ def test_nightly_retention_cronjob(rendered):
     (c,) = _pod_spec(cj)["containers"]
     assert _cli_command(c["args"]).name == "run" and c["args"][:2] == ["retention", "run"]
     assert any(e["name"] == "SWITCHBOARD_DATABASE_URL" for e in c["env"])
+
+
+@pytest.mark.parametrize("name", ["intents.yaml", "escalation.yaml"])
+def test_the_policy_config_map_is_the_bundled_policy(name):
+    """A deployment starts from the policy the gateway ships and is tested with: a stale copy in k8s/ would
+    route by last season's intents (no small talk, no refund status) without anyone noticing."""
+    shipped = (REPO / "router" / "samples" / name).read_text(encoding="utf-8")
+    deployed = (K8S / "base" / "config" / name).read_text(encoding="utf-8")
+    assert deployed == shipped, f"k8s/base/config/{name} differs from router/samples/{name}: run `make k8s-config`"
