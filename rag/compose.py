@@ -703,6 +703,11 @@ class Composer:
                     break
         if opening:
             follows = [x for x in main if (x.doc, x.idx) not in {(o.doc, o.idx) for o in opening}]
+            # an FAQ entry about one case the article lists, which the question does not name ("Can I return a
+            # gift card?" for "can I return the boots?"), says nothing the opening's general rule does not
+            if follows and all(x.kind in ("faq_q", "faq_a") and self.narrower(x, per_doc[x.doc], asked_words)
+                               for x in follows):
+                follows = []
             main = opening + self._asked_kind(follows, opening, per_doc, score_of, qvecs, query, head_sim)
         lead = [x for x in main if x.kind == "para" and x.section == main[0].section and x.doc == main[0].doc]
         if lead and main[0].kind == "para" and defers(lead[-1].text):
