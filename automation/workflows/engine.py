@@ -119,14 +119,16 @@ class FlowEngine:
     def start(self, conn: Any, workflow: str, caller: Caller, text: str = "", entities: dict[str, Any] | None = None,
               lang: str = "en", *, restart: Restart | None = None, queued: bool = False,
               flows: store.Flows | None = None, order: dict[str, Any] | None = None,
-              after: list[dict[str, Any]] | None = None) -> FlowTurn:
+              after: list[dict[str, Any]] | None = None, intent: str | None = None) -> FlowTurn:
         """Start ``workflow`` from the customer's message; ``restart``: what a message that started a finished flow
         again settled for it (the option it referred to, or the options to ask among; see ``correcting``).
         ``queued``: see :meth:`queue`. ``flows``: the conversation's flows as the caller read them in this
         transaction, unchanged since (:meth:`overview`): not read again. One task asked for several orders ("refund
         order 100241 and the lamp one 100240") is done one order at a time: the first named now, each other one
         kept as the same task for that order alone (``order``: the slot it fills; ``after``: the orders kept after
-        it, one at a time), started when the one before ends."""
+        it, one at a time), started when the one before ends. ``intent``: what the message was classified as (the
+        classifier's name), kept for the flow's whole life as CEL ``intent`` (one workflow serving several intents
+        answers each: "where is my refund" beside "where is my order")."""
         wf = self.workflows[workflow]
         conversation_id = caller.conversation_id or f"{caller.channel}:{caller.customer_id}"
         slots = A.prefill(wf, text, entities or {}) if order is None else dict(order)
@@ -150,6 +152,8 @@ class FlowEngine:
             if restart.among:
                 inst["pending"]["choose_among"] = {k: list(v) for k, v in restart.among.items()}
         inst["pending"]["message"] = text or ""
+        if intent:
+            inst["pending"]["intent"] = intent
         run = self._flow_run(conn, inst, wf, caller, lang)
         if queued:
             inst["status"], inst["pending"]["queued"] = "suspended", True
@@ -162,16 +166,17 @@ class FlowEngine:
         self._observe(wf.name, "started")
         turn = self._run(run, text=None, entities=entities or {})
         if others:
-            kept = self.start(conn, wf.name, caller, text, None, lang, queued=True, order=others[0], after=others[1:])
+            kept = self.start(conn, wf.name, caller, text, None, lang, queued=True, order=others[0], after=others[1:],
+                              intent=intent)
             turn.reply = "\n".join(x for x in (kept.reply, turn.reply) if x)
         return turn
 
     def queue(self, conn: Any, workflow: str, caller: Caller, text: str = "", entities: dict[str, Any] | None = None,
-              lang: str = "en") -> FlowTurn:
+              lang: str = "en", *, intent: str | None = None) -> FlowTurn:
         """A second task asked in the same message as the one being served ("refund 100241 and an invoice for
         100240"): kept with its own words (what they fill, as at a start) but not run, so nothing of it happens
         before the first task ends; it starts then (``resume``). The reply says it comes next."""
-        return self.start(conn, workflow, caller, text, entities, lang, queued=True)
+        return self.start(conn, workflow, caller, text, entities, lang, queued=True, intent=intent)
 
     def _in_focus(self, conn: Any, conversation_id: str, wf: Workflow, text: str, given: dict[str, Any],
                   flows: store.Flows | None = None, window_seconds: float = 1800.0) -> dict[str, Any]:
@@ -202,17 +207,18 @@ class FlowEngine:
         return taken
 
     def offer(self, conn: Any, workflow: str, caller: Caller, text: str = "", entities: dict[str, Any] | None = None,
-              lang: str = "en") -> FlowTurn:
+              lang: str = "en", *, intent: str | None = None) -> FlowTurn:
         """Offer the task after an answer ("Shall I start a return for one of your orders?"): the flow waits at
         its first step for the customer's yes (the reading is "answer") or no ("cancel"); nothing runs yet.
-        The caller words the offer; the question's values (an order number) are kept for the task."""
+        The caller words the offer; the question's values (an order number) and its ``intent`` are kept for the
+        task."""
         wf = self.workflows[workflow]
         conversation_id = caller.conversation_id or f"{caller.channel}:{caller.customer_id}"
         slots = A.prefill(wf, text, entities or {})
         # made waiting, with its offer, in one statement
         inst = store.create(conn, conversation_id=conversation_id, workflow=wf.name, version=wf.version,
                             step=wf.first, lang=lang, caller=_caller_dict(caller), slots=slots, status="waiting",
-                            pending={"offer": {"message": text or ""}},
+                            pending={"offer": {"message": text or ""}, **({"intent": intent} if intent else {})},
                             history=[{"event": "offered", "at": time.time(), "prefilled": sorted(slots)}])
         run = self._flow_run(conn, inst, wf, caller, lang)
         run.awaiting = "offer"
@@ -271,7 +277,7 @@ class FlowEngine:
             return None
         # a flow that listened may have moved on: what was read before is not taken for the start then
         return self.start(conn, wf.name, caller, text, entities, lang=lang, restart=restart,
-                          flows=flows if listening is None else None)
+                          flows=flows if listening is None else None, intent=intent)
 
     def read(self, instance: Instance, text: str, entities: dict[str, Any] | None = None, *,
              intent: str | None = None, intent_confidence: float | None = None) -> str:

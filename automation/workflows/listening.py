@@ -67,7 +67,8 @@ def first_question(run: FlowRun) -> tuple[FlowRun, Step, list[Step]] | None:
                     conversation_id=c.get("conversation_id") or inst["conversation_id"])
     draft = Instance(**copy.deepcopy({**inst, "history": [], "attempts": {}, "loops": {}}))  # type: ignore[typeddict-item]
     draft["status"], draft["step"] = "running", wf.first
-    draft["pending"] = {"message": ((inst["pending"] or {}).get("offer") or {}).get("message") or ""}
+    draft["pending"] = {"message": ((inst["pending"] or {}).get("offer") or {}).get("message") or "",
+                        **({"intent": inst["pending"]["intent"]} if (inst["pending"] or {}).get("intent") else {})}
     # never an option by meaning alone: the walk asks nothing of the encoder
     walk = FlowRun(None, draft, wf, caller, run.lang, replace(services, similarity=None, observe=_unseen))
     if "memory" not in draft["bindings"]:

@@ -27,7 +27,7 @@ ID = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 COMMON_KEYS = frozenset({"id", "when", "goto", "next", "on_error", "on_reject", "reset"})
 # names every expression may read besides bindings, slots of the workflow and loop variables
 BUILTIN_NAMES = frozenset({"slots", "caller", "lang", "approval", "error", "index", "message", "memory", "labels",
-                           "done", "earlier", "notes"})
+                           "done", "earlier", "notes", "intent"})
 
 Path = tuple[Any, ...]
 Texts = dict[str, str]

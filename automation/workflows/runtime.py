@@ -248,6 +248,7 @@ class FlowRun:
         data["approval"] = inst["pending"].get("approval_result") or {}
         data["error"] = inst["pending"].get("error") or {}
         data["message"] = inst["pending"].get("message") or ""
+        data["intent"] = inst["pending"].get("intent")   # what the flow was started for (the classifier's name)
         data["notes"] = list(inst["pending"].get("notes") or [])
         if "memory" not in data:
             data["memory"] = M.empty(sets.memory)

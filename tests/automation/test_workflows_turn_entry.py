@@ -15,6 +15,14 @@ workflows:
     steps:
       - {id: pick, ask: size}
       - {id: done, reply: "Size {{ slots.size }}"}
+  orders:
+    intents: [order_status, refund_status]
+    slots:
+      order_id: {validate: {entity: order_id}, prompt: {zh: "订单号？", en: "Which order?"}}
+    steps:
+      - {id: pick, ask: order_id}
+      - {id: refund, when: "intent == 'refund_status'", end: completed, reply: "Refund of {{ slots.order_id }}"}
+      - {id: done, reply: "Status of {{ slots.order_id }} ({{ intent == null ? 'no intent' : intent }})"}
   colours:
     slots:
       colour: {validate: {enum: [red, blue]}, prompt: {zh: "什么颜色？", en: "Which colour?"}}
@@ -65,3 +73,28 @@ def test_a_flow_suspended_after_listening_lets_the_other_task_start(turn, approv
     assert (t.workflow, t.status) == ("colours", "completed")
     resumed = turn(engine.resume, "conv-entry-3", "en")
     assert (resumed.workflow, resumed.reply) == ("sizes", "Back to your earlier request (sizes):\nWhich size?")
+
+
+def test_the_intent_that_started_a_flow_is_cel_intent_for_its_whole_life(turn, approvals):
+    """One workflow serving two intents answers each: CEL ``intent`` is what the message that started the flow was
+    classified as, kept while the flow asks (the answer's own intent does not replace it) and through an offer
+    taken up; null when the flow was started by name."""
+    engine = _engine(approvals)
+    who = Caller("web", "cus_lee", "conv-entry-4")
+    t = turn(engine.on_message, who, "where is my refund", {}, lang="en", intent="refund_status")
+    assert (t.workflow, t.status, t.reply) == ("orders", "waiting", "Which order?")
+    t = turn(engine.on_message, who, "100241", {}, lang="en", intent="order_status", intent_confidence=0.9,
+             listening=turn(_listen(engine), "conv-entry-4", "100241"))
+    assert (t.status, t.reply) == ("completed", "Refund of 100241")
+    who = Caller("web", "cus_lee", "conv-entry-5")
+    t = turn(engine.on_message, who, "where is order 100242", {}, lang="en", intent="order_status")
+    assert (t.status, t.reply) == ("completed", "Status of 100242 (order_status)")
+    who = Caller("web", "cus_lee", "conv-entry-6")
+    t = turn(engine.on_message, who, "order 100243", {}, lang="en", workflow="orders")
+    assert (t.status, t.reply) == ("completed", "Status of 100243 (no intent)")
+    who = Caller("web", "cus_lee", "conv-entry-7")
+    offered = turn(engine.offer, "orders", who, "has the refund of 100244 arrived?", {}, lang="en",
+                   intent="refund_status")
+    assert offered.status == "waiting" and offered.awaiting == "offer"
+    t = turn(engine.on_message, who, "yes", {}, lang="en", listening=turn(_listen(engine), "conv-entry-7", "yes"))
+    assert (t.status, t.reply) == ("completed", "Refund of 100244")

@@ -186,7 +186,7 @@ class Answers(Tickets):
             return None
         lang = self.flow_lang
         with self.stage("workflow"):
-            t = engine.offer(self.conn, task, caller, self.text, c.entities or {}, lang=lang)
+            t = engine.offer(self.conn, task, caller, self.text, c.entities or {}, lang=lang, intent=c.intent)
         self.flow_moved()
         self.flow = t.as_response()
         self.trace["offer"] = {"workflow": task, "instance_id": t.instance_id}

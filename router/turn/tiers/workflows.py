@@ -160,7 +160,7 @@ class Workflows(Answers):
                 return None
             with self.stage("workflow"):
                 queued = engine.queue(self.conn, wf.name, caller, text, c.entities or {},
-                                      lang=flow_language(self.lang, text))
+                                      lang=flow_language(self.lang, text), intent=c.intent)
             self.flow_moved()
             self.trace["queued"] = {"workflow": wf.name, "instance_id": queued.instance_id}
             return self.send(queued.reply, kind="reply") if queued.reply else None
