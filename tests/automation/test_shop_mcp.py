@@ -24,6 +24,16 @@ def test_order_status_from_the_shop(shop_gateway, web_c1):
     assert r.ok and r.output["shipment"]["tracking_no"] == "SF1402837465299"
 
 
+def test_an_order_that_came_refunded_reads_as_refunded_in_full(shop_gateway):
+    """The record is one story: an order whose status is refunded (here from the shop's data, with no refund made
+    through the tool) has its whole total refunded, as a refund of what was left makes it so."""
+    r = shop_gateway.call("get_order", {"order_id": "100250"}, _caller("c3"))
+    order = r.output["order"]
+    assert r.ok and order["status"] == "refunded" and order["refunded"] == order["total"] == 459.0
+    r = shop_gateway.call("get_order", {"order_id": "100251"}, _caller("c3"))
+    assert r.ok and r.output["order"]["status"] == "delivered" and r.output["order"]["refunded"] == 0
+
+
 def test_recent_orders_and_profile_are_the_callers(shop_gateway, web_c1):
     r = shop_gateway.call("list_recent_orders", {"limit": 10}, web_c1)
     assert r.ok
