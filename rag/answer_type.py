@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from text.places import asks_destination, elsewhere_in, places_in
+
 _NUM = r"(?:\d+(?:[.,]\d+)?|[一二两三四五六七八九十百半]+)"
 _RANGE = rf"{_NUM}(?:\s*(?:[–~\-至到]|to)\s*{_NUM})?"
 
@@ -29,14 +31,17 @@ _HOLDS = {
                            rf"minutes?|years?)\b|{_RANGE}\s*个?(?:工作日|自然日|天|小时|周|星期|个?月|分钟|年)", re.I),
     "money": re.compile(rf"[¥￥$€£]\s*{_NUM}|{_NUM}\s*(?:元|块|yuan|cny|usd|rmb)\b|{_NUM}\s*(?:元|块)", re.I),
 }
-KINDS = tuple(_ASKS)
+KINDS = (*_ASKS, "place")
 # the words that only ask (interrogatives, and the "long"/"much"/"many" of "how long/much/many"): no answer holds them
 _ASKING_ZH = re.compile(r"几|多少|多久|多长|什么|怎么|怎样|如何|哪|为什么|吗|呢|能否|是否")
 _ASKING_EN = frozenset({"how", "when", "where", "why", "long", "much", "many"})
 
 
 def asked(question: str) -> str | None:
-    """The kind of quantity ``question`` asks for (count, duration, money), or None."""
+    """The kind of quantity ``question`` asks for (count, duration, money), or a place it asks to send to ("do you
+    ship to Canada?", text.places: before any quantity of it), or None."""
+    if asks_destination(question):    # "how much is shipping to Canada?": whether it ships there comes first
+        return "place"
     for kind, pattern in _ASKS.items():
         if pattern.search(question or ""):
             return kind
@@ -48,7 +53,9 @@ _HEDGES_EN = frozenset({"normally", "usually", "generally", "typically", "actual
                         "exactly", "approximately", "roughly", "basically", "just", "still", "ever", "even",
                         "please", "kindly", "possibly", "maybe", "perhaps", "anyway", "again", "also"})
 _HEDGES_ZH = frozenset({"一般", "一般来说", "通常", "平时", "平常", "大概", "大约", "大致", "请问", "到底", "究竟",
-                        "具体", "一下"})
+                        "具体", "一下",
+                        # the shop addressed ("你们能寄到美国吗"): never what is asked about
+                        "你们", "您们", "贵店", "你家"})
 # the words that ask what one can do, never about what ("what are my options?", "what now?", "有什么办法"): they ask for
 # whatever the article says to do, as "what can I do?" does with stop words only
 _COURSE_EN = frozenset({"options", "option", "choices", "choice", "alternatives", "now"})
@@ -65,5 +72,8 @@ def asking_word(word: str) -> bool:
 
 
 def holds(text: str, kind: str | None) -> bool:
-    """Whether ``text`` states a quantity of ``kind``."""
+    """Whether ``text`` states a quantity of ``kind`` (for "place": names a country or region, or "other
+    countries")."""
+    if kind == "place":
+        return bool(places_in(text) or elsewhere_in(text))
     return kind is not None and bool(_HOLDS[kind].search(text or ""))

@@ -32,6 +32,7 @@ from rag.generations import Generations
 from rag.lexical.base import LexicalIndex
 from rag.rewrite import EN_STOPWORDS, ZH_STOPWORDS, Glossary, fold, QueryRewriter, RewrittenQuery, get_tokenizer
 from rag.types import Answer, Chunk, Hit
+from text.places import abroad_in, asks_destination, elsewhere_in, places_in
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,7 @@ class KnowledgeBase:
         self.sample_dir = Path(sample_dir) if sample_dir else SAMPLE_KB
         self._articles: dict[tuple[str, str], list[Any]] = {}
         self._vocabulary: dict[str, dict[str, tuple[set[str], str]]] = {}
+        self._elsewhere: dict[str, dict[str, str]] = {}
         dim = int(getattr(encoder, "dim", 384))
         self.dense = DenseStore(pool, dim=dim, ef_search=self.config.ef_search)
         # answer lines are encoded as queries (symmetric scoring), under their own key in the embedding cache:
@@ -259,7 +261,17 @@ class KnowledgeBase:
         c = hit.chunk
         words = {_stem(w) for w in self.tokenizer.words_of(c.said())}
         wanted = {_stem(w) for w in keywords}
-        return len(wanted & words) / len(wanted)
+        said = c.said().lower()
+        return len({w for w in wanted if w in words or self._said_as(w, words, said)}) / len(wanted)
+
+    def _said_as(self, word: str, words: set[str], said: str) -> bool:
+        """Whether a passage (its ``words``, its text ``said``) says ``word`` in the glossary's term for it: the
+        glossary declares "deliver" a variant of "shipping" and "寄到" one of "寄往", so a passage that says "shipping"
+        or "寄往" contains it."""
+        terms = [term for variant, term in self.glossary.matches(word.lower()) if variant == word.lower()]
+        if not word.isascii():
+            return any(term.lower() in said for term in terms)
+        return any(all(_stem(t) in words for t in self.tokenizer.words_of(term)) for term in terms)
 
     def vocabulary(self, generation: str) -> dict[str, tuple[set[str], str]]:
         """Per language, the words of every article of ``generation`` and of the glossary, and their whole text
@@ -280,6 +292,13 @@ class KnowledgeBase:
         known = {lang: ({_stem(w) for t in [*parts, *declared] for w in self.tokenizer.words_of(t)},
                         "\n".join([*parts, *declared])) for lang, parts in texts.items()}
         self._vocabulary = {generation: known}       # only the serving generation is kept
+        # the lines that speak of the places they do not name ("other countries or regions"), per language
+        elsewhere: dict[str, list[str]] = {}
+        for chunks in articles.values():
+            for c in chunks:
+                elsewhere.setdefault(c.lang or "", []).extend(
+                    line.lower() for line in (c.text or "").splitlines() if elsewhere_in(line))
+        self._elsewhere = {generation: {lang: "\n".join(parts) for lang, parts in elsewhere.items() if parts}}
         return known
 
     def unknown_share(self, rw: RewrittenQuery, generation: str | None) -> float | None:
@@ -332,11 +351,45 @@ class KnowledgeBase:
             named = set()
         return asked_for, missing, named
 
+    def places_elsewhere(self, query: str, lang: str | None, generation: str | None) -> tuple[list[str], str]:
+        """The places ``query`` asks to send to (text.places) that name a country or region the articles never name
+        ("Canada", "美国"), or say abroad in a word ("internationally", "海外"), and the articles' own words for the
+        places they do not name ("other countries", "其他国家"), when a line of theirs in ``lang`` speaks of them ("We
+        do not ship to other countries or regions"): what is asked of such a place is what they say of every other
+        place, as what is asked of a thing they never name is what they say of any item (:meth:`things_named`). A
+        place such a line names (Hong Kong) stays as it is. ([], "") when none."""
+        if not generation or not asks_destination(query):
+            return [], ""
+        self.vocabulary(generation)
+        there = self._elsewhere.get(generation, {}).get(lang or "")
+        if not there:
+            return [], ""
+        places = [p for p in [*places_in(query), *abroad_in(query)]
+                  if not re.search(rf"(?<![a-z]){re.escape(p)}(?![a-z])", there)]
+        return places, (elsewhere_in(there) if places else "")
+
+    def elsewhere_words(self, rw: RewrittenQuery, places: Sequence[str]) -> set[str]:
+        """The keywords of ``rw`` that are words of ``places``."""
+        out: set[str] = set()
+        for place in places:
+            said = set(self.tokenizer.words_of(place))
+            out |= {w for w in rw.keywords if w.lower() in said or (not w.isascii() and w in place)}
+        return out
+
     def generic_question(self, query: str, rw: RewrittenQuery, generation: str | None) -> str:
         """``query`` with the name of the thing it is about (:meth:`things_named`, when the confidence leaves it
         out) said as the articles say it, "item": "can I cancel the boots?" is read as "can I cancel the item?" to
         choose the answer's lines. The encoder places a name it knows nothing of near whatever entry happens to
         name a thing in the same place ("Can I cancel a pre-sale deposit?"); the articles' rules are about items."""
+        places, phrase = self.places_elsewhere(query, rw.lang, generation)
+        if places:
+            # "do you ship to Canada?" is read as "do you ship to other countries?": the line that says so is chosen
+            out = fold(query)
+            for p in sorted(places, key=len, reverse=True):
+                # "ship internationally" -> "ship to other countries"; "ship to Canada" -> "ship to other countries"
+                out = re.sub(rf"(\bto\s+(?:the\s+)?)?(?<![a-z]){re.escape(p)}(?![a-z])",
+                             lambda m: (m.group(1) or ("to " if phrase.isascii() else "")) + phrase, out, flags=re.I)
+            query = re.sub(r"\bthe\s+(other\s+)", r"\1", out, flags=re.I)
         words = self._unknown_words(rw, generation) if rw.lang == "en" else None
         if not words or not words[2]:
             return query
@@ -576,6 +629,14 @@ class KnowledgeBase:
             # a last part that only asks what to do ("..., what are my options?") names nothing an article must say:
             # its words are not the question's keywords (the encoder still reads the question whole)
             rw = replace(rw, keywords=self.rewriter.rewrite(about).keywords)
+        elsewhere = self.elsewhere_words(rw, self.places_elsewhere(query, rw.lang,
+                                                                   generation or self.active_generation())[0])
+        if elsewhere and len(elsewhere) < len(rw.keywords):
+            # a place the articles never name is no word they lack: its words are theirs for the places they do not
+            # name ("do you ship to Canada?" asks for the words of "do you ship to other countries?")
+            generic = self.rewriter.rewrite(self.generic_question(query, rw, generation or self.active_generation()))
+            rw = replace(rw, keywords=[w for w in generic.keywords if w not in elsewhere],
+                         lexical=generic.lexical)      # BM25 looks for those words too ("to the US" is no "us")
         if not rw.dense.strip():
             return Answer(answered=False, query=query, reason="empty query", rewritten_query=rw.lexical)
         mode = "rerank" if self.reranker is not None else "hybrid"
@@ -595,6 +656,12 @@ class KnowledgeBase:
             if same:
                 hits = same + [h for h in hits if h not in same]
         hits = self.entry_rank(rw, hits, generation or "")
+        if elsewhere:
+            # a place the articles never name is answered by what they say of the places they do not name: that
+            # passage leads, when retrieval found it among the first
+            there = [h for h in hits[:ENTRY_CANDIDATES] if h.chunk is not None and h.chunk.lang == rw.lang
+                     and elsewhere_in(h.chunk.text)]
+            hits = there + [h for h in hits if h not in there]
         passages = hits[: cfg.answer_passages]
         signals = self.signals(rw, hits, generation) if passages else {}     # all hits: the margin looks past the passages
         confidence = self.confidence(rw, passages, signals)

@@ -15,6 +15,8 @@ Signals, strongest first:
   为什么", 哪 in any of its forms: "哪些 / 哪个 / 到哪了 / 在哪 / 哪天", not 哪怕 "even if"), with or without a
   question mark ("我的台灯到哪了", "where is my lamp"), a modal or auxiliary opening ("can I / do you / is it /
   are there"), A-not-A and sentence-final particles ("能不能 / 可不可以 / 是否 / …吗 / …呢"), a question mark.
+- a question whose object is a destination ("can you deliver to the US?", "could you ship overseas", "能寄到美国吗",
+  text.places) asks what the shop does, however politely it is put: a question, before the request signals.
 - a bare imperative at the start ("cancel my order", "refund order 100234", "开发票").
 Anything else (a statement: "I forgot my password", "电子发票没收到") reads as neither.
 """
@@ -25,6 +27,7 @@ import re
 from typing import Literal
 
 from text.normalise import normalise
+from text.places import asks_destination
 
 Form = Literal["question", "request"]
 
@@ -69,6 +72,9 @@ def read_form(text: str | None) -> Form | None:
     if not t:
         return None
     t = t.replace("’", "'")
+    if asks_destination(t) and (_QUESTION_EN.search(t) or _QUESTION_ZH.search(t)):
+        # "can you deliver to the US?", "能寄到美国吗": what the shop does for a place, not an act on an order
+        return "question"
     if _REQUEST_EN.search(t) or _REQUEST_ZH.search(t):
         return "request"
     if _QUESTION_EN.search(t) or _QUESTION_ZH.search(t):

@@ -861,3 +861,29 @@ def test_bundled_steps_are_said_numbered_whole_and_in_order(bundled_kb, query, d
     numbered = [ln.split(".")[0] for ln in answer.text.splitlines() if ln[:1].isdigit()]
     assert numbered == [str(k) for k in range(1, steps + 1)], answer.text
     assert "• " not in "\n".join(ln for ln in answer.text.splitlines() if ln[:1].isdigit()), answer.text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("query, doc, says", [
+    ("do you ship to Canada?", "shipping-times-en", "We do not ship to other countries or regions"),
+    ("do you ship internationally?", "shipping-times-en", "We do not ship to other countries or regions"),
+    ("can you deliver to the US?", "shipping-times-en", "We do not ship to other countries or regions"),
+    ("你们能寄到美国吗", "shipping-times-zh", "目前暂不支持寄往其他国家和地区"),
+    ("do you ship to Hong Kong?", "shipping-times-en", "3–6 business days"),
+    ("能寄到香港吗", "shipping-times-zh", "3–6个工作日"),
+])
+def test_a_place_the_pack_never_names_is_what_it_says_of_other_places(bundled_kb, query, doc, says):
+    """The delivery article names Hong Kong and Macau and "does not ship to other countries or regions": a country it
+    never names, or abroad in a word, is no word it lacks but one of those places; the places it names stay its own."""
+    answer = bundled_kb.answer(query)
+    assert answer.answered and answer.citations[0]["doc_id"] == doc, (answer.reason, answer.signals)
+    assert says in answer.text, answer.text
+    assert answer.signals["unknown"] <= 0.34, answer.signals
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("query", ["do you sell phone cases in Canada?", "do you sell phone cases?",
+                                   "is the lamp in stock in Japan?", "美国的商品可以买吗"])
+def test_a_place_makes_nothing_else_answerable(bundled_kb, query):
+    missed = bundled_kb.answer(query)
+    assert not missed.answered, (query, missed.confidence, missed.signals, missed.text)
