@@ -7,13 +7,11 @@ to end on the whole bundled pack (real Postgres, tantivy, model, MCP shop)."""
 from __future__ import annotations
 
 import itertools
-import re
-from pathlib import Path
 
 import pytest
-import yaml
 
-from routing_kit import api_client, flow_services, rows
+from routing_kit import api_client, rows
+from test_listening_misses import _services
 
 pytestmark = pytest.mark.slow
 
@@ -23,17 +21,7 @@ _ids = itertools.count()
 @pytest.fixture
 def pack(fresh_db, pg_server, template_dsn, e5_encoder, tmp_path):
     """The gateway with the whole bundled knowledge base (as ``make run`` serves it)."""
-    from router.turn.escalation import SAMPLE_POLICY
-
-    policy = yaml.safe_load(SAMPLE_POLICY.read_text(encoding="utf-8"))
-    policy["harness"]["quota"]["max_messages"] = 100000
-    path = tmp_path / "policy.yaml"
-    path.write_text(yaml.safe_dump(policy, allow_unicode=True), encoding="utf-8")
-    tools = (Path(__file__).resolve().parents[3] / "automation/tools/samples/tools.yaml").read_text(encoding="utf-8")
-    tools_path = tmp_path / "tools.yaml"
-    tools_path.write_text(re.sub(r"rate_limit: \{calls: \d+", "rate_limit: {calls: 100000", tools), encoding="utf-8")
-    s = flow_services(fresh_db, pg_server, template_dsn, e5_encoder, policy_file=path, tools_file=tools_path,
-                      topics=None)
+    s = _services(fresh_db, pg_server, template_dsn, e5_encoder, tmp_path, topics=None)
     yield s
     s.close()
 
