@@ -11,19 +11,11 @@ import itertools
 import pytest
 
 from routing_kit import api_client, rows
-from test_listening_misses import _services
+from test_listening_misses import pack  # noqa: F401 - the fixture: the whole bundled pack
 
 pytestmark = pytest.mark.slow
 
 _ids = itertools.count()
-
-
-@pytest.fixture
-def pack(fresh_db, pg_server, template_dsn, e5_encoder, tmp_path):
-    """The gateway with the whole bundled knowledge base (as ``make run`` serves it)."""
-    s = _services(fresh_db, pg_server, template_dsn, e5_encoder, tmp_path, topics=None)
-    yield s
-    s.close()
 
 
 @pytest.fixture

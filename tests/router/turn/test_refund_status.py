@@ -10,23 +10,9 @@ from __future__ import annotations
 import pytest
 
 from routing_kit import rows
-from test_listening_misses import _services, _talking, tickets
+from test_listening_misses import pack, talk_pack, tickets  # noqa: F401 - fixtures: the whole bundled pack
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def pack(fresh_db, pg_server, template_dsn, e5_encoder, tmp_path):
-    """The gateway with the whole bundled knowledge base (as ``make run`` serves it)."""
-    s = _services(fresh_db, pg_server, template_dsn, e5_encoder, tmp_path, topics=None)
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def talk_pack(pack):
-    with _talking(pack) as run:
-        yield run
 
 
 def test_a_refund_question_gets_the_refund_facts_of_the_order_in_english(talk_pack, pack):
