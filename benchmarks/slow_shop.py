@@ -252,7 +252,7 @@ def shop_wait(dsn: str, run: str) -> dict:
     if not rows:
         return {"n": 0}
     xs, back = sorted(r[0] for r in rows), sorted(r[1] for r in rows)
-    # slot_back: the wait for a slot of the gateway's bound on turns after the calls (not part of the shop wait)
+    # slot_back: the wait for a slot of the pipeline's bound on turns after the calls (not part of the shop wait)
     return {"n": len(xs), "p50_ms": round(xs[len(xs) // 2], 1), "p95_ms": round(xs[int(0.95 * (len(xs) - 1))], 1),
             "slot_back_p95_ms": round(back[int(0.95 * (len(back) - 1))], 1)}
 
@@ -307,7 +307,7 @@ def stage_snapshot(base: str) -> dict[str, dict]:
 def stage_waits(before: dict, after: dict) -> dict:
     """Where the measured load's requests waited, from the two snapshots: per stage the count, the mean and the
     histogram bucket holding the 95th percentile (``p95_le_ms``: at most that). ``thread_wait``: a request
-    waiting for a turn thread; ``slot_wait``: a turn waiting for a slot of the gateway's bound on turns holding a
+    waiting for a turn thread; ``slot_wait``: a turn waiting for a slot of the pipeline's bound on turns holding a
     connection; ``outside``: a turn's wait for its tool calls (nothing held); ``slot_back``: its wait for a slot
     again after them; ``total``: the pipeline's own time per committed turn."""
     out = {}

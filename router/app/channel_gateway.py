@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -24,7 +21,6 @@ from router.channels.registry import build_adapters
 from router.channels.base import ChannelAdapter, Outcome, ParsedMessage, Route, scrub
 from router.outbox.replies import claim_passive_reply, ensure_reply_queued, queue_action, reply_already_queued
 from router.schemas import InboundMessage
-from router.turn.passes import TurnSlots
 
 log = logging.getLogger(__name__)
 
@@ -98,21 +94,6 @@ class ChannelGateway:
         self.pipeline = pipeline
         self.metrics = metrics
         self.adapters: dict[str, ChannelAdapter] = build_adapters(settings)
-        # A turn holds a pool connection for its transaction and the router may take a second one
-        # inside it (retrieval): admitting more turns than half the pool at once can leave every
-        # connection held by a turn waiting for another. Turns beyond this wait here, holding nothing; a turn
-        # waiting for its tool calls (a slow shop) gives its slot back meanwhile (router.turn.passes.TurnSlots).
-        pool_max = getattr(pool, "max_size", None) or settings.db_pool_max
-        self._turns = TurnSlots(max(1, (pool_max - 1) // 2))
-
-    @contextmanager
-    def _slot(self) -> Iterator[None]:
-        """A turn's slot; the wait for it is observed as the ``slot_wait`` stage."""
-        t = time.perf_counter()
-        with self._turns:
-            if self.metrics is not None:
-                self.metrics.stage_seconds.labels("slot_wait").observe(time.perf_counter() - t)
-            yield
 
     def adapter(self, name: str) -> ChannelAdapter | None:
         return self.adapters.get(name)
@@ -129,9 +110,8 @@ class ChannelGateway:
             lambda conn: resolve_customer(conn, adapter.name, parsed.route, msg.conversation_external_id),
             autocommit=True)
         parsed.message = msg
-        with self._slot():
-            response, replayed = self.pipeline.handle(
-                msg, on_conversation=lambda conn, conversation: remember_route(conn, adapter.name, route, conversation))
+        response, replayed = self.pipeline.handle(
+            msg, on_conversation=lambda conn, conversation: remember_route(conn, adapter.name, route, conversation))
         outcome = Outcome(msg, response, replayed)
         actions = adapter.after_turn(outcome)
         reply = outcome.reply_text

@@ -436,6 +436,7 @@ def wire_router(services: Services) -> None:
     from router.turn.decider import Decider
     from router.turn.escalation import load_policy
     from router.turn.admission import Admission
+    from router.turn.passes import pass_slots
     from router.turn.pipeline import Pipeline
 
     if services.classifier is None:
@@ -448,7 +449,8 @@ def wire_router(services: Services) -> None:
     services.pipeline = Pipeline(services.pool, services.metrics, decider, owner=conversation_owner(services.settings),
                                  admission=Admission(services.pool, policy.harness.quota, services.metrics),
                                  prepare=decider.prepare, heavy_slots=max(1, services.settings.db_pool_max // 2),
-                                 deadline=services.settings.turn_deadline_seconds, ahead=decider.ahead)
+                                 deadline=services.settings.turn_deadline_seconds, ahead=decider.ahead,
+                                 pass_slots=pass_slots(services.settings.db_pool_max))
 
 
 def conversation_owner(settings):

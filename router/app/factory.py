@@ -32,10 +32,12 @@ def _finish_wiring(services: Services) -> None:
         from router.app.composition import conversation_owner
         from router.turn.admission import Admission
         from router.turn.escalation import load_policy
+        from router.turn.passes import pass_slots
 
         quota = load_policy(services.settings.policy_file).harness.quota
         services.pipeline = Pipeline(services.pool, services.metrics, owner=conversation_owner(services.settings),
-                                     admission=Admission(services.pool, quota, services.metrics))
+                                     admission=Admission(services.pool, quota, services.metrics),
+                                     pass_slots=pass_slots(services.settings.db_pool_max))
 
 
 def announce_dev_key(services: Services) -> None:

@@ -1,7 +1,7 @@
 """The threads the HTTP face runs turns on: sized for turns that mostly wait.
 
 A turn is synchronous (psycopg, the models) and runs on a worker thread from its admission to its answer. Much of
-that time the thread only waits, holding nothing: for a slot of the gateway's bound on turns with a connection
+that time the thread only waits, holding nothing: for a slot of the pipeline's bound on turns with a connection
 (router.turn.passes.TurnSlots), for its conversation's lock, and above all for the shop while its tool calls run
 (seconds on a slow shop, up to the turn's tool deadline on a hanging one). Starlette's ``run_in_threadpool`` takes
 its threads from anyio's default limiter (40, shared with every other blocking call of the app): 32 customers

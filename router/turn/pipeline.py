@@ -199,7 +199,8 @@ class Pipeline:
 
     def __init__(self, pool, metrics, decider: Decider = record_only, *, owner: Owner = refuse_others,
                  admission=None, prepare: Callable[[InboundMessage], None] | None = None,
-                 heavy_slots: int | None = None, deadline: float | None = None, ahead: Ahead | None = None):
+                 heavy_slots: int | None = None, deadline: float | None = None, ahead: Ahead | None = None,
+                 pass_slots: int | None = None):
         self.pool = pool
         # outside work a decider can tell from the message and a short read that the turn will want (a new
         # flow's session memory): asked before the first pass, so no pass is rolled back only to discover it
@@ -213,6 +214,11 @@ class Pipeline:
         # turns of long messages hold at most this many pooled connections at once (None: no bound), so a
         # crowd of them leaves connections for everyone else's short turns; the rest wait holding nothing
         self.heavy = TurnSlots(heavy_slots) if heavy_slots else None
+        # turns whose pass holds a pooled connection at once (router.turn.passes.pass_slots; None: no bound):
+        # the others wait holding nothing, after their admission and their heavy slot, so a turn waiting on
+        # its customer's cap or a crowd of long messages keeps no short turn waiting; a turn waiting on its
+        # outside work (a slow shop) gives its slot back meanwhile
+        self.passes = TurnSlots(pass_slots) if pass_slots else None
         self.metrics = metrics
         self.decider = decider
         self.owner = owner            # what another customer's message into a conversation does
@@ -245,15 +251,24 @@ class Pipeline:
             self.prepare(msg)
             self.metrics.stage_seconds.labels("prepare").observe(time.perf_counter() - t)
         if self.heavy is None or len(msg.text or "") < self.HEAVY_FROM_CHARS:
-            return self._handle_admitted(msg, on_conversation)
+            return self._in_slot(msg, on_conversation)
         if not self.heavy.acquire(timeout=self.HEAVY_WAIT_SECONDS):
             self.metrics.refused.labels("heavy_turns").inc()
             raise Problem(429, "Too many long messages are being routed at once. Nothing was stored; retry after "
                                "2 s.", title="Too Many Requests", headers={"Retry-After": "2"}, retry_after=2)
         try:
-            return self._handle_admitted(msg, on_conversation)
+            return self._in_slot(msg, on_conversation)
         finally:
             self.heavy.release()
+
+    def _in_slot(self, msg: InboundMessage, on_conversation=None) -> tuple[dict[str, Any], bool]:
+        """The turn in one of :attr:`passes`; the wait for it is observed as the ``slot_wait`` stage."""
+        if self.passes is None:
+            return self._handle_admitted(msg, on_conversation)
+        t = time.perf_counter()
+        with self.passes:
+            self.metrics.stage_seconds.labels("slot_wait").observe(time.perf_counter() - t)
+            return self._handle_admitted(msg, on_conversation)
 
     def _handle_admitted(self, msg: InboundMessage, on_conversation=None) -> tuple[dict[str, Any], bool]:
         losses = 0

@@ -151,3 +151,54 @@ def test_long_turns_take_at_most_their_share_of_the_pool(services, tmp_path):
     assert stored == ["hello, good morning"]
     response, _ = pipeline.handle(msg("long", LONG_QUESTION))      # with a free slot the same message is routed
     assert response["reply"] is not None
+
+
+def test_turns_waiting_for_a_long_message_slot_hold_no_pass_slot(services, tmp_path):
+    """A crowd of long messages waiting for their share of the pool keeps none of the pipeline's slots for turns
+    holding a connection (router.turn.passes.pass_slots): a short message arriving behind as many of them as
+    there are slots is routed at once, and the long ones are routed once their slots free."""
+    from router.schemas import InboundMessage
+    from router.turn.passes import pass_slots
+
+    wire_gateway(services, tmp_path)
+    pipeline = services.pipeline
+    assert pipeline.heavy is not None and pipeline.passes is not None
+    assert pipeline.passes.size == pass_slots(services.settings.db_pool_max) > pipeline.heavy.size
+
+    def msg(customer: str, text: str) -> InboundMessage:
+        return InboundMessage(channel="web", conversation_external_id=f"c-{customer}", customer_id=customer,
+                              message_external_id=f"m-{customer}", text=text)
+
+    held = 0
+    while pipeline.heavy.acquire(blocking=False):     # every long-message slot taken, as by long turns in flight
+        held += 1
+    results: dict[str, object] = {}
+    pipeline.HEAVY_WAIT_SECONDS = 120.0     # the long ones wait for the test's slots, however slow the machine
+
+    def route(name: str, text: str) -> None:
+        try:
+            results[name] = pipeline.handle(msg(name, text))[0]
+        except Exception as exc:      # noqa: BLE001 - reported by the assertions below
+            results[name] = exc
+
+    waiting = [threading.Thread(target=route, args=(f"long-{i}", LONG_QUESTION)) for i in range(pipeline.passes.size)]
+    try:
+        for t in waiting:
+            t.start()
+        deadline = time.monotonic() + 30
+        while len(pipeline.heavy._new) < len(waiting) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(pipeline.heavy._new) == len(waiting)       # all of them wait for a long-message slot
+        short = threading.Thread(target=route, args=("short", "hello, good morning"))
+        short.start()
+        short.join(30)
+        assert not short.is_alive(), "a short message waited behind long ones waiting for their slots"
+        assert isinstance(results["short"], dict) and results["short"]["reply"] is not None
+    finally:
+        for _ in range(held):
+            pipeline.heavy.release()
+        for t in waiting:
+            t.join(300)
+        del pipeline.HEAVY_WAIT_SECONDS
+    assert all(isinstance(results[f"long-{i}"], dict) and results[f"long-{i}"]["turn_id"]
+               for i in range(len(waiting))), results

@@ -1,6 +1,6 @@
 """A turn holds at most one connection of the gateway's pool at a time.
 
-The bound on turns at once (router.turn.passes.TurnSlots, sized in router.app.channel_gateway) counts one
+The bound on turns at once (router.turn.passes.TurnSlots, sized by router.turn.passes.pass_slots) counts one
 connection a turn: retrieval reads through the knowledge base's own pool, and the look ahead, the tool calls
 and the session memory's loads take theirs between the passes, never while the pass holds one. A turn that took
 a second connection inside its pass could leave every connection held by turns waiting for another. Walked
