@@ -188,8 +188,9 @@ class Shop:
 
     @staticmethod
     def _refunded(conn: psycopg.Connection, order_id: str) -> Decimal:
+        # refunds made, and the payment a cancellation gave back: what the order's record says was refunded
         row = conn.execute("SELECT coalesce(sum(amount), 0) AS s FROM shop.writes"
-                           " WHERE order_id = %s AND tool = 'request_refund'", (order_id,)).fetchone()
+                           " WHERE order_id = %s AND tool IN ('request_refund', 'cancel_order')", (order_id,)).fetchone()
         return _money(row["s"])
 
     def _order_view(self, conn: psycopg.Connection, row: dict) -> dict:
@@ -335,7 +336,7 @@ class Shop:
             conn.execute("UPDATE shop.orders SET status = 'cancelled' WHERE order_id = %s", (order_id,))
             refund = _money(row["total"]) if row["status"] == "paid" else Decimal("0")
             return {"order_id": order_id, "status": "cancelled", "refund_amount": _num(refund),
-                    "currency": row["currency"]}, None
+                    "currency": row["currency"]}, (refund or None)
 
         return self._write("cancel_order", customer_id, order_id, key, {"reason": reason or ""}, apply)
 

@@ -122,6 +122,13 @@ def test_address_and_cancel_only_before_shipping(shop_gateway, dsn):
     assert orders["100235"]["address"] == "上海市徐汇区漕溪北路 1 号"
     assert orders["100234"]["status"] == "shipped" and orders["100234"]["writes"] == []
     assert orders["100236"]["status"] == "cancelled"
+    assert cancel.output["refund_amount"] == 0      # nothing was paid
+    # a paid order's cancellation gives the payment back, and the order's record says so, as its reply did
+    paid = shop_gateway.call("cancel_order", {"order_id": "100235"}, _caller(purpose="cancel_order"),
+                             idempotency_key="k-c3")
+    order = shop_gateway.call("get_order", {"order_id": "100235"}, _caller()).output["order"]
+    assert paid.ok and paid.output["refund_amount"] == order["refunded"] == order["total"] == 90.0
+    assert order["status"] == "cancelled"
 
 
 def test_invoice_once_per_order(shop_gateway):
