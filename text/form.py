@@ -19,6 +19,11 @@ Signals, strongest first:
   text.places) asks what the shop does, however politely it is put: a question, before the request signals.
 - a bare imperative at the start ("cancel my order", "refund order 100234", "开发票").
 Anything else (a statement: "I forgot my password", "电子发票没收到") reads as neither.
+
+A statement may still tell of a problem with something the customer tries to use ("my coupon doesn't work", "the
+code is not valid", "I can't apply my points", "优惠券用不了", "验证码收不到"): :func:`tells_a_problem`. Its question
+is implied (why, and what to do), and a help centre's troubleshooting entries are written for it ("Why can't I
+use my coupon?").
 """
 
 from __future__ import annotations
@@ -82,3 +87,23 @@ def read_form(text: str | None) -> Form | None:
     if _IMPERATIVE_EN.search(t) or _IMPERATIVE_ZH.search(t):
         return "request"
     return None
+
+
+_PROBLEM_EN = re.compile(
+    r"\b(?:doesn'?t|does\s+not|won'?t|will\s+not|isn'?t|is\s+not|aren'?t|are\s+not|wasn'?t|was\s+not|not|never|"
+    r"can'?t|cannot|couldn'?t)\s+(?:be\s+)?(?:work|works|working|worked|apply|applied|applying|valid|accepted|"
+    r"go(?:ing)?\s+through|went\s+through|load|loading|show(?:ing)?\s+up|redeem(?:ed)?|arriv(?:e|es|ing))\b"
+    r"|\bi\s*(?:can'?t|cannot|couldn'?t|am\s+unable\s+to|'?m\s+unable\s+to|am\s+not\s+able\s+to|"
+    r"'?m\s+not\s+able\s+to)\s+(?:use|apply|redeem|log\s*in|sign\s*in|pay|receive|get|enter|add|claim)\b"
+    r"|\b(?:keeps?|kept)\s+(?:failing|crashing|declining|getting\s+declined|saying)\b"
+    r"|\b(?:failed|fails|declined|invalid)\b")
+_PROBLEM_ZH = re.compile(
+    r"用不了|不能用|无法使用|没法用|用不上|不可用|使用不了|不能使用|抵扣不了|抵用不了|领不了|无法领取|兑换不了|无法兑换"
+    r"|失败|收不到|登不上|登录不了|登不进|打不开|没反应|无效|不生效|报错|加载不出")
+
+
+def tells_a_problem(text: str | None) -> bool:
+    """Whether a statement tells of something the customer tries to use failing ("my coupon doesn't work",
+    "payment failed", "优惠券用不了"): a question in all but form (why, and what to do)."""
+    t = normalise(text or "").strip().replace("’", "'")
+    return bool(t) and bool(_PROBLEM_EN.search(t) or _PROBLEM_ZH.search(t))

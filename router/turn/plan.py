@@ -47,6 +47,7 @@ class Facts:
     decided_by: str = "embeddings"        # "rules" | "embeddings"
     served: tuple[str, str] | None = None  # the intent's ``serve:`` ("reply" | "workflow", name), or None
     form: str | None = None               # text.form: "question" | "request" | None (neither)
+    problem: bool = False                 # a statement of something failing (text.form.tells_a_problem)
     topics: bool = False                  # the intent declares knowledge-base topics
     own_order: bool = False               # the intent's ``with_order`` and an order number in the message
     security: bool = False                # the intent is one of the escalation config's security intents
@@ -117,15 +118,18 @@ class Route:
 
 
 def frame(f: Facts) -> Frame:
-    """The message's tier before the escalation rules: a question of an intent with knowledge-base topics is
-    answered (L1), never started as its task, unless it is about the customer's own order (``with_order``),
+    """The message's tier before the escalation rules: a question of an intent with knowledge-base topics (or a
+    statement of a problem with something the customer uses) is answered (L1), never started as its task, unless it is about the customer's own order (``with_order``),
     the waiting flow claims it, a correction restarts a task, or it is small talk. Asked mid-task (a
     digression: "wait, how much is shipping normally?") it is answered the same way, then the flow asks again."""
     served = f.served
     tier = _TIERS.get(f.tier, "L2")
     smalltalk = served is not None and served[0] == "reply"
     claimed = f.reading in CLAIMED or f.reading == ENDED or f.restart is not None or f.drops_task or f.consents
-    asking = (f.form == "question" and f.topics and f.knowledge_base and not f.own_order
+    # a statement of a problem ("my coupon doesn't work") asks why and what to do, as a question would; not when
+    # it is about the customer's own data (a lookup answers it); an account's safety is the escalation rules'
+    troubled = f.problem and f.form is None and (served is None or served[0] != "workflow")
+    asking = ((f.form == "question" or troubled) and f.topics and f.knowledge_base and not f.own_order
               and f.reading in (None, "digression") and f.restart is None and not smalltalk)
     if asking:
         served, tier = None, "L1"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from text.form import read_form
+from text.form import read_form, tells_a_problem
 
 QUESTIONS = ["how do I return an item?", "how do I get an e-invoice", "can I return a shirt that doesn't fit?",
              "is it possible to change the address after paying?", "do I need to pay for return shipping?",
@@ -36,3 +36,20 @@ def test_requests(text):
 @pytest.mark.parametrize("text", NEITHER)
 def test_statements_are_neither(text):
     assert read_form(text) is None
+
+
+PROBLEMS = ["my coupon doesn't work", "my discount code is not working", "the code is invalid", "my payment failed",
+            "the app keeps crashing", "I can't apply my points", "my card got declined", "优惠券用不了", "积分抵扣不了",
+            "验证码收不到", "付款失败了", "页面打不开"]
+NO_PROBLEM = ["I forgot my password", "where is my order", "I want a refund", "it works now, thanks", "not yet",
+              "I don't know", "hello", "电子发票没收到", "好的", "100234"]
+
+
+@pytest.mark.parametrize("text", PROBLEMS)
+def test_problems_told_as_statements(text):
+    assert tells_a_problem(text) and read_form(text) is None
+
+
+@pytest.mark.parametrize("text", NO_PROBLEM)
+def test_statements_of_no_problem(text):
+    assert not tells_a_problem(text)

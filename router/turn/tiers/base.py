@@ -32,6 +32,7 @@ from router.turn.guards import Harness
 from router.turn.passes import per_turn
 from router.turn.pipeline import TurnContext, TurnResult
 from router.turn.ports import ClassifierPort, Conn, EncoderPort, FlowsPort, HandoffPort, KnowledgePort
+from text.form import tells_a_problem
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,7 @@ def plan_facts(r: Wiring, c: Classification, intent: Intent | None, text: str, *
     it to answer first). The turn, and the look ahead of router.turn.ahead, read it the same way."""
     return plan.Facts(
         intent=c.intent, tier=c.tier, decided_by=c.decided_by, served=served_by(intent, c), form=form,
+        problem=form is None and tells_a_problem(text),
         topics=bool(intent is not None and intent.topics),
         own_order=bool(intent is not None and intent.with_order and (c.entities or {}).get("order_numbers")),
         security=c.intent in r.escalation.config.security_intents,

@@ -79,6 +79,16 @@ ESCALATE = Verdict(escalate=True, rule="dissatisfied")
      {"tier": "L2", "asking": False, "run_flow": True, "workflow": "return_request"}),
     ("a question without a knowledge base", facts(intent="return_policy", tier="L2", form="question", topics=True,
      knowledge_base=False), None, None, Act.TIER, {"tier": "L2", "asking": False}),
+    # a statement of a problem ("my coupon doesn't work") is asked as a question, unless it is about the customer's
+    # own data (the lookup answers it) or their account's safety
+    ("a problem told as a statement", facts(intent="technical_issue", tier="L2", problem=True, topics=True), None,
+     None, Act.TIER, {"tier": "L1", "asking": True, "run_flow": False}),
+    ("... of an intent without topics", facts(intent="technical_issue", tier="L2", problem=True), None, None,
+     Act.TIER, {"tier": "L2", "asking": False}),
+    ("... of a lookup", facts(intent="order_status", tier="L1", problem=True, topics=True,
+     served=("workflow", "order_status")), None, None, Act.SERVE_WORKFLOW, {"asking": False}),
+    ("... of an account with a sign of a hacked one", facts(intent="account_security", tier="L3", problem=True,
+     topics=True, security=True), Verdict(escalate=True, rule="account_security"), None, Act.ESCALATE, {}),
     ("a request of an intent with topics", facts(intent="return_policy", tier="L2", form="request", topics=True),
      None, "return_request", Act.TIER, {"tier": "L2", "asking": False, "workflow": "return_request"}),
     ("an account question without a sign of a hacked account", facts(intent="account_security", tier="L3",

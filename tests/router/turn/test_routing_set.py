@@ -176,6 +176,22 @@ def test_a_forgotten_password_is_answered_and_a_hacked_account_goes_to_a_person(
         assert out["decision"]["escalation"]["rule"] == "account_security", out["decision"]
 
 
+def test_a_problem_told_as_a_statement_is_answered_from_its_troubleshooting_entry(api):
+    """"my coupon doesn't work" asks why and what to do: the technical-issue intent is an assist ticket, but the
+    help centre's "Why can't I use my coupon?" answers it (L1, no ticket); a problem the pack has no entry for
+    ("the app keeps crashing") still goes to a colleague, and a locked-out customer whose password was changed
+    by someone else to a person."""
+    for text, doc in (("my coupon doesn't work", "coupons-en"), ("优惠券用不了", "coupons-zh"),
+                      ("my payment failed", "payment-failed-en"), ("验证码收不到", "password-reset-zh")):
+        out = _post(api, text, f"problem-{text}")
+        assert out["decision"]["tier"] == "L1" and out["ticket_id"] is None, (text, out["decision"])
+        assert out["reply"]["citations"][0]["doc_id"] == doc, (text, out["reply"])
+    crash = _post(api, "the app keeps crashing", "problem-crash")
+    assert crash["decision"]["tier"] == "L2" and crash["ticket_id"] and not crash["reply"].get("citations"), crash
+    hacked = _post(api, "I can't log in, someone changed my password", "problem-hacked")
+    assert hacked["decision"]["tier"] == "L3" and hacked["ticket_id"], hacked["decision"]
+
+
 def test_a_question_as_likely_about_the_policy_as_about_an_own_order_is_answered_then_the_lookup_offered(api):
     """"when will my refund show on my Visa?" reads as the customer's refund status and, barely behind, as the
     refund-times question: the knowledge base answers it (3–7 business days) and the lookup is offered after; a
