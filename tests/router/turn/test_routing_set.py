@@ -180,7 +180,7 @@ def test_a_problem_told_as_a_statement_is_answered_from_its_troubleshooting_entr
     """"my coupon doesn't work" asks why and what to do: the technical-issue intent is an assist ticket, but the
     help centre's "Why can't I use my coupon?" answers it (L1, no ticket); a problem the pack has no entry for
     ("the app keeps crashing") still goes to a colleague, and a locked-out customer whose password was changed
-    by someone else to a person."""
+    by someone else to a person, and a problem with an intent's own task ("I can't change my address") starts it."""
     for text, doc in (("my coupon doesn't work", "coupons-en"), ("优惠券用不了", "coupons-zh"),
                       ("my payment failed", "payment-failed-en"), ("验证码收不到", "password-reset-zh")):
         out = _post(api, text, f"problem-{text}")
@@ -190,6 +190,9 @@ def test_a_problem_told_as_a_statement_is_answered_from_its_troubleshooting_entr
     assert crash["decision"]["tier"] == "L2" and crash["ticket_id"] and not crash["reply"].get("citations"), crash
     hacked = _post(api, "I can't log in, someone changed my password", "problem-hacked")
     assert hacked["decision"]["tier"] == "L3" and hacked["ticket_id"], hacked["decision"]
+    # a problem with the task an intent does for the customer wants it done: the task starts
+    task = _post(api, "I can't change my address", "problem-task")
+    assert task["flow"]["workflow"] == "change_address" and task["flow"]["awaiting"] != "offer", task["flow"]
 
 
 def test_a_question_as_likely_about_the_policy_as_about_an_own_order_is_answered_then_the_lookup_offered(api):
