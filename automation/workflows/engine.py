@@ -496,7 +496,7 @@ class FlowEngine:
         if gone:
             return None
         other = (intent is not None and intent_confidence is not None and intent_confidence >= self.drift_threshold
-                 and intent not in wf.intents)
+                 and not wf.own_topic(intent))
         run = self._flow_run(None, last, wf, None, last.get("lang") or "en")
         try:
             return about_ended(run, text, entities or {}, other=other)

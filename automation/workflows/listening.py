@@ -208,7 +208,7 @@ def reading(run: FlowRun, gone: str | None, text: str, entities: dict[str, Any],
         if said is False:
             return "cancel"
         confident = intent is not None and intent_confidence is not None and intent_confidence >= drift_threshold
-        other = confident and intent not in wf.intents
+        other = confident and not wf.own_topic(intent)
         if confident and not other and read_form(text) == "request":
             return "answer"   # "cancel my order" to "shall I cancel one of your orders?": the task asked for
         # a cancel word drops the offer ("never mind", "算了"), unless it asks for another task or asks a question:
@@ -227,7 +227,7 @@ def reading(run: FlowRun, gone: str | None, text: str, entities: dict[str, Any],
         return "unclear"
     free = kind.free_text(wf, step)
     other = (intent is not None and intent_confidence is not None and intent_confidence >= drift_threshold
-             and intent not in wf.intents)
+             and not wf.own_topic(intent))
     # dropping the task, then asking something else ("哦不用了，我还是想查一下物流" at the address question, "never mind,
     # where is my order 100241?" at "which order?"); a decline alone ("not needed", "不用了") may be the answer
     rest = U.said_after_dropping(text)

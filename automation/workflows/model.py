@@ -125,6 +125,7 @@ class Workflow:
     first: str
     slots: dict[str, Slot]
     intents: list[str] = Field(default_factory=list)
+    hears: list[str] = Field(default_factory=list)     # intents of what is told about the task, kept by the flow
     description: Texts = Field(default_factory=dict)
     approval_tiers: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_TIERS))
     vocabulary: dict[str, dict[str, list[str]]] = Field(default_factory=dict)   # the shop's words for its values
@@ -140,6 +141,10 @@ class Workflow:
 
     def step(self, step_id: str) -> Step:
         return self.steps[step_id]
+
+    def own_topic(self, intent: str | None) -> bool:
+        """Whether a message of ``intent`` is about this task: one of the intents that start it, or one it hears."""
+        return intent is not None and (intent in self.intents or intent in self.hears)
 
     def tier_for(self, amount: float) -> str:
         tiers = sorted(self.approval_tiers.items(), key=lambda kv: kv[1])

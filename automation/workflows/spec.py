@@ -190,8 +190,9 @@ def _workflow(name: str, body: Any, path: P, chk: Checker, tiers: dict[str, floa
         chk.err(path, "expected a mapping")
         return None
     for k in body:
-        if k not in ("version", "description", "intents", "slots", "steps", "approval_tiers"):
-            chk.err(path + (k,), f"unknown key {k!r} (version, description, intents, slots, steps, approval_tiers)")
+        if k not in ("version", "description", "intents", "hears", "slots", "steps", "approval_tiers"):
+            chk.err(path + (k,), f"unknown key {k!r} (version, description, intents, hears, slots, steps, "
+                    "approval_tiers)")
     version = body.get("version", 1)
     if not isinstance(version, int) or version < 1:
         chk.err(path + ("version",), "the version is a whole number >= 1")
@@ -200,6 +201,12 @@ def _workflow(name: str, body: Any, path: P, chk: Checker, tiers: dict[str, floa
     if not isinstance(intents, list) or not all(isinstance(i, str) for i in intents):
         chk.err(path + ("intents",), "expected a list of intent names")
         intents = []
+    # what the customer tells about the task (its reason, what happened: "it arrived broken" while a refund asks
+    # for the amount) is the flow's own to keep, never another topic served beside it; these do not start it
+    hears = body.get("hears", [])
+    if not isinstance(hears, list) or not all(isinstance(i, str) for i in hears):
+        chk.err(path + ("hears",), "expected a list of intent names")
+        hears = []
     slots = _slots(body.get("slots") or {}, path + ("slots",), chk)
     steps_raw = body.get("steps")
     if not isinstance(steps_raw, list) or not steps_raw:
@@ -209,7 +216,7 @@ def _workflow(name: str, body: Any, path: P, chk: Checker, tiers: dict[str, floa
     top = _sequence(steps_raw, path + ("steps",), chk, steps, parent=None)
     if not top:
         return None
-    wf = Workflow(name=name, version=version, steps=steps, first=top[0], slots=slots, intents=intents,
+    wf = Workflow(name=name, version=version, steps=steps, first=top[0], slots=slots, intents=intents, hears=hears,
                   description=chk.texts(body.get("description"), path + ("description",), required=False),
                   approval_tiers=_tiers(body.get("approval_tiers"), path + ("approval_tiers",), chk)
                   if "approval_tiers" in body else dict(tiers),

@@ -68,6 +68,17 @@ def test_a_good_file_loads_and_its_risk_is_the_writes():
     assert wf.risk == "money" and wf.call_risk == {"load": "money", "pay": "money"}
 
 
+def test_intents_heard_about_the_task_are_its_own_topic_not_a_start():
+    ws = parse_workflows(GOOD.replace("  refund:\n", "  refund:\n    intents: [refund_request]\n"
+                                      "    hears: [damaged_item]\n"), file="wf.yaml", tools=TOOLS)
+    wf = ws["refund"]
+    assert wf.hears == ["damaged_item"] and wf.intents == ["refund_request"]
+    assert wf.own_topic("damaged_item") and wf.own_topic("refund_request") and not wf.own_topic("invoice")
+    assert not wf.own_topic(None)
+    errs = errors(GOOD.replace("  refund:\n", "  refund:\n    hears: damaged_item\n"))
+    assert any("hears" in str(e) and "list of intent names" in str(e) for e in errs), errs
+
+
 def test_unknown_tool_argument_slot_step_and_name_are_refused_with_line_and_field():
     bad = GOOD.replace("call: request_refund", "call: refund_money") \
               .replace("args: {order_id: slots.order_id}", "args: {order: slots.order_no}") \

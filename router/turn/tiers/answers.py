@@ -25,7 +25,7 @@ from router.classify.intents import Intent
 from router.schemas import Decision
 from router.turn import plan
 from router.turn.pipeline import TurnResult
-from router.turn.tiers.base import EVIDENCE_LIMIT, hit_dict, citations_of
+from router.turn.tiers.base import EVIDENCE_LIMIT, citations_of, close_lookup, hit_dict
 from router.turn.tiers.tickets import Tickets
 from text.form import read_form
 
@@ -91,7 +91,8 @@ class Answers(Tickets):
             text, citations = self.topic_answer(c, answer)
             agreed = text is not None
         if text and answer is not None:
-            return self.answered(c, answer, text, citations, topic_agreement=agreed)
+            return self.answered(c, answer, text, citations, topic_agreement=agreed,
+                                 task=close_lookup(self.r, c, self.intent_config(c)))
         why = (self.rag_error or "no knowledge base") if answer is None else (answer.reason or "no confident answer")
         decision = self.decision_of(c, "L2", None, l1_fallback={"from": "L1", "reason": why})
         return self.assist_l2(c, decision, via="l1_resolving", answer=answer, reason=f"L1 could not answer: {why}")

@@ -101,6 +101,27 @@ def close_question(r: Wiring, c: Classification, intent: Intent | None, form: st
     return alt if alt is not None and alt.topics and alt.served_by is None else None
 
 
+def close_lookup(r: Wiring, c: Classification, intent: Intent | None) -> str | None:
+    """The other way round: the workflow of a lookup (``serve: workflow``) CLOSE_MARGIN behind the question intent
+    the embeddings chose ("when will my refund show on my Visa?" as the refund-times question, the customer's own
+    refund barely behind), for a message that names no order: the answer offers that lookup after it rather than
+    the task of the cited article (a new refund)."""
+    if (intent is None or intent.served_by is not None or not intent.topics or c.decided_by != "embeddings"
+            or (c.entities or {}).get("order_numbers")):
+        return None
+    runner, margin = c.explanation.get("runner_up"), c.explanation.get("margin")
+    if not runner or margin is None or float(margin) >= CLOSE_MARGIN:
+        return None
+    alt = next((i for i in r.classifier.config.intents if i.name == runner), None)
+    if alt is None or alt.served_by is None or alt.served_by[0] != "workflow" or r.flows is None:
+        return None
+    flows = r.flows.workflows
+    if alt.served_by[1] in flows.workflows:
+        return alt.served_by[1]
+    wf = flows.for_intent(alt.name)      # the bundled order_status serves refund_status, order_query, ...
+    return wf.name if wf is not None else None
+
+
 def plan_facts(r: Wiring, c: Classification, intent: Intent | None, text: str, *, form: str | None,
                close: Intent | None, reading: str | None = None, restart: str | None = None) -> plan.Facts:
     """What the routing plan reads of a message: the classification, the intent's declarations, the flow's

@@ -195,10 +195,25 @@ def test_a_problem_told_as_a_statement_is_answered_from_its_troubleshooting_entr
     assert task["flow"]["workflow"] == "change_address" and task["flow"]["awaiting"] != "offer", task["flow"]
 
 
+def test_an_item_that_arrived_broken_is_answered_with_what_the_shop_offers(api):
+    """"the item arrived broken", "收到的东西坏了": neither the customer's parcel to look up, nor a complaint for a
+    person, nor out of scope: the compensation policy answers it (report within 48 hours, replacement or refund);
+    a refund asked for beside the damage starts the refund."""
+    for text, doc in (("the item arrived broken", "compensation-policy-en"), ("received a damaged product",
+                      "compensation-policy-en"), ("收到的东西坏了", "compensation-policy-zh"),
+                      ("收到的杯子碎了", "compensation-policy-zh")):
+        out = _post(api, text, f"damaged-{text}")
+        assert out["decision"]["intent"] == "damaged_item", (text, out["decision"])
+        assert out["decision"]["tier"] == "L1" and out["ticket_id"] is None, (text, out["decision"])
+        assert out["reply"]["citations"][0]["doc_id"] == doc and "48" in out["reply"]["text"], (text, out["reply"])
+    refund = _post(api, "the kettle I got leaks, I want my money back", "damaged-refund")
+    assert refund["flow"]["workflow"] == "refund" and refund["flow"]["awaiting"] != "offer", refund["flow"]
+
+
 def test_a_question_as_likely_about_the_policy_as_about_an_own_order_is_answered_then_the_lookup_offered(api):
-    """"when will my refund show on my Visa?" reads as the customer's refund status and, barely behind, as the
-    refund-times question: the knowledge base answers it (3–7 business days) and the lookup is offered after; a
-    "yes" starts it. A lookup said plainly ("has my refund been processed?") is looked up at once."""
+    """"when will my refund show on my Visa?" reads as the customer's refund status and the refund-times question
+    within a hair of each other (either may lead): the knowledge base answers it (3–7 business days) and the lookup
+    is offered after, never a new refund (the task of the cited article); a "yes" starts it. A lookup said plainly ("has my refund been processed?") is looked up at once."""
     out = _post(api, "when will my refund show on my Visa?", "close-en")
     reply = out["reply"]
     assert out["decision"]["tier"] == "L1" and out["ticket_id"] is None, out["decision"]
