@@ -34,12 +34,13 @@ _CJK_RUN = re.compile(f"[{_CJK_CHAR}]+")
 _OTHER_WORD = re.compile(r"[0-9a-z\u00c0-\u024f\u0370-\u03ff\u0400-\u04ff\u3040-\u30ff\uac00-\ud7af]+")
 
 # Particles and function words that never decide which article answers (query side only).
-ZH_STOPWORDS = frozenset("的 了 吗 呢 吧 啊 呀 哦 嘛 么 哈 嗯 噢 喔 啦 哇 呗 之 与 及 或 和 跟 被 把 给 是 在 我 你 您 我们 他 她 它 这 那 这个 那个 就 都 也 还 又 很 请 下".split())
+ZH_STOPWORDS = frozenset("的 了 吗 呢 吧 啊 呀 哦 嘛 么 哈 嗯 噢 喔 啦 哇 呗 之 与 及 或 和 跟 被 把 给 是 在 我 你 您 我们 他 她 它 这 那 这个 那个 就 都 也 还 又 很 请 下 "
+                         "可以 能 能否 可否 帮".split())
 EN_STOPWORDS = frozenset(
     "a an the and or but if of to in on at by for with from as is are was were be been being am do does did "
     "i me my we our you your he she it its they them their this that these those there here what which who whom "
     "can could would should will shall may might must have has had not no so than then too very just "
-    "please hi hello hey thanks thank".split()
+    "please hi hello hey thanks thank possible".split()
 )
 # Greetings and politeness that carry no topic (removed before keyword extraction).
 FILLERS_ZH = ("请问一下", "请问", "麻烦问一下", "麻烦问下", "我想问一下", "我想问下", "想问一下", "想问下", "问一下",

@@ -55,6 +55,9 @@ NOT_THERE = {"en": "We do not ship to other countries or regions", "zh": "目前
     ("do you deliver overseas?", "en"),
     ("你们能寄到美国吗", "zh"),
     ("你们支持海外配送吗", "zh"),
+    # asked with "is … possible" / "可以…吗", words that frame a question and name nothing an article must say
+    ("is shipping to Japan possible?", "en"),
+    ("可以发货到日本吗", "zh"),
 ])
 def test_a_place_the_articles_never_name_is_answered_with_where_the_shop_ships(ask, pack, text, lang):
     """A country the articles never name, or abroad in a word: answered from the delivery-times article with the
