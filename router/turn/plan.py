@@ -119,9 +119,10 @@ class Route:
 
 def frame(f: Facts) -> Frame:
     """The message's tier before the escalation rules: a question of an intent with knowledge-base topics (or a
-    statement of a problem with something the customer uses) is answered (L1), never started as its task, unless it is about the customer's own order (``with_order``),
-    the waiting flow claims it, a correction restarts a task, or it is small talk. Asked mid-task (a
-    digression: "wait, how much is shipping normally?") it is answered the same way, then the flow asks again."""
+    statement of a problem with something the customer uses) is answered (L1), never started as its task, unless
+    it is about the customer's own order (``with_order``), the waiting flow claims it, a correction restarts a
+    task, or it is small talk. Asked mid-task (a digression: "wait, how much is shipping normally?") it is
+    answered the same way, then the flow asks again."""
     served = f.served
     tier = _TIERS.get(f.tier, "L2")
     smalltalk = served is not None and served[0] == "reply"

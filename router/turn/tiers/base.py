@@ -94,11 +94,16 @@ def close_question(r: Wiring, c: Classification, intent: Intent | None, form: st
     if (intent is None or form != "question" or c.decided_by != "embeddings" or (c.entities or {}).get("order_numbers")
             or intent.served_by is None or intent.served_by[0] != "workflow"):
         return None
+    alt = _close_runner_up(r, c)
+    return alt if alt is not None and alt.topics and alt.served_by is None else None
+
+
+def _close_runner_up(r: Wiring, c: Classification) -> Intent | None:
+    """The intent the embeddings placed second, CLOSE_MARGIN or less behind the first; None: none that close."""
     runner, margin = c.explanation.get("runner_up"), c.explanation.get("margin")
     if not runner or margin is None or float(margin) >= CLOSE_MARGIN:
         return None
-    alt = next((i for i in r.classifier.config.intents if i.name == runner), None)
-    return alt if alt is not None and alt.topics and alt.served_by is None else None
+    return next((i for i in r.classifier.config.intents if i.name == runner), None)
 
 
 def close_lookup(r: Wiring, c: Classification, intent: Intent | None) -> str | None:
@@ -109,10 +114,7 @@ def close_lookup(r: Wiring, c: Classification, intent: Intent | None) -> str | N
     if (intent is None or intent.served_by is not None or not intent.topics or c.decided_by != "embeddings"
             or (c.entities or {}).get("order_numbers")):
         return None
-    runner, margin = c.explanation.get("runner_up"), c.explanation.get("margin")
-    if not runner or margin is None or float(margin) >= CLOSE_MARGIN:
-        return None
-    alt = next((i for i in r.classifier.config.intents if i.name == runner), None)
+    alt = _close_runner_up(r, c)
     if alt is None or alt.served_by is None or alt.served_by[0] != "workflow" or r.flows is None:
         return None
     flows = r.flows.workflows
@@ -130,7 +132,7 @@ def plan_facts(r: Wiring, c: Classification, intent: Intent | None, text: str, *
     return plan.Facts(
         intent=c.intent, tier=c.tier, decided_by=c.decided_by, served=served_by(intent, c), form=form,
         # an intent with a task of its own ("I can't change my address") wants it done: the task starts as before
-        problem=form is None and not (intent is not None and intent.task) and tells_a_problem(text),
+        problem=not (intent is not None and intent.task) and tells_a_problem(text),
         topics=bool(intent is not None and intent.topics),
         own_order=bool(intent is not None and intent.with_order and (c.entities or {}).get("order_numbers")),
         security=c.intent in r.escalation.config.security_intents,
