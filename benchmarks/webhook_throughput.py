@@ -263,9 +263,16 @@ def delivery(channel: str, text: str, n: int, run: str) -> tuple[bytes, dict]:
     return body, {"Content-Type": "application/json", "X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET}
 
 
-async def load(base: str, channel: str, texts: list[str], n: int, concurrency: int, run: str, progress) -> dict:
+async def load(base: str, channel: str, texts: list[str], n: int, concurrency: int, run: str, progress,
+               recycle: int = 0) -> dict:
     """``concurrency`` keep-alive clients POST ``n`` deliveries. aiohttp when installed (the ``bench``
-    extra): it needs ~1/3 of httpx's CPU per request, and this client shares the cores with the server."""
+    extra): it needs ~1/3 of httpx's CPU per request, and this client shares the cores with the server.
+
+    ``recycle``: each client asks the server to close its connection after that many requests and opens a new
+    one, as a proxy's upstream pool recycles its connections. The workers share one listening socket and the
+    kernel hands a new connection to whichever worker accepts first, so a few connections kept for the whole run
+    can split unevenly between the workers (10 and 6), and one worker's queue then decides the figure; connections
+    opened again through the run are taken by the worker that is free, as in production behind a balancer."""
     url = f"{base}/v1/channels/{channel}/webhook"
     latencies: list[float] = []
     statuses: Counter = Counter()
@@ -285,12 +292,16 @@ async def load(base: str, channel: str, texts: list[str], n: int, concurrency: i
             progress.update(1)
 
     async def drain(post):
+        sent = 0
         while True:
             try:
                 i = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
             body, headers = delivery(channel, texts[i % len(texts)], i, run)
+            sent += 1
+            if recycle and sent % recycle == 0:
+                headers["Connection"] = "close"
             t0 = time.perf_counter()
             status, payload = await post(body, headers)
             latencies.append(time.perf_counter() - t0)
@@ -358,10 +369,11 @@ def _serve_and_measure(args, admin: str, tmp: Path, model: Path, pg_pid: int | N
         for path in paths:
             texts = {"rule_l3": RULE_L3_TEXTS, "rule": RULE_TEXTS}.get(path, EMBEDDING_TEXTS)
             run = uuid.uuid4().hex[:6]
-            asyncio.run(load(base, args.channel, texts, args.warmup, args.concurrency, run + "w", None))
+            asyncio.run(load(base, args.channel, texts, args.warmup, args.concurrency, run + "w", None, args.recycle))
             before = cpu_snapshot(proc.pid, pg_pid, dsn)
             with tqdm(total=args.messages, desc=f"{path} path{label}", unit="msg", disable=args.json) as bar:
-                r = asyncio.run(load(base, args.channel, texts, args.messages, args.concurrency, run, bar))
+                r = asyncio.run(load(base, args.channel, texts, args.messages, args.concurrency, run, bar,
+                                     args.recycle))
             after = cpu_snapshot(proc.pid, pg_pid, dsn)
             cpu = {k: (after[k] - before[k]) * 1000 / args.messages for k in after}
             r["cpu_ms_per_message"] = {k: round(v, 2) for k, v in cpu.items()}
@@ -414,6 +426,9 @@ def main() -> None:
     p.add_argument("--messages", type=int, default=2000, help="messages per path (after a warm-up)")
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--recycle", type=int, default=25,
+                   help="requests a client sends on one connection before it opens another (0: one connection for "
+                        "the whole run); see load()")
     p.add_argument("--channel", choices=["web", "telegram"], default="web")
     p.add_argument("--pool-max", type=int, default=10, help="server database pool size")
     p.add_argument("--bare", action="store_true", help="no router or models: measure the channel layer only")
@@ -447,6 +462,7 @@ def main() -> None:
         embedded = EmbeddedPostgres(tmp / "pg")
         admin = embedded.start()
     results: dict = {"benchmark": "webhook_throughput", "channel": args.channel, "concurrency": args.concurrency,
+                     "connection_recycled_after": args.recycle,
                      "threads": args.threads, "workers": args.workers,
                      "router": not args.bare, "tools": args.tools,
                      "cpus": os.cpu_count(), "python": platform.python_version(), "paths": {}}
