@@ -74,6 +74,7 @@ NARROWER = 0.03           # taken from an FAQ entry about one case the article l
 TITLE_LEAD = 0.03          # a question this much closer to an article's title than to any of its passages asks for its opening
 OPENING_LEAD = 0.0         # the same for an article that opens with a paragraph, which leads the entry instead of replacing it
 CASES = 3                  # a list names cases when at least this many of its items (or one item's terms) name one
+MAX_CLAUSE = 16             # a Chinese list item this short and of one clause names its case in its own words
 STOPWORDS = frozenset(EN_STOPWORDS) | frozenset(ZH_STOPWORDS)
 COMMON_SHARE = 2 / 3       # a word held by more than this share of an article's lines does not single out a line
 REPEAT = 0.75              # a sentence whose words a line already said holds this share of is said twice
@@ -341,6 +342,13 @@ def case_terms(text: str) -> list[str]:
     return terms
 
 
+def clause_item(text: str) -> bool:
+    """A Chinese list item said as one short clause ("商品在运输中破损；"): a case named by its own words (jieba's
+    words, which no separator sets apart as a term)."""
+    t = _SOFT_END.sub("", strip_framing(text).replace("**", "")).rstrip("。.")
+    return _is_cjk(t) and 0 < len(t) <= MAX_CLAUSE and not re.search(r"[，,。；;：:！!？?]", t)
+
+
 def _short_term(text: str) -> bool:
     """A name rather than a sentence or a quantity."""
     if any(c.isdigit() for c in text):
@@ -491,6 +499,8 @@ class Composer:
         # the words of a text (the knowledge base's tokenizer, stemmed), set by the service; without it the
         # answer is chosen by the encoder alone
         self.words: Callable[[str], frozenset[str]] | None = None
+        # the words of the glossary's terms a text says in other words ("坏了" says "破损"), set by the service
+        self.terms: Callable[[str], frozenset[str]] | None = None
         self._words: OrderedDict[str, frozenset[str]] = OrderedDict()
         self._cases: OrderedDict[tuple[tuple[str, str], ...], frozenset[str]] = OrderedDict()   # per article
         self._df: dict[str, tuple[int, dict[str, int]]] = {}    # per generation: lines, lines holding each word
@@ -507,6 +517,11 @@ class Composer:
                 while len(self._words) > 20000:
                     self._words.popitem(last=False)
         return found
+
+    def named_in(self, text: str) -> frozenset[str]:
+        """The words of a text with those of the glossary terms it says in other words: an FAQ question about a
+        broken item ("商品坏了") names the case its article lists as damage ("商品在运输中破损")."""
+        return self.words_in(text) | (self.terms(text) if self.terms is not None else frozenset())
 
     def cases(self, doc: Sequence[Line]) -> frozenset[str]:
         """The words that name one case among several an article lists: in the terms of a list or table that
@@ -528,7 +543,13 @@ class Composer:
             terms = [t[0] for t in named if t and t[0]] if sum(1 for t in named if t and t[0]) >= CASES else []
             for t in named:        # an item that enumerates cases itself ("underwear, swimwear, socks")
                 terms += t[1:] if len(t) > CASES else []
-            for w in frozenset().union(*(self.words_in(t) for t in terms)):
+            words = set().union(*(self.words_in(t) for t in terms))
+            clauses = [self.words_in(strip_framing(x.text)) for x in items if clause_item(x.text)]
+            if not terms and len(clauses) >= CASES:
+                # cases said as whole clauses ("商品在运输中破损", "发错商品、尺码或颜色"): the words that set one
+                # apart, not those most of them share ("商品")
+                words |= {w for c in clauses for w in c if sum(w in o for o in clauses) <= 2}
+            for w in words:
                 counts[w] = counts.get(w, 0) + 1
         found = frozenset(w for w, n in counts.items() if n <= 2 and w not in heads and w not in STOPWORDS
                           and not (_is_cjk(w) and len(w) < 2) and not w.isdigit())
@@ -553,7 +574,7 @@ class Composer:
         if q is None:
             return False
         cases = self.cases(doc)
-        named = self.words_in(strip_framing(q.text)) & cases
+        named = self.named_in(strip_framing(q.text)) & cases
         return bool(named) and not (asked_words & cases)
 
     def _count_words(self, key: str, lines: Sequence[Sequence[Line]]) -> tuple[int, dict[str, int]]:
@@ -642,7 +663,7 @@ class Composer:
         pools = [p for p in pools if p]
         if not pools:
             return None
-        asked_words = self.words_in(query)
+        asked_words = self.named_in(query)
         # a passage whose FAQ entries all ask about one case its article lists, which the question does not name
         # ("买的袜子尺码不合适能退吗" for "衣服不合适能退吗"), gives way to its article's passages that answer
         # more generally
@@ -694,6 +715,8 @@ class Composer:
             # (a question of several parts: its words belong to different entries, each part finds its own)
             names = [n for c in chunks[doc_ids[main[0].doc]][:1] for n in (c.title, *c.keywords)]
             main = self._in_words(main, per_doc, score_of, qvecs, keywords, key, query, head_sim, names, focus)
+        if _WHOLE_LIST.search(query):
+            main = self._fuller(main, per_doc, score_of, qvecs)
         if sum(len(x.text) for x in main) < (60 if _is_cjk(query) else 110) and main[0].kind == "para":
             # a short lead ("who pays depends on why you return it") says little alone: the next
             # passage of the same article completes it
@@ -758,6 +781,39 @@ class Composer:
             text = f"{LANG_NOTE[(lang, answer_lang)]}\n{text}"
         top = max((float(score_of[(ln.doc, ln.idx)][0]) for ln in main if (ln.doc, ln.idx) in score_of), default=0.0)
         return Composition(text=text, docs=used, lang=answer_lang, parts=len(chosen), scores={"line": round(top, 4)})
+
+    def _fuller(self, main: list[Line], per_doc: list[list[Line]], score_of: dict, qvecs: np.ndarray) -> list[Line]:
+        """For a how-to question, the paragraph of the article that says an FAQ answer whole, and where.
+
+        An FAQ answer is often the shorthand of a section ("Use "Can't receive the code?" and complete identity
+        verification"): it names a button without the page it is on and stops before what the steps lead to
+        ("after which you can link your new phone number"). A paragraph of the same article that holds REPEAT of
+        the answer's words and all its numbers, and says more, is the answer to "how do I ...": it answers
+        instead, the best such paragraph by its score."""
+        if not main or any(x.kind not in ("faq_q", "faq_a") for x in main) or len({x.group for x in main}) != 1:
+            return main
+        doc = per_doc[main[0].doc]
+        answer = " ".join(strip_framing(x.text) for x in main if x.kind == "faq_a")
+        words = self._content(answer)
+        numbers = {w for w in words if w.isdigit()}
+        if len(words - numbers) < 2:
+            return main
+        fuller = []
+        for x in doc:
+            if x.kind != "para":
+                continue
+            said = self._content(x.text)
+            if numbers <= said and len(words & said) >= REPEAT * len(words) and len(said - words) >= 2:
+                fuller.append(x)
+        if not fuller:
+            return main
+        missing = [x for x in fuller if (x.doc, x.idx) not in score_of]
+        if missing:
+            for x, row in zip(missing, self.cache.vectors([unit_text(x, doc) for x in missing]) @ qvecs.T,
+                              strict=True):
+                score_of[(x.doc, x.idx)] = row
+        best = max(fuller, key=lambda x: float(score_of[(x.doc, x.idx)][0]))
+        return self._entry(doc, per_doc, score_of, 0, "", only=best)
 
     def _content(self, text: str) -> frozenset[str]:
         """The words of a sentence that say something (no stop words, no single Chinese character), and its
@@ -841,7 +897,7 @@ class Composer:
         "快递几天能到") names the whole article, so it singles out none of its lines.
         """
         doc = per_doc[main[0].doc]
-        asked_words = self.words_in(query)
+        asked_words = self.named_in(query)
         n, df = self._df.get(key) or self._count_words(key, per_doc)
         # a single Chinese character is mostly a function word ("到", "要", "能"): it names nothing
         # a word of the article's title or keywords names the article, not one of its entries

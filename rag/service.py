@@ -126,6 +126,8 @@ class KnowledgeBase:
         self.queries = VectorCache(encoder, 512)
         self.composer = Composer(encoder, store=self.dense, store_key=key, queries=self.queries)
         self.composer.words = lambda text: frozenset(_stem(w) for w in self.tokenizer.words_of(text))
+        self.composer.terms = lambda text: frozenset(_stem(w) for _, term in self.glossary.matches(fold(text).lower())
+                                                     for w in self.tokenizer.words_of(term))
         self.generations = Generations(pool, self.dense, lexical, encoder, encoder_name=encoder_name,
                                        target_chars=self.config.chunk_chars,
                                        overlap_chars=self.config.chunk_overlap, progress=progress,

@@ -189,6 +189,43 @@ def test_a_late_invoice_request_is_not_read_as_a_reissue(bundled_kb, query):
     assert "补开" in answer.text and "换开" not in answer.text, answer.text
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("query, doc, says, not_says", [
+    # the FAQ entry asks about a broken item ("坏了", the glossary's "破损", a case the article lists as a clause)
+    ("退货要自己出运费吗", "return-shipping-cost-zh", ["取决于退货的原因", "买家承担运费"], "商品坏了"),
+    ("do I have to pay for return shipping?", "return-shipping-cost-en", ["depends on why", "paid by you"], "broken"),
+])
+def test_an_entry_about_a_case_listed_as_a_clause_gives_way_to_the_general_rule(bundled_kb, query, doc, says,
+                                                                                 not_says):
+    answer = bundled_kb.answer(query)
+    assert answer.answered and answer.citations[0]["doc_id"] == doc, (answer.reason, answer.citations[:1])
+    assert all(s in answer.text for s in says) and not_says not in answer.text, answer.text
+
+
+@pytest.mark.slow
+def test_a_how_to_question_gets_the_paragraph_an_faq_answer_shortens(bundled_kb):
+    """The FAQ answer names the button alone ("收不到验证码？"); the section says on which page and what follows."""
+    answer = bundled_kb.answer("我换了手机号怎么改")
+    assert answer.answered and answer.citations[0]["doc_id"] == "password-reset-zh", answer.citations[:1]
+    assert "找回密码页" in answer.text and "绑定新手机号" in answer.text, answer.text
+
+
+def test_a_chinese_list_of_clauses_names_its_cases_by_their_own_words():
+    from rag.compose import Composer, article_lines, clause_item
+    from rag.rewrite import get_tokenizer
+
+    assert clause_item("商品在运输中破损；") and clause_item("- 发错商品、尺码或颜色；")
+    assert not clause_item("提交售后申请时选择“免费上门取件”，快递员会上门取件。") and not clause_item("it arrived damaged;")
+    text = ("以下情况由商家承担运费：\n\n- 商品存在质量问题或故障；\n- 商品在运输中破损；\n"
+            "- 发错商品、尺码或颜色；\n- 缺少配件或零件。")
+    chunks = [Chunk(chunk_id="c0", doc_id="d", text=text, section="质量问题：免费退货", lang="zh")]
+    composer = Composer(encoder=None)
+    tokenizer = get_tokenizer(set())
+    composer.words = lambda t: frozenset(tokenizer.words_of(t))
+    cases = composer.cases(article_lines(chunks))
+    assert {"破损", "运输", "发错", "配件"} <= cases and "商品" not in cases and "质量" not in cases, cases
+
+
 def test_the_cases_an_article_lists_are_the_terms_its_items_name():
     from rag.compose import case_terms
 

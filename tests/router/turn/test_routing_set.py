@@ -227,3 +227,22 @@ def test_a_question_as_likely_about_the_policy_as_about_an_own_order_is_answered
     plain = _post(api, "has my refund been processed?", "close-plain")
     assert plain["flow"]["workflow"] == "order_status" and plain["flow"]["awaiting"] != "offer", plain["flow"]
     assert not plain["reply"].get("citations"), plain["reply"]
+
+
+def test_how_to_change_a_phone_number_and_who_pays_return_shipping_are_answered_whole(api):
+    """"how do I change my phone number on my account?" gets the section on a lost phone number, which says where
+    to start and that the new number is linked after review, not the FAQ's shorthand that names a button alone;
+    "退货要自己出运费吗" gets the return-shipping article's general rule (who pays depends on the reason, then the
+    cases), not the FAQ entry about a broken item, in Chinese as in English."""
+    out = _post(api, "how do I change my phone number on my account?", "phone-change")
+    reply = out["reply"]
+    assert out["decision"]["tier"] == "L1" and reply["citations"][0]["doc_id"] == "password-reset-en", out
+    assert "on the reset page" in reply["text"] and "link your new phone number" in reply["text"], reply["text"]
+    for text, doc, rule, case in (("退货要自己出运费吗", "return-shipping-cost-zh", "取决于退货的原因", "买家承担运费"),
+                                  ("do I have to pay for return shipping?", "return-shipping-cost-en",
+                                   "depends on why you are returning it", "paid by you")):
+        out = _post(api, text, f"return-postage-{text}")
+        reply = out["reply"]
+        assert out["decision"]["tier"] == "L1" and reply["citations"][0]["doc_id"] == doc, (text, out)
+        assert rule in reply["text"] and case in reply["text"], (text, reply["text"])
+        assert bool(HAN.search(reply["text"])) == (doc.endswith("-zh")), reply["text"]
