@@ -37,6 +37,12 @@ log = logging.getLogger(__name__)
 # the routing set score 0.07-0.14; answerable ones 0.26-0.56 on the bundled pack).
 TOPIC_AGREEMENT_FLOOR = 0.25
 TOPIC_AGREEMENT_INTENT = 0.6   # ... and the classifier is at least this sure of the intent (both signals agree)
+# The classifier's confidence at which its intent's topic articles are retrieval's prior (a passage of theirs close
+# behind the best leads, rag.service.preferred_first): damage told in a sentence ("the screen is cracked on
+# arrival", "快递到了盒子都压坏了") is damaged_item at 0.78-0.99; the routing set's questions answered from another
+# intent's article than the classified one's are classified at most 0.71 ("is cash on delivery possible?": shipping
+# 0.705, answered from the payment methods; "东西坏了怎么申请保修": damaged_item 0.673, answered from the warranty).
+TOPIC_PRIOR_INTENT = 0.75
 
 
 @dataclass(frozen=True)
@@ -81,14 +87,15 @@ class Answers(Tickets):
 
     def answer_l1(self, c: Classification) -> TurnResult:
         self.move("l1_resolving", f"intent {c.intent}")
-        answer = self.retrieve()
+        prior = self.topic_prior(c)
+        answer = self.retrieve(prefer=prior.covers if prior is not None else None)
         text: str | None = None
         citations: list[dict[str, Any]] = []
         agreed = False
         if answer is not None and answer.answered and answer.text:
             text, citations = answer.text, citations_of(answer.citations)
-        elif answer is not None and self.asking is not None:
-            text, citations = self.topic_answer(c, answer)
+        elif answer is not None and (self.asking or prior) is not None:
+            text, citations = self.topic_answer(c, answer, self.asking or prior)
             agreed = text is not None
         if text and answer is not None:
             return self.answered(c, answer, text, citations, topic_agreement=agreed,
@@ -131,14 +138,26 @@ class Answers(Tickets):
         self.move("l1_resolving", f"intent {question.name}")
         return self.answered(c, answer, answer.text, citations, task=lookup)
 
-    def topic_answer(self, c: Classification, answer: Answer) -> tuple[str | None, list[dict[str, Any]]]:
-        """A declined answer to a question whose intent declares topics: its best passage answers when it is from
-        one of those articles, the knowledge base's confidence reaches TOPIC_AGREEMENT_FLOOR and the classifier's
-        TOPIC_AGREEMENT_INTENT; else (None, [])."""
+    def topic_prior(self, c: Classification) -> Intent | None:
+        """The intent whose topic articles retrieval prefers for this message: the question's intent, else the
+        classified one, when the knowledge base serves it (L1) with topics and the classifier reaches
+        TOPIC_PRIOR_INTENT; else None. An assist intent's topics are some of the articles that answer it, not all
+        ("my coupon doesn't work" is technical_issue, answered from the coupons' entry, not its payment articles)."""
+        intent = self.asking or self.intent_config(c)
+        if (intent is None or not intent.topics or intent.tier != "L1"
+                or float(c.confidence) < TOPIC_PRIOR_INTENT):
+            return None
+        return intent
+
+    def topic_answer(self, c: Classification, answer: Answer,
+                     asking: Intent | None) -> tuple[str | None, list[dict[str, Any]]]:
+        """A declined answer to a message whose intent (``asking``) declares topics: its best passage (one of
+        those articles' when retrieval preferred them) answers when it is from one of those articles, the
+        knowledge base's confidence reaches TOPIC_AGREEMENT_FLOOR and the classifier's TOPIC_AGREEMENT_INTENT;
+        else (None, [])."""
         passages = answer.passages or []
         best = passages[0] if passages else None
         chunk = getattr(best, "chunk", None)
-        asking = self.asking
         if (chunk is None or asking is None or float(answer.confidence) < TOPIC_AGREEMENT_FLOOR
                 or float(c.confidence) < TOPIC_AGREEMENT_INTENT or not asking.covers(chunk.doc_id)):
             return None, []

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Container, Iterator
+from collections.abc import Callable, Container, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol, cast
 
@@ -370,12 +370,15 @@ class TurnBase:
     def served_by(self, c: Classification) -> tuple[str, str] | None:
         return served_by(self.intent_config(c), c)
 
-    def retrieve(self) -> Answer | None:
+    def retrieve(self, prefer: Callable[[str], bool] | None = None) -> Answer | None:
+        """The knowledge base's answer to the turn's text; ``prefer``: the articles the classifier's intent
+        names as its topics, which lead when retrieval ranks them close to the best (rag.service.preferred_first)."""
         if self.r.rag is None:
             return None
         with self.stage("retrieval"):
             try:
-                answer = self.r.rag.answer(self.text)
+                answer = self.r.rag.answer(self.text) if prefer is None else self.r.rag.answer(self.text,
+                                                                                             prefer=prefer)
             except Exception as exc:  # noqa: BLE001 - a broken index must not lose the message: a person takes it
                 log.exception("knowledge base failed; routing to L2 without evidence")
                 self.trace["rag"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}

@@ -210,6 +210,23 @@ def test_an_item_that_arrived_broken_is_answered_with_what_the_shop_offers(api):
     assert refund["flow"]["workflow"] == "refund" and refund["flow"]["awaiting"] != "offer", refund["flow"]
 
 
+def test_damage_the_classifier_is_sure_of_is_answered_from_its_topics_when_another_article_scores_alike(api):
+    """"the screen is cracked on arrival" is as close to the warranty's accidental damage as to the compensation for
+    a broken delivery, "快递到了盒子都压坏了" to delayed parcels, "东西坏了" to the warranty (the knowledge base unsure):
+    the classifier is sure of damaged_item, so its topic articles lead among passages retrieval ranks alike and the
+    compensation policy answers (report within 48 hours), at L1 with no ticket."""
+    for text, doc in (("the screen is cracked on arrival", "compensation-policy-en"),
+                      ("快递到了盒子都压坏了", "compensation-policy-zh"), ("东西坏了", "compensation-policy-zh"),
+                      ("打开包裹发现杯子裂了", "compensation-policy-zh")):
+        out = _post(api, text, f"prior-{text}")
+        assert out["decision"]["intent"] == "damaged_item", (text, out["decision"])
+        assert out["decision"]["tier"] == "L1" and out["ticket_id"] is None, (text, out["decision"])
+        reply = out["reply"]
+        assert reply["citations"][0]["doc_id"] == doc and "48" in reply["text"], (text, reply)
+        assert not reply["text"].lstrip().startswith(("Q:", "问")), (text, reply["text"])
+        assert bool(HAN.search(reply["text"])) == bool(HAN.search(text)), (text, reply["text"])
+
+
 def test_a_question_as_likely_about_the_policy_as_about_an_own_order_is_answered_then_the_lookup_offered(api):
     """"when will my refund show on my Visa?" reads as the customer's refund status and the refund-times question
     within a hair of each other (either may lead): the knowledge base answers it (3–7 business days) and the lookup
