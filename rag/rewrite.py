@@ -239,6 +239,24 @@ class RewrittenQuery:
                 "expansions": self.expansions, "lang": self.lang}
 
 
+# English contractions said whole: cut at the apostrophe they leave stubs ("doesn", "isn", "t", "s") that no
+# article says as words of their own, so a question said with "isn't" looked less covered by its answer than
+# the same question said with "is not"
+_NOT_CONTRACTED = {"can": "can", "won": "will", "shan": "shall"}
+_NEGATION_CLITIC = re.compile(r"(?<![0-9a-z])([a-z]+)n['’]t(?![0-9a-z])")
+_OTHER_CLITIC = re.compile(r"(?<=[a-z])['’](?:s|re|m|ve|ll|d)(?![0-9a-z])")
+
+
+def uncontracted(text: str) -> str:
+    """``text`` (lower case) with English contractions said whole: "isn't" -> "is not", "can't" -> "can not",
+    "what's" -> "what" (the clitic is a function word, or a possessive: "the shop's" -> "the shop")."""
+    if "'" not in text and "’" not in text:
+        return text
+    # "isn't" cuts as "is" + "n't"; "can't", "won't", "shan't" as "ca", "wo", "sha" + "n't"
+    text = _NEGATION_CLITIC.sub(lambda m: f"{_NOT_CONTRACTED.get(m.group(1) + 'n', m.group(1))} not", text)
+    return _OTHER_CLITIC.sub("", text)
+
+
 def _strip_fillers(text: str) -> str:
     for f in FILLERS_ZH:
         text = text.replace(f, " ")
@@ -260,7 +278,7 @@ class QueryRewriter:
         core = _strip_fillers(norm) if self.remove_fillers else norm
         if not core:          # a query that is only a greeting keeps its words
             core = norm
-        tokens = self.tokenizer.words_of(core)
+        tokens = self.tokenizer.words_of(uncontracted(core))
         keywords: list[str] = []
         for t in tokens:
             if t in ZH_STOPWORDS or t in EN_STOPWORDS or t in keywords:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rag.rewrite import QueryRewriter, fold, get_tokenizer, load_glossary, normalize, parse_glossary
+from rag.rewrite import QueryRewriter, fold, get_tokenizer, load_glossary, normalize, parse_glossary, uncontracted
 from rag.service import SAMPLE_KB
 
 
@@ -75,3 +75,13 @@ def test_glossary_formats(tmp_path: Path):
 def test_a_query_of_only_stop_words_still_searches(rewriter):
     rw = rewriter.rewrite("what is it")
     assert rw.keywords and rw.lexical
+
+
+def test_contractions_leave_no_stubs_among_the_keywords(rewriter):
+    """"isn't", "can't", "what's" are said whole before the words are cut: no "isn", "t" or "s" stands for a word
+    the answer must contain."""
+    assert rewriter.rewrite("my discount code isn't working").keywords == ["discount", "code", "working"]
+    assert rewriter.rewrite("why can't I pay with my card?").keywords == ["why", "pay", "card"]
+    assert rewriter.rewrite("what's your phone number?").keywords == ["phone", "number"]
+    assert uncontracted("it won’t turn on and i didn't drop it") == "it will not turn on and i did not drop it"
+    assert uncontracted("the shop's policy") == "the shop policy"
