@@ -375,6 +375,14 @@ _FUNCTION = _STOP | {
     "个", "哪个", "什么", "不", "不是", "知道", "不知道", "确定", "不确定", "可以", "能", "查", "查查", "查一下",
     "看看", "看一下", "所有", "全部", "订单", "东西", "买", "的", "啊", "嗯", "就", "也", "还", "都", "请", "一个",
 }
+# words that describe no option of any list (negations, "yet", a greeting): an option's label may hold them ("paid
+# (not shipped yet)"), and the customer's "my boots haven't shown up yet" then tied the boots with that order
+_MERE = {"yet", "still", "hey", "hi", "hello"}
+# ... and negations, which still tell a reason ("I don't need it" is "no longer needed") but no option by a word
+_NO_DESCRIPTION = _MERE | {
+    "not", "no", "haven't", "hasn't", "hadn't", "didn't", "don't", "doesn't", "isn't", "wasn't", "aren't", "weren't",
+    "won't", "can't", "couldn't", "shouldn't", "wouldn't",
+}
 _ZH_RUN = re.compile(r"[\u4e00-\u9fff]+")
 _ZH_FUNCTION = re.compile("|".join(sorted((re.escape(w) for w in _FUNCTION if re.match(r"[\u4e00-\u9fff]", w)),
                                           key=len, reverse=True)))
@@ -434,6 +442,8 @@ def evidence(text: str, texts: list[list[str]], index: int, *, head: bool = Fals
     fields, field_words = _option_fields(tuple(tuple(fs) for fs in texts))
     hits, counted = 0, 0
     for w in words:
+        if w in _MERE:
+            continue   # "yet", "hey": said of no option, whatever a label holds
         if len(texts) > 1 and all(_word_hit(w, fields[i], field_words[i]) for i in range(len(texts))):
             continue   # shared by every option ("order", "waterproof" among waterproof variants): no evidence
         if relevant and not any(_word_hit(w, fields[i], field_words[i]) for i in range(len(texts))):
@@ -528,6 +538,10 @@ def ordinal_of(text: str, n: int) -> int | None:
     return k - 1 if 1 <= k <= n else None
 
 
+# a field said right after a negation ("not shipped", "hasn't shipped", "never delivered") is denied, not named
+_NEGATED_BEFORE = re.compile(r"(?:\bnot|\bnever|n't|\bno)\s+(?:(?:been|yet|even|really|actually)\s+)?$")
+
+
 def choose(text: str, ids: list[str], texts: list[list[str]], *,
            similarity: Callable[[str, list[str]], list[float]] | None = None,
            fuzzy_threshold: float = 0.8, encoder_threshold: float = 0.85, encoder_margin: float = 0.05,
@@ -564,9 +578,10 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
             nf = norm(f)
             if nf == t:
                 hit.add(("whole", nf))
-            elif nf and nf in t and re.search(rf"(?<![a-z0-9]){re.escape(nf)}(?![a-z0-9])", t) \
-                    and (len(nf) >= 2 or nf.isalnum()):
-                hit.add(nf)
+            elif nf and nf in t and (len(nf) >= 2 or nf.isalnum()) and any(
+                    not _NEGATED_BEFORE.search(t, 0, m.start())
+                    for m in re.finditer(rf"(?<![a-z0-9]){re.escape(nf)}(?![a-z0-9])", t)):
+                hit.add(nf)   # "not shipped yet" names no shipped order
         counts.append(len(hit) + (100 if any(isinstance(h, tuple) for h in hit) else 0))
     top = max(counts)
     exact = [i for i, c in enumerate(counts) if c == top] if top > 0 else []
@@ -581,7 +596,7 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
     matched = len(exact) > 1
     # fuzzy: the share of the customer's content words found in the option (each word fuzzily)
     # Chinese is read as the pieces between function words ("耳机那个" -> 耳机), as the evidence reads it
-    words = [w for w in _tokens(text) if w not in _STOP and not _CJK.search(w)]
+    words = [w for w in _tokens(text) if w not in _STOP and w not in _NO_DESCRIPTION and not _CJK.search(w)]
     words += [w for w in content_words(drop_negated(text)) if _CJK.search(w)]   # "不是耳机" names no option
     if words:
         scores = []

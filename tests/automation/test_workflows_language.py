@@ -14,6 +14,7 @@ from automation.workflows import understand as U
 from automation.workflows.engine import FlowEngine
 from automation.workflows.expr import ExpressionError, Scope, evaluate, roots
 from automation.workflows.spec import WorkflowConfigError, parse_workflows
+from automation.workflows.steps.choose import FROM_TEXT_FLOOR
 from text.address import parse as parse_address
 
 ANN = Caller(channel="web", customer_id="cus_ann", conversation_id="conv-ann-lang")
@@ -390,3 +391,25 @@ def test_something_told_at_a_question_is_told_from_fillers_and_questions(text, t
     ("可以退一半吗", False), ("it arrived broken", False), ("", False)])
 def test_a_mere_go_on_is_told_from_what_comes_with_it(text, consents):
     assert U.only_consents(text) is consents
+
+
+ORDERS = (["100243", "100242", "100241", "100240"],
+          [["Electric kettle", "cancelled"], ["Garden hose 25 ft", "paid (not shipped yet)"],
+           ["Leather boots, size 12", "shipped"], ["Desk lamp, LED bulb", "delivered"]])
+
+
+@pytest.mark.parametrize("said, picked", [
+    # words that describe no order ("not", "yet", "haven't") never tie another order with the one named
+    ("hey, my boots haven't shown up yet", 2),
+    ("my boots have not arrived yet", 2),
+    ("the lamp", 3),
+    ("the shipped one", 2),
+    # a status said after a negation is denied, not named: both orders not yet delivered are asked among
+    ("the one not shipped yet", None),
+    ("the one that hasn't shipped", None),
+])
+def test_an_order_named_beside_words_that_describe_none_is_the_one_picked(said, picked):
+    choice = U.choose(said, *ORDERS, head=False, relevant=True, floor=FROM_TEXT_FLOOR)   # as a request says it
+    assert choice.index == picked, choice
+    if picked is None:
+        assert choice.candidates == [1, 2], choice
