@@ -257,6 +257,16 @@ def uncontracted(text: str) -> str:
     return _OTHER_CLITIC.sub("", text)
 
 
+# How a message turns to something beside what is going on ("wait, where does the refund go?", "对了，运费多少"):
+# at its start only, where it names nothing asked ("等一下" cut as "等" + "一下" drew "退货地址在哪里看" for "等一下，退款
+# 会退到哪里"; "wait" later in a question may be what is asked: "how long do I wait for a refund?")
+_ASIDE = re.compile(
+    r"^(?:(?:oh|ok|okay|sorry|and|also|actually|hmm|um)[,，\s]+)*"
+    r"(?:wait(?:\s+a\s+(?:sec(?:ond)?|minute|moment))?|hold\s+on|hang\s+on|one\s+more\s+thing|by\s+the\s+way|btw"
+    r"|等一下|等一等|等下|等等|稍等一下|稍等|对了|顺便问一?下|顺便问|顺便说一?下|顺便)"
+    r"(?:[,，.。!！:：;；\s]+|(?=[\u4e00-\u9fff]))")
+
+
 def _strip_fillers(text: str) -> str:
     for f in FILLERS_ZH:
         text = text.replace(f, " ")
@@ -274,6 +284,10 @@ class QueryRewriter:
 
     def rewrite(self, query: str) -> RewrittenQuery:
         folded = fold(query)
+        lowered = folded.lower()
+        aside = _ASIDE.match(lowered) if self.remove_fillers and len(lowered) == len(folded) else None
+        if aside is not None and aside.end() < len(folded):
+            folded = folded[aside.end():]     # the encoder reads what is asked, not the turn to it
         norm = folded.lower()
         core = _strip_fillers(norm) if self.remove_fillers else norm
         if not core:          # a query that is only a greeting keeps its words

@@ -85,3 +85,15 @@ def test_contractions_leave_no_stubs_among_the_keywords(rewriter):
     assert rewriter.rewrite("what's your phone number?").keywords == ["phone", "number"]
     assert uncontracted("it won’t turn on and i didn't drop it") == "it will not turn on and i did not drop it"
     assert uncontracted("the shop's policy") == "the shop policy"
+
+
+def test_a_turn_aside_at_the_start_names_nothing_asked(rewriter):
+    """"wait, ...", "等一下，..." open a question asked beside a task: its words are no keywords (jieba cut "等一下" as
+    "等" + "一下", which drew the entry "退货地址在哪里看" for "等一下，退款会退到哪里"); later in a question "wait" may be
+    what is asked."""
+    assert rewriter.rewrite("等一下，退款会退到哪里").keywords == rewriter.rewrite("退款会退到哪里").keywords
+    assert rewriter.rewrite("对了，运费多少").keywords == rewriter.rewrite("运费多少").keywords
+    assert rewriter.rewrite("wait, where does the refund go?").keywords == ["where", "refund", "go"]
+    assert "wait" in rewriter.rewrite("how long do I wait for a refund?").keywords
+    assert rewriter.rewrite("另外的订单呢").keywords == ["另外", "订单"]
+    assert rewriter.rewrite("Wait, where does the refund go?").dense == "where does the refund go?"   # the encoder's too
