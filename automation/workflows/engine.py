@@ -568,7 +568,7 @@ class FlowEngine:
             touched: list[str] = []
             read = _first_reads(run, entities or {}, touched)
             reached = run.inst["step"]
-            if read and reached is not None and not _reads_memory(wf.steps[reached].raw):
+            if read and reached is not None and not wf.steps[reached].reads_memory:
                 # the read reached names nothing of the memory ("get_order" of the order the message names): asked
                 # now, beside the memory's calls, instead of one shop round after them. A step on the way that reads
                 # the memory may still lead elsewhere once it answers (a second look then asks that: this read was a
@@ -844,7 +844,7 @@ def _first_reads(run: FlowRun, entities: dict[str, Any], touched: list[str] | No
             return False
         step = wf.steps[sid]
         kind = REGISTRY[step.kind]
-        if touched is not None and _reads_memory(step.raw):
+        if touched is not None and step.reads_memory:
             touched.append(step.id)
         try:
             if "when" in step.raw and not evaluate_bool(step.raw["when"], run.scope()):
@@ -862,20 +862,6 @@ def _first_reads(run: FlowRun, entities: dict[str, Any], touched: list[str] | No
         if outcome in ("wait", "stop"):
             return False
         inst["step"] = outcome if outcome != "next" else run.after(step)
-    return False
-
-
-_MEMORY = re.compile(r"\bmemory\b")
-
-
-def _reads_memory(raw: Any) -> bool:
-    """Whether a step as written names ``memory`` in any of its expressions or templates (its YAML path aside)."""
-    if isinstance(raw, str):
-        return _MEMORY.search(raw) is not None
-    if isinstance(raw, dict):
-        return any(_reads_memory(v) for k, v in raw.items() if k != "_path")
-    if isinstance(raw, (list, tuple)):
-        return any(_reads_memory(v) for v in raw)
     return False
 
 

@@ -9,6 +9,7 @@ line and the field (``WorkflowConfigError``), never a pydantic location.
 from __future__ import annotations
 
 import re
+from functools import cached_property
 from typing import Any
 
 import jsonschema
@@ -115,6 +116,25 @@ class Step:
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.raw.get(key, default)
+
+    @cached_property
+    def reads_memory(self) -> bool:
+        """Whether the step as written names ``memory`` in any expression or template (its YAML path aside): a
+        look ahead asks this of every step it walks, and a step's text never changes once loaded."""
+        return _names_memory(self.raw)
+
+
+_MEMORY = re.compile(r"\bmemory\b")
+
+
+def _names_memory(raw: Any) -> bool:
+    if isinstance(raw, str):
+        return _MEMORY.search(raw) is not None
+    if isinstance(raw, dict):
+        return any(_names_memory(v) for k, v in raw.items() if k != "_path")
+    if isinstance(raw, (list, tuple)):
+        return any(_names_memory(v) for v in raw)
+    return False
 
 
 @dataclass(config=_MODEL)

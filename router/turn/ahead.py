@@ -50,7 +50,7 @@ def flow_ahead(d: Wiring, msg: InboundMessage, connect: Connect) -> bool:
         return _again(engine, looked["start"], connect)
     c = per_turn(("classify", text), lambda: d.classifier.classify(text))
     intent = d.classifier.config.intent(c.intent) if c.intent else None
-    form = read_form(text)
+    form = per_turn(("form", text), lambda: read_form(text))    # the turn reads it again: once per turn
     facts = plan_facts(d, c, intent, text, form=form, close=close_question(d, c, intent, form))
     framed = plan.frame(facts)
     task = task_workflow(engine, intent, c, framed.served) if not framed.asking else None

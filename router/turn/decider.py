@@ -44,6 +44,7 @@ from router.turn.ahead import flow_ahead
 from router.turn import state as sm
 from router.turn.escalation import EscalationPolicy, Policy
 from router.turn.guards import Harness, Verdict
+from router.turn.passes import per_turn
 from router.turn.pipeline import Connect, TurnContext, TurnResult
 from router.turn.plan import Act
 from router.turn.ports import ClassifierPort, EncoderPort, FlowsPort, HandoffPort, KnowledgePort
@@ -294,7 +295,7 @@ class _Turn(Workflows):
         # "sorry, I meant 100241" right after "I couldn't find order 100999": the same task again, corrected
         restart = self.correcting(c) if reading is None else None
         intent = self.intent_config(c)
-        form = read_form(self.text)
+        form = per_turn(("form", self.text), lambda: read_form(self.text))
         self.trace["form"] = form
         question = close_question(self.r, c, intent, form) if reading is None and restart is None else None
         facts = plan_facts(self.r, c, intent, self.text, form=form, close=question, reading=reading, restart=restart)

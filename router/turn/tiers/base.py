@@ -128,22 +128,23 @@ def plan_facts(r: Wiring, c: Classification, intent: Intent | None, text: str, *
                close: Intent | None, reading: str | None = None, restart: str | None = None) -> plan.Facts:
     """What the routing plan reads of a message: the classification, the intent's declarations, the flow's
     reading and restart, the question a lookup barely beat (``close``, from close_question: the caller keeps
-    it to answer first). The turn, and the look ahead of router.turn.ahead, read it the same way."""
+    it to answer first). The turn, and the look ahead of router.turn.ahead, read it the same way: what the
+    message's words alone tell is read once per turn (per_turn), by whichever asks first."""
     return plan.Facts(
         intent=c.intent, tier=c.tier, decided_by=c.decided_by, served=served_by(intent, c), form=form,
         # an intent with a task of its own ("I can't change my address") wants it done: the task starts as before
-        problem=not (intent is not None and intent.task) and tells_a_problem(text),
+        problem=not (intent is not None and intent.task) and per_turn(("problem", text), lambda: tells_a_problem(text)),
         topics=bool(intent is not None and intent.topics),
         own_order=bool(intent is not None and intent.with_order and (c.entities or {}).get("order_numbers")),
         security=c.intent in r.escalation.config.security_intents,
         reading=reading, restart=restart, knowledge_base=r.rag is not None, flows=r.flows is not None,
         identity_reply=plan.IDENTITY_TEMPLATE in r.policy.replies.names(),
         drops_task=(reading is None and restart is None and plan.NEVER_MIND_TEMPLATE in r.policy.replies.names()
-                    and drops_task(text)),
+                    and per_turn(("drops task", text), lambda: drops_task(text))),
         clarify_unknown=r.policy.unknown == "clarify_then_escalate",
         close_question=reading is None and restart is None and close is not None,
         consents=(reading is None and restart is None and plan.CONSENT_TEMPLATE in r.policy.replies.names()
-                  and only_consents(text) and not _THANKS.search(text)))
+                  and per_turn(("consents", text), lambda: only_consents(text) and not _THANKS.search(text))))
 
 
 _THANKS = re.compile(r"thank|thx|\bty\b|谢|多谢|感谢", re.I)   # "ok thanks": the thanks reply, not "what can I do?"
