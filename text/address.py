@@ -83,6 +83,37 @@ def find(text: str) -> dict[str, str]:
     return parse(raw)
 
 
+# what leads a new address in a request ("... to 12 Baker Street", "the new address is ...", "改成上海市…")
+_EN_LEAD = re.compile(r"(?:\bto|\bis|\bbe|\binto|[:：])\s*$", re.I)
+_ZH_LEADS = re.compile(r"改成|改为|换成|改到|寄到|送到|发到|地址是|地址为|[:：]")
+# courtesy and filler after an address said inside a request ("... OR 97201 instead, thanks", "…100号吧，谢谢")
+_TAIL = re.compile(r"(?:[\s,，.。!！;；]+(?:instead|please|pls|thanks|thank\s+you|thx|then|now|asap)\b)+[\s,，.。!！?？]*$"
+                   r"|(?:吧|哦|啊|呀|谢谢|谢啦|麻烦了|麻烦你了|好吗|可以吗|行吗|[\s,，.。!！~？?])+$", re.I)
+
+
+def span(text: str) -> str | None:
+    """The address as said inside a request, from where it starts to the end ("please change the address of the
+    hose order to 12 Baker Street, London NW1 6XE" -> "12 Baker Street, London NW1 6XE"; "把地址改成上海市浦东新区世纪
+    大道100号吧" -> "上海市浦东新区世纪大道100号"), or None when nothing in it starts an address. Where several could
+    start one ("from 12 Baker Street to 21 Oak Road"), the one after "to" / "is" / "改成" is the new one. Whether
+    the words are an address at all is the caller's check (a slot's ``format: address``)."""
+    raw = (text or "").strip()
+    if not raw:
+        return None
+    if is_zh(raw):
+        leads = list(_ZH_LEADS.finditer(raw))
+        starts = [m.start() for m in _ZH_START.finditer(raw)]
+        at = leads[-1].end() if leads else (starts[0] if starts else None)
+    else:
+        opened = [m.start() for m in _EN_START.finditer(raw) if m.group(1).lower() not in _FUNCTION_WORDS]
+        led = [a for a in opened if _EN_LEAD.search(raw[:a])]
+        at = led[-1] if led else (opened[0] if opened else None)
+    if at is None:
+        return None
+    value = _TAIL.sub("", raw[at:]).strip(" ,，")
+    return value or None
+
+
 def is_whole(address: dict[str, str]) -> bool:
     """A street line with the place it is in (a zip, a state, a district, or a city written as a name)."""
     city = address.get("city", "")

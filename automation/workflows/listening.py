@@ -202,6 +202,8 @@ def reading(run: FlowRun, gone: str | None, text: str, entities: dict[str, Any],
     if offered(instance):   # the bot's own question "shall I start it?": yes, no, or something else
         if U.defers(text) and not U.is_question(text) and read_form(text) != "question":
             return "cancel"   # "ok I'll think about it", "好的，我再想想", "我先问问我老婆": a no for now, said politely
+        if U.closes_with_thanks(text):
+            return "digression"   # "ok thanks", "好的谢谢": the exchange closed, no yes; the offer lapses, thanks answered
         said = U.yes_no(text, entities)
         if said is True and not U.is_question(text):
             return "answer"

@@ -382,6 +382,8 @@ _MERE = {"yet", "still", "hey", "hi", "hello"}
 _NO_DESCRIPTION = _MERE | {
     "not", "no", "haven't", "hasn't", "hadn't", "didn't", "don't", "doesn't", "isn't", "wasn't", "aren't", "weren't",
     "won't", "can't", "couldn't", "shouldn't", "wouldn't",
+    # ... and the asking of a request ("can you cancel my boots?": "can" is inside "cancelled")
+    "can", "could", "would", "will", "you", "u",
 }
 _ZH_RUN = re.compile(r"[\u4e00-\u9fff]+")
 _ZH_FUNCTION = re.compile("|".join(sorted((re.escape(w) for w in _FUNCTION if re.match(r"[\u4e00-\u9fff]", w)),
@@ -410,14 +412,22 @@ def _whole_word(word: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![a-z0-9]){re.escape(word)}(?![a-z0-9])")
 
 
+def _participle(word: str, field_word: str) -> bool:
+    """Whether a field's word is the word's past participle ("cancel" -> "cancelled", "refund" -> "refunded",
+    "ship" -> "shipped"): the request's action is no description of an order in that state ("cancel my boots"
+    names the boots, not the cancelled order)."""
+    return field_word in (word + "ed", word + "d", word + word[-1:] + "ed")
+
+
 def _word_hit(word: str, fields_norm: str, field_words: list[str]) -> bool:
     if _CJK_CHAR.search(word):
         return word in fields_norm or (len(word) >= 2 and any(len(f) >= 2 and f in word for f in field_words))
     if word in fields_norm and _whole_word(word).search(fields_norm):
         return True
-    if len(word) >= 4 and word in fields_norm:     # "phone" in "smartphone"
+    if len(word) >= 4 and any(word in f and not _participle(word, f) for f in field_words):   # "phone" in "smartphone"
         return True
-    return len(word) >= 4 and any(len(f) >= 4 and SequenceMatcher(None, word, f).ratio() >= 0.85 for f in field_words)
+    return len(word) >= 4 and any(len(f) >= 4 and not _participle(word, f)
+                                  and SequenceMatcher(None, word, f).ratio() >= 0.85 for f in field_words)
 
 
 @lru_cache(maxsize=256)
@@ -428,6 +438,28 @@ def _option_fields(texts: tuple[tuple[str, ...], ...]) -> tuple[list[str], list[
     return fields, [[w for f in fs for w in content_words(f)] + fields[i].split() for i, fs in enumerate(texts)]
 
 
+_NEGATION_LED = re.compile(r"^[不无非没未免]")
+_DENIED_BEFORE = re.compile(r"(?:不是|不要|并非|别|而非)\s*$")
+
+
+def _named_despite_negation(text: str, texts: list[list[str]]) -> tuple[list[str], str]:
+    """The options' Chinese words that open with a negation character ("不粘锅", "无线耳机", "免洗") said in the text,
+    and the text without them: names, which the split at function words would cut at their 不 ("我买的不粘锅涂层掉了"
+    names the 不粘锅, not a 粘锅 denied)."""
+    t = norm(text)
+    if not _CJK_CHAR.search(t):
+        return [], text
+    named: list[str] = []
+    words = {w for fs in texts for f in fs for w in _tokens(f) if len(w) >= 3 and _NEGATION_LED.match(w)}
+    for w in sorted(words, key=len, reverse=True):
+        at = t.find(w)
+        if at >= 0:
+            if not _DENIED_BEFORE.search(t[:at]):      # "不是不粘锅那个" still denies it
+                named.append(w)
+            t = t.replace(w, " ")
+    return (named, t) if named or t != norm(text) else ([], text)
+
+
 def evidence(text: str, texts: list[list[str]], index: int, *, head: bool = False, relevant: bool = False) -> float:
     """How much of what the text says describes option ``index``: the share of its content words found in
     the option's fields, counting only words that tell the options apart (a word every option has, like
@@ -436,7 +468,8 @@ def evidence(text: str, texts: list[list[str]], index: int, *, head: bool = Fals
     ``relevant``: for words said before the question (a whole request, which also names the change, the
     reason, the refund): a word that describes no option at all is about something else and is not counted;
     a word that describes another option still counts against this one."""
-    words = content_words(text)
+    named, rest = _named_despite_negation(text, texts)
+    words = (*named, *content_words(rest))
     if not words:
         return 0.0
     fields, field_words = _option_fields(tuple(tuple(fs) for fs in texts))
@@ -597,7 +630,8 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
     # fuzzy: the share of the customer's content words found in the option (each word fuzzily)
     # Chinese is read as the pieces between function words ("耳机那个" -> 耳机), as the evidence reads it
     words = [w for w in _tokens(text) if w not in _STOP and w not in _NO_DESCRIPTION and not _CJK.search(w)]
-    words += [w for w in content_words(drop_negated(text)) if _CJK.search(w)]   # "不是耳机" names no option
+    named, rest = _named_despite_negation(text, texts)    # "不粘锅" is a name, not a negation
+    words += named + [w for w in content_words(drop_negated(rest)) if _CJK.search(w)]   # "不是耳机" names no option
     if words:
         scores = []
         for i in pool:
@@ -608,10 +642,10 @@ def choose(text: str, ids: list[str], texts: list[list[str]], *,
                 if _CJK.search(w):
                     got += 1.0 if _word_hit(w, joined, field_words) else 0.0
                     continue
+                own = [fw for fw in field_words if not _participle(w, fw)]   # "cancel" is no "cancelled" order
                 # a word of two letters only by itself: partly, it is inside half the words of any option
-                best = (max((_ratio(w, fw) for fw in field_words), default=0.0) if len(w) >= 3
-                        else float(w in field_words))
-                if len(w) >= 4 and w in joined:
+                best = (max((_ratio(w, fw) for fw in own), default=0.0) if len(w) >= 3 else float(w in own))
+                if len(w) >= 4 and any(w in fw for fw in own):
                     best = 1.0
                 got += 1.0 if best >= fuzzy_threshold else 0.0
             scores.append(got / len(words))
@@ -668,6 +702,20 @@ def only_consents(text: str) -> bool:
     for phrase in sorted(YES, key=len, reverse=True):
         rest = re.sub(rf"(?<![a-z]){re.escape(phrase)}(?![a-z])", " ", rest)
     return not _GO_ON.sub("", rest).strip()
+
+
+# "ok thanks", "great, thank you", "got it thx", "好的谢谢", "知道了，谢谢": an acknowledgement that closes the exchange
+_CLOSING = re.compile(
+    r"^(?:(?:ok(?:ay)?|k|alright|all\s+right|got\s+it|great|cool|nice|perfect|i\s+see|understood|noted|好的?|好吧|行|嗯+|哦+"
+    r"|知道了|明白了|了解了?|收到)[\s,，.。!！~]*)*"
+    r"(?:thanks?(?:\s+a\s+lot)?|thank\s+you(?:\s+(?:so|very)\s+much)?|thx|ty|cheers|谢谢(?:你|您|啦)?|多谢|感谢)[\s,，.。!！~]*$",
+    re.I)
+
+
+def closes_with_thanks(text: str) -> bool:
+    """"ok thanks" to "would you like me to look up your order?": thanks, with at most an acknowledgement before
+    them, close what was said; no yes to a question ("yes thanks", "sure, thank you" say yes first)."""
+    return bool(_CLOSING.match(norm(text or "")))
 
 
 def tells_something(text: str) -> bool:

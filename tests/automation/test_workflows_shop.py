@@ -116,6 +116,46 @@ def test_change_address_only_before_shipping_and_with_confirmation(shop_engine, 
     assert _order(dsn, "100235")["address"] == "上海市浦东新区世纪大道100号"
 
 
+@pytest.mark.parametrize("caller, lang, request_, order, address", [
+    (C2, "en", "please change the address of the hose order to 12 Baker Street, London NW1 6XE", "100242",
+     "12 Baker Street, London NW1 6XE"),
+    (C2, "en", "I moved, can you ship order 100242 to 21 Oak Road, Portland, OR 97201 instead?", "100242",
+     "21 Oak Road, Portland, OR 97201"),
+    (C1, "zh", "把订单100235的地址改成上海市浦东新区世纪大道100号吧", "100235", "上海市浦东新区世纪大道100号"),
+])
+def test_a_new_address_said_in_the_request_is_not_asked_for_again(shop_engine, turn, dsn, caller, lang, request_,
+                                                                  order, address):
+    """The customer gives the new address in the request itself: the flow goes straight to confirming that
+    address (a later "no" asks for it again), and the change is made with exactly it."""
+    caller = Caller(channel="web", customer_id=caller.customer_id, conversation_id=f"said-{order}-{len(request_)}")
+    t = turn(shop_engine.start, "change_address", caller, request_, {}, lang)
+    assert t.awaiting == "confirmation", t.reply
+    assert t.pending_action["arguments"] == {"order_id": order, "address": address}, t.pending_action
+    t = turn(shop_engine.advance, t.instance_id, caller, "yes" if lang == "en" else "是的", {}, lang)
+    assert t.status == "completed" and _order(dsn, order)["address"] == address
+
+
+def test_an_address_change_without_an_address_still_asks_for_it(shop_engine, turn):
+    for n, request_ in enumerate(("can you change the address on order 100242",
+                                  "I need to change the address for 2 items", "change my address from 12 Baker Street")):
+        who = Caller(channel="web", customer_id="c2", conversation_id=f"unsaid-{n}")
+        t = turn(shop_engine.start, "change_address", who, request_, {}, "en")
+        assert t.awaiting in ("address", "confirmation"), t.reply
+        if t.awaiting == "confirmation":     # an address said, even the old one: confirmed before anything changes
+            assert t.pending_action["arguments"]["address"] == "12 Baker Street"
+    t = turn(shop_engine.start, "change_address", Caller(channel="web", customer_id="c1", conversation_id="unsaid-zh"),
+             "我想把订单100235的地址改一下", {}, "zh")
+    assert t.awaiting == "address"
+
+
+@pytest.mark.parametrize("request_", ["我买的不粘锅涂层掉了，想退一部分钱", "不粘锅坏了，退款", "帮我退不粘锅那单"])
+def test_an_item_whose_name_opens_with_a_negation_character_is_named_not_denied(shop_engine, turn, request_):
+    """"不粘锅" (a non-stick pan) opens with 不: the request names that order; it is no "粘锅" denied."""
+    who = Caller(channel="web", customer_id="c5", conversation_id=f"pan-{len(request_)}")
+    t = turn(shop_engine.start, "refund", who, request_, {}, "zh")
+    assert t.awaiting == "amount" and "100270" in t.reply, t.reply
+
+
 def test_invoice_with_optional_tax_id(shop_engine, turn, dsn):
     t = turn(shop_engine.start, "invoice", C1, "订单100230开发票", {}, "zh")
     t = turn(shop_engine.advance, t.instance_id, C1, "杭州某某科技有限公司", {}, "zh")
@@ -134,6 +174,23 @@ def test_cancel_only_before_shipping(shop_engine, turn, dsn):
     t = turn(shop_engine.advance, t.instance_id, C2, "yes please", {}, "en")
     assert t.status == "completed" and "34.95 USD will be refunded" in t.reply
     assert _order(dsn, "100242")["status"] == "cancelled"
+
+
+@pytest.mark.parametrize("caller, lang, request_, said", [
+    (C2, "en", "cancel the kettle order please", "100243 is already cancelled"),
+    (C2, "en", "can you cancel my boots?", "100241 is already shipped"),
+    (C1, "zh", "帮我把耳机那单取消了", "100234 当前状态为已发货"),
+])
+def test_an_order_named_that_cannot_be_cancelled_is_never_swapped_for_the_one_that_can(shop_engine, turn, dsn,
+                                                                                      caller, lang, request_, said):
+    """The customer names an order the cancellation cannot take (cancelled or shipped) while exactly one other
+    can be: the flow says why theirs cannot be cancelled, never offers to cancel the other order instead."""
+    t = turn(shop_engine.start, "cancel_order", caller, request_, {}, lang)
+    assert t.outcome == "refused" and said in t.reply, t.reply
+    assert t.pending_action is None
+    t = turn(shop_engine.start, "cancel_order", caller, {"en": "please cancel my order", "zh": "取消订单"}[lang],
+             {}, lang)
+    assert t.awaiting in ("confirmation", "order_id"), t     # naming nothing still offers the one that can be
 
 
 def test_a_write_makes_the_remembered_orders_stale_in_every_conversation(shop_engine, turn, dsn):

@@ -17,6 +17,7 @@ from automation.workflows.model import Step, Workflow
 from automation.workflows.runtime import FlowRun
 from automation.workflows.steps.base import REGISTRY, ask_step_of
 from automation.workflows.store import Instance
+from text import address
 
 
 def parse_slot(wf: Workflow, name: str, text: str, entities: dict[str, Any]) -> Any:
@@ -243,13 +244,18 @@ def said_first(inst: Instance) -> set[str]:
 
 
 def prefill(wf: Workflow, text: str, entities: dict[str, Any]) -> dict[str, Any]:
-    """The slots the customer's first message already gives (an order number, an amount)."""
+    """The slots the customer's first message already gives (an order number, an amount, the new address of
+    "change the address of my hose order to 12 Baker Street, London": never asked for again)."""
     slots = {}
     for name, slot in wf.slots.items():
         ent = slot.validate.get("entity")
         if ent in (None, "text", "number", "yes_no"):
             if name in entities and slot.check(entities[name]):
                 slots[name] = entities[name]
+            elif ent is None and slot.validate.get("format") == "address":
+                said = address.span(text)    # where an address starts in the request, to its end
+                if said is not None and slot.check(said) and not U.is_pointer(said):
+                    slots[name] = said
             continue
         value = entities.get(name) if name in entities else U.extract(ent, text, entities)
         if value is not None and not slot.check(value) and ent == "order_id" and name not in entities:

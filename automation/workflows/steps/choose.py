@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -126,6 +127,9 @@ def _just_refused(inst: Any, step: Step) -> bool:
     return False
 
 
+_NUMBER = re.compile(r"(?<![\w-])\d+(?![\w-])")
+
+
 class ChooseSpec(StepSpec):
     choose: str                            # the slot
     options: str                           # CEL: the list to choose from
@@ -202,7 +206,8 @@ class Choose(StepKind):
                 return "stop"
             return run.fail(step, "there is nothing to choose from")
         if text is None:
-            if len(opts) == 1 and step.get("auto_single", False) and not _just_refused(inst, step):
+            if (len(opts) == 1 and step.get("auto_single", False) and not _just_refused(inst, step)
+                    and not self._names_only_others(run, step, opts)):
                 inst["slots"][name] = value_of(run, step, opts[0])
                 # a pick all the same ("cancel my order" -> the only cancellable one): "no, the boots" re-picks it
                 inst["history"].append({"step": step.id, "event": "chose", "index": 0, "how": "said:single",
@@ -446,6 +451,22 @@ class Choose(StepKind):
             inst["slots"][name] = None
             return "next"
         return None
+
+    def _names_only_others(self, run: FlowRun, step: Step, opts: list[Any]) -> bool:
+        """Whether the request's words name an item the list leaves out and none it offers ("cancel the kettle
+        order" when the kettle's order is cancelled and only the hose's can be): the single option is then not
+        what the customer asked about, so it is not taken for them; the words are read as any request's are."""
+        if "text" not in step.raw or "others" not in step.raw:
+            return False
+        # a bare number is no description here: an order number was taken before the choice, and the rest are
+        # quantities and house numbers ("change my address from 12 Baker Street" names no boots "size 12")
+        said = _NUMBER.sub(" ", str(evaluate(step.raw["text"], run.scope()) or ""))
+        if not said.strip():
+            return False
+        ids, texts = option_texts(run, step, opts)
+        if U.choose(said, ids, texts, head=False, relevant=True, floor=FROM_TEXT_FLOOR).index is not None:
+            return False
+        return self._other_named(run, step, opts, said, head=False, relevant=True, floor=FROM_TEXT_FLOOR) is not None
 
     def _others(self, run: FlowRun, step: Step, opts: list[Any]) -> list[Any]:
         """The items of ``others`` (a wider list than the one offered) that are not offered."""

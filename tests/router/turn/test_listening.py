@@ -705,13 +705,16 @@ def flows_of(svc, conversation: str) -> list[dict]:
     ("c2", "how do I get an invoice?", "my sister bought it for me", "lapsed", None),
     ("c1", "发票能开吗？要公司抬头的", "好的，我先问问我老婆", "declined", "先不办理"),
     ("c2", "how do I get an invoice?", "ok I will think about it", "declined", "won't start it"),
+    # thanks, with at most an acknowledgement, close the exchange: no yes ("yes thanks" is one)
+    ("c2", "how do I get an invoice?", "ok thanks", "lapsed", None),
+    ("c1", "发票能开吗？要公司抬头的", "好的，谢谢", "lapsed", None),
 ])
 def test_a_statement_that_gives_nothing_the_offered_task_asks_does_not_start_it(api, svc, customer, question, statement,
                                                                                outcome, says):
     """The answer offers the invoice; the customer says something that names none of their orders and no order
     number: the offer lapses and the message is served as the new message it is (putting it off declines it,
     politely): no task starts, nobody is handed over, nothing is written. "Yes" to the same offer still starts it."""
-    conv = f"l-offer-not-{customer}-{outcome}"
+    conv = f"l-offer-not-{customer}-{outcome}-{len(statement)}"
     out = talk(api, customer, conv, question, statement)
     assert out[0]["flow"]["awaiting"] == "offer", out[0]
     after = out[1]
