@@ -61,6 +61,9 @@ class Slot:
     whole: Any = None                  # CEL over the flow's scope: the value "all of it" / "全部" names
     optional: bool = False             # the customer may decline it ("不用了", "no need"): a decline answers it
     hint: Texts = Field(default_factory=dict)   # what an answer looks like: said after the prompt when asked again
+    # what customers call it, per language ("company name", "抬头"): a free-text value said after one of these in
+    # the first message fills the slot before it is asked
+    named_by: dict[str, list[str]] = Field(default_factory=dict)
     line: int | None = None
 
     def check(self, value: Any) -> bool:

@@ -240,8 +240,15 @@ def _slots(value: Any, path: P, chk: Checker) -> dict[str, Slot]:
             chk.err(p, "expected a mapping (prompt, validate, quick_replies)")
             continue
         for k in body:
-            if k not in ("prompt", "validate", "quick_replies", "recall", "whole", "optional", "hint"):
-                chk.err(p + (k,), f"unknown key {k!r} (prompt, validate, quick_replies, recall, whole, optional, hint)")
+            if k not in ("prompt", "validate", "quick_replies", "recall", "whole", "optional", "hint", "named_by"):
+                chk.err(p + (k,), f"unknown key {k!r} (prompt, validate, quick_replies, recall, whole, optional, hint, "
+                                  "named_by)")
+        named_by = body.get("named_by") or {}
+        if not isinstance(named_by, dict) or not all(
+                lang in LANGS and isinstance(words, list) and words and all(isinstance(w, str) and w.strip() for w in words)
+                for lang, words in named_by.items()):
+            chk.err(p + ("named_by",), f"expected words per language ({', '.join(LANGS)}: a non-empty list of phrases)")
+            named_by = {}
         if not isinstance(body.get("optional", False), bool):
             chk.err(p + ("optional",), "expected true or false")
         validate = body.get("validate") or {}
@@ -275,7 +282,7 @@ def _slots(value: Any, path: P, chk: Checker) -> dict[str, Slot]:
         out[name] = Slot(name=name, prompt=chk.texts(body.get("prompt"), p + ("prompt",), required=False),
                          validate=validate, quick_replies=qr if isinstance(qr, list) else [],
                          recall=body.get("recall"), whole=body.get("whole"),
-                         optional=body.get("optional") is True,
+                         optional=body.get("optional") is True, named_by=named_by,
                          hint=chk.texts(body.get("hint"), p + ("hint",), required=False), line=chk.line(p))
     return out
 

@@ -156,6 +156,25 @@ def test_an_item_whose_name_opens_with_a_negation_character_is_named_not_denied(
     assert t.awaiting == "amount" and "100270" in t.reply, t.reply
 
 
+def test_an_invoice_title_and_tax_id_said_in_the_request_are_not_asked_for_again(shop_engine, turn, dsn):
+    """The title (and the tax id) named in the request ("company name ...", "抬头是…，税号…") fill their slots: the
+    flow asks only what is still missing, and the invoice carries exactly those words."""
+    who = Caller(channel="web", customer_id="c1", conversation_id="named-zh")
+    t = turn(shop_engine.start, "invoice", who, "订单100230开发票，抬头是杭州某某科技有限公司，税号91330100MA2XXXXX1A", {}, "zh")
+    assert t.awaiting == "confirmation" and "杭州某某科技有限公司" in t.reply and "91330100MA2XXXXX1A" in t.reply, t.reply
+    t = turn(shop_engine.advance, t.instance_id, who, "好的", {}, "zh")
+    assert t.status == "completed" and "杭州某某科技有限公司" in t.reply
+    who = Caller(channel="web", customer_id="c2", conversation_id="named-en")
+    t = turn(shop_engine.start, "invoice", who, "I need an invoice for the lamp order, company name Acme Trading Ltd",
+             {}, "en")
+    assert t.awaiting == "tax_id", t.reply                 # the title is in hand: only the tax id is asked
+    t = turn(shop_engine.advance, t.instance_id, who, "none", {}, "en")
+    assert t.awaiting == "confirmation" and "Acme Trading Ltd" in t.reply, t.reply
+    who = Caller(channel="web", customer_id="c1", conversation_id="named-none")
+    t = turn(shop_engine.start, "invoice", who, "订单100234开发票，要公司抬头的", {}, "zh")
+    assert t.awaiting == "title", t.reply                  # named, but nothing said after it: asked
+
+
 def test_invoice_with_optional_tax_id(shop_engine, turn, dsn):
     t = turn(shop_engine.start, "invoice", C1, "订单100230开发票", {}, "zh")
     t = turn(shop_engine.advance, t.instance_id, C1, "杭州某某科技有限公司", {}, "zh")

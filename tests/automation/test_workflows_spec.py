@@ -123,6 +123,8 @@ def test_bad_validators_and_reset_of_unknown_slots():
     assert any("unknown entity type 'passport'" in m for m in msgs)
     assert any("regex does not compile" in m for m in msgs)
     assert any("unknown slot 'ghost'" in m for m in msgs)
+    e = errors(GOOD.replace("validate: {entity: order_id}", "validate: {entity: order_id}, named_by: {fr: [commande]}"))
+    assert any(str(x.get("field")).endswith("named_by") and "words per language" in x["message"] for x in e), e
 
 
 def test_a_folder_of_files_and_a_workflow_defined_twice(tmp_path):

@@ -243,6 +243,39 @@ def said_first(inst: Instance) -> set[str]:
     return kept
 
 
+def _leads(phrases: list[str]) -> re.Pattern[str] | None:
+    """One pattern for a slot's names: a Latin phrase as whole words, a Chinese one as it is written."""
+    parts = [rf"(?<![a-z0-9]){re.escape(w.strip())}(?![a-z0-9])" if re.match(r"[a-z0-9]", w.strip(), re.I)
+             else re.escape(w.strip()) for w in sorted(phrases, key=len, reverse=True) if w.strip()]
+    return re.compile("|".join(parts), re.I) if parts else None
+
+
+_SAID_AS = re.compile(r"^(?:\s|[:：,，]|is\b|are\b|should\s+be\b|will\s+be\b|of\b|as\b|是|为|写成|写|填|用)+", re.I)
+_CLAUSE_END = re.compile(r"[。；;!！?？\n]")
+_COURTESY = re.compile(r"(?:[\s,，.]+(?:please|pls|thanks|thank\s+you|thx)\b|就行了?|就好了?|即可|就可以了?|吧|谢谢|哦|啊"
+                       r"|[\s,，.、])+$", re.I)
+
+
+def named_value(wf: Workflow, name: str, text: str) -> str | None:
+    """A free-text value said after one of its slot's names (``named_by``) in a message: "I need an invoice for the
+    lamp order, company name Acme Trading Ltd" -> "Acme Trading Ltd", "抬头是杭州某某科技有限公司，税号…" -> "杭州某某科技
+    有限公司". It runs to the end of its clause or to where another slot is named; None when nothing follows."""
+    own = _leads([w for words in wf.slots[name].named_by.values() for w in words])
+    found = own.search(text or "") if own is not None else None
+    if found is None:
+        return None
+    rest = _SAID_AS.sub("", text[found.end():], count=1)
+    end = _CLAUSE_END.search(rest)
+    if end is not None:
+        rest = rest[:end.start()]
+    others = _leads([w for n, sl in wf.slots.items() if n != name for words in sl.named_by.values() for w in words])
+    nxt = others.search(rest) if others is not None else None
+    if nxt is not None:
+        rest = rest[:nxt.start()]
+    value = _COURTESY.sub("", rest).strip(" ,，:：")
+    return value if value and U.is_free_value(value) else None   # "要公司抬头的": nothing said after it
+
+
 def prefill(wf: Workflow, text: str, entities: dict[str, Any]) -> dict[str, Any]:
     """The slots the customer's first message already gives (an order number, an amount, the new address of
     "change the address of my hose order to 12 Baker Street, London": never asked for again)."""
@@ -252,6 +285,10 @@ def prefill(wf: Workflow, text: str, entities: dict[str, Any]) -> dict[str, Any]
         if ent in (None, "text", "number", "yes_no"):
             if name in entities and slot.check(entities[name]):
                 slots[name] = entities[name]
+            elif ent is None and slot.named_by:
+                said = named_value(wf, name, text)   # "..., company name Acme Trading Ltd", "抬头是杭州某某科技有限公司"
+                if said is not None and slot.check(said) and not U.is_pointer(said):
+                    slots[name] = said
             elif ent is None and slot.validate.get("format") == "address":
                 said = address.span(text)    # where an address starts in the request, to its end
                 if said is not None and slot.check(said) and not U.is_pointer(said):
