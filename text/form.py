@@ -21,7 +21,8 @@ Signals, strongest first:
 Anything else (a statement: "I forgot my password", "电子发票没收到") reads as neither.
 
 A statement may still tell of a problem with something the customer tries to use ("my coupon doesn't work", "the
-code is not valid", "I can't apply my points", "优惠券用不了", "验证码收不到"): :func:`tells_a_problem`. Its question
+code is not valid", "I can't apply my points", "优惠券用不了", "验证码收不到"), or of something sent that never
+came ("I didn't get the verification code", "验证码没收到"): :func:`tells_a_problem`. Its question
 is implied (why, and what to do), and a help centre's troubleshooting entries are written for it ("Why can't I
 use my coupon?").
 """
@@ -100,10 +101,34 @@ _PROBLEM_EN = re.compile(
 _PROBLEM_ZH = re.compile(
     r"用不了|不能用|无法使用|没法用|用不上|不可用|使用不了|不能使用|抵扣不了|抵用不了|领不了|无法领取|兑换不了|无法兑换"
     r"|失败|收不到|登不上|登录不了|登不进|打不开|没反应|无效|不生效|报错|加载不出")
+# Something sent that never came is a failure too ("I didn't get the verification code", "the reset email never
+# came", "验证码没收到", "一直没收到短信"): a receive verb negated with a thing received, or an arrive / come verb
+# negated with a thing (not a person: "I never came back") that comes. Whose the thing is (a code, a parcel, a refund)
+# the classifier says: a lookup's or a task's intent keeps such a report (router.turn.tiers.base, router.turn.plan).
+_NOT_YET = r"(?:didn'?t|did\s+not|never|haven'?t|have\s+not|'ve\s+not|hasn'?t|has\s+not)"
+_UNSENT_EN = re.compile(
+    # "I didn't get the code", "haven't received the SMS code", "never got my email", "code not received"; "I didn't
+    # get it" is also not understanding, so a bare "get it / that" is not one
+    rf"\b{_NOT_YET}\s+(?:yet\s+|ever\s+|even\s+|actually\s+)?"
+    r"(?:(?:received?|receiving|got|gotten)\s+(?:the|my|a|an|any|anything|your|our|this|that|these|those|it|them|one)\b"
+    r"|get\s+(?:the|my|a|an|any|anything|your|our|this|these|those|one)\b)"
+    r"|\b(?:not|never)\s+(?:yet\s+|been\s+)?received\b"
+    # "the reset email never came", "the code hasn't arrived yet", "the text isn't coming through"; not a person
+    # coming ("I never came back", "we haven't come across ...")
+    r"|(?<!\bi\s)(?<!\bwe\s)(?<!\byou\s)(?<!\bhe\s)(?<!\bshe\s)(?<!\bthey\s)"
+    rf"\b(?:{_NOT_YET}|isn'?t|is\s+not|aren'?t|are\s+not)\s+(?:yet\s+|ever\s+|even\s+)?"
+    r"(?:come|came|coming|arrived?|arriving|showed\s+up|turned\s+up)\b"
+    r"(?!\s+(?:across|back|here|there|to|over|from|along|again|home)\b)")
+_UNSENT_ZH = re.compile(
+    # "没收到 / 没有收到 / 未收到 / 一直没接到"; a bare 到 or 来 only where the sentence ends on it ("验证码还没到",
+    # "短信一直没来"), never "还没到期" (not expired), "没来得及" (had no time) or a person ("他没来")
+    r"(?:没|没有|未)(?:能)?(?:收到|接到|接收到)"
+    r"|(?<![我你您他她们人员])(?:没|没有|未)(?:能)?(?:到|来|发来|发过来|过来)(?=\s*(?:[啊呀呢啦嘛吗了哦喔]\s*)*[。.!！?？~～,，]*\s*$)")
 
 
 def tells_a_problem(text: str | None) -> bool:
     """Whether a statement tells of something the customer tries to use failing ("my coupon doesn't work",
-    "payment failed", "优惠券用不了"): a question in all but form (why, and what to do)."""
+    "payment failed", "优惠券用不了") or something sent never coming ("I never got the code", "验证码没收到"): a
+    question in all but form (why, and what to do)."""
     t = normalise(text or "").strip().replace("’", "'")
-    return bool(t) and bool(_PROBLEM_EN.search(t) or _PROBLEM_ZH.search(t))
+    return bool(t) and any(p.search(t) for p in (_PROBLEM_EN, _PROBLEM_ZH, _UNSENT_EN, _UNSENT_ZH))

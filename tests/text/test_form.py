@@ -40,9 +40,19 @@ def test_statements_are_neither(text):
 
 PROBLEMS = ["my coupon doesn't work", "my discount code is not working", "the code is invalid", "my payment failed",
             "the app keeps crashing", "I can't apply my points", "my card got declined", "优惠券用不了", "积分抵扣不了",
-            "验证码收不到", "付款失败了", "页面打不开"]
+            "验证码收不到", "付款失败了", "页面打不开",
+            # something sent that never came: a receive verb negated with a thing, or a thing that never came
+            "I didn't get the verification code", "I never got the code", "haven't received the SMS code",
+            "I have not received any email from you", "verification code not received", "the reset email never came",
+            "the code hasn't arrived yet", "the text isn't coming through",
+            "验证码没收到", "一直没收到短信", "邮件没收到", "没有收到验证码", "验证码还没到", "短信一直没来啊",
+            # whose the thing is the classifier says (an order's, an invoice's: their lookup or task keeps it)
+            "my parcel never arrived", "包裹显示签收了但我没收到", "电子发票没收到"]
 NO_PROBLEM = ["I forgot my password", "where is my order", "I want a refund", "it works now, thanks", "not yet",
-              "I don't know", "hello", "电子发票没收到", "好的", "100234"]
+              "I don't know", "hello", "好的", "100234",
+              # not getting what was said, a person not coming, time not come
+              "sorry, I didn't get that", "I don't get it", "I didn't get to finish", "I never came back",
+              "I have never come across such a thing", "I'm not coming", "优惠券还没到期", "没来得及付款", "他没来"]
 
 
 @pytest.mark.parametrize("text", PROBLEMS)

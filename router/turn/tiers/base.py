@@ -132,7 +132,8 @@ def plan_facts(r: Wiring, c: Classification, intent: Intent | None, text: str, *
     message's words alone tell is read once per turn (per_turn), by whichever asks first."""
     return plan.Facts(
         intent=c.intent, tier=c.tier, decided_by=c.decided_by, served=served_by(intent, c), form=form,
-        # an intent with a task of its own ("I can't change my address") wants it done: the task starts as before
+        # an intent with a task of its own ("I can't change my address", "电子发票没收到") wants it done: the task
+        # starts as before; a lookup's report ("delivered but I never got it") is its workflow's (plan.frame)
         problem=not (intent is not None and intent.task) and per_turn(("problem", text), lambda: tells_a_problem(text)),
         topics=bool(intent is not None and intent.topics),
         own_order=bool(intent is not None and intent.with_order and (c.entities or {}).get("order_numbers")),

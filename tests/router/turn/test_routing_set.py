@@ -227,6 +227,28 @@ def test_damage_the_classifier_is_sure_of_is_answered_from_its_topics_when_anoth
         assert bool(HAN.search(reply["text"])) == bool(HAN.search(text)), (text, reply["text"])
 
 
+def test_something_sent_that_never_came_is_answered_and_a_parcel_never_got_stays_the_lookups(api):
+    """"I didn't get the verification code" tells a problem as "验证码收不到" does: the technical-issue intent is an
+    assist ticket, but the password article's "Not receiving the verification code" answers it (L1, no ticket). A
+    parcel marked delivered but never got is the order lookup's own report, as before: the order's status with the
+    lost-parcel advice, never the password article."""
+    for text, doc in (("I didn't get the verification code", "password-reset-en"),
+                      ("haven't received the SMS code", "password-reset-en"), ("验证码没收到", "password-reset-zh")):
+        out = _post(api, text, f"unsent-{text}")
+        assert out["decision"]["tier"] == "L1" and out["ticket_id"] is None, (text, out["decision"])
+        assert out["reply"]["citations"][0]["doc_id"] == doc, (text, out["reply"])
+    for text, advice in (("my order was delivered but I never got it", "delayed-lost-parcels-en"),
+                         ("it says delivered but I didn't receive my package", "delayed-lost-parcels-en"),
+                         ("包裹显示签收了但我没收到", "delayed-lost-parcels-zh"), ("my parcel never arrived", None)):
+        out = _post(api, text, f"parcel-{text}")
+        cited = [c["doc_id"] for c in (out.get("reply") or {}).get("citations") or []]
+        assert out["decision"]["intent"] == "shipping_status" and out["ticket_id"] is None, (text, out["decision"])
+        assert (out.get("flow") or {}).get("workflow") == "order_status", (text, out)
+        assert not any(d.startswith("password-reset") for d in cited), (text, cited)
+        if advice:
+            assert "100230" in out["reply"]["text"] and cited[0] == advice, (text, out["reply"])
+
+
 def test_a_question_as_likely_about_the_policy_as_about_an_own_order_is_answered_then_the_lookup_offered(api):
     """"when will my refund show on my Visa?" reads as the customer's refund status and the refund-times question
     within a hair of each other (either may lead): the knowledge base answers it (3–7 business days) and the lookup
