@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from router.classify.asking import asks_leave
 from router.classify.entities import extract_entities
 from router.classify.intents import IntentConfig
 
@@ -54,8 +55,8 @@ class RuleChannel(Protocol):
 class EmbeddingChannel(Protocol):
     """Scores message vectors (and their texts) against the intents; ``intent`` is None below the threshold."""
 
-    def score(self, vectors: np.ndarray, texts: list[str], pools: Sequence[Sequence[str]] = ()
-              ) -> list[tuple[str | None, float, dict[str, Any]]]: ...
+    def score(self, vectors: np.ndarray, texts: list[str], pools: Sequence[Sequence[str]] = (),
+              barred: Sequence[str] = ()) -> list[tuple[str | None, float, dict[str, Any]]]: ...
 
 
 class IntentClassifier:
@@ -187,6 +188,7 @@ class IntentClassifier:
         if pending:
             vectors = self.encoder.encode_queries([texts[i] for i in pending], batch_size=batch_size)
             scored = embeddings.score(vectors, [texts[i] for i in pending], pools)
+            scored = self._no_lookup_for_leave(embeddings, config, vectors, [texts[i] for i in pending], scored, pools)
             for i, (intent, score, why) in zip(pending, scored, strict=True):
                 c = out[i]
                 c.intent, c.confidence, c.tier = intent, float(score), config.tier_of(intent)
@@ -198,6 +200,27 @@ class IntentClassifier:
                     c.explanation["thin"] = {"guess": intent, "reason": "too few words for an embedding guess of an "
                                                                         "L3 intent"}
         return out  # type: ignore[return-value]
+
+    @staticmethod
+    def _no_lookup_for_leave(embeddings: EmbeddingChannel, config: IntentConfig, vectors: np.ndarray, texts: list[str],
+                             scored: list[tuple[str | None, float, dict[str, Any]]], pools: Sequence[Sequence[str]]
+                             ) -> list[tuple[str | None, float, dict[str, Any]]]:
+        """A question whether something may be done ("can I add something to my order?", "订单能加东西吗",
+        router.classify.asking) that the embeddings placed nearest a lookup of the customer's own data (Intent.looks_up):
+        scored again as none of the lookups, so it goes to an intent that answers it (or none), never to the order
+        number a lookup asks for."""
+        lookups = config.lookups
+        again = [k for k, (_, _, why) in enumerate(scored) if why.get("candidate") in lookups and asks_leave(texts[k])]
+        if not again or not lookups:
+            return scored
+        out = list(scored)
+        rescored = embeddings.score(vectors[again], [texts[k] for k in again], pools, barred=lookups)
+        for k, (intent, score, why) in zip(again, rescored, strict=True):
+            before = scored[k]
+            why["barred"] = {"intents": lookups, "candidate": before[2].get("candidate"), "score": round(before[1], 4),
+                             "reason": "a question whether something may be done is answered, not looked up"}
+            out[k] = (intent, score, why)
+        return out
 
 
 #: a message of at most this many words (a CJK character counts as one) is too thin for the embeddings alone

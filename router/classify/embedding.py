@@ -310,6 +310,26 @@ def pooled(sig: dict[str, np.ndarray], groups: list[list[int]]) -> tuple[dict[st
     return out, columns
 
 
+def conditioned(sig: dict[str, np.ndarray], barred: list[int], labels: np.ndarray) -> dict[str, np.ndarray]:
+    """The signals given that the message is none of the ``barred`` intents (indices): their head probability shared
+    out over the rest, out-of-scope included (P(intent | not barred)), their examples out of the nearest. The rejector
+    then reads how sure the message is of what it can be."""
+    out = dict(sig)
+    if "p_per_intent" in sig:   # a head (the plain nearest-example method has none)
+        p = sig["p_per_intent"].copy()
+        rest = np.clip(1.0 - p[:, barred].sum(axis=1), 1e-6, None)
+        p[:, barred] = 0.0
+        out["p_per_intent"] = p / rest[:, None]
+        out["p_oos"] = sig["p_oos"] / rest
+    cos = sig["cos_per_intent"].copy()
+    cos[:, barred] = -1.0
+    out["cos_per_intent"] = cos
+    sims = sig["sims"].copy()
+    sims[:, np.isin(labels, barred)] = -1.0
+    out["sims"] = sims
+    return out
+
+
 def apply_rejector(rejector: dict[str, Any], feats: np.ndarray) -> np.ndarray:
     z = (feats - np.asarray(rejector["mean"])) / np.asarray(rejector["scale"])
     logit = z @ np.asarray(rejector["coef"]) + float(rejector["intercept"])
@@ -365,15 +385,20 @@ class EmbeddingScorer:
         return cls(config, example_vectors, labels, texts, oos_vectors, Scoring.from_dict(config.scoring),
                    threshold=threshold, cache_dir=cache_dir)
 
-    def score(self, vectors: np.ndarray, texts: list[str], pools: Sequence[Sequence[str]] = ()
-              ) -> list[tuple[str | None, float, dict[str, Any]]]:
+    def score(self, vectors: np.ndarray, texts: list[str], pools: Sequence[Sequence[str]] = (),
+              barred: Sequence[str] = ()) -> list[tuple[str | None, float, dict[str, Any]]]:
         """The intent (None below its threshold), the score and the explanation of each message. ``pools``: groups
         of intents that lead to one task, whose evidence is summed when deciding whether the message is in scope
-        (see ``pooled``); the intent named is then the pool's likeliest, the explanation says ``pooled``."""
+        (see ``pooled``); the intent named is then the pool's likeliest, the explanation says ``pooled``.
+        ``barred``: intents the messages are known not to be (``conditioned``): never named, their evidence shared
+        out over the rest."""
         q = np.asarray(vectors, dtype=np.float32)
         if q.ndim == 1:
             q = q[None, :]
         sig = compute_signals(q, texts, self.vectors, self.labels, len(self.names), self.head, self._plan)
+        out = [self.names.index(n) for n in dict.fromkeys(barred) if n in self.names]
+        if out and len(out) < len(self.names):
+            sig = conditioned(sig, out, self.labels)
         groups = [[self.names.index(n) for n in dict.fromkeys(p) if n in self.names] for p in pools]
         groups = [g for g in groups if len(g) > 1]
         if groups and self.head is not None:

@@ -176,6 +176,12 @@ class Intent(BaseModel):
         kind, name = self.serve.split(" ", 1)
         return kind, name
 
+    @property
+    def looks_up(self) -> bool:
+        """Served by a workflow and answering no question from the knowledge base (no ``topics``): it looks up the
+        customer's own data (an order's status, a refund's progress), so a question of what may be done is not it."""
+        return self.served_by is not None and self.served_by[0] == "workflow" and not self.topics
+
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
@@ -221,6 +227,11 @@ class IntentConfig(BaseModel):
     @property
     def names(self) -> list[str]:
         return [i.name for i in self.intents]
+
+    @property
+    def lookups(self) -> list[str]:
+        """The intents that only look up the customer's own data (Intent.looks_up)."""
+        return [i.name for i in self.intents if i.looks_up]
 
     def tier_of(self, name: str | None) -> str:
         if name is None:

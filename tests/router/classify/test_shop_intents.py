@@ -78,3 +78,65 @@ def test_intents_that_lead_to_one_workflow_pool_their_evidence(e5_encoder, tmp_p
     for text, intent in [("how long do refunds take?", "faq"), ("cancel it", "cancel_order"),
                          ("what's the weather", None), ("the lamp one", None)]:
         assert clf.classify(text, pools=pools).intent == intent, text
+
+
+# the shop's contact details are asked for, not a person now nor who the bot is: the contact article answers them
+CONTACT = ["what's your phone number?", "what is your customer service number", "how can I contact you",
+           "do you have an email I can write to", "what number do I call for support", "客服电话是多少", "你们的电话多少",
+           "怎么联系你们", "客服热线是多少", "你们有邮箱吗"]
+# the customer's own number, a call back, a person or the bot itself: as before
+NOT_CONTACT = [("I changed my phone number and can't reset my password", "password_help"),
+               ("能给我打个电话吗", "human_agent"), ("找客服", "human_agent"), ("what's your name", "bot_identity"),
+               ("are you a real person?", "bot_identity")]
+
+
+def test_the_shops_contact_details_are_a_question_for_the_knowledge_base(e5_encoder, tmp_path):
+    clf = classifier_for(e5_encoder, tmp_path)
+    wrong = [(t, c.intent) for t in CONTACT if (c := clf.classify(t)).intent != "faq"]
+    assert not wrong, wrong
+    wrong = [(t, c.intent) for t, intent in NOT_CONTACT if (c := clf.classify(t)).intent != intent]
+    assert not wrong, wrong
+
+
+# a part of a delivered parcel missing is the compensation policy's missing item, not a lost parcel or the order's status
+MISSING_PART = ["one item is missing from my package", "my order came with something missing",
+                "something was missing when I opened the box", "I only got 2 of the 3 items I ordered",
+                "the box was missing a part", "包裹里少了一件", "收到的快递少了一样东西", "少发了一件", "快递到了，里面少了一双袜子",
+                "买了三件只收到两件"]
+WHOLE_PARCEL = ["my package is missing", "my parcel is lost", "parcel says delivered but i never got it", "我的快递丢了",
+                "快递显示签收了但我没收到"]
+
+
+def test_a_part_of_the_parcel_missing_is_the_missing_item_policy_not_a_lost_parcel(e5_encoder, tmp_path):
+    clf = classifier_for(e5_encoder, tmp_path)
+    wrong = [(t, c.intent) for t in MISSING_PART if (c := clf.classify(t)).intent != "damaged_item"]
+    assert not wrong, wrong
+    wrong = [(t, c.intent) for t in WHOLE_PARCEL if (c := clf.classify(t)).intent != "shipping_status"]
+    assert not wrong, wrong
+
+
+# whether something may be done with an order is a question the knowledge base answers, never the order lookup
+LEAVE = ["can I add something to my order?", "订单能加东西吗", "can I change the size in my order",
+         "can I remove an item from my order", "is it possible to change the colour after paying", "订单付款了还能改数量吗",
+         "我刚下的单还能再加一件吗", "已经付款的订单可以修改尺码吗", "订单里的东西能删掉一个吗", "能把两个订单合并发货吗"]
+# asking to look, or 能 of time, is the lookup all the same
+STILL_LOOKUPS = ["can I check my order?", "能查一下我的订单吗", "电饭煲什么时候能到", "has my order been processed yet"]
+
+
+def test_a_question_whether_something_may_be_done_is_never_a_lookup(e5_encoder, tmp_path):
+    clf = classifier_for(e5_encoder, tmp_path)
+    lookups = clf.config.lookups
+    assert set(lookups) == {"order_query", "refund_status", "shipping_status"}
+    answered = []
+    for text in LEAVE:
+        c = clf.classify(text)
+        assert c.intent not in lookups, (text, c.intent, c.explanation)
+        if c.intent is not None:
+            answered.append(text)
+            assert clf.config.intent(c.intent).topics, (text, c.intent)
+        if c.decided_by == "embeddings" and "barred" in c.explanation:
+            assert c.explanation["barred"]["candidate"] in lookups
+            assert all(n["intent"] not in lookups for n in c.explanation["nearest"])
+    assert len(answered) == len(LEAVE), answered
+    wrong = [(t, c.intent) for t in STILL_LOOKUPS if (c := clf.classify(t)).intent not in lookups]
+    assert not wrong, wrong
