@@ -46,7 +46,7 @@ import numpy as np
 
 from rag.answer_type import asked, asking_word, holds
 from rag.chunk import _CJK, content_hash, join_units, sentence_units, split_sentences, unfinished, whole_sentences
-from rag.rewrite import EN_STOPWORDS, ZH_STOPWORDS
+from rag.rewrite import EN_STOPWORDS, ZH_STOPWORDS, fold
 from rag.types import Chunk, Hit
 
 _FAQ_Q = re.compile(r"^(?:q|问)\s*[:：]\s*", re.I)
@@ -501,6 +501,8 @@ class Composer:
         self.words: Callable[[str], frozenset[str]] | None = None
         # the words of the glossary's terms a text says in other words ("坏了" says "破损"), set by the service
         self.terms: Callable[[str], frozenset[str]] | None = None
+        # whether a text asks about a narrower subject than a question, in the glossary's terms, set by the service
+        self.narrows: Callable[[str, str], bool] | None = None
         self._words: OrderedDict[str, frozenset[str]] = OrderedDict()
         self._cases: OrderedDict[tuple[tuple[str, str], ...], frozenset[str]] = OrderedDict()   # per article
         self._df: dict[str, tuple[int, dict[str, int]]] = {}    # per generation: lines, lines holding each word
@@ -564,15 +566,19 @@ class Composer:
         counted = self._df.get(key)
         return counted is not None and bool(words) and not any(counted[1].get(w) for w in words)
 
-    def narrower(self, ln: Line, doc: Sequence[Line], asked_words: frozenset[str]) -> bool:
+    def narrower(self, ln: Line, doc: Sequence[Line], asked_words: frozenset[str], query: str = "") -> bool:
         """Whether ``ln`` belongs to an FAQ entry that asks about one of the cases its article lists ("a refund
-        to Alipay", "买的袜子") while the question names none of them: the entry answers less than was asked,
-        and the article's general rule answers it (NARROWER)."""
+        to Alipay", "买的袜子") while the question names none of them, or about a narrower subject than the
+        question's in the glossary's terms (``self.narrows``: "可以开公司抬头吗" asks about an invoice's title for
+        "可以开发票吗"): the entry answers less than was asked, and the article's general rule answers it
+        (NARROWER)."""
         if ln.kind not in ("faq_q", "faq_a") or self.words is None:
             return False
         q = next((x for x in doc if x.group == ln.group and x.kind == "faq_q"), None)
         if q is None:
             return False
+        if query and self.narrows is not None and self.narrows(query, strip_framing(q.text)):
+            return True
         cases = self.cases(doc)
         named = self.named_in(strip_framing(q.text)) & cases
         return bool(named) and not (asked_words & cases)
@@ -633,7 +639,8 @@ class Composer:
 
     def compose(self, query: str, passages: Sequence[Hit], articles: Callable[[Sequence[str]], dict[str, list[Chunk]]],
                 *, lang: str | None = None, key: str = "", candidates: int = 5,
-                keywords: Sequence[str] = (), focus: Sequence[str] = ()) -> Composition | None:
+                keywords: Sequence[str] = (), focus: Sequence[str] = (),
+                in_terms: Callable[[str], str] | None = None) -> Composition | None:
         """The composed answer from the articles of ``passages`` (best first), or None without evidence.
 
         The best passage (retrieval's choice, in the answer's language) anchors the answer: its lines are
@@ -667,7 +674,7 @@ class Composer:
         # a passage whose FAQ entries all ask about one case its article lists, which the question does not name
         # ("买的袜子尺码不合适能退吗" for "衣服不合适能退吗"), gives way to its article's passages that answer
         # more generally
-        narrow = [bool(fq) and all(self.narrower(ln, per_doc[ln.doc], asked_words) for ln in fq)
+        narrow = [bool(fq) and all(self.narrower(ln, per_doc[ln.doc], asked_words, query) for ln in fq)
                   for fq in ([ln for ln in p if ln.kind == "faq_q"] for p in pools)]
         general = [p for p, n in zip(pools, narrow, strict=True) if not n and p[0].doc == pools[0][0].doc]
         if narrow[0] and general:
@@ -686,7 +693,7 @@ class Composer:
             if kind is not None:
                 sims[:, col] += np.array([ANSWER_TYPE_LEAD if holds(ln.text, kind) else 0.0 for ln in pool])
         for i, ln in enumerate(pool):
-            if self.narrower(ln, per_doc[ln.doc], asked_words):
+            if self.narrower(ln, per_doc[ln.doc], asked_words, query):
                 sims[i, 0] -= NARROWER
         score_of = {(ln.doc, ln.idx): sims[i] for i, ln in enumerate(pool)}
         head_sim = dict(zip(heads, (vecs[len(pool):] @ qvecs[0]).tolist(), strict=True))
@@ -704,8 +711,24 @@ class Composer:
         if rival is not None and strength(rival) >= first + SWITCH:
             anchor = rival
             pools = [rival] + [pl for pl in pools if pl is not rival]
-        whole = self._whole_article(anchor, pools, per_doc, chunks[doc_ids[anchor[0].doc]], qvecs, score_of,
-                                    head_sim, strength)
+        readings = [(qvecs[0], strength)]
+        anchored = chunks[doc_ids[anchor[0].doc]]
+        termed = in_terms("\n".join(c.said() for c in anchored)) if in_terms is not None else query
+        if termed != fold(query):
+            # the question in the glossary's terms for the words the article never says ("discount code" is
+            # "coupon") may name the article where the customer's words do not; it is weighed against the
+            # passages read the same way
+            tvec = (self.queries.vectors([termed]) if self.queries is not None
+                    else np.asarray(self.encoder.encode_queries([termed]), dtype=np.float32))[0]
+            t_line = dict(zip(((ln.doc, ln.idx) for ln in pool), (vecs[: len(pool)] @ tvec).tolist(), strict=True))
+            t_head = dict(zip(heads, (vecs[len(pool):] @ tvec).tolist(), strict=True))
+
+            def t_strength(pl: list[Line]) -> float:
+                return max([max(t_line[(ln.doc, ln.idx)] for ln in pl)]
+                           + [t_head.get(ln.section.split(" > ")[-1], -1.0) for ln in pl if ln.section])
+
+            readings.append((tvec, t_strength))
+        whole = self._whole_article(anchor, pools, per_doc, anchored, qvecs, score_of, head_sim, readings)
         # an opening paragraph says what the article is about; the entry the question finds follows it
         opening = whole if whole and whole[0].kind == "para" else None
         if opening:
@@ -728,7 +751,7 @@ class Composer:
             follows = [x for x in main if (x.doc, x.idx) not in {(o.doc, o.idx) for o in opening}]
             # an FAQ entry about one case the article lists, which the question does not name ("Can I return a
             # gift card?" for "can I return the boots?"), says nothing the opening's general rule does not
-            if follows and all(x.kind in ("faq_q", "faq_a") and self.narrower(x, per_doc[x.doc], asked_words)
+            if follows and all(x.kind in ("faq_q", "faq_a") and self.narrower(x, per_doc[x.doc], asked_words, query)
                                for x in follows):
                 follows = []
             main = opening + self._asked_kind(follows, opening, per_doc, score_of, qvecs, query, head_sim)
@@ -763,6 +786,8 @@ class Composer:
                 best, sc = alt, part_score(alt)
             home = next(pl for pl in pools if best in pl)
             entry = self._entry(home, per_doc, score_of, 1 + p, parts[p], only=best)
+            if best.doc not in cited:
+                entry = self._answering(entry, best, per_doc, score_of, qvecs, 1 + p)
             if any((ln.doc, ln.idx) in taken for ln in entry if ln.kind not in ("intro", "label")):
                 continue
             chosen.append((sc, entry))
@@ -781,6 +806,31 @@ class Composer:
             text = f"{LANG_NOTE[(lang, answer_lang)]}\n{text}"
         top = max((float(score_of[(ln.doc, ln.idx)][0]) for ln in main if (ln.doc, ln.idx) in score_of), default=0.0)
         return Composition(text=text, docs=used, lang=answer_lang, parts=len(chosen), scores={"line": round(top, 4)})
+
+    def _answering(self, entry: list[Line], best: Line, per_doc: list[list[Line]], score_of: dict,
+                   qvecs: np.ndarray, col: int) -> list[Line]:
+        """A further article's entry for a part of the question without the bullets that do not answer it.
+
+        A part said as a how-to ("收到说账号要注销的短信怎么办？") is given its best line's whole list or section, and
+        a section of warnings carries one on refunds ("退款都会自动原路退回") beside the one asked about. Of a
+        further article only the bullets that score about as well as the best for the part (NEAR) stay, unless
+        the part asks what the section itself is about (its heading scores as well: "要防范哪些诈骗？"); steps
+        are said whole."""
+        items = [x for x in entry if x.kind == "item"]
+        if len(items) < 2 or ordered(items) or best.kind != "item":
+            return entry
+        doc = per_doc[best.doc]
+        missing = [x for x in items if (x.doc, x.idx) not in score_of]
+        if missing:
+            for x, row in zip(missing, self.cache.vectors([unit_text(x, doc) for x in missing]) @ qvecs.T,
+                              strict=True):
+                score_of[(x.doc, x.idx)] = row
+        top = float(score_of[(best.doc, best.idx)][col])
+        heading = best.section.split(" > ")[-1]
+        if heading and float(self.cache.vectors([heading])[0] @ qvecs[col]) >= top:
+            return entry
+        kept = {(x.doc, x.idx) for x in items if x is best or float(score_of[(x.doc, x.idx)][col]) >= top - NEAR}
+        return [x for x in entry if x.kind != "item" or (x.doc, x.idx) in kept]
 
     def _fuller(self, main: list[Line], per_doc: list[list[Line]], score_of: dict, qvecs: np.ndarray) -> list[Line]:
         """For a how-to question, the paragraph of the article that says an FAQ answer whole, and where.
@@ -922,7 +972,7 @@ class Composer:
                 row = row.copy()
                 if kind is not None and holds(doc[i].text, kind):
                     row[0] += ANSWER_TYPE_LEAD
-                if self.narrower(doc[i], doc, asked_words):
+                if self.narrower(doc[i], doc, asked_words, query):
                     row[0] -= NARROWER
                 score_of[(doc[i].doc, doc[i].idx)] = row
 
@@ -935,7 +985,7 @@ class Composer:
         said = set().union(*(held[x.idx] for x in own))
         # an entry that names something the customer asked about stands; when it names nothing asked, a
         # line that does can take its place
-        naming = [ln for ln in doc if held[ln.idx] and not self.narrower(ln, doc, asked_words)]
+        naming = [ln for ln in doc if held[ln.idx] and not self.narrower(ln, doc, asked_words, query)]
         # a case the article lists that the question names ("内衣" of "内衣不喜欢可以退吗") and the entry does not
         # (its FAQ question shares "不喜欢"): the line that names the case says what holds for it
         named_cases = idf.keys() & self.cases(doc)
@@ -1014,7 +1064,7 @@ class Composer:
 
     def _whole_article(self, anchor: list[Line], pools: list[list[Line]], per_doc: list[list[Line]],
                        chunks: Sequence[Chunk], qvecs: np.ndarray, score_of: dict, head_sim: dict[str, float],
-                       strength: Callable[[list[Line]], float]) -> list[Line] | None:
+                       readings: Sequence[tuple[np.ndarray, Callable[[list[Line]], float]]]) -> list[Line] | None:
         """The article's first section when the question says the article's title or one of its keywords in other
         words, closer to it than to any of its passages' own lines and headings ("what payment methods do you
         accept?" for "Accepted payment methods", "how do I use a coupon code?" for "Using coupons", "what is your
@@ -1022,7 +1072,8 @@ class Composer:
         which its opening says, rather than what its best-matching section or FAQ entry is about. An article that
         opens with its list must be clearly closer (TITLE_LEAD): the list replaces the entry. One that opens with
         a paragraph (an introduction) needs only be closer (OPENING_LEAD): the paragraph leads the entry, which
-        still follows it (see compose). Else None."""
+        still follows it (see compose). ``readings``: the question's vectors, each with how well a passage's own
+        words match it (``strength``). Else None."""
         title = (chunks[0].title if chunks else "").strip()
         doc = per_doc[anchor[0].doc]
         if not title or not doc:
@@ -1031,8 +1082,9 @@ class Composer:
         lead = OPENING_LEAD if doc[0].kind == "para" else TITLE_LEAD
         if doc[0].kind not in ("intro", "item", "label", "para"):
             return None
-        own = max(strength(pl) for pl in pools if pl[0].doc == anchor[0].doc)
-        if float(max(self.cache.vectors(names) @ qvecs[0])) < own + lead:
+        mine = [pl for pl in pools if pl[0].doc == anchor[0].doc]
+        name_vecs = self.cache.vectors(names)
+        if all(float(max(name_vecs @ vec)) < max(strength(pl) for pl in mine) + lead for vec, strength in readings):
             return None
         first = [x for x in doc if x.section == doc[0].section]
         missing = [x for x in first if (x.doc, x.idx) not in score_of]

@@ -172,6 +172,50 @@ class Glossary:
                 found.append(canonical)
         return found
 
+    def in_terms(self, text: str, article: str = "") -> str:
+        """``text`` (folded) with each variant it says replaced by its canonical term, the articles' own wording
+        ("how do I use a discount code?" -> "how do I use a coupon?"); a variant ``article`` says itself stays."""
+        folded = fold(text)
+        norm = folded.lower()
+        if self._pattern is None or len(norm) != len(folded):
+            return folded
+        said = normalize(article)
+        out, pos = [], 0
+        for m in self._pattern.finditer(norm):
+            term = self._by_variant[m.group(0)]
+            if normalize(term) in norm:      # (a variant that holds its term, "开发票", says it already)
+                continue
+            if re.search(m.group(0) if re.search(f"[{_CJK_CHAR}]", m.group(0))
+                         else rf"(?<![0-9a-z]){re.escape(m.group(0))}(?![0-9a-z])", said):
+                continue
+            out += [folded[pos:m.start()], term]
+            pos = m.end()
+        return "".join(out) + folded[pos:]
+
+    def terms_said(self, text: str) -> set[str]:
+        """The canonical terms ``text`` says, itself or in a variant (the longest one where they overlap)."""
+        if self._pattern is None:
+            return set()
+        return {self._by_variant[m.group(0)] for m in self._pattern.finditer(normalize(text))}
+
+    def narrower(self, question: str, text: str) -> bool:
+        """Whether ``text`` says a term that holds one ``question`` says, and the question does not say it: "重开发票"
+        (reissue an invoice) holds "发票", so an entry asking about reissuing answers less than "可以开发票吗" asks."""
+        q = normalize(question)
+        asked = {normalize(t) for t in self.terms_said(question)}
+        said = {normalize(t) for t in self.terms_said(text)} - asked
+
+        def adds(t: str, a: str) -> bool:
+            """Whether ``t`` holds ``a`` and says more than the question does ("失败" of "支付失败" is in "付款一直失败")."""
+            cjk = re.search(f"[{_CJK_CHAR}]", a) is not None
+            if a == t or (a not in t if cjk else re.search(rf"(?<![0-9a-z]){re.escape(a)}(?![0-9a-z])", t) is None):
+                return False
+            rest = [w for w in re.split(r"[\s\-]+", t.replace(a, " ", 1)) if w]
+            return not all(w in q if re.search(f"[{_CJK_CHAR}]", w)
+                           else re.search(rf"(?<![0-9a-z]){re.escape(w)}(?![0-9a-z])", q) for w in rest)
+
+        return any(adds(t, a) for t in said for a in asked)
+
     def matches(self, normalized_query: str) -> list[tuple[str, str]]:
         """(variant, canonical term) for each variant found in the query whose term the query does not say."""
         if self._pattern is None:

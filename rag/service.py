@@ -22,7 +22,8 @@ from psycopg_pool import ConnectionPool
 from rag.answer import Generator, citation, unsupported_sentences
 from rag.chunk import split_sentences
 from rag.answer_type import asked, asking_word, holds
-from rag.compose import ANSWER_TYPE_LEAD, Composer, VectorCache, asked_about, question_parts, structured, unit_text
+from rag.compose import (ANSWER_TYPE_LEAD, NARROWER, Composer, VectorCache, asked_about, question_parts, strip_framing,
+                          structured, unit_text)
 from rag.confidence import model_of
 from rag.confidence import confidence as confidence_of
 from rag.config import RetrievalConfig
@@ -30,7 +31,8 @@ from rag.dense import DenseStore
 from rag.fusion import fuse
 from rag.generations import Generations
 from rag.lexical.base import LexicalIndex
-from rag.rewrite import EN_STOPWORDS, ZH_STOPWORDS, Glossary, fold, QueryRewriter, RewrittenQuery, get_tokenizer
+from rag.rewrite import (EN_STOPWORDS, ZH_STOPWORDS, Glossary, QueryRewriter, RewrittenQuery, fold, get_tokenizer,
+                         normalize)
 from rag.types import Answer, Chunk, Hit
 from text.places import abroad_in, asks_destination, elsewhere_in, places_in
 
@@ -47,7 +49,12 @@ _POINTER = re.compile(r"^(?:(?:please\s+)?(?:see|refer\s+to)|请参考|请参阅
                       r"[*_《「“\"']*(?P<title>[^*_》」”\"'\n]+?)[*_》」”\"']*\s*[.。]?$", re.I)
 # the words that open a noun phrase naming one thing ("the boots", "my lamp"): see KnowledgeBase.things_named
 _DETERMINERS = frozenset("the a an my our your his her their this these those".split())   # not "that": "a shirt that ..."
-_CONTRACTED = re.compile(r"\b([a-z]+)['’]t\b")
+# a quotation a sentence reports as someone's claim, or warns of, is what the passage warns against, not what it
+# says: the scam text quoted in "声称“账号即将被注销”的短信链接都是钓鱼网站" answers no "怎么注销账号" (a label to click,
+# "点击“忘记密码”", is said by the passage itself)
+_QUOTATION = re.compile(r"“[^”\n]*”|\"[^\"\n]*\"|「[^」\n]*」|‘[^’\n]*’")
+_REPORTED = re.compile(r"声称|谎称|号称|自称|冒充|钓鱼|诈骗|骗子|骗局|(?<![a-z])(?:claim(?:s|ed|ing)?|pretend(?:s|ed|ing)?|"
+                       r"phishing|scam(?:s|mers?)?|fraud(?:ulent|sters?)?|fake)(?![a-z])", re.I)
 QUESTION_UNITS = 4          # question sentences of a passage compared with the query, at most
 ENTRY_CANDIDATES = 8        # hits of an article with entries that the entry score may reorder
 ENTRY_BLEND = 0.15          # weight of the fused retrieval score beside the entry score (a cosine)
@@ -58,6 +65,14 @@ PREFERRED_MARGIN = 0.04
 NAME_BLEND = 0.3            # weight of the query's cosine to an article's names (title, keywords) in the entry score
 PART_HITS = 3              # hits retrieved for each part of a question of several parts
 SHORT_PASSAGE = 160         # a passage this short (a one-line FAQ entry) is itself a question unit
+
+
+def own_words(text: str) -> str:
+    """``text`` without the quotations of its sentences that report them as a claim or warn of them (_REPORTED)."""
+    if not _QUOTATION.search(text) or not _REPORTED.search(text):
+        return text
+    return "\n".join(" ".join(_QUOTATION.sub(" ", s) if _REPORTED.search(s) else s for s in split_sentences(line))
+                     if _QUOTATION.search(line) and _REPORTED.search(line) else line for line in text.splitlines())
 
 
 def question_units(chunk: Chunk, *, named: bool = True) -> list[str]:
@@ -132,6 +147,7 @@ class KnowledgeBase:
         self.composer.words = lambda text: frozenset(_stem(w) for w in self.tokenizer.words_of(text))
         self.composer.terms = lambda text: frozenset(_stem(w) for _, term in self.glossary.matches(fold(text).lower())
                                                      for w in self.tokenizer.words_of(term))
+        self.composer.narrows = self.glossary.narrower
         self.generations = Generations(pool, self.dense, lexical, encoder, encoder_name=encoder_name,
                                        target_chars=self.config.chunk_chars,
                                        overlap_chars=self.config.chunk_overlap, progress=progress,
@@ -259,25 +275,34 @@ class KnowledgeBase:
 
     # ------------------------------------------------------------------ answers
 
-    def coverage(self, keywords: Sequence[str], hit: Hit) -> float:
+    def coverage(self, keywords: Sequence[str], hit: Hit, phrases: Sequence[tuple[str, str]] = ()) -> float:
         """Share of the query's content words that the passage (title, its article's keywords, section, text)
-        contains."""
+        contains. ``phrases``: the glossary's (variant, term) pairs said whole in the query; a passage that says
+        the term says the variant's words too ("discount code" is "coupon": an article on coupons says "code"),
+        except the words that only ask ("where" of "where is my parcel": saying "tracking" tells no place)."""
         if not keywords or hit.chunk is None:
             return 0.0
-        c = hit.chunk
-        words = {_stem(w) for w in self.tokenizer.words_of(c.said())}
+        said = own_words(hit.chunk.said())
+        words = {_stem(w) for w in self.tokenizer.words_of(said)}
         wanted = {_stem(w) for w in keywords}
-        said = c.said().lower()
-        return len({w for w in wanted if w in words or self._said_as(w, words, said)}) / len(wanted)
+        said = said.lower()
+        phrased = [variant for variant, term in phrases if self._says(term, words, said)]
+        in_terms = {_stem(w) for variant in phrased for w in self.tokenizer.words_of(variant) if not asking_word(w)}
+        return len({w for w in wanted if w in words or w in in_terms or self._said_as(w, words, said)
+                    or (not w.isascii() and not asking_word(w) and any(w in v for v in phrased))}) / len(wanted)
 
     def _said_as(self, word: str, words: set[str], said: str) -> bool:
         """Whether a passage (its ``words``, its text ``said``) says ``word`` in the glossary's term for it: the
         glossary declares "deliver" a variant of "shipping" and "寄到" one of "寄往", so a passage that says "shipping"
         or "寄往" contains it."""
-        terms = [term for variant, term in self.glossary.matches(word.lower()) if variant == word.lower()]
-        if not word.isascii():
-            return any(term.lower() in said for term in terms)
-        return any(all(_stem(t) in words for t in self.tokenizer.words_of(term)) for term in terms)
+        return any(self._says(term, words, said) for variant, term in self.glossary.matches(word.lower())
+                   if variant == word.lower())
+
+    def _says(self, term: str, words: set[str], said: str) -> bool:
+        """Whether a passage (its ``words``, its text ``said``) says the glossary ``term``."""
+        if not term.isascii():
+            return term.lower() in said
+        return all(_stem(t) in words for t in self.tokenizer.words_of(term))
 
     def vocabulary(self, generation: str) -> dict[str, tuple[set[str], str]]:
         """Per language, the words of every article of ``generation`` and of the glossary, and their whole text
@@ -292,7 +317,7 @@ class KnowledgeBase:
         texts: dict[str, list[str]] = {}
         for chunks in articles.values():
             for c in chunks:
-                texts.setdefault(c.lang or "", []).append(c.said().lower())
+                texts.setdefault(c.lang or "", []).append(own_words(c.said()).lower())
         # the glossary's terms and variants are the shop's own words too ("package" for "parcel")
         declared = sorted(w.lower() for w in self.glossary.words())
         known = {lang: ({_stem(w) for t in [*parts, *declared] for w in self.tokenizer.words_of(t)},
@@ -338,10 +363,7 @@ class KnowledgeBase:
         if known is None:
             return None
         words, text = known
-        # what a contraction leaves ("what's" -> "s", "doesn't" -> "doesn", "t") is never what is asked about
-        stubs = set(_CONTRACTED.findall((rw.dense or "").lower()))
-        asked_for = [w for w in rw.keywords if not asking_word(w) and not (w.isascii() and len(w) == 1)
-                     and w.lower() not in stubs]
+        asked_for = [w for w in rw.keywords if not asking_word(w) and not (w.isascii() and len(w) == 1)]
 
         def is_known(w: str) -> bool:
             if w.isascii():
@@ -457,7 +479,8 @@ class KnowledgeBase:
         if question is not None and entry is not None:
             # in an article with entries, what the passage answers is its entry read with its context
             question = max(question, float(entry))
-        return {"cosine": cos, "question": question, "coverage": round(self.coverage(rw.keywords, top), 4),
+        phrases = self.glossary.matches(normalize(rw.dense))
+        return {"cosine": cos, "question": question, "coverage": round(self.coverage(rw.keywords, top, phrases), 4),
                 "margin": (cos - second) if cos is not None and second is not None else None,
                 "unknown": self.unknown_share(rw, generation), "lang": rw.lang}
 
@@ -498,15 +521,30 @@ class KnowledgeBase:
         articles = self.articles(generation, docs)
         lines = {d: self.composer.lines_of(generation, 0, articles[d]) for d in docs if articles.get(d)}
         units: list[list[str]] = []
+        # what a unit is about: its FAQ question, else its section's heading (the unit itself when it is one of
+        # them); an article's title is what all its passages are about
+        asks: dict[str, str] = {}
         for h in head:
             doc_lines = lines.get(h.chunk.doc_id if h.chunk else "", [])
-            own = [unit_text(ln, doc_lines) for ln in doc_lines if h.chunk_id in ln.chunks]
+            mine = [ln for ln in doc_lines if h.chunk_id in ln.chunks]
+            own = [unit_text(ln, doc_lines) for ln in mine]
+            for ln, u in zip(mine, own, strict=True):
+                q = next((x for x in doc_lines if x.group == ln.group and x.kind == "faq_q"), None)
+                about = strip_framing(q.text) if ln.kind in ("faq_q", "faq_a") and q is not None else ln.section
+                asks.setdefault(u, about.split(" > ")[-1])
+            for u in question_units(h.chunk, named=False):
+                if u != h.chunk.title.strip():
+                    asks.setdefault(u, u)
             units.append(list(dict.fromkeys(own + question_units(h.chunk, named=False))))
         flat = [u for us in units for u in us]
         if not flat:
             return hits
         query = self.query_vector(rw.dense)
         sims = self.composer.cache.vectors(flat) @ query
+        # an FAQ entry or a section about a narrower subject than the question's, in the glossary's terms ("还能重开发票吗",
+        # "如何换开？" for "可以开发票吗"), answers less than was asked, as in composition (Composer.narrower)
+        sims = sims - np.array([NARROWER if u in asks and self.glossary.narrower(rw.dense, asks[u]) else 0.0
+                                for u in flat])
         kind = asked(rw.original)
         if kind is not None:       # what states the quantity asked for leads (rag/answer_type.py)
             sims = sims + np.array([ANSWER_TYPE_LEAD if holds(u, kind) else 0.0 for u in flat])
@@ -606,14 +644,17 @@ class KnowledgeBase:
         focus = sorted({_stem(w) for variant, term in self.glossary.matches(fold(query).lower())
                         if self.composer.unheard(gen, [_stem(w) for w in self.tokenizer.words_of(variant)])
                         for w in self.tokenizer.words_of(term) if w not in EN_STOPWORDS and w not in ZH_STOPWORDS})
+        def in_terms(article: str) -> str:
+            return self.glossary.in_terms(query, article)
+
         comp = self.composer.compose(query, candidates, lambda ids: self.articles(gen, ids, fresh=candidates),
-                                     lang=rw.lang, key=gen, keywords=keywords, focus=focus)
+                                     lang=rw.lang, key=gen, keywords=keywords, focus=focus, in_terms=in_terms)
         referred = self.referred(query, rw, comp.text if comp is not None else "", gen)
         if referred:
             # the entry only points to another article: the answer is composed from that article
             candidates = referred + [h for h in candidates if h.chunk_id not in {r.chunk_id for r in referred}]
             comp = self.composer.compose(query, candidates, lambda ids: self.articles(gen, ids), lang=rw.lang,
-                                         key=gen, keywords=keywords, focus=focus) or comp
+                                         key=gen, keywords=keywords, focus=focus, in_terms=in_terms) or comp
         if comp is None or not comp.text:
             best = passages[0]
             return (best.chunk.text if best.chunk else ""), [citation(best)]
@@ -695,7 +736,7 @@ class KnowledgeBase:
         passages = hits[: cfg.answer_passages]
         signals = self.signals(rw, hits, generation) if passages else {}     # all hits: the margin looks past the passages
         confidence = self.confidence(rw, passages, signals)
-        if hits is not ranked and hits[0] is not ranked[0]:
+        if hits is not ranked:
             # a preferred passage leads: the question is as answerable as retrieval's own best says, or its own
             # evidence says, whichever is surer (the two are within PREFERRED_MARGIN of each other)
             first = self.signals(rw, ranked, generation)

@@ -139,25 +139,79 @@ def bundled_kb(bundled_pool, bundled_template, e5_encoder):
     # an FAQ reply says the answer in a sentence, not the entry's question
     ("Can I pay with PayPal?", "payment-methods-en", "You can pay with PayPal if", "Can I pay with PayPal?"),
     ("能用PayPal付款吗", "payment-methods-zh", "能用PayPal付款，", "能用PayPal付款吗"),
+    # a contraction is no word the answer lacks
+    ("I didn't get the verification code", "password-reset-en", "spam", "Q:"),
+    ("what's your phone number?", "contact-hours-en", "400-000-6688", "Q:"),
+    ("你们的电话多少", "contact-hours-zh", "400-000-6688", "问："),
+    # the glossary's variant said whole ("discount code", "promo code" are "coupon"): its words are the coupons
+    # article's (a code that does not work: what to check)
+    ("my discount code isn't working", "coupons-en", "minimum spend", "verification"),
+    ("my promo code doesn't work", "coupons-en", "minimum spend", "verification"),
+    # an entry about reissuing ("重开发票" holds "发票") answers less than whether an invoice can be had
+    ("可以开发票吗", "invoice-electronic-zh", "补开发票", "换开"),
 ])
 def test_a_bundled_question_gets_its_entry_in_its_own_words(bundled_kb, query, doc, says, not_says):
     answer = bundled_kb.answer(query)
-    assert answer.answered and answer.citations[0]["doc_id"] == doc, (answer.reason, answer.citations[:1])
+    assert answer.answered and answer.citations[0]["doc_id"] == doc, (answer.reason, answer.signals,
+                                                                      answer.citations[:1])
     assert says in answer.text and not_says not in answer.text, answer.text
 
 
+def test_a_quotation_reported_as_a_claim_is_not_the_passages_own_words():
+    """A scam text a warning quotes is dropped from what a passage says; a label to click stays."""
+    from rag.service import own_words
+
+    warning = "请只相信官方App内的消息。声称“账号即将被注销”的短信链接都是钓鱼网站。"
+    assert "注销" not in own_words(warning) and "钓鱼网站" in own_words(warning)
+    assert "will be closed" not in own_words('Links in texts claiming your account "will be closed" are phishing.')
+    label = "如果已无法登录，请使用“忘记密码”；"
+    assert own_words(label) == label
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("query, doc, says", [
-    # a contraction is no word the answer lacks
-    ("I didn't get the verification code", "password-reset-en", "spam"),
-    ("what's your phone number?", "contact-hours-en", "400-000-6688"),
-    ("你们的电话多少", "contact-hours-zh", "400-000-6688"),
-])
-def test_a_question_in_the_customers_own_words_is_answered(bundled_kb, query, doc, says):
-    answer = bundled_kb.answer(query)
-    assert answer.answered and answer.citations[0]["doc_id"] == doc, (answer.reason, answer.signals,
-                                                                      answer.citations[:1])
-    assert says in answer.text, answer.text
+def test_how_to_use_a_discount_code_is_answered_with_how_coupons_are_used(bundled_kb):
+    """"discount code" is the glossary's "coupon": the question is answered, and read in the article's terms it names
+    the article ("Using coupons"), whose opening says how one is used; it leads, before any entry on why a coupon
+    cannot be used."""
+    answer = bundled_kb.answer("how do I use a discount code?")
+    assert answer.answered and answer.citations[0]["doc_id"] == "coupons-en", (answer.reason, answer.signals)
+    assert answer.text.startswith("Your coupons are under Account > Coupons."), answer.text
+
+
+@pytest.mark.slow
+def test_a_phrase_a_warning_quotes_answers_no_question_about_it(bundled_kb):
+    """The anti-phishing section quotes a scam text ("账号即将被注销"): that is no account-deletion entry, and the pack
+    has none, so "怎么注销账号" is declined; a question about the scam text itself is still answered from it."""
+    answer = bundled_kb.answer("怎么注销账号")
+    assert not answer.answered and answer.text is None, (answer.confidence, answer.text)
+    assert answer.signals["unknown"] > 0, answer.signals
+    scam = bundled_kb.answer("收到短信说账号即将被注销是真的吗")
+    assert scam.answered and scam.citations[0]["doc_id"] == "suspicious-login-zh", scam.citations[:1]
+    assert "钓鱼" in scam.text, scam.text
+
+
+@pytest.mark.slow
+def test_a_plain_status_question_is_no_more_sure_of_the_delayed_parcel_article(bundled_kb):
+    """A glossary variant's words count as said by a passage that says its term, but not the words that only ask:
+    "where is my parcel" (a variant of "tracking") is no surer of the delayed-parcel article, which says
+    "tracking" too."""
+    answer = bundled_kb.answer("where is my parcel")
+    assert not answer.answered and answer.signals["coverage"] == 0.5, answer.signals
+
+
+@pytest.mark.slow
+def test_a_further_articles_bullets_stay_only_when_they_answer_the_part(bundled_kb):
+    """The second part of "退款多久到账？有人让我转账到安全账户怎么办？" is a how-to, which takes its best line's section whole:
+    of the anti-phishing section only the bullet on "safe accounts" answers it, not the ones on passwords or a scam
+    text."""
+    answer = bundled_kb.answer("退款多久到账？有人让我转账到安全账户怎么办？")
+    assert answer.answered, (answer.reason, answer.signals)
+    assert [c["doc_id"] for c in answer.citations] == ["refund-timelines-zh", "suspicious-login-zh"], answer.citations
+    assert "安全账户" in answer.text and "1–3个工作日" in answer.text, answer.text
+    assert "密码" not in answer.text and "注销" not in answer.text, answer.text
+    # a part that asks what the section is about gets it whole
+    scams = bundled_kb.answer("退款多久到账？要防范哪些诈骗？")
+    assert all(s in (scams.text or scams.draft) for s in ("密码", "安全账户", "钓鱼")), scams.text
 
 
 @pytest.mark.slow

@@ -44,6 +44,28 @@ def test_glossary_matches_say_which_variant_stands_for_which_term(rewriter):
     assert rewriter.glossary.matches(normalize("do you accept American Express?")) == []   # the term itself
 
 
+def test_a_question_is_said_in_the_glossarys_terms_for_the_words_an_article_never_says(rewriter):
+    """The articles' names are in the glossary's terms: "discount code" is read as "coupon" to compare a question with
+    them, unless the article says the customer's words itself."""
+    g = rewriter.glossary
+    assert g.in_terms("How do I use a Discount Code?") == "How do I use a coupon?"
+    assert g.in_terms("how do I use a discount code?", "Enter your discount code at checkout") == (
+        "how do I use a discount code?")
+    assert g.in_terms("可以开发票吗") == "可以开发票吗"        # the variant holds its term: said already
+
+
+def test_an_entry_on_a_term_that_holds_the_asked_one_is_narrower(rewriter):
+    """"重开发票" (reissue an invoice) holds "发票": an entry asking about it answers less than "可以开发票吗"; one that
+    asks about the term itself, or a question that names the narrower term, is not narrower."""
+    g = rewriter.glossary
+    assert g.narrower("可以开发票吗", "一年前的订单还能重开发票吗？")
+    assert g.narrower("can I get an invoice?", "Can I re-issue an invoice after a year?")
+    assert not g.narrower("可以开发票吗", "下单时忘了选发票怎么办？")
+    assert not g.narrower("怎么重开发票", "一年前的订单还能重开发票吗？")
+    assert not g.narrower("how long does a refund take?", "When is the refund issued?")
+    assert not g.narrower("付款一直失败", "外卡付款失败怎么办？")      # "失败" is asked too
+
+
 def test_latin_variants_match_whole_words_only(rewriter):
     # "tier" is a variant of "member tier": it must not fire inside "frontier"
     assert "member tier" not in rewriter.rewrite("frontier shipping").expansions
