@@ -137,12 +137,14 @@ def test_a_new_address_said_in_the_request_is_not_asked_for_again(shop_engine, t
 
 def test_an_address_change_without_an_address_still_asks_for_it(shop_engine, turn):
     for n, request_ in enumerate(("can you change the address on order 100242",
-                                  "I need to change the address for 2 items", "change my address from 12 Baker Street")):
+                                  "I need to change the address for 2 items", "change my address from 12 Baker Street",
+                                  "please change my address to 5 Lamp Street, Springfield, IL 62701")):
         who = Caller(channel="web", customer_id="c2", conversation_id=f"unsaid-{n}")
         t = turn(shop_engine.start, "change_address", who, request_, {}, "en")
         assert t.awaiting in ("address", "confirmation"), t.reply
         if t.awaiting == "confirmation":     # an address said, even the old one: confirmed before anything changes
-            assert t.pending_action["arguments"]["address"] == "12 Baker Street"
+            assert t.pending_action["arguments"]["address"] in ("12 Baker Street", "5 Lamp Street, Springfield, IL 62701")
+            assert t.pending_action["arguments"]["order_id"] == "100242"      # a "Lamp Street" names no lamp order
     t = turn(shop_engine.start, "change_address", Caller(channel="web", customer_id="c1", conversation_id="unsaid-zh"),
              "我想把订单100235的地址改一下", {}, "zh")
     assert t.awaiting == "address"

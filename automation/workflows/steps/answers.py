@@ -278,26 +278,29 @@ def named_value(wf: Workflow, name: str, text: str) -> str | None:
 
 def prefill(wf: Workflow, text: str, entities: dict[str, Any]) -> dict[str, Any]:
     """The slots the customer's first message already gives (an order number, an amount, the new address of
-    "change the address of my hose order to 12 Baker Street, London": never asked for again)."""
-    slots = {}
+    "change the address of my hose order to 12 Baker Street, London", an invoice title named: never asked for
+    again). The words a free-text value takes are no other slot's: the zip of "… Springfield, IL 62701" is no
+    order number."""
+    slots: dict[str, Any] = {}
+    rest = text or ""
+    for name, slot in wf.slots.items():
+        if slot.validate.get("entity") is not None or name in entities:
+            continue
+        said = (named_value(wf, name, rest) if slot.named_by else
+                address.span(rest) if slot.validate.get("format") == "address" else None)
+        if said is not None and slot.check(said) and not U.is_pointer(said):
+            slots[name] = said
+            rest = rest.replace(said, " ")
     for name, slot in wf.slots.items():
         ent = slot.validate.get("entity")
         if ent in (None, "text", "number", "yes_no"):
             if name in entities and slot.check(entities[name]):
                 slots[name] = entities[name]
-            elif ent is None and slot.named_by:
-                said = named_value(wf, name, text)   # "..., company name Acme Trading Ltd", "抬头是杭州某某科技有限公司"
-                if said is not None and slot.check(said) and not U.is_pointer(said):
-                    slots[name] = said
-            elif ent is None and slot.validate.get("format") == "address":
-                said = address.span(text)    # where an address starts in the request, to its end
-                if said is not None and slot.check(said) and not U.is_pointer(said):
-                    slots[name] = said
             continue
-        value = entities.get(name) if name in entities else U.extract(ent, text, entities)
+        value = entities.get(name) if name in entities else U.extract(ent, rest, entities)
         if value is not None and not slot.check(value) and ent == "order_id" and name not in entities:
             # "W3003的邮编改成98109": the last number-like token is a zip code; the slot's own rule picks the id
-            value = next((v for v in reversed(U.order_ids(text)) if slot.check(v)), None)
+            value = next((v for v in reversed(U.order_ids(rest)) if slot.check(v)), None)
         if value is not None and slot.check(value):
             slots[name] = value
     return slots

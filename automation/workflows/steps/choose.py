@@ -15,6 +15,7 @@ from automation.workflows.model import Step, StepSpec
 from automation.workflows.runtime import MAX_ATTEMPTS, FlowRun, Restart, t
 from automation.workflows.steps import answers as A
 from automation.workflows.steps.base import Outcome, StepContext, StepKind
+from text import address
 
 Rows = tuple[list[str], list[list[str]], dict[str, list[str]]]
 # words said before the question (a whole request: "ship W1001 to the same address as my other order") also
@@ -458,9 +459,11 @@ class Choose(StepKind):
         what the customer asked about, so it is not taken for them; the words are read as any request's are."""
         if "text" not in step.raw or "others" not in step.raw:
             return False
-        # a bare number is no description here: an order number was taken before the choice, and the rest are
-        # quantities and house numbers ("change my address from 12 Baker Street" names no boots "size 12")
-        said = _NUMBER.sub(" ", str(evaluate(step.raw["text"], run.scope()) or ""))
+        # an address said in the request describes no order ("change my address to 5 Lamp Street"), nor does a bare
+        # number: an order number was taken before the choice, the rest are quantities and house numbers
+        said = str(evaluate(step.raw["text"], run.scope()) or "")
+        where = address.span(said)
+        said = _NUMBER.sub(" ", said.replace(where, " ") if where and U.looks_like_address(where) else said)
         if not said.strip():
             return False
         ids, texts = option_texts(run, step, opts)
