@@ -413,6 +413,25 @@ def spread(runs: list[tuple[bool | None, dict]], paths: list[str]) -> dict:
     return out
 
 
+def paired_shares(runs: list[tuple[bool | None, dict]], paths: list[str]) -> dict:
+    """Each round's wired msg/s as a share of its own tools-off run (the two servers ran back to back).
+
+    Two servers of the same code differ by up to a fifth in msg/s on a shared 2-core machine (the same mode's
+    runs range 88-111 msg/s in one sitting), so one pair can say 80 % or 100 % by chance; the verdict is taken
+    from the modes' means over every round, and the rounds' own shares show how far one pair can be trusted."""
+    out: dict = {}
+    for path in paths:
+        shares = []
+        for i in range(0, len(runs) - 1, 2):
+            pair = dict((tools, measured) for tools, measured in runs[i:i + 2])
+            if False in pair and True in pair and path in pair[False] and path in pair[True]:
+                shares.append(pair[True][path]["messages_per_s"] / pair[False][path]["messages_per_s"])
+        if shares:
+            out[path] = {"each": [round(v, 3) for v in shares], "median": round(statistics.median(shares), 3),
+                         "min": round(min(shares), 3), "max": round(max(shares), 3)}
+    return out
+
+
 def main() -> None:
     if sys.argv[1:2] == ["serve-bare"]:
         return serve_bare(int(sys.argv[2]))
@@ -438,7 +457,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=1,
                    help="with --tools both: pairs of servers, alternated (off, wired, wired, off, ...), so that the "
                         "machine's drift falls on both modes alike; the shares are taken from each mode's mean and the "
-                        "range between runs is reported")
+                        "range between runs is reported, with each round's own share. Servers of the same code differ "
+                        "by up to a fifth in msg/s: take the verdict from at least 4 rounds of 2000 messages")
     p.add_argument("--embeddings", type=Path, default=None,
                    help="a file to keep the knowledge base's embedding cache in between runs (read at start when it "
                         "exists, written at the end): a server then starts without encoding the articles again")
@@ -503,6 +523,7 @@ def main() -> None:
             path: round(m["wired"]["capacity_2_cores_messages_per_s"]["mean"]
                         / m["off"]["capacity_2_cores_messages_per_s"]["mean"], 3)
             for path, m in means.items() if "capacity_2_cores_messages_per_s" in m["wired"]}
+        results["paired_shares"] = paired_shares(runs, paths)
         results["wired_within_10_percent"] = all(
             v >= 0.9 for shares in ("wired_share_of_tools_off", "wired_capacity_share_of_tools_off")
             for v in results[shares].values())
@@ -546,6 +567,9 @@ def main() -> None:
               + "; by 2-core capacity: " + ", ".join(f"{k} {v:.0%}" for k, v in
                                                    results["wired_capacity_share_of_tools_off"].items())
               + f" (target >= 90%, both: {'met' if results['wired_within_10_percent'] else 'not met'})")
+        for path, f in results["paired_shares"].items():
+            print(f"{path}: each round's wired / tools off, msg/s: "
+                  + ", ".join(f"{v:.0%}" for v in f["each"]) + f" (median {f['median']:.0%})")
     print(f"load average during the run: {os.getloadavg()[0]:.1f} (other work on the machine lowers msg/s, "
           "not the CPU cost per message)")
     print(f"written to {out.relative_to(REPO)}")

@@ -505,8 +505,39 @@ _BACK = re.compile(r"(?<![a-z'])(?:it|that|this)(?:\s+(?:one|order))?(?![a-z'])|
 
 def refers_back(text: str) -> bool:
     """The message speaks of what the conversation was just about ("ok then cancel it", "那帮我取消吧"), naming no
-    other thing of its own; "the other one" is not it."""
-    return bool(_BACK.search(text or "")) and not refers_to_other(text)
+    other thing of its own; "the other one" is not it, nor a demonstrative that heads a description of its own
+    ("取消手提袋那单", "cancel that tote order": the thing described picks the order, see :func:`describes_its_own`)."""
+    return bool(_BACK.search(text or "")) and not refers_to_other(text) and not describes_its_own(text)
+
+
+# "手提袋那单", "杯子那个": words before a Chinese demonstrative describe what it points at, once the request's own
+# words before them go ("取消", "帮我把"); "刚才那单", "上面那个" place it in the conversation instead
+_ZH_DEMONSTRATIVE = re.compile(r"(?:这|那)(?:一)?(?:单|个|笔|件)")
+_ZH_BEFORE = re.compile(r"[\u4e00-\u9fff]{1,12}$")
+_ZH_REQUEST_LEAD = re.compile(r"^(?:帮我|帮忙|请|麻烦|我要|我想|想要|想|要|把|给|将|对|申请|取消|退款|退货|退|查询|查"
+                              r"|看看|看|修改|改|开|那就|就|那|的)+")
+_ZH_AFTER = re.compile(r"[\u4e00-\u9fff]+?(?=帮|请|麻烦|我|要|想|把|给|退|取消|改|修改|开|查|吧|了|呢|吗|的|[，,。？?！!\s]|$)")
+_ZH_HEAD_ONLY = re.compile(r"(?:订单|单子|东西|商品|订单号)")
+# "that tote order", "this blue one": a word between the demonstrative and its head ("that order", "this one" have none)
+_EN_DESCRIBED_BACK = re.compile(r"(?<![a-z'])(?:that|this)\s+(?!(?:order|one|item)\b)(?:[a-z0-9'-]+\s+){1,3}?"
+                                r"(?:order|one|item)(?![a-z'])", re.I)
+
+
+def describes_its_own(text: str) -> bool:
+    """A demonstrative in the message heads words that describe a thing ("取消手提袋那单", "把杯子那个退了", "cancel
+    that tote order"): the message names what it means, which is not necessarily what was just talked about."""
+    t = text or ""
+    if _EN_DESCRIBED_BACK.search(t):
+        return True
+    for m in _ZH_DEMONSTRATIVE.finditer(t):
+        run = _ZH_BEFORE.search(t[:m.start()])
+        desc = re.sub(r"的$", "", _ZH_REQUEST_LEAD.sub("", run.group(0))) if run else ""
+        if len(desc) >= 2 and not _ZH_PLACE_IN_LIST.fullmatch(desc):
+            return True
+        after = _ZH_AFTER.match(t[m.end():])     # "那个杯子帮我退了": the words it heads, up to the request's own
+        if after is not None and len(after.group(0)) >= 2 and not _ZH_HEAD_ONLY.fullmatch(after.group(0)):
+            return True
+    return False
 
 
 def refers_to_other(text: str) -> bool:

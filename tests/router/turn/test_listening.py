@@ -236,6 +236,33 @@ def test_a_task_about_the_order_just_looked_up_needs_no_order_number(api, svc, c
     assert again[1]["flow"]["awaiting"] == "order_id", again[1]
 
 
+@pytest.mark.parametrize("customer, texts, asked, order", [
+    # the boots (shipped) were just looked up; the hose's order is the one named
+    ("c2", ("where is my boots order?", "please cancel that hose order", "yes"), "Cancel order 100242", "100242"),
+    # the earbuds (shipped) were just looked up; the mug's order (paid) is named before 那单 / after 那个
+    ("c1", ("耳机到哪了", "把马克杯那单取消了吧", "是的"), "确认取消订单 100235", "100235"),
+    ("c1", ("耳机到哪了", "那个马克杯帮我取消", "是的"), "确认取消订单 100235", "100235"),
+])
+def test_a_demonstrative_that_names_its_own_order_is_not_the_order_just_looked_up(api, svc, customer, texts, asked,
+                                                                                   order):
+    """"cancel that hose order", "杯子那单": the words the demonstrative heads name the order meant; the order just
+    discussed is taken only for "it", "那单" alone. Never the order looked up before, whose status the check would
+    then refuse (or, worse, confirm)."""
+    out = talk(api, customer, f"l-own-{customer}-{len(texts[1])}", *texts)
+    assert asked in out[1]["reply"]["text"], [o["reply"]["text"] for o in out]
+    assert out[-1]["flow"]["status"] == "completed"
+    assert [w["order_id"] for w in writes_of(svc, "cancel_order")] == [order]
+
+
+def test_a_demonstrative_whose_description_matches_no_order_asks_which(api, svc):
+    """"取消手提袋那单" after the earbuds were looked up: no order's items say 手提袋, so the customer is asked which
+    order (the cancellable ones listed), never offered the earbuds' order just looked up."""
+    out = talk(api, "c1", "l-own-unmatched", "耳机到哪了", "取消手提袋那单")
+    said = out[1]["reply"]["text"]
+    assert out[1]["flow"]["awaiting"] == "order_id" and "100236" in said and "100234" not in said, said
+    assert writes_of(svc, "cancel_order") == []
+
+
 @pytest.mark.parametrize("text,customer,needle", [
     ("我的快递到哪了", "c4", "100260"), ("where's my package?", "c6", "100280"),
     ("查询订单100234的快递单号", "c1", "SF1402837465299"), ("帮我查一下100241的物流", "c2", "794644790138")])
