@@ -132,3 +132,24 @@ def tells_a_problem(text: str | None) -> bool:
     question in all but form (why, and what to do)."""
     t = normalise(text or "").strip().replace("’", "'")
     return bool(t) and any(p.search(t) for p in (_PROBLEM_EN, _PROBLEM_ZH, _UNSENT_EN, _UNSENT_ZH))
+
+
+# beside a question, what tells of something wrong: a negation, a contrast, a "why", a word of failure
+# ("has my lamp been delivered?" asks; "why hasn't it come?", "it says delivered but I have nothing" report)
+_TROUBLE_EN = re.compile(r"\b(?:not|no|never|nothing|nobody|none|but|why|lost|missing|late|delayed|delay|stuck|wrong"
+                         r"|damaged|broken|without|haven't|hasn't|didn't|don't|doesn't|isn't|wasn't|can't|won't)\b"
+                         r"|n't\b")
+_TROUBLE_ZH = re.compile(r"没|未|不|但|可是|却|为什么|为啥|怎么回事|怎么还|丢|延误|延迟|太慢|卡住|错|坏|破")
+_A_NOT_A = re.compile(r"([\u4e00-\u9fff])不\1|不好意思|不用")   # "能不能", "是不是": a question's form, no trouble
+_SENTENCE_END = re.compile(r"[.?!。？！;；\n]+")
+
+
+def only_asks(text: str | None) -> bool:
+    """Every sentence of the message is a question and none tells of anything wrong ("has my lamp been delivered?",
+    "东西到了吗"): the customer asks how things stand, and the answer is the status alone, not what to do about a
+    problem nobody reported ("it says delivered but I never got it" does report one)."""
+    t = normalise(text or "").strip().replace("’", "'")
+    sentences = [s for s in _SENTENCE_END.split(t) if s.strip()]
+    if not sentences or any(read_form(s) != "question" for s in sentences):
+        return False
+    return not (_TROUBLE_EN.search(t) or _TROUBLE_ZH.search(_A_NOT_A.sub("", t)) or tells_a_problem(t))

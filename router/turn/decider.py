@@ -51,7 +51,7 @@ from router.turn.ports import ClassifierPort, EncoderPort, FlowsPort, HandoffPor
 from router.turn.tiers.base import close_question, plan_facts, verdict_facts
 from router.turn.tiers.workflows import Workflows
 from text import LONG_MESSAGE_CHARS
-from text.form import read_form
+from text.form import only_asks, read_form
 
 log = logging.getLogger(__name__)
 
@@ -365,8 +365,10 @@ class _Turn(Workflows):
             # a problem the message reports beside the task it started ("the tracking says delivered but nothing
             # came"): what to do about it, from the intent's advice articles, goes with the task's reply: before
             # the question the task asks (the question comes last), after its answer
+            # ("has my lamp been delivered?" only asks how things stand: the status alone)
             advising = intent if (reading is None and restart is None and beside is None and intent is not None
-                                  and intent.advice and flow.handoff is None) else None
+                                  and intent.advice and flow.handoff is None
+                                  and not per_turn(("only asks", self.text), lambda: only_asks(self.text))) else None
             if advising is not None and flow.status == "waiting":
                 beside, advising = self.advice_beside(advising), None
             result = self.with_answer_first(beside, self.flow_outcome(c, flow))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from text.form import read_form, tells_a_problem
+from text.form import only_asks, read_form, tells_a_problem
 
 QUESTIONS = ["how do I return an item?", "how do I get an e-invoice", "can I return a shirt that doesn't fit?",
              "is it possible to change the address after paying?", "do I need to pay for return shipping?",
@@ -63,3 +63,17 @@ def test_problems_told_as_statements(text):
 @pytest.mark.parametrize("text", NO_PROBLEM)
 def test_statements_of_no_problem(text):
     assert not tells_a_problem(text)
+
+
+@pytest.mark.parametrize("text", ["has my lamp been delivered?", "东西到了吗", "where is my parcel", "has it shipped yet?",
+                                  "能不能查一下物流", "is it still in transit?", "订单100230签收了吗"])
+def test_a_status_question_only_asks(text):
+    assert only_asks(text)
+
+
+@pytest.mark.parametrize("text", [
+    "my package says delivered but I never got it", "where is my parcel? it says delivered but I have nothing",
+    "why hasn't my parcel arrived yet?", "is my parcel lost?", "快递显示已签收，但是我没收到", "物流三天没更新了",
+    "我的快递怎么还没到", "where's my package? tracking hasn't moved in 4 days", "cancel my order"])
+def test_a_message_that_reports_trouble_or_asks_nothing_does_not_only_ask(text):
+    assert not only_asks(text)

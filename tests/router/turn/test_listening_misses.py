@@ -156,4 +156,8 @@ def test_a_problem_reported_with_a_status_gets_the_status_and_what_to_do_about_i
     assert "100270" in status and ("48小时" in advice or "签收凭证" in advice), reply
     (_, reply, flow, _), = talk_pack("c6", ["where is my parcel"])
     assert "100280" in reply and "hours" not in reply and flow["status"] == "completed", reply
+    # a question whether it was delivered reports nothing wrong: its status, never the lost-parcel steps
+    for customer, text, order in (("c2", "has my lamp been delivered?", "100240"), ("c1", "订单100230签收了吗", "100230")):
+        (_, reply, flow, _), = talk_pack(customer, [text])
+        assert order in reply and "\n\n" not in reply and "48" not in reply, (text, reply)
     assert tickets(pack) == 0
