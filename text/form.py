@@ -153,3 +153,12 @@ def only_asks(text: str | None) -> bool:
     if not sentences or any(read_form(s) != "question" for s in sentences):
         return False
     return not (_TROUBLE_EN.search(t) or _TROUBLE_ZH.search(_A_NOT_A.sub("", t)) or tells_a_problem(t))
+
+
+_WHY = re.compile(r"\bwhy\b|\bhow\s+come\b|\bwhat\s+happened\b|为什么|为啥|怎么回事|怎么会|凭什么")
+
+
+def asks_why(text: str | None) -> bool:
+    """The message asks for an explanation ("why is my invoice wrong?", "为什么只退了一半"), not for something to
+    be done."""
+    return bool(_WHY.search(normalise(text or "").replace("’", "'")))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from text.form import only_asks, read_form, tells_a_problem
+from text.form import asks_why, only_asks, read_form, tells_a_problem
 
 QUESTIONS = ["how do I return an item?", "how do I get an e-invoice", "can I return a shirt that doesn't fit?",
              "is it possible to change the address after paying?", "do I need to pay for return shipping?",
@@ -77,3 +77,10 @@ def test_a_status_question_only_asks(text):
     "我的快递怎么还没到", "where's my package? tracking hasn't moved in 4 days", "cancel my order"])
 def test_a_message_that_reports_trouble_or_asks_nothing_does_not_only_ask(text):
     assert not only_asks(text)
+
+
+@pytest.mark.parametrize("text, why", [("why is the amount on my invoice wrong?", True), ("为什么只退了一半", True),
+                                       ("how come my refund is so small", True), ("can I return it?", False),
+                                       ("毛巾能开个发票吗", False)])
+def test_asks_why(text, why):
+    assert asks_why(text) is why

@@ -24,10 +24,11 @@ from router.classify.base import Classification
 from router.classify.intents import Intent
 from router.schemas import Decision
 from router.turn import plan
+from router.turn.passes import per_turn
 from router.turn.pipeline import TurnResult
 from router.turn.tiers.base import EVIDENCE_LIMIT, citations_of, close_lookup, hit_dict
 from router.turn.tiers.tickets import Tickets
-from text.form import read_form
+from text.form import asks_why, read_form, tells_a_problem
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,11 @@ TOPIC_AGREEMENT_INTENT = 0.6   # ... and the classifier is at least this sure of
 # intent's article than the classified one's are classified at most 0.71 ("is cash on delivery possible?": shipping
 # 0.705, answered from the payment methods; "东西坏了怎么申请保修": damaged_item 0.673, answered from the warranty).
 TOPIC_PRIOR_INTENT = 0.75
+# A question of an intent whose task the bot does ("毛巾能开个发票吗", "the boots are too small, can I return them?")
+# that the knowledge base cannot answer: when the classifier is at least this sure of the intent, the task is
+# offered instead of a colleague being asked (the same bar as a topic answer's: an offer does nothing before a
+# yes, so it needs no surer reading than an answer does); a question it barely places goes to a person as before.
+OFFER_INSTEAD_INTENT = TOPIC_AGREEMENT_INTENT
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,9 @@ class Answers(Tickets):
             return self.answered(c, answer, text, citations, topic_agreement=agreed,
                                  task=close_lookup(self.r, c, self.intent_config(c)))
         why = (self.rag_error or "no knowledge base") if answer is None else (answer.reason or "no confident answer")
+        offered = self.offer_instead(c, why) if answer is not None else None
+        if offered is not None:
+            return offered
         decision = self.decision_of(c, "L2", None, l1_fallback={"from": "L1", "reason": why})
         return self.assist_l2(c, decision, via="l1_resolving", answer=answer, reason=f"L1 could not answer: {why}")
 
@@ -118,6 +127,28 @@ class Answers(Tickets):
         if topic_agreement:
             facts["topic_agreement"] = True
         decision = self.decision_of(c, "L1", None, answer=facts)
+        return self.result(decision, reply=reply)
+
+    def offer_instead(self, c: Classification, why: str) -> TurnResult | None:
+        """A question the knowledge base cannot answer, of an intent whose task the bot does for the customer
+        ("毛巾能开个发票吗", "can I get an invoice for the hose order?", "the boots I ordered are too small, can I
+        return them?"): the customer wants it done more than explained, so the task is offered (a "yes" starts it)
+        rather than a colleague asked to answer. Not when it asks why ("why was my refund only partial?"), tells of
+        something failing ("my coupon doesn't work": a person looks), or the classifier is unsure of the intent;
+        None: the ticket as before. A reason given beside the question ("it's the wrong colour, can I return it?")
+        is why the customer wants the task, not a report for a person."""
+        intent = self.asking
+        if (intent is None or not intent.task or float(c.confidence) < OFFER_INSTEAD_INTENT
+                or read_form(self.text) != "question" or asks_why(self.text)
+                or per_turn(("problem", self.text), lambda: tells_a_problem(self.text))):
+            return None
+        offer = self.offer_task(c, [], task=intent.task)
+        if offer is None:
+            return None
+        reply = self.send(self.say("offer_task").format(task=offer[0]), kind="reply", suggestions=offer[1])
+        self.trace["offered_instead"] = {"workflow": intent.task, "reason": why}
+        self.move("l1_resolved", "task_offered")
+        decision = self.decision_of(c, "L1", None, offered_instead={"task": intent.task, "reason": why})
         return self.result(decision, reply=reply)
 
     def answer_first(self, c: Classification, question: Intent, lookup: str | None) -> TurnResult | None:
@@ -191,7 +222,7 @@ class Answers(Tickets):
         engine = self.r.flows
         config = self.r.classifier.config
         doc = citations[0].get("doc_id") if citations else None
-        if engine is None or not doc or self.trace.get("queued") or self.trace.get("kept_question") \
+        if engine is None or not (doc or task) or self.trace.get("queued") or self.trace.get("kept_question") \
                 or self.active_flow() is not None:
             return None   # a task kept this turn starts next instead; a question said in passing gets its answer
         mine = self.intent_config(c)

@@ -323,3 +323,23 @@ def test_never_the_order_lookup(api, text, intent):
     flow = out.get("flow") or {}
     assert out["decision"]["intent"] == intent, out["decision"]
     assert flow.get("awaiting") != "order_id" and flow.get("workflow") in (None, "change_address"), flow
+
+
+@pytest.mark.parametrize("text, workflow", [
+    ("耳机能开个发票吗", "invoice"), ("杯子那单能开张发票吗", "invoice"), ("耳机那单可以开发票吗？", "invoice"),
+    ("the mug I ordered is the wrong colour, can I return it?", "refund"), ("买的耳机不想要了，能退吗", "refund"),
+])
+def test_a_question_about_a_task_the_bot_does_is_answered_or_the_task_offered_never_a_ticket(api, text, workflow):
+    """A question whose intent has a task the bot does for the customer ("can I get an invoice for my earbuds?")
+    wants it done: the knowledge base's answer with the task offered after it, or, when the knowledge base cannot
+    answer, the task offered alone. A colleague is never asked to answer it, and nothing starts before a yes."""
+    out = _post(api, text, f"offer-{abs(hash(text))}")
+    assert out["ticket_id"] is None and out["decision"]["tier"] == "L1", (text, out["decision"], out["reply"])
+    assert out["flow"]["workflow"] == workflow and out["flow"]["awaiting"] == "offer", (text, out["flow"])
+
+
+def test_a_question_that_reports_something_wrong_still_goes_to_a_colleague_when_unanswered(api):
+    """"why is the amount on my invoice wrong?" asks why: no task is offered in place of an answer."""
+    out = _post(api, "why is the amount on my invoice wrong? it doesn't match what I paid", "offer-wrong")
+    assert (out.get("flow") or {}).get("awaiting") != "offer" or out["reply"]["citations"], (out["decision"],
+                                                                                           out["reply"])
