@@ -80,11 +80,12 @@ class IntentClassifier:
 
         A config without a threshold, or fitted with another encoder, is fitted here from its own examples
         (cross-validation, see router.classify.fit) — thresholds only mean something for the encoder they
-        were fitted with. ``example_vectors`` / ``oos_vectors`` (rows in config order) skip re-encoding the
+        were fitted with. A config that carries its fit is used as written, even when its examples changed
+        since (logged: ``switchboard router fit --intents FILE`` fits it again). ``example_vectors`` / ``oos_vectors`` (rows in config order) skip re-encoding the
         examples; ``cache_dir`` keeps trained heads on disk.
         """
         from router.classify.embedding import EmbeddingScorer
-        from router.classify.fit import needs_fit, refit_config
+        from router.classify.fit import needs_fit, refit_config, stale_fit
         from router.classify.rules import RuleMatcher
 
         rules = RuleMatcher(config)
@@ -99,6 +100,10 @@ class IntentClassifier:
             if reason:
                 log.info("fitting the intent threshold at load: %s", reason)
                 config = refit_config(config, example_vectors, oos_vectors, encoder_name=_encoder_name(encoder))
+            elif stale_fit(config):
+                log.warning("the intent examples changed since the threshold was fitted: the stored threshold %s "
+                            "is kept; `switchboard router fit --intents FILE` fits it again (review its report)",
+                            config.threshold)
             embeddings = EmbeddingScorer.build(config, encoder, threshold=config.threshold,
                                                example_vectors=example_vectors, oos_vectors=oos_vectors,
                                                cache_dir=Path(cache_dir) if cache_dir else None)
