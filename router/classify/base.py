@@ -81,8 +81,9 @@ class IntentClassifier:
         A config without a threshold, or fitted with another encoder, is fitted here from its own examples
         (cross-validation, see router.classify.fit) — thresholds only mean something for the encoder they
         were fitted with. A config that carries its fit is used as written, even when its examples changed
-        since (logged: ``switchboard router fit --intents FILE`` fits it again). ``example_vectors`` / ``oos_vectors`` (rows in config order) skip re-encoding the
-        examples; ``cache_dir`` keeps trained heads on disk.
+        since (logged: ``switchboard router fit --intents FILE`` fits it again). ``example_vectors`` /
+        ``oos_vectors`` (rows in config order) skip re-encoding the examples; ``cache_dir`` keeps trained heads
+        on disk.
         """
         from router.classify.embedding import EmbeddingScorer
         from router.classify.fit import needs_fit, refit_config, stale_fit
@@ -215,8 +216,9 @@ class IntentClassifier:
         it's taking too long", "我要退10块钱，灯泡是坏的") is the act it asks for: the problem told as the reason weighs
         as much in the encoder as the act, and may win. Where the embeddings chose an intent that does nothing for the
         customer (no ``task``, or none at all) and the message is no question, each part of it
-        (router.classify.asking.request_parts) that reads as a request (text.form) is classified on its own, rules
-        first; the first whose intent has a task takes the message (the explanation says ``asked``). A plain report
+        (router.classify.asking.request_parts) that reads as a request (text.form) is classified on its own: a part a
+        rule places first, else the first the embeddings place, whose intent has a task takes the message (the
+        explanation says ``asked``; the entities stay the whole message's). A plain report
         ("the bulb arrived broken") or one asking for help ("please help, my vase arrived broken": help is no task)
         keeps its intent."""
         tasks = {i.name for i in config.intents if i.task}

@@ -343,13 +343,9 @@ def write_fit(text: str, threshold: float, scoring: dict[str, Any] | None, *, fi
     root = yaml.compose(text, Loader=yaml.SafeLoader)   # the pure-Python parser: its marks count characters
     if not isinstance(root, yaml.MappingNode):
         raise IntentConfigError("the top level must be a mapping (version, threshold, intents, ...)", file=file)
-    lines = text.splitlines(keepends=True)
-    starts = [0]
-    for line in lines:
-        starts.append(starts[-1] + len(line))
 
     def at(mark: yaml.Mark) -> int:
-        return starts[mark.line] + mark.column
+        return mark.index
 
     def line_end(i: int) -> int:
         j = text.find("\n", i)
@@ -367,8 +363,9 @@ def write_fit(text: str, threshold: float, scoring: dict[str, Any] | None, *, fi
     if "threshold" in keys:
         value = keys["threshold"][1]
         edits.append((at(value.start_mark), at(value.end_mark), repr(float(threshold))))
-    else:
-        edits.append((0, 0, f"threshold: {float(threshold)!r}\n"))
+    else:   # before the intents, where the file's settings end
+        where = at(keys["intents"][0].start_mark) if "intents" in keys else 0
+        edits.append((where, where, f"threshold: {float(threshold)!r}\n"))
     block = yaml.safe_dump({"scoring": scoring}, allow_unicode=True, sort_keys=False, width=120,
                            default_flow_style=None) if scoring else ""
     if "scoring" in keys:

@@ -77,6 +77,8 @@ def test_a_file_without_a_fit_gets_one_and_keeps_its_comments():
     assert yaml.safe_load(out)["scoring"] == scoring and parse_intents(out).threshold == 0.3
     assert write_fit(out, 0.25, scoring) == out.replace("threshold: 0.3", "threshold: 0.25")   # replaced in place
     assert examples_digest(parse_intents(out)) == examples_digest(parse_intents(text))
+    bare = text.replace("threshold: null   # fitted below\n", "")
+    assert write_fit(bare, 0.3, scoring).startswith("# my shop\nversion: 1\nthreshold: 0.3\nintents:\n")
 
 
 @pytest.mark.parametrize("bad", ["- just\n- a list\n"])
