@@ -1,4 +1,7 @@
-"""A question whether something may be done asks what the shop allows: it is answered, never a lookup.
+"""What a message asks: a question whether something may be done (answered, never a lookup), and the parts of a
+request that give its reason.
+
+A question whether something may be done asks what the shop allows: it is answered, never a lookup.
 
 "can I add something to my order?", "is it possible to change the size?", "订单能加东西吗", "付款后还能改颜色吗" ask
 what may be done; the knowledge base says it ("items in a paid order cannot be edited"). A lookup ("where is my
@@ -34,6 +37,22 @@ _ACT_ZH = (r"(?:加|添|增加|补|减|删|去掉|移除|拿掉|改|换|调|合�
 _MAY_ZH = re.compile(
     r"(?<![功智性])(?:能不能|可不可以|能否|可否|是否能|是否可以|还能|还可以|可以|能|允许)"
     r"\s*(?:再|直接|自己|单独|另外|重新|顺便)?\s*(?:(?:往|在|把|给|从)[^，,。？?！!]{0,8}?)?" + _ACT_ZH)
+
+
+# where a request and its reason meet: a clause's end, or a word that gives a reason ("because", "因为")
+_CLAUSES = re.compile(r"[,，;；。!！?？]+|(?<=[a-z])\.(?=\s)|\s+-+\s+|\s*\b(?:because|since|as|cause|cuz|coz|so)\b\s*"
+                      r"|(?:因为|由于|既然|所以)", re.I)
+_WORDS = re.compile(r"[\u3400-\u9fff]|[a-z]+", re.I)
+
+
+def request_parts(text: str | None) -> list[str]:
+    """The clauses of a message of several that read as a request on their own (text.form): "refund 5 dollars on the
+    lamp order, the bulb was broken" -> ["refund 5 dollars on the lamp order"], "快递太慢了，我要取消订单" -> ["我要取消订单"].
+    A message of one clause has none (it is its own request)."""
+    parts = [p.strip() for p in _CLAUSES.split(text or "") if p and p.strip()]
+    if len(parts) < 2:
+        return []
+    return [p for p in parts if len(_WORDS.findall(p)) >= 2 and read_form(p) == "request"]
 
 
 def asks_leave(text: str | None) -> bool:

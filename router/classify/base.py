@@ -17,9 +17,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from router.classify.asking import asks_leave
+from router.classify.asking import asks_leave, request_parts
 from router.classify.entities import extract_entities
 from router.classify.intents import IntentConfig
+from text.form import read_form
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +80,13 @@ class IntentClassifier:
 
         A config without a threshold, or fitted with another encoder, is fitted here from its own examples
         (cross-validation, see router.classify.fit) — thresholds only mean something for the encoder they
-        were fitted with. ``example_vectors`` / ``oos_vectors`` (rows in config order) skip re-encoding the
-        examples; ``cache_dir`` keeps trained heads on disk.
+        were fitted with. A config that carries its fit is used as written, even when its examples changed
+        since (logged: ``switchboard router fit --intents FILE`` fits it again). ``example_vectors`` /
+        ``oos_vectors`` (rows in config order) skip re-encoding the examples; ``cache_dir`` keeps trained heads
+        on disk.
         """
         from router.classify.embedding import EmbeddingScorer
-        from router.classify.fit import needs_fit, refit_config
+        from router.classify.fit import needs_fit, refit_config, stale_fit
         from router.classify.rules import RuleMatcher
 
         rules = RuleMatcher(config)
@@ -98,6 +101,10 @@ class IntentClassifier:
             if reason:
                 log.info("fitting the intent threshold at load: %s", reason)
                 config = refit_config(config, example_vectors, oos_vectors, encoder_name=_encoder_name(encoder))
+            elif stale_fit(config):
+                log.warning("the intent examples changed since the threshold was fitted: the stored threshold %s "
+                            "is kept; `switchboard router fit --intents FILE` fits it again (review its report)",
+                            config.threshold)
             embeddings = EmbeddingScorer.build(config, encoder, threshold=config.threshold,
                                                example_vectors=example_vectors, oos_vectors=oos_vectors,
                                                cache_dir=Path(cache_dir) if cache_dir else None)
@@ -199,7 +206,57 @@ class IntentClassifier:
                     c.intent, c.tier = None, config.unknown_tier
                     c.explanation["thin"] = {"guess": intent, "reason": "too few words for an embedding guess of an "
                                                                         "L3 intent"}
+            self._the_act_asked(config, rules, embeddings, [out[i] for i in pending], [texts[i] for i in pending],
+                                batch_size)
         return out  # type: ignore[return-value]
+
+    def _the_act_asked(self, config: IntentConfig, rules: RuleChannel | None, embeddings: EmbeddingChannel,
+                       decided: Sequence[Classification | None], texts: list[str], batch_size: int) -> None:
+        """A request that gives its reason ("refund 5 dollars on the lamp order, the bulb was broken", "cancel my order,
+        it's taking too long", "我要退10块钱，灯泡是坏的") is the act it asks for: the problem told as the reason weighs
+        as much in the encoder as the act, and may win. Where the embeddings chose an intent that does nothing for the
+        customer (no ``task``, or none at all) and the message is no question, each part of it
+        (router.classify.asking.request_parts) that reads as a request (text.form) is classified on its own: a part a
+        rule places first, else the first the embeddings place, whose intent has a task takes the message (the
+        explanation says ``asked``; the entities stay the whole message's). A plain report
+        ("the bulb arrived broken") or one asking for help ("please help, my vase arrived broken": help is no task)
+        keeps its intent."""
+        tasks = {i.name for i in config.intents if i.task}
+        if not tasks:
+            return
+        asked: list[tuple[int, str]] = []
+        for k, (c, text) in enumerate(zip(decided, texts, strict=True)):
+            if c is None or c.intent in tasks or read_form(text) == "question":
+                continue
+            asked += [(k, part) for part in request_parts(text)]
+        if not asked:
+            return
+        found: dict[int, tuple[str, Classification]] = {}
+        by_embeddings: list[tuple[int, str]] = []
+        for k, part in asked:
+            hit = rules.match_explained(part) if rules is not None else None
+            if hit is None:
+                by_embeddings.append((k, part))
+            elif hit[0] in tasks and k not in found:
+                found[k] = (part, Classification(hit[0], config.tier_of(hit[0]), 1.0, RULES,
+                                                 {"channel": RULES, "rule": hit[1]}))
+        if by_embeddings:
+            vectors = self.encoder.encode_queries([p for _, p in by_embeddings], batch_size=batch_size)
+            for (k, part), (intent, score, why) in zip(by_embeddings, embeddings.score(vectors, [p for _, p in
+                                                                                                by_embeddings]),
+                                                       strict=True):
+                if intent in tasks and k not in found:
+                    found[k] = (part, Classification(intent, config.tier_of(intent), float(score), EMBEDDINGS,
+                                                     {"channel": EMBEDDINGS, **why}))
+        for k, (part, act) in sorted(found.items()):
+            c = decided[k]
+            assert c is not None
+            before = {"intent": c.intent, "score": round(c.confidence, 4),
+                      "candidate": c.explanation.get("candidate")}
+            c.intent, c.tier, c.confidence, c.decided_by = act.intent, act.tier, act.confidence, act.decided_by
+            c.explanation = {**act.explanation, "asked": {
+                "part": part, "instead_of": before,
+                "reason": "a request is the act it asks for, not the problem it gives as the reason"}}
 
     @staticmethod
     def _no_lookup_for_leave(embeddings: EmbeddingChannel, config: IntentConfig, vectors: np.ndarray, texts: list[str],

@@ -239,15 +239,42 @@ def config_from_rows(rows: list[Any], *, tier: str = "L1", base: Any = None) -> 
     return IntentConfig.model_validate(data)
 
 
+def query_vectors_of(name: str | None) -> str | None:
+    """The name of the vectors a fit depends on: those of the examples, encoded as queries. A ``+bf16`` encoder
+    computes its passages in bf16 but its queries in fp32 (rag.encoder_backends.BF16Encoder), so its fits are the
+    plain encoder's, value for value; any other backend computes other numbers and is fitted for itself."""
+    return name.removesuffix("+bf16") if name else name
+
+
+def examples_digest(config: Any) -> str:
+    """A short fingerprint of what a fit reads (each intent's examples and the out-of-scope examples), kept with the
+    fit so the loader can say that the examples changed since (the stored fit is used all the same)."""
+    import hashlib
+    import json
+
+    seen = [[i.name, list(i.examples)] for i in config.intents if i.examples] + [["", list(config.oos_examples)]]
+    return hashlib.sha256(json.dumps(seen, ensure_ascii=False).encode("utf-8")).hexdigest()[:16]
+
+
 def needs_fit(config: Any, encoder: Any) -> str | None:
-    """Why a config must be fitted before use (None: it can be used as it is)."""
-    name = getattr(encoder, "name", None)
-    fitted_with = (config.scoring or {}).get("encoder")
+    """Why a config must be fitted before use (None: it can be used as it is).
+
+    A config that carries its threshold and fitted ``scoring`` is used as written, whatever its examples now
+    are: a fit is a deliberate step (``switchboard router fit --intents FILE``), so a new example never moves the
+    threshold unseen. Only a file without a threshold, or one fitted for other vectors, is fitted at load."""
+    name = query_vectors_of(getattr(encoder, "name", None))
+    fitted_with = query_vectors_of((config.scoring or {}).get("encoder"))
     if config.threshold is None:
         return "the intents file has no threshold"
     if config.scoring and name and fitted_with and fitted_with != name:
         return f"the thresholds were fitted with encoder {fitted_with!r}, this one is {name!r}"
     return None
+
+
+def stale_fit(config: Any) -> bool:
+    """Whether the examples changed since the stored fit (False when the fit does not say what it read)."""
+    fitted = ((config.scoring or {}).get("fitted") or {}).get("examples")
+    return bool(fitted) and fitted != examples_digest(config)
 
 
 def refit_config(config: Any, example_vectors: np.ndarray, oos_vectors: np.ndarray | None, *,
@@ -272,8 +299,10 @@ def refit_config(config: Any, example_vectors: np.ndarray, oos_vectors: np.ndarr
         vectors = np.vstack([vectors, np.asarray(oos_vectors, dtype=np.float32)])
         texts = texts + list(config.oos_examples)
         labels = labels + [UNKNOWN] * len(oos_vectors)
-    result = fit_scoring(vectors, texts, labels, encoder_name=encoder_name, progress=progress, **kwargs)
+    result = fit_scoring(vectors, texts, labels, encoder_name=query_vectors_of(encoder_name), progress=progress,
+                         **kwargs)
     scoring = result.scoring.to_dict()
+    scoring["fitted"] = {**scoring.get("fitted", {}), "examples": examples_digest(config)}
     scoring["cv"] = _rounded(result.cv)
     return config.model_copy(update={"scoring": scoring, "threshold": result.threshold})
 

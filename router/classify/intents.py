@@ -332,6 +332,53 @@ def load_intents(path: str | Path | None = None) -> IntentConfig:
     return parse_intents(text, file=str(p))
 
 
+FIT_NOTE = ("# The fit of the examples above (switchboard router fit --intents FILE): the embedding channel's rejector,\n"
+            "# with the threshold above, used as written until the file is fitted again.\n")
+
+
+def write_fit(text: str, threshold: float, scoring: dict[str, Any] | None, *, file: str | None = None) -> str:
+    """``text`` (an intents file) with its global ``threshold`` and ``scoring`` block replaced by a fit's, every other
+    line (comments, order, quoting) as it was; a file without ``scoring`` gets it at its end. The file is then the
+    reviewed record of its fit: the loader uses it as written (router.classify.fit.needs_fit)."""
+    root = yaml.compose(text, Loader=yaml.SafeLoader)   # the pure-Python parser: its marks count characters
+    if not isinstance(root, yaml.MappingNode):
+        raise IntentConfigError("the top level must be a mapping (version, threshold, intents, ...)", file=file)
+
+    def at(mark: yaml.Mark) -> int:
+        return mark.index
+
+    def line_end(i: int) -> int:
+        j = text.find("\n", i)
+        return len(text) if j < 0 else j + 1
+
+    def last_content(node: yaml.Node) -> yaml.Node:
+        # a block collection's end mark lies at the next key, past any comment between: its last value ends it
+        while isinstance(node, yaml.MappingNode | yaml.SequenceNode) and not node.flow_style and node.value:
+            last = node.value[-1]
+            node = last[1] if isinstance(node, yaml.MappingNode) else last
+        return node
+
+    keys = {k.value: (k, v) for k, v in root.value if isinstance(k, yaml.ScalarNode)}
+    edits: list[tuple[int, int, str]] = []
+    if "threshold" in keys:
+        value = keys["threshold"][1]
+        edits.append((at(value.start_mark), at(value.end_mark), repr(float(threshold))))
+    else:   # before the intents, where the file's settings end
+        where = at(keys["intents"][0].start_mark) if "intents" in keys else 0
+        edits.append((where, where, f"threshold: {float(threshold)!r}\n"))
+    block = yaml.safe_dump({"scoring": scoring}, allow_unicode=True, sort_keys=False, width=120,
+                           default_flow_style=None) if scoring else ""
+    if "scoring" in keys:
+        key, value = keys["scoring"]
+        edits.append((at(key.start_mark), line_end(at(last_content(value).end_mark)), block))
+    elif block:
+        edits.append((len(text), len(text), ("" if text.endswith("\n") else "\n") + "\n" + FIT_NOTE + block))
+    for start, end, new in sorted(edits, reverse=True):
+        text = text[:start] + new + text[end:]
+    parse_intents(text, file=file)   # what is written must load and validate
+    return text
+
+
 def save_intents(config: IntentConfig, path: str | Path) -> Path:
     """Write a config atomically (temp file + rename) so a reader never sees half a file."""
     p = Path(path)

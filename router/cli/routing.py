@@ -198,9 +198,11 @@ def _write_report(folder: Path, summary: dict, gold: list[str], preds: list[str 
 
 @app.command("fit")
 def fit(
-    train: Path = typer.Option(..., "--train", help="TRAIN.jsonl: examples per intent; `oos` rows are kept as "
-                                                   "out-of-scope examples."),
-    out: Path = typer.Option(..., "--out", help="Intents YAML to write (examples, fitted scoring and threshold)."),
+    train: Path | None = typer.Option(None, "--train", help="TRAIN.jsonl: examples per intent; `oos` rows are kept as "
+                                                           "out-of-scope examples. Without it, the --intents file's "
+                                                           "own examples are fitted and the fit written into it."),
+    out: Path | None = typer.Option(None, "--out", help="Intents YAML to write (examples, fitted scoring and "
+                                                        "threshold); without --train, default: the --intents file."),
     base: Path | None = typer.Option(None, "--intents", help="Start from this intents file: keeps its tiers, rules "
                                                             "and examples and adds TRAIN's."),
     tier: str = typer.Option("L1", "--tier", help="Tier of intents that only TRAIN names."),
@@ -211,14 +213,20 @@ def fit(
     no_cache: bool = NoCacheOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Fit thresholds from TRAIN (cross-validation) and write them, with the examples, into an intents file."""
+    """Fit thresholds from TRAIN (cross-validation) and write them, with the examples, into an intents file.
+
+    --intents FILE alone: FILE's own examples fitted, the threshold and scoring block written into FILE (every other line kept; the gateway uses a fitted file as written), the threshold and CV figures before and after printed for review."""  # noqa: E501
     from router.classify.evaluate import DatasetError, read_jsonl
-    from router.classify.intents import TIERS, IntentConfigError, load_intents, save_intents
+    from router.classify.intents import TIERS, IntentConfigError, load_intents, save_intents, write_fit
 
     if tier not in TIERS:
         fail(f"--tier must be one of {', '.join(TIERS)}", as_json, code=2)
+    if train is None and base is None:
+        fail("give --train TRAIN.jsonl, or --intents FILE to fit that file's own examples", as_json, code=2)
+    if train is not None and out is None:
+        fail("--out is needed with --train", as_json, code=2)
     try:
-        rows = read_jsonl(train)
+        rows = read_jsonl(train) if train is not None else []
         base_config = load_intents(base) if base is not None else None
     except (DatasetError, IntentConfigError) as exc:
         fail(str(exc), as_json, code=2)
@@ -226,16 +234,32 @@ def fit(
     s, encoder = _setup(encoder_name, backend)
     config, _, _ = _fitted_config(rows, encoder, s, no_cache=no_cache, base=base_config, tier=tier, folds=folds,
                                   seed=seed, progress=not as_json)
-    save_intents(config, out)
-    load_intents(out)  # what was written must load and validate
-    summary = {"out": str(out), "intents": len(config.intents),
+    target = out if out is not None else base
+    assert target is not None
+    if train is None and base is not None:   # the file's own fit, written into its text (comments kept)
+        text = write_fit(base.read_text(encoding="utf-8"), config.threshold, config.scoring, file=str(target))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(target)
+    else:
+        save_intents(config, target)
+    load_intents(target)  # what was written must load and validate
+    summary = {"out": str(target), "intents": len(config.intents),
                "examples": sum(len(i.examples) for i in config.intents), "oos_examples": len(config.oos_examples),
                "threshold": config.threshold, "encoder": encoder.name, "method": (config.scoring or {}).get("method"),
                "cv": (config.scoring or {}).get("cv"), "seconds": round(time.perf_counter() - t0, 1)}
+    if base_config is not None and train is None:
+        summary["before"] = {"threshold": base_config.threshold, "cv": (base_config.scoring or {}).get("cv")}
     cv = summary["cv"] or {}
-    emit(summary, as_json, f"wrote {out}: {summary['intents']} intents, threshold {config.threshold} "
-                           f"(cross-validated in-scope accuracy {cv.get('in_scope_accuracy')}, "
-                           f"OOS recall {cv.get('oos_recall')})")
+    line = (f"wrote {target}: {summary['intents']} intents, threshold {config.threshold} "
+            f"(cross-validated in-scope accuracy {cv.get('in_scope_accuracy')}, OOS recall {cv.get('oos_recall')})")
+    if "before" in summary:
+        was = summary["before"]["cv"] or {}
+        line += (f"\nbefore: threshold {summary['before']['threshold']} (in-scope accuracy "
+                 f"{was.get('in_scope_accuracy')}, OOS recall {was.get('oos_recall')}); review the change "
+                 "(git diff) before committing it")
+    emit(summary, as_json, line)
 
 
 @app.command("classify")

@@ -140,3 +140,56 @@ def test_a_question_whether_something_may_be_done_is_never_a_lookup(e5_encoder, 
     assert len(answered) == len(LEAVE), answered
     wrong = [(t, c.intent) for t in STILL_LOOKUPS if (c := clf.classify(t)).intent not in lookups]
     assert not wrong, wrong
+
+
+# a request that gives a problem as its reason asks for the act: the problem is why, not what
+ASKED = [("refund 5 dollars on the lamp order, the bulb was broken", "refund_request"),
+         ("the mug arrived broken, refund 5 dollars", "refund_request"),
+         ("the bulb was broken so refund 5 dollars", "refund_request"),
+         ("我要退10块钱，灯泡是坏的", "refund_request"), ("please refund the mug order, it arrived chipped", "refund_request"),
+         ("cancel my order, it's taking too long", "cancel_order"), ("物流太慢了，取消吧", "cancel_order"),
+         ("the kettle leaks, cancel the order", "cancel_order"), ("退一半钱给我，碗裂了", "refund_request"),
+         ("灯泡坏了 给我退10块", "refund_request"), ("杯子碎了，给我开个发票我去报销", "invoice"),
+         ("帮忙改下地址，原来那个地址没人收", "change_address")]
+# a report of the damage asks for nothing the shop does as a task (help is no task): the damage policy answers it
+REPORTED = ["the bulb arrived broken", "收到的杯子是碎的", "my mug arrived chipped", "the kettle arrived cracked", "灯泡是坏的",
+            "收到的碗破了", "收到的台灯坏了怎么办", "快递到了，里面的花瓶碎了", "please help, my vase arrived broken",
+            "我的杯子碎了，帮帮我", "the mug arrived chipped, what can you do for me?"]
+
+
+def test_a_request_that_names_a_problem_is_the_act_it_asks_for(e5_encoder, tmp_path):
+    clf = classifier_for(e5_encoder, tmp_path)
+    wrong = [(t, c.intent, c.explanation.get("asked")) for t, want in ASKED if (c := clf.classify(t)).intent != want]
+    assert not wrong, wrong
+    c = clf.classify("refund 5 dollars on the lamp order, the bulb was broken")
+    assert c.explanation["asked"]["part"] == "refund 5 dollars on the lamp order", c.explanation
+    assert c.explanation["asked"]["instead_of"]["candidate"] == "damaged_item"
+    assert c.entities["amounts"] and c.entities["amounts"][0]["value"] == 5, c.entities   # of the whole message
+    wrong = [(t, c.intent, c.explanation.get("asked")) for t in REPORTED if (c := clf.classify(t)).intent != "damaged_item"]
+    assert not wrong, wrong
+
+
+# a code, text or email that never came is the verification-code article's, a parcel that never came the lookup's
+NOT_RECEIVED_MESSAGE = ["一直没收到短信", "邮件没收到", "收不到验证码", "I never got the confirmation email", "the SMS never came",
+                        "I didn't receive the verification code", "the reset email never arrived", "my OTP never comes",
+                        "still no email from you, nothing in my inbox", "the login code hasn't come yet", "验证码一直没来",
+                        "注册邮件一直没收到", "没收到确认邮件", "手机收不到短信", "I can't get the sms code", "验证链接没收到"]
+NOT_RECEIVED_PARCEL = ["my parcel never arrived", "包裹一直没收到", "快递还没到", "I never got my package",
+                       "the parcel hasn't arrived yet", "I didn't receive my order", "the delivery never showed up",
+                       "东西一直没收到", "快递一直没来", "我的包裹没到", "订单的货还没收到", "my order never came"]
+
+
+def test_what_was_not_received_decides_a_code_is_no_parcel(e5_encoder, tmp_path):
+    clf = classifier_for(e5_encoder, tmp_path)
+    workflows = load_workflows(None)
+    wrong = [(t, c.intent) for t in NOT_RECEIVED_MESSAGE if (c := clf.classify(t)).intent != "password_help"]
+    assert not wrong, wrong
+    wrong = []
+    for text in NOT_RECEIVED_PARCEL:
+        c = clf.classify(text)
+        wf = workflows.for_intent(c.intent) if c.intent else None
+        if wf is None or wf.name != "order_status":
+            wrong.append((text, c.intent))
+    assert not wrong, wrong
+    # a code asked for while paying stays the payment's problem
+    assert clf.classify("付款时收不到验证码").intent == "technical_issue"

@@ -115,6 +115,29 @@ def test_fit_on_top_of_an_intents_file_keeps_its_rules_and_tiers(run, tmp_path):
     assert merged.intent("human_agent").tier == "L3" and merged.intent("refund").tier == "L2"
 
 
+def test_fit_of_an_intents_files_own_examples_is_written_into_it(run, tmp_path, minilm_encoder):
+    """`router fit --intents FILE`: FILE's own examples fitted (here for the small encoder), the threshold and the
+    scoring block replaced in FILE, every other line as it was; the report says what the file had before."""
+    sample = Path(__file__).resolve().parents[3] / "router" / "samples" / "intents.yaml"
+    path = tmp_path / "intents.yaml"
+    shutil.copy(sample, path)
+    result = run("router", "fit", "--intents", str(path), "--json")
+    assert result.exit_code == 0, result.stdout
+    summary = _json(result)
+    before = load_intents(sample)
+    assert summary["out"] == str(path) and summary["before"]["threshold"] == before.threshold
+    assert summary["before"]["cv"] == before.scoring["cv"] and summary["cv"]["rows"] == before.scoring["cv"]["rows"]
+    fitted = load_intents(path)
+    assert fitted.threshold == summary["threshold"] and fitted.scoring["encoder"] == minilm_encoder.name
+    old, new = sample.read_text(encoding="utf-8").splitlines(), path.read_text(encoding="utf-8").splitlines()
+    start = old.index("scoring:")
+    assert new[:start] == [ln if not ln.startswith("threshold:") else f"threshold: {fitted.threshold}"
+                           for ln in old[:start]]
+    assert fitted.model_dump(exclude={"threshold", "scoring"}) == before.model_dump(exclude={"threshold", "scoring"})
+    nothing = run("router", "fit", "--json")
+    assert nothing.exit_code == 2 and "--intents" in _json(nothing)["error"]
+
+
 def test_classify_prints_the_decision_with_entities(run):
     result = run("router", "classify", "转人工，订单号 2024110512345", "--json")
     assert result.exit_code == 0, result.stdout
