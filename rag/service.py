@@ -680,6 +680,31 @@ class KnowledgeBase:
             cites.append(citation(hit))
         return comp.text, cites
 
+    def only_quoted(self, rw: RewrittenQuery, hit: Hit) -> bool:
+        """Whether the passage holds some of the question's words only inside a quotation it reports as a claim or
+        warns of (:func:`own_words`), and none of the words the reporting sentences say themselves: "我想注销账号" meets
+        the phishing warning only in the scam text it quotes ("声称“账号即将被注销”的短信链接都是钓鱼网站"), while
+        "收到短信说账号即将被注销是真的吗" asks about the text message the warning is about."""
+        text = hit.chunk.text if hit.chunk is not None else ""
+        if not text or not _QUOTATION.search(text) or not _REPORTED.search(text):
+            return False
+        own = own_words(text)
+        if own == text:
+            return False
+
+        def holds(words: set[str], said: str, w: str) -> bool:
+            return _stem(w.lower()) in words or (not w.isascii() and len(w) >= 2 and w.lower() in said.lower())
+
+        every, mine = ({_stem(w) for w in self.tokenizer.words_of(t)} for t in (text, own))
+        wanted = [w for w in rw.keywords if not asking_word(w) and w not in EN_STOPWORDS and w not in ZH_STOPWORDS]
+        quoted = [w for w in wanted if holds(every, text, w) and not holds(mine, own, w)]
+        if not quoted:
+            return False
+        reporting = " ".join(_QUOTATION.sub(" ", x) for x in split_sentences(text)
+                             if _QUOTATION.search(x) and _REPORTED.search(x))
+        said = {_stem(w) for w in self.tokenizer.words_of(reporting)}
+        return not any(holds(said, reporting, w) for w in wanted if w not in quoted)
+
     def names_reported(self, query: str, rw: RewrittenQuery, hit: Hit) -> bool:
         """Whether the headings of a passage (its article's title and keywords, its section, its FAQ questions:
         :func:`question_units`) name what a message that reports a failure is about (text.form.tells_a_problem): one
@@ -820,6 +845,9 @@ class KnowledgeBase:
         if passages and reports and not self.names_reported(query, rw, passages[0]):
             # steps for another failure ("支付失败 > 可以这样尝试" for "app打不开") are no answer to this one
             signals, confidence = {**signals, "reported": False}, 0.0
+        if passages and self.only_quoted(rw, passages[0]):
+            # the passage says the question's words only in a scam text it warns of: no answer to it
+            signals, confidence = {**signals, "quoted": True}, 0.0
         if not passages or confidence < cfg.answer_threshold:
             draft = self.compose(query, rw, passages, generation)[0] if passages else None
             timings["answer"] = time.perf_counter() - t

@@ -1001,13 +1001,25 @@ def test_a_place_makes_nothing_else_answerable(bundled_kb, query):
 @pytest.mark.parametrize("query", [
     "我想注销账号", "我要注销账号", "想注销我的账号怎么弄", "账号不想用了，能注销吗", "账户可以注销吗", "我要销户",
     "how do I delete my account?", "I want to delete my account", "I want to close my account",
-    "can I deactivate my account permanently", "please delete my account"])
+    "can I deactivate my account permanently", "please delete my account", "帮我把账号注销掉"])
 def test_a_wish_is_no_word_of_what_is_asked_so_closing_an_account_is_declined(bundled_kb, query):
     """The pack has no article on closing an account: the phishing warning that quotes "账号即将被注销" is no answer. A
     wish ("我想", "我要", "want") names nothing an article says: counted as a word of the question it made the unknown
     "注销" half as telling ("我想注销账号" was answered from the warning at 0.60)."""
     answer = bundled_kb.answer(query)
     assert not answer.answered, (answer.confidence, answer.signals, answer.text)
+    if answer.passages and answer.passages[0].chunk.doc_id.startswith("suspicious-login"):
+        # met only in the scam text the warning quotes: no evidence, not even for a topic's agreement (router)
+        assert answer.confidence < 0.05, (answer.confidence, answer.signals)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("query", ["收到短信说账号即将被注销是真的吗", "有短信说我的账号要被注销，要点链接吗"])
+def test_a_question_about_the_quoted_scam_text_is_still_answered_from_the_warning(bundled_kb, query):
+    answer = bundled_kb.answer(query)
+    assert answer.answered and answer.citations[0]["doc_id"] == "suspicious-login-zh", (answer.signals,
+                                                                                      answer.citations[:1])
+    assert "钓鱼" in answer.text, answer.text
 
 
 @pytest.mark.slow
