@@ -51,9 +51,13 @@ def asked(question: str) -> str | None:
 # the words that say how often or how sure, never what about ("how much is shipping normally?", "一般几天到")
 _HEDGES_EN = frozenset({"normally", "usually", "generally", "typically", "actually", "really", "currently",
                         "exactly", "approximately", "roughly", "basically", "just", "still", "ever", "even",
-                        "please", "kindly", "possibly", "maybe", "perhaps", "anyway", "again", "also"})
+                        "please", "kindly", "possibly", "maybe", "perhaps", "anyway", "again", "also",
+                        # what the customer wants done, never what about ("I want to close my account", "我想注销账号")
+                        "want", "wants", "wanted", "wanna"})
 _HEDGES_ZH = frozenset({"一般", "一般来说", "通常", "平时", "平常", "大概", "大约", "大致", "请问", "到底", "究竟",
                         "具体", "一下",
+                        # the wish itself ("我想", "我要", "想要"): what is wished for is what is asked about
+                        "想", "想要", "我想", "我要", "要", "希望", "打算",
                         # the shop addressed ("你们能寄到美国吗"): never what is asked about
                         "你们", "您们", "贵店", "你家"})
 # the words that ask what one can do, never about what ("what are my options?", "what now?", "有什么办法"): they ask for
@@ -64,7 +68,8 @@ _COURSE_ZH = frozenset({"办法", "我该", "该"})
 
 def asking_word(word: str) -> bool:
     """Whether ``word`` (a keyword of a question) only asks or hedges: "几次", "多长时间", "how", "when", "long",
-    "normally", "一般", "options" (of "what are my options?") ... (a whole hedge word: "一般纳税人" names something)."""
+    "normally", "一般", "options" (of "what are my options?"), "want", "我想" ... (a whole hedge word: "一般纳税人" names
+    something)."""
     w = word.lower()
     if word.isascii():
         return w in _ASKING_EN or w in _HEDGES_EN or w in _COURSE_EN

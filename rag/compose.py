@@ -396,11 +396,14 @@ def only_asks(part: str) -> bool:
     so", "what are my options"), or it is a short Chinese asking phrase ("怎么办", "可以吗", "我该怎么办")."""
     if _is_cjk(part):
         core = _ZH_ASKER.sub("", re.sub(r"[\s?？!！。,，]", "", part))
-        return 0 < len(core) <= 4 and asking_word(core)
+        # what is left of it beside its asking words is at most a character ("办" of "怎么办"): "能注销吗" names what
+        # is asked, "注销"
+        return 0 < len(core) <= 4 and asking_word(core) and len(_ASKING_ZH_WORDS.sub("", core)) < 2
     words = re.findall(r"[a-z0-9]+", part.lower())
     return bool(words) and all(w in STOPWORDS or asking_word(w) or len(w) == 1 for w in words)
 
 
+_ASKING_ZH_WORDS = re.compile(r"几|多少|多久|多长|什么|怎么|怎样|如何|哪|为什么|吗|呢|能否|是否|吧|呀|啊")
 # who asks, before a Chinese asking phrase ("我该怎么办", "那我应该怎么办"): the phrase still names nothing
 _ZH_ASKER = re.compile(r"^(?:那|那么)?(?:我们|我)?(?:现在)?(?:该|应该|应当|要|能|可以)?")
 # what a question asks for when it asks a quantity, a time, a place, a reason or a choice: never a part to leave out

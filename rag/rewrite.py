@@ -17,7 +17,7 @@ import functools
 import logging
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -172,9 +172,10 @@ class Glossary:
                 found.append(canonical)
         return found
 
-    def in_terms(self, text: str, article: str = "") -> str:
+    def in_terms(self, text: str, article: str = "", only: Callable[[str], bool] | None = None) -> str:
         """``text`` (folded) with each variant it says replaced by its canonical term, the articles' own wording
-        ("how do I use a discount code?" -> "how do I use a coupon?"); a variant ``article`` says itself stays."""
+        ("how do I use a discount code?" -> "how do I use a coupon?"); a variant ``article`` says itself stays, and
+        so does one ``only`` (given the variant, normalised) refuses."""
         folded = fold(text)
         norm = folded.lower()
         if self._pattern is None or len(norm) != len(folded):
@@ -184,6 +185,8 @@ class Glossary:
         for m in self._pattern.finditer(norm):
             term = self._by_variant[m.group(0)]
             if normalize(term) in norm:      # (a variant that holds its term, "开发票", says it already)
+                continue
+            if only is not None and not only(m.group(0)):
                 continue
             if re.search(m.group(0) if re.search(f"[{_CJK_CHAR}]", m.group(0))
                          else rf"(?<![0-9a-z]){re.escape(m.group(0))}(?![0-9a-z])", said):
@@ -215,6 +218,42 @@ class Glossary:
                            else re.search(rf"(?<![0-9a-z]){re.escape(w)}(?![0-9a-z])", q) for w in rest)
 
         return any(adds(t, a) for t in said for a in asked)
+
+    def with_heads(self, text: str) -> tuple[str, list[str]]:
+        """``text`` (folded) with each bare head noun of a term said as the term, and the terms: "I didn't get the
+        code" -> "I didn't get the verification code". A head is the last word of exactly one of the glossary's
+        terms of several English words, itself no term or variant, said after a determiner ("the code", "my
+        code") and in no variant the text says ("promo code" is a coupon). What the customer meant by the bare
+        word is for the caller to weigh (KnowledgeBase.read_heads)."""
+        folded = fold(text)
+        norm = folded.lower()
+        if self._pattern is None or len(norm) != len(folded) or not norm.isascii():
+            return folded, []
+        owners: dict[str, list[str]] = {}
+        for term in self.terms:
+            words = term.split()
+            if term.isascii() and len(words) > 1:
+                owners.setdefault(normalize(words[-1]), []).append(term)
+        heads = {h: ts[0] for h, ts in owners.items() if len(ts) == 1 and h not in self._by_variant}
+        if not heads:
+            return folded, []
+        taken = [m.span() for m in self._pattern.finditer(norm)]
+        out, pos, said = [], 0, []
+        for m in re.finditer(r"(?<![0-9a-z])(?:the|my|a|an|this|that|your|our)\s+([a-z]+)(?![0-9a-z-])", norm):
+            head = m.group(1)
+            if head not in heads or any(a < m.end(1) and m.start(1) < b for a, b in taken):
+                continue
+            out += [folded[pos:m.start(1)], heads[head]]
+            pos = m.end(1)
+            said.append(heads[head])
+        return "".join(out) + folded[pos:], said
+
+    def narrower_article(self, question: str, title: str) -> bool:
+        """Whether an article's ``title`` names only narrower subjects than ``question`` asks about, in the glossary's
+        terms: "发票修改与重开" (reissuing) for "能开发票吗", "Return shipping costs" for "how do I return an item?". A
+        title that also names what is asked ("Delivery times, carriers and shipping fees" for "how much is shipping")
+        is about it."""
+        return self.narrower(question, title) and not (self.terms_said(title) & self.terms_said(question))
 
     def matches(self, normalized_query: str) -> list[tuple[str, str]]:
         """(variant, canonical term) for each variant found in the query whose term the query does not say."""

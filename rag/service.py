@@ -34,6 +34,7 @@ from rag.lexical.base import LexicalIndex
 from rag.rewrite import (EN_STOPWORDS, ZH_STOPWORDS, Glossary, QueryRewriter, RewrittenQuery, fold, get_tokenizer,
                          normalize)
 from rag.types import Answer, Chunk, Hit
+from text.form import tells_a_problem
 from text.places import abroad_in, asks_destination, elsewhere_in, places_in
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,12 @@ _DETERMINERS = frozenset("the a an my our your his her their this these those".s
 _QUOTATION = re.compile(r"“[^”\n]*”|\"[^\"\n]*\"|「[^」\n]*」|‘[^’\n]*’")
 _REPORTED = re.compile(r"声称|谎称|号称|自称|冒充|钓鱼|诈骗|骗子|骗局|(?<![a-z])(?:claim(?:s|ed|ing)?|pretend(?:s|ed|ing)?|"
                        r"phishing|scam(?:s|mers?)?|fraud(?:ulent|sters?)?|fake)(?![a-z])", re.I)
+# what text.form.tells_a_problem does not hear as a failure yet: a thing that will not open or start, or crashes
+# ("the app won't open", "the app freezes on the home screen", "App一直闪退")
+_FAILS = re.compile(r"\b(?:won'?t|will\s+not|wouldn'?t|doesn'?t|does\s+not|can'?t|cannot|isn'?t|is\s+not|not)\s+"
+                    r"(?:open|opening|start|starting|launch|launching|respond|responding)\b"
+                    r"|\b(?:crash(?:es|ed|ing)?|freez(?:es|ing)|froze|hangs|stuck\s+on)\b"
+                    r"|闪退|崩溃|卡死|卡住|白屏|黑屏|打不开|没反应|进不去|点不动", re.I)
 QUESTION_UNITS = 4          # question sentences of a passage compared with the query, at most
 ENTRY_CANDIDATES = 8        # hits of an article with entries that the entry score may reorder
 ENTRY_BLEND = 0.15          # weight of the fused retrieval score beside the entry score (a cosine)
@@ -64,6 +71,7 @@ ENTRY_BLEND = 0.15          # weight of the fused retrieval score beside the ent
 PREFERRED_MARGIN = 0.04
 NAME_BLEND = 0.3            # weight of the query's cosine to an article's names (title, keywords) in the entry score
 PART_HITS = 3              # hits retrieved for each part of a question of several parts
+HEAD_LEAD = 0.02            # how much closer (dense cosine) a bare head noun read as its term must bring the best passage
 SHORT_PASSAGE = 160         # a passage this short (a one-line FAQ entry) is itself a question unit
 
 
@@ -479,7 +487,8 @@ class KnowledgeBase:
         if question is not None and entry is not None:
             # in an article with entries, what the passage answers is its entry read with its context
             question = max(question, float(entry))
-        phrases = self.glossary.matches(normalize(rw.dense))
+        # the customer's own variants (the encoder may read the question in the glossary's terms: in_own_words)
+        phrases = self.glossary.matches(normalize(rw.original or rw.dense))
         return {"cosine": cos, "question": question, "coverage": round(self.coverage(rw.keywords, top, phrases), 4),
                 "margin": (cos - second) if cos is not None and second is not None else None,
                 "unknown": self.unknown_share(rw, generation), "lang": rw.lang}
@@ -545,6 +554,13 @@ class KnowledgeBase:
         # "如何换开？" for "可以开发票吗"), answers less than was asked, as in composition (Composer.narrower)
         sims = sims - np.array([NARROWER if u in asks and self.glossary.narrower(rw.dense, asks[u]) else 0.0
                                 for u in flat])
+        # so does every entry of an article whose title names only a narrower subject ("发票修改与重开" for "能开发票吗":
+        # its FAQ answer that says "换开发票" is no answer to whether an invoice can be had)
+        narrow_docs = {d for d in docs if articles.get(d)
+                       and self.glossary.narrower_article(rw.dense, articles[d][0].title)}
+        if narrow_docs:
+            owner = [h.chunk.doc_id if h.chunk else "" for h, us in zip(head, units, strict=True) for _ in us]
+            sims = sims - np.array([NARROWER if d in narrow_docs else 0.0 for d in owner])
         kind = asked(rw.original)
         if kind is not None:       # what states the quantity asked for leads (rag/answer_type.py)
             sims = sims + np.array([ANSWER_TYPE_LEAD if holds(u, kind) else 0.0 for u in flat])
@@ -664,6 +680,87 @@ class KnowledgeBase:
             cites.append(citation(hit))
         return comp.text, cites
 
+    def only_quoted(self, rw: RewrittenQuery, hit: Hit) -> bool:
+        """Whether the passage holds some of the question's words only inside a quotation it reports as a claim or
+        warns of (:func:`own_words`), and none of the words the reporting sentences say themselves: "我想注销账号" meets
+        the phishing warning only in the scam text it quotes ("声称“账号即将被注销”的短信链接都是钓鱼网站"), while
+        "收到短信说账号即将被注销是真的吗" asks about the text message the warning is about."""
+        text = hit.chunk.text if hit.chunk is not None else ""
+        if not text or not _QUOTATION.search(text) or not _REPORTED.search(text):
+            return False
+        own = own_words(text)
+        if own == text:
+            return False
+
+        def holds(words: set[str], said: str, w: str) -> bool:
+            return _stem(w.lower()) in words or (not w.isascii() and len(w) >= 2 and w.lower() in said.lower())
+
+        every, mine = ({_stem(w) for w in self.tokenizer.words_of(t)} for t in (text, own))
+        wanted = [w for w in rw.keywords if not asking_word(w) and w not in EN_STOPWORDS and w not in ZH_STOPWORDS]
+        quoted = [w for w in wanted if holds(every, text, w) and not holds(mine, own, w)]
+        if not quoted:
+            return False
+        reporting = " ".join(_QUOTATION.sub(" ", x) for x in split_sentences(text)
+                             if _QUOTATION.search(x) and _REPORTED.search(x))
+        said = {_stem(w) for w in self.tokenizer.words_of(reporting)}
+        return not any(holds(said, reporting, w) for w in wanted if w not in quoted)
+
+    def names_reported(self, query: str, rw: RewrittenQuery, hit: Hit) -> bool:
+        """Whether the headings of a passage (its article's title and keywords, its section, its FAQ questions:
+        :func:`question_units`) name what a message that reports a failure is about (text.form.tells_a_problem): one
+        of its words, or a glossary term it says in any variant. A passage is about the failure its headings name: "支付失败或重复扣款 > 可以这样尝试" tells what to
+        try when a payment fails, not when the app does not open, though its first step says "App"."""
+        c = hit.chunk
+        if c is None:
+            return False
+        # (a short passage is a question unit of its own: its text names no heading)
+        heads = "\n".join(u for u in question_units(c) if u != (c.text or "").strip())
+        words = {_stem(w) for w in self.tokenizer.words_of(heads)}
+        low = heads.lower()
+        for w in rw.keywords:
+            if asking_word(w) or w in EN_STOPWORDS or w in ZH_STOPWORDS:
+                continue
+            if _stem(w.lower()) in words or (not w.isascii() and len(w) >= 2 and w.lower() in low):
+                return True
+        asked = self.glossary.terms_said(query)
+        return bool(asked & self.glossary.terms_said(heads)) or any(self._says(term, words, low) for term in asked)
+
+    def in_own_words(self, rw: RewrittenQuery, generation: str | None) -> RewrittenQuery:
+        """``rw`` read by the encoder with each glossary variant that holds a word no line of the knowledge base says
+        replaced by its term ("how do I use a promo code?" is read as "how do I use a coupon?"): the encoder places a
+        word the articles never use near whatever shares its other words ("code": the verification code), while the
+        glossary says what the shop calls it. A variant whose words the articles all say is left to the encoder."""
+        if not generation or not self.glossary.matches(normalize(rw.dense)):
+            return rw
+
+        def unheard(variant: str) -> bool:
+            return any(self.composer.unheard(generation, [_stem(w)]) for w in self.tokenizer.words_of(variant)
+                       if w not in EN_STOPWORDS and w not in ZH_STOPWORDS)
+
+        termed = self.glossary.in_terms(rw.dense, only=unheard)
+        return rw if termed == fold(rw.dense) else replace(rw, dense=termed)
+
+    def read_heads(self, rw: RewrittenQuery, generation: str | None) -> RewrittenQuery:
+        """``rw`` with a bare head noun read as the one glossary term it heads ("I didn't get the code": the
+        verification code) when that reading brings the question closer to the knowledge base's best passage by
+        HEAD_LEAD (dense cosine): a code the customer was sent is what the verification code's passages speak of,
+        while "my parcel is late" is as close to its passage without being read as a lost parcel."""
+        read, terms = self.glossary.with_heads(rw.dense)
+        if not terms or not generation or read == fold(rw.dense):
+            return rw
+        try:
+            plain, termed = (self.dense.search(generation, self.query_vector(t), 1, lang=rw.lang,
+                                               ef_search=self.config.ef_search) for t in (rw.dense, read))
+        except Exception:  # noqa: BLE001 - the customer's own words still retrieve
+            log.warning("reading a head noun as its term failed", exc_info=True)
+            return rw
+        if not termed or (plain and float(termed[0].score) < float(plain[0].score) + HEAD_LEAD):
+            return rw
+        said = [w for t in terms for w in self.tokenizer.words_of(t) if w not in EN_STOPWORDS]
+        return replace(rw, dense=read, lexical=" ".join([rw.lexical, *terms]),
+                       keywords=list(dict.fromkeys([*rw.keywords, *said])),
+                       expansions=[*rw.expansions, *(t for t in terms if t not in rw.expansions)])
+
     def referred(self, query: str, rw: RewrittenQuery, text: str, generation: str) -> list[Hit]:
         """When ``text`` only points to another article by its title, that article's passages (the ones the
         question finds first), else []."""
@@ -707,6 +804,8 @@ class KnowledgeBase:
                          lexical=generic.lexical)      # BM25 looks for those words too ("to the US" is no "us")
         if not rw.dense.strip():
             return Answer(answered=False, query=query, reason="empty query", rewritten_query=rw.lexical)
+        rw = self.in_own_words(rw, generation or self.active_generation())
+        rw = self.read_heads(rw, generation or self.active_generation())
         mode = "rerank" if self.reranker is not None else "hybrid"
         try:
             generation = generation or self.active_generation()
@@ -742,6 +841,13 @@ class KnowledgeBase:
             first = self.signals(rw, ranked, generation)
             if (surer := self.confidence(rw, ranked, first)) > confidence:
                 signals, confidence = {**first, "preferred": passages[0].chunk_id}, surer
+        reports = tells_a_problem(query) or _FAILS.search(fold(query).replace("’", "'")) is not None
+        if passages and reports and not self.names_reported(query, rw, passages[0]):
+            # steps for another failure ("支付失败 > 可以这样尝试" for "app打不开") are no answer to this one
+            signals, confidence = {**signals, "reported": False}, 0.0
+        if passages and self.only_quoted(rw, passages[0]):
+            # the passage says the question's words only in a scam text it warns of: no answer to it
+            signals, confidence = {**signals, "quoted": True}, 0.0
         if not passages or confidence < cfg.answer_threshold:
             draft = self.compose(query, rw, passages, generation)[0] if passages else None
             timings["answer"] = time.perf_counter() - t
