@@ -34,7 +34,7 @@ from rag.lexical.base import LexicalIndex
 from rag.rewrite import (EN_STOPWORDS, ZH_STOPWORDS, Glossary, QueryRewriter, RewrittenQuery, fold, get_tokenizer,
                          normalize)
 from rag.types import Answer, Chunk, Hit
-from text.form import tells_a_problem
+from text.form import tells_something_failing
 from text.places import abroad_in, asks_destination, elsewhere_in, places_in
 
 log = logging.getLogger(__name__)
@@ -841,7 +841,9 @@ class KnowledgeBase:
             first = self.signals(rw, ranked, generation)
             if (surer := self.confidence(rw, ranked, first)) > confidence:
                 signals, confidence = {**first, "preferred": passages[0].chunk_id}, surer
-        reports = tells_a_problem(query) or _FAILS.search(fold(query).replace("’", "'")) is not None
+        # something failing, answered only from a passage whose headings name it ("app打不开" is not "支付失败"); a
+        # message never received is named by what it carried, not by the customer's word for it ("短信" / 验证码)
+        reports = tells_something_failing(query) or _FAILS.search(fold(query).replace("’", "'")) is not None
         if passages and reports and not self.names_reported(query, rw, passages[0]):
             # steps for another failure ("支付失败 > 可以这样尝试" for "app打不开") are no answer to this one
             signals, confidence = {**signals, "reported": False}, 0.0

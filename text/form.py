@@ -134,6 +134,14 @@ def tells_a_problem(text: str | None) -> bool:
     return bool(t) and any(p.search(t) for p in (_PROBLEM_EN, _PROBLEM_ZH, _UNSENT_EN, _UNSENT_ZH))
 
 
+def tells_something_failing(text: str | None) -> bool:
+    """The part of :func:`tells_a_problem` about something the customer uses failing ("my coupon doesn't work",
+    "优惠券用不了"), without something sent never coming ("一直没收到短信"): what failed is named by the customer's
+    own word for it, while a message that never came is named by what it carried (an SMS is the verification code)."""
+    t = normalise(text or "").strip().replace("’", "'")
+    return bool(t) and any(p.search(t) for p in (_PROBLEM_EN, _PROBLEM_ZH))
+
+
 # beside a question, what tells of something wrong: a negation, a contrast, a "why", a word of failure
 # ("has my lamp been delivered?" asks; "why hasn't it come?", "it says delivered but I have nothing" report)
 _TROUBLE_EN = re.compile(r"\b(?:not|no|never|nothing|nobody|none|but|why|lost|missing|late|delayed|delay|stuck|wrong"
