@@ -174,7 +174,7 @@ class Answers(Tickets):
         if not _hears_topic(c, {*wf.intents, *(i.name for i in topics)}):
             return None
         about = wf.about.get(self.flow_lang) or ""
-        context = {"workflow": wf.name, "about": about, "topics": [i.name for i in topics]}
+        context: dict[str, Any] = {"workflow": wf.name, "about": about, "topics": [i.name for i in topics]}
         self.trace["follow_up"] = context
         answer = None
         if topics and about and self.r.rag is not None:
@@ -184,7 +184,7 @@ class Answers(Tickets):
                     answer = self.r.rag.answer(query, prefer=lambda doc: any(i.covers(doc) for i in topics))
                 except Exception:  # noqa: BLE001 - the follow-up is then answered as the knowledge base cannot
                     log.exception("knowledge base failed on a follow-up")
-            best = (answer.passages or [None])[0] if answer is not None else None
+            best = answer.passages[0] if answer is not None and answer.passages else None
             chunk = getattr(best, "chunk", None)
             if answer is not None and chunk is not None and any(i.covers(chunk.doc_id) for i in topics) \
                     and (answer.answered or float(answer.confidence) >= FOLLOW_UP_FLOOR):
