@@ -105,3 +105,16 @@ def test_when_it_ships_is_told_for_an_order_not_shipped_yet(api, svc):
     # a plain status question is answered as before
     plain = talk(api, "c2", "s-plain", "where is my order 100242")[-1]
     assert said(plain) == "Order 100242 is paid (not shipped yet).", said(plain)
+
+
+@pytest.mark.parametrize("customer,texts,name", [
+    ("c1", ("我要开发票", "100230", "抬头是我的名字", "无", "是的"), "王小明"),
+    ("c1", ("我要开发票", "100230", "就写我的名字吧", "无", "是的"), "王小明"),
+    ("c2", ("I need an invoice for order 100240", "just use my name", "none", "yes"), "Emily Carter"),
+])
+def test_my_name_as_the_invoice_title_is_the_customers_name(api, svc, customer, texts, name):
+    out = talk(api, customer, f"n-{next(_ids)}", *texts)
+    assert out[-1]["flow"]["status"] == "completed", [said(o) for o in out]
+    written = rows(svc.pool, "SELECT arguments FROM shop.writes WHERE tool = 'issue_invoice' ORDER BY id")
+    assert [w["arguments"]["title"] for w in written] == [name], [said(o) for o in out]
+    assert all("名字" not in said(o) or o is out[0] for o in out[3:]), [said(o) for o in out]
