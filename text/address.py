@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from text.courtesy import without_courtesy
+
 FIELDS = ("line1", "line2", "district", "city", "state", "zip", "country")
 
 US_STATES = {
@@ -86,9 +88,6 @@ def find(text: str) -> dict[str, str]:
 # what leads a new address in a request ("... to 12 Baker Street", "the new address is ...", "改成上海市…")
 _EN_LEAD = re.compile(r"(?:\bto|\bis|\bbe|\binto|[:：])\s*$", re.I)
 _ZH_LEADS = re.compile(r"改成|改为|换成|改到|寄到|送到|发到|地址是|地址为|[:：]")
-# courtesy and filler after an address said inside a request ("... OR 97201 instead, thanks", "…100号吧，谢谢")
-_TAIL = re.compile(r"(?:[\s,，.。!！;；]+(?:instead|please|pls|thanks|thank\s+you|thx|then|now|asap)\b)+[\s,，.。!！?？]*$"
-                   r"|(?:吧|哦|啊|呀|谢谢|谢啦|麻烦了|麻烦你了|好吗|可以吗|行吗|[\s,，.。!！~？?])+$", re.I)
 
 
 def span(text: str) -> str | None:
@@ -110,7 +109,7 @@ def span(text: str) -> str | None:
         at = led[-1] if led else (opened[0] if opened else None)
     if at is None:
         return None
-    value = _TAIL.sub("", raw[at:]).strip(" ,，")
+    value = without_courtesy(raw[at:]).strip(" ,，")   # "... OR 97201 instead, thanks", "…100号吧，谢谢"
     return value or None
 
 

@@ -225,6 +225,19 @@ class FlowEngine:
         run.quick = [t("confirm_yes", lang), t("confirm_no", lang)]
         return run.to_turn()
 
+    def done_lately(self, conn: Any, conversation_id: str, workflow: str, text: str = "",
+                    entities: dict[str, Any] | None = None, window_seconds: float = 1800.0) -> bool:
+        """Whether ``workflow`` already ended done in this conversation (within ``window_seconds``) for what ``text``
+        names: an offer of it after an answer is then not needed ("where's my package" -> its status -> "how long
+        does shipping take?" is answered without "Would you like me to help with one of your orders?"). A value the
+        message names that the earlier run did not have (another order) is a task still to do."""
+        wf = self.workflows.workflows.get(workflow)
+        if wf is None:
+            return False
+        named = A.prefill(wf, text, entities or {})
+        return any(all(str((row["slots"] or {}).get(k)) == str(v) for k, v in named.items())
+                   for row in store.done_lately(conn, conversation_id, workflow, window_seconds))
+
     offered = staticmethod(offered)   # is an instance an offer the customer has not taken up yet?
 
     def lapse(self, conn: Any, instance: Instance) -> None:

@@ -150,6 +150,9 @@ class Workflow:
     intents: list[str] = Field(default_factory=list)
     hears: list[str] = Field(default_factory=list)     # intents of what is told about the task, kept by the flow
     description: Texts = Field(default_factory=dict)
+    # what the task's answer is about, in the customer's words ("delivery", "快递配送"): a short follow-up to it
+    # ("能快点吗", "can you make it faster?") is read with them (router.turn.tiers.answers.follow_up)
+    about: Texts = Field(default_factory=dict)
     approval_tiers: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_TIERS))
     vocabulary: dict[str, dict[str, list[str]]] = Field(default_factory=dict)   # the shop's words for its values
     address: dict[str, Any] = Field(default_factory=dict)   # {fields: {model: shop field}, defaults}; {}: the model's

@@ -190,8 +190,8 @@ def _workflow(name: str, body: Any, path: P, chk: Checker, tiers: dict[str, floa
         chk.err(path, "expected a mapping")
         return None
     for k in body:
-        if k not in ("version", "description", "intents", "hears", "slots", "steps", "approval_tiers"):
-            chk.err(path + (k,), f"unknown key {k!r} (version, description, intents, hears, slots, steps, "
+        if k not in ("version", "description", "about", "intents", "hears", "slots", "steps", "approval_tiers"):
+            chk.err(path + (k,), f"unknown key {k!r} (version, description, about, intents, hears, slots, steps, "
                     "approval_tiers)")
     version = body.get("version", 1)
     if not isinstance(version, int) or version < 1:
@@ -218,6 +218,7 @@ def _workflow(name: str, body: Any, path: P, chk: Checker, tiers: dict[str, floa
         return None
     wf = Workflow(name=name, version=version, steps=steps, first=top[0], slots=slots, intents=intents, hears=hears,
                   description=chk.texts(body.get("description"), path + ("description",), required=False),
+                  about=chk.texts(body.get("about"), path + ("about",), required=False),
                   approval_tiers=_tiers(body.get("approval_tiers"), path + ("approval_tiers",), chk)
                   if "approval_tiers" in body else dict(tiers),
                   file=chk.file, line=chk.line(path))

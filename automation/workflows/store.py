@@ -146,6 +146,16 @@ def last(conn: Connection[Any], conversation_id: str) -> Instance | None:
     return _instance(row) if row else None
 
 
+def done_lately(conn: Connection[Any], conversation_id: str, workflow: str, within_seconds: float) -> list[Row]:
+    """The slots of ``workflow``'s runs in the conversation that ended done (completed, or the write found already
+    made) within ``within_seconds``, newest first."""
+    return _cur(conn).execute(
+        """SELECT slots FROM flow_instances WHERE conversation_id = %s AND workflow = %s AND status = 'completed'
+             AND coalesce(outcome, 'completed') IN ('completed', 'already_done')
+             AND updated_at > now() - make_interval(secs => %s)
+           ORDER BY updated_at DESC""", (conversation_id, workflow, within_seconds)).fetchall()
+
+
 def get(conn: Connection[Any], instance_id: str, *, lock: bool = False) -> Instance | None:
     sql = "SELECT * FROM flow_instances WHERE id = %s"
     row = _cur(conn).execute(sql + (" FOR UPDATE" if lock else ""), (str(instance_id),)).fetchone()

@@ -13,6 +13,7 @@ from difflib import SequenceMatcher
 from typing import Any, Callable, Iterator
 
 from text.form import read_form
+from text.courtesy import without_courtesy
 from text.normalise import normalise
 
 try:  # optional: faster and better partial matching
@@ -898,7 +899,6 @@ _EN_NTH = r"(?:first|second|third|fourth|fifth|last|1st|2nd|3rd|[4-9]th)"
 _EN_HEAD = r"(?:one|ones|order|orders|item|items|option|thing|address)"
 _EN_LEAD = re.compile(r"^(?:(?:um+|uh+|oh|ah|hmm+|well|ok(?:ay)?|yes|yeah|so|just|maybe|probably|i\s+mean"
                       r"|i\s+think|it'?s|it\s+is|i\s+want|i'?d\s+like|i\s+would\s+like|(?:let'?s\s+)?go\s+with)\s+)+")
-_EN_TAIL = re.compile(r"(?:\s+(?:please|pls|plz|thanks|thank\s+you|i\s+think|i\s+guess|i\s+suppose|then))+$")
 _EN_POINTER = re.compile(
     rf"^(?:(?:that|this|those|these|it)(?:\s+(?:one|ones))?"
     rf"|(?:that'?s|this\s+is)\s+(?:the\s+)?one"
@@ -925,7 +925,7 @@ def _pointer_words(text: str) -> tuple[str, bool]:
     t = norm(text)
     if _CJK_CHAR.search(t):
         return _ZH_TAIL.sub("", _ZH_LEAD.sub("", t.replace(" ", ""))), True
-    return _EN_TAIL.sub("", _EN_LEAD.sub("", t)).strip(), False
+    return without_courtesy(_EN_LEAD.sub("", t)).strip(), False
 
 
 _ZH_DESCRIBED = re.compile(rf"^(?P<desc>[\u4e00-\u9fffa-z0-9]{{1,10}}?)的?(?:{_ZH_THAT}|{_ZH_NTH}){_ZH_HEAD}$"

@@ -316,7 +316,8 @@ class _Turn(Workflows):
             if flow is not None:
                 return self.flow_outcome(c, flow)
         if route.act is Act.CLARIFY:
-            return self.clarify(c)
+            # "can you make it faster?" right after an order's status: read in that task's context, not clarified
+            return self.follow_up(c) or self.clarify(c)
         if route.answer_first and question is not None:
             first = self.answer_first(c, question, route.workflow)
             if first is not None:

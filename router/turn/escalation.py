@@ -113,6 +113,11 @@ class Replies(BaseModel):
 
     offer_task: LocalText = {"en": "Would you like me to help with one of your orders ({task})? Just reply \"yes\".",
                              "zh": "需要我为您的订单办理“{task}”吗？回复“是”即可。"}
+    # a short follow-up to a task just done ("can you make it faster?" after an order's status) that the knowledge
+    # base cannot answer in its context: what cannot be done for that order, and who can help
+    follow_up_order: LocalText = {"en": "I can't change how order {order} is handled from here. If you'd like a "
+                                        "colleague to look into it, just say \"talk to a person\".",
+                                  "zh": "订单 {order} 的处理我这边没办法更改。如需同事帮您跟进，回复“转人工”即可。"}
     question_kept: LocalText = {"en": "I'll come back to your question (\"{question}\") once this is done.",
                                 "zh": "您的问题（“{question}”）我会在这件事办完后接着处理。"}
 

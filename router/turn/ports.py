@@ -105,6 +105,9 @@ class FlowsPort(Protocol):
     def offer(self, conn: Any, workflow: str, caller: Caller, text: str = "", entities: dict[str, Any] | None = None,
               lang: str = "en", *, intent: str | None = None) -> FlowTurn: ...
 
+    def done_lately(self, conn: Any, conversation_id: str, workflow: str, text: str = "",
+                    entities: dict[str, Any] | None = None, window_seconds: float = 1800.0) -> bool: ...
+
     def correcting(self, conn: Any, conversation_id: str, text: str, entities: dict[str, Any] | None = None,
                    window_seconds: float = 1800, *, intent: str | None = None,
                    flows: Flows | None = None) -> Restart | None: ...

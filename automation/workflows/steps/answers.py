@@ -18,6 +18,7 @@ from automation.workflows.runtime import FlowRun
 from automation.workflows.steps.base import REGISTRY, ask_step_of
 from automation.workflows.store import Instance
 from text import address
+from text.courtesy import without_courtesy
 
 
 def parse_slot(wf: Workflow, name: str, text: str, entities: dict[str, Any]) -> Any:
@@ -252,8 +253,6 @@ def _leads(phrases: list[str]) -> re.Pattern[str] | None:
 
 _SAID_AS = re.compile(r"^(?:\s|[:：,，]|is\b|are\b|should\s+be\b|will\s+be\b|of\b|as\b|是|为|写成|写|填|用)+", re.I)
 _CLAUSE_END = re.compile(r"[。；;!！?？\n]")
-_COURTESY = re.compile(r"(?:[\s,，.]+(?:please|pls|thanks|thank\s+you|thx)\b|就行了?|就好了?|即可|就可以了?|吧|谢谢|哦|啊"
-                       r"|[\s,，.、])+$", re.I)
 
 
 def named_value(wf: Workflow, name: str, text: str) -> str | None:
@@ -272,7 +271,7 @@ def named_value(wf: Workflow, name: str, text: str) -> str | None:
     nxt = others.search(rest) if others is not None else None
     if nxt is not None:
         rest = rest[:nxt.start()]
-    value = _COURTESY.sub("", rest).strip(" ,，:：")
+    value = without_courtesy(rest).strip(" ,，:：")
     return value if value and U.is_free_value(value) else None   # "要公司抬头的": nothing said after it
 
 

@@ -38,6 +38,19 @@ log = logging.getLogger(__name__)
 # the routing set score 0.07-0.14; answerable ones 0.26-0.56 on the bundled pack).
 TOPIC_AGREEMENT_FLOOR = 0.25
 TOPIC_AGREEMENT_INTENT = 0.6   # ... and the classifier is at least this sure of the intent (both signals agree)
+# A short follow-up to a task just done ("能快点吗", "can you make it faster?" after an order's status), read with the
+# words of what the task was about (the workflow's ``about``): the knowledge base's best passage answers it when it is
+# from the articles of that task's topics and its confidence reaches this (the conversation names the topic, as the
+# classifier's agreement does for TOPIC_AGREEMENT_FLOOR; on the bundled pack such follow-ups score 0.22-0.76, a
+# follow-up on another topic's words ranks another article first).
+FOLLOW_UP_FLOOR = 0.2
+# ... and only when the classifier, which places it nowhere, still hears the task's topic in it: one of the task's
+# intents among its nearest examples, and it does not hold the message out of scope (p_oos below this). On the bundled
+# intents "can you make it faster?", "为什么这么慢", "why is it so slow?" score p_oos 0.29, 0.44, 0.56 with shipping
+# intents nearest; "what about the weather" 0.58 (small talk nearest), "tell me a joke", "今天天气怎么样" 0.87-0.94.
+FOLLOW_UP_OOS = 0.6
+FOLLOW_UP_WINDOW_SECONDS = 1800.0   # the task must have ended this recently (the engine's focus window)
+FOLLOW_UP_WORDS = 8                 # at most this many words (or twice as many CJK characters): it leans on context
 # The classifier's confidence at which its intent's topic articles are retrieval's prior (a passage of theirs close
 # behind the best leads, rag.service.preferred_first): damage told in a sentence ("the screen is cracked on
 # arrival", "快递到了盒子都压坏了") is damaged_item at 0.78-0.99; the routing set's questions answered from another
@@ -169,6 +182,67 @@ class Answers(Tickets):
         self.move("l1_resolving", f"intent {question.name}")
         return self.answered(c, answer, answer.text, citations, task=lookup)
 
+    def follow_up(self, c: Classification) -> TurnResult | None:
+        """A short message placed nowhere on its own, right after a task ended done ("where is my order 100241?" ->
+        "...shipped" -> "can you make it faster?" / "能快点吗"), read in that task's context rather than clarified:
+        answered from the knowledge base's articles on the task's topics (the intents whose task or lookup it is),
+        retrieved with the message and the task's ``about`` words; else, when the task was about an order, what
+        cannot be done for it here and who can help. None: the message is not such a follow-up (clarify as before)."""
+        import time
+
+        engine, flows = self.r.flows, self.flows()
+        last = flows.last
+        if engine is None or flows.active is not None or last is None or last["status"] != "completed" \
+                or last.get("outcome") not in ("completed", "already_done", None) or not _leans_on_context(self.text) \
+                or (c.entities or {}).get("order_numbers") \
+                or time.time() - last["updated_at"].timestamp() > FOLLOW_UP_WINDOW_SECONDS:
+            return None
+        wf = engine.workflows.workflows.get(last["workflow"])
+        if wf is None:
+            return None
+        topics = [i for i in self.r.classifier.config.intents if i.topics and (
+            i.task == wf.name or i.name in wf.intents or i.served_by == ("workflow", wf.name))]
+        if not _hears_topic(c, {*wf.intents, *(i.name for i in topics)}):
+            return None
+        about = wf.about.get(self.flow_lang) or ""
+        context: dict[str, Any] = {"workflow": wf.name, "about": about, "topics": [i.name for i in topics]}
+        self.trace["follow_up"] = context
+        answer = None
+        if topics and about and self.r.rag is not None:
+            query = f"{self.text} {about}"
+            with self.stage("retrieval"):
+                try:
+                    answer = self.r.rag.answer(query, prefer=lambda doc: any(i.covers(doc) for i in topics))
+                except Exception:  # noqa: BLE001 - the follow-up is then answered as the knowledge base cannot
+                    log.exception("knowledge base failed on a follow-up")
+            best = answer.passages[0] if answer is not None and answer.passages else None
+            chunk = getattr(best, "chunk", None)
+            if answer is not None and chunk is not None and any(i.covers(chunk.doc_id) for i in topics) \
+                    and (answer.answered or float(answer.confidence) >= FOLLOW_UP_FLOOR):
+                text = (answer.text if answer.answered else None) or getattr(answer, "draft", None) \
+                    or self.extractive(chunk.text, query)
+                if text:
+                    context["answered"] = True
+                    self.settled_in_context()
+                    self.move("classifying", "message")
+                    self.move("l1_resolving", f"follow-up to {wf.name}")
+                    citations = citations_of(answer.citations if answer.answered else answer.citations[:1])
+                    return self.answered(c, answer, text, citations)
+        order = next((str(v) for k, v in (last.get("slots") or {}).items() if v is not None and k in wf.slots
+                      and wf.slots[k].validate.get("entity") == "order_id"), None)
+        if order is None:
+            return None
+        context["answered"] = False
+        self.settled_in_context()
+        reply = self.send(self.say("follow_up_order").replace("{order}", order), kind="reply")
+        return self.result(self.decision_of(c, "L1", None, served="follow_up"), reply=reply)
+
+    def settled_in_context(self) -> None:
+        """A message understood in the conversation's context is no unclear turn: the low-confidence run ends."""
+        from router.turn import state as sm
+
+        sm.save_counters(self.conn, self.conv["id"], low_confidence_streak=0)
+
     def topic_prior(self, c: Classification) -> Intent | None:
         """The intent whose topic articles retrieval prefers for this message: the question's intent, else the
         classified one, when the knowledge base serves it (L1) with topics and the classifier reaches
@@ -198,15 +272,16 @@ class Answers(Tickets):
         self.trace.setdefault("rag", {})["topic_agreement"] = {"doc_id": chunk.doc_id, "intent": asking.name}
         return text, citations_of(answer.citations[:1])
 
-    def extractive(self, passage: str) -> str | None:
-        """The knowledge base's own extractive answer from ``passage`` (the sentences with the question's words)."""
+    def extractive(self, passage: str, question: str | None = None) -> str | None:
+        """The knowledge base's own extractive answer from ``passage`` (the sentences with the question's words;
+        ``question``: the turn's text unless given)."""
         from rag.answer import extract
 
         kb = self.r.rag
         if kb is None:
             return None
         try:
-            rw = kb.rewriter.rewrite(self.text)
+            rw = kb.rewriter.rewrite(question or self.text)
             return extract(passage, [*rw.keywords, *rw.expansions], kb.tokenizer) or None
         except Exception:  # noqa: BLE001 - no extractive answer: the question goes to a person as before
             log.exception("extractive answer failed")
@@ -235,6 +310,9 @@ class Answers(Tickets):
         caller = caller_of(self.conv, turn_id=self.ctx.turn_id)
         if task is None or caller is None:
             return None
+        if engine.done_lately(self.conn, str(self.conv["id"]), task, self.text, c.entities or {}):
+            self.trace["offer"] = {"workflow": task, "skipped": "done_lately"}
+            return None   # its result was given in this conversation a moment ago: no need to offer it again
         lang = self.flow_lang
         with self.stage("workflow"):
             t = engine.offer(self.conn, task, caller, self.text, c.entities or {}, lang=lang, intent=c.intent)
@@ -486,3 +564,20 @@ class Answers(Tickets):
                                     workflow={"name": name, "wired": wired})
         return self.assist_l2(c, decision, via="workflow", reason=f"workflow {name} is not wired: a person looks "
                               f"up order {orders[0]}", retrieve=False)
+
+
+def _leans_on_context(text: str) -> bool:
+    """A message short enough to lean on what was just said ("能快点吗", "any way to speed it up?"): at most
+    FOLLOW_UP_WORDS words, or twice as many characters when written in CJK."""
+    words = text.split()
+    cjk = sum(1 for ch in text if "\u4e00" <= ch <= "\u9fff")
+    return 0 < len(words) <= FOLLOW_UP_WORDS and (cjk == 0 or len(text.strip()) <= 2 * FOLLOW_UP_WORDS)
+
+
+def _hears_topic(c: Classification, intents: set[str]) -> bool:
+    """Whether the classifier, placing the message nowhere, still hears one of ``intents`` in it: among its nearest
+    examples, and the message not held out of scope (FOLLOW_UP_OOS)."""
+    explanation = c.explanation or {}
+    oos = (explanation.get("signals") or {}).get("p_oos")
+    return oos is not None and float(oos) < FOLLOW_UP_OOS and any(
+        n.get("intent") in intents for n in explanation.get("nearest") or [])
