@@ -396,3 +396,16 @@ def api_client(svc):
 
 if __name__ == "__main__":      # start_prebuild's process: dsn, home, encoder directory
     _prebuild(sys.argv[1], Path(sys.argv[2]), sys.argv[3])
+
+
+def talk(api, customer: str, conversation: str, *texts: str) -> list[dict[str, Any]]:
+    """Each text posted as the customer's next web message in ``conversation`` (a new message id each); the replies."""
+    import uuid
+
+    out = []
+    for text in texts:
+        r = api.post("/v1/messages", json={"channel": "web", "conversation_id": conversation, "customer_id": customer,
+                                           "message_id": f"talk-{uuid.uuid4().hex}", "text": text})
+        assert r.status_code == 200, r.text
+        out.append(r.json())
+    return out

@@ -17,38 +17,11 @@ take to reach my card?", "好。另外退款多久到账？") is the flow's answ
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 
-from routing_kit import api_client, flow_services, rows
+from routing_kit import rows, talk
 
 pytestmark = pytest.mark.slow
-
-_ids = itertools.count()
-
-
-@pytest.fixture
-def svc(fresh_db, pg_server, template_dsn, e5_encoder):
-    s = flow_services(fresh_db, pg_server, template_dsn, e5_encoder)
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def api(svc):
-    with api_client(svc) as c:
-        yield c
-
-
-def talk(api, customer: str, conversation: str, *texts: str) -> list[dict]:
-    out = []
-    for text in texts:
-        r = api.post("/v1/messages", json={"channel": "web", "conversation_id": conversation, "customer_id": customer,
-                                           "message_id": f"b-{next(_ids)}", "text": text})
-        assert r.status_code == 200, r.text
-        out.append(r.json())
-    return out
 
 
 def writes_of(svc, tool: str) -> list[dict]:
