@@ -15,24 +15,11 @@ import threading
 
 import pytest
 
-from routing_kit import api_client, flow_services, make_agent, rows
+from routing_kit import make_agent, rows
 
 pytestmark = pytest.mark.slow
 
 _ids = itertools.count()
-
-
-@pytest.fixture
-def svc(fresh_db, pg_server, template_dsn, e5_encoder):
-    s = flow_services(fresh_db, pg_server, template_dsn, e5_encoder)
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def api(svc):
-    with api_client(svc) as c:
-        yield c
 
 
 def message(text: str, conversation: str, customer: str = "c1") -> dict:

@@ -11,24 +11,11 @@ import re
 
 import pytest
 
-from routing_kit import api_client, flow_services, make_agent, rows
+from routing_kit import make_agent, rows
 
 pytestmark = pytest.mark.slow
 
 _ids = itertools.count()
-
-
-@pytest.fixture
-def svc(fresh_db, pg_server, template_dsn, e5_encoder):
-    s = flow_services(fresh_db, pg_server, template_dsn, e5_encoder)
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def api(svc):
-    with api_client(svc) as c:
-        yield c
 
 
 def say(api, text: str, *, customer: str, conversation: str) -> dict:
